@@ -1,0 +1,60 @@
+"""Errors that reach the operator, and the exit codes they map to.
+
+    JackinError                  exit 1   something failed; message says what and where
+    ├── SpecError (ValueError)   exit 2   an inventory or argument is invalid; nothing was touched
+    ├── ConnectError             exit 3   a host could not be reached, or its host key is not the pinned one
+    ├── LabError                 exit 1   the local lab (Docker engine, image build) failed
+    ├── BusyError                exit 1   another run holds the lock
+    └── NotImplementedYet        exit 1   a task a later issue owns
+
+Anything else escaping to the CLI is a bug and may show its traceback.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_SPEC = 2
+EXIT_CONNECT = 3
+
+
+class JackinError(Exception):
+    """Base error: a message, an optional hint (what to do next) and host."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, *, hint: str | None = None, host: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.host = host
+
+    def __str__(self) -> str:
+        prefix = f"{self.host}: " if self.host else ""
+        return f"{prefix}{self.message}"
+
+
+class SpecError(JackinError, ValueError):
+    """Invalid inventory or arguments. ``problems`` holds one line per problem."""
+
+    exit_code = EXIT_SPEC
+
+    def __init__(self, message: str, *, problems: list[str] | None = None, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.problems = problems or []
+
+
+class ConnectError(JackinError, ConnectionError):
+    exit_code = EXIT_CONNECT
+
+
+class LabError(JackinError, RuntimeError):
+    exit_code = EXIT_FAILED
+
+
+class BusyError(JackinError):
+    exit_code = EXIT_FAILED
+
+
+class NotImplementedYet(JackinError):
+    exit_code = EXIT_FAILED

@@ -1,0 +1,41 @@
+#!/bin/sh
+# Runs once inside the debootstrapped root (chroot) when the lab host image is built.
+# It makes the root behave like a fresh Debian server booted in a container.
+set -eu
+
+# Host keys are generated per lab host by the operator side and injected before
+# boot, so every host has its own key and the operator pins it without trust on first use.
+rm -f /etc/ssh/ssh_host_*
+cat > /etc/ssh/sshd_config.d/jackin-lab.conf <<'CONF'
+HostKey /etc/ssh/ssh_host_ed25519_key
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UseDNS no
+MaxStartups 100:30:200
+CONF
+
+# systemd makes a machine id on first boot.
+: > /etc/machine-id
+rm -f /var/lib/dbus/machine-id
+
+# Nothing in a container needs a console; apt timers would take apt locks mid-test.
+systemctl mask console-getty.service getty@tty1.service apt-daily.timer apt-daily-upgrade.timer \
+    systemd-firstboot.service e2scrub_reap.service >/dev/null 2>&1 || true
+systemctl enable ssh.service docker.service nftables.service jackin-agent-image.service
+
+# A registry-free image for agent containers: busybox-static in an empty root.
+agent=/tmp/jackin-agent-root
+mkdir -p "$agent/bin" "$agent/etc" "$agent/tmp" "$agent/workspace" /usr/share/jackin
+cp /bin/busybox "$agent/bin/busybox"
+for applet in $(/bin/busybox --list); do
+    [ "$applet" = busybox ] || ln -sf busybox "$agent/bin/$applet"
+done
+printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$agent/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' > "$agent/etc/group"
+chmod 1777 "$agent/tmp"
+tar -C "$agent" -cf /usr/share/jackin/agent-rootfs.tar .
+rm -rf "$agent"
+
+apt-get clean
+rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/*.log

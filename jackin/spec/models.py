@@ -1,0 +1,290 @@
+"""The inventory and fleet spec: what an operator writes in ``inventory/*.yaml``.
+
+One document per file::
+
+    hosts:      servers reached over SSH (provider ``static``)
+    groups:     named lists of hosts
+    fleet:      what runs on them: agents, network policy, resources, snapshots, ttl
+
+Every model forbids unknown keys, so a typo is an error rather than a silent
+default. Secrets never live in a spec: a credential is named and says where the
+operator's machine keeps it (an environment variable or a file), never its value.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+SLUG = r"^[a-z][a-z0-9-]*[a-z0-9]$|^[a-z]$"
+Slug = Annotated[str, Field(pattern=SLUG, max_length=24)]
+HostName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=63)]
+
+ROLES = ("claude-code", "codex", "opencode", "gemini", "amp", "demo")
+HOST_KEY_TYPES = (
+    "ssh-ed25519",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "ssh-rsa",
+)
+
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_DOMAIN = re.compile(r"^(?=.{1,253}$)(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- value types -------------------------------------------------------------
+
+
+def parse_size(value: str | int) -> int:
+    """``512m``, ``2g``, ``1.5GiB`` or a byte count -> bytes."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 512m or 2g")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError("expected a positive size")
+        return value
+    match = _SIZE.match(str(value).strip())
+    if not match:
+        raise ValueError("expected a size such as 512m or 2g")
+    number = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    if number < 1:
+        raise ValueError("expected a positive size")
+    return int(number)
+
+
+def parse_duration(value: str | int) -> int:
+    """``90m``, ``8h``, ``1d12h`` or seconds -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 30m, 8h or 2d")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError("expected a positive duration")
+        return value
+    match = _DURATION.match(str(value).strip())
+    if not match or not any(match.groups()):
+        raise ValueError("expected a duration such as 30m, 8h or 2d")
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    if total <= 0:
+        raise ValueError("expected a positive duration")
+    return total
+
+
+def _check_host_key(value: str) -> str:
+    parts = value.split()
+    if len(parts) < 2 or parts[0] not in HOST_KEY_TYPES:
+        raise ValueError(
+            "expected a public host key such as 'ssh-ed25519 AAAA...' "
+            "(the line from /etc/ssh/ssh_host_ed25519_key.pub)"
+        )
+    if not re.fullmatch(r"[A-Za-z0-9+/]+={0,2}", parts[1]) or len(parts[1]) < 16:
+        raise ValueError("the key's base64 part is not valid")
+    return " ".join(parts[:2])
+
+
+def _check_address(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", value):
+        return value
+    raise ValueError("expected an IP address or a DNS name")
+
+
+HostKey = Annotated[str, AfterValidator(_check_host_key)]
+Address = Annotated[str, AfterValidator(_check_address)]
+
+
+# --- hosts -------------------------------------------------------------------
+
+
+class HostSpec(Model):
+    """A server reached over SSH. ``host_keys`` pins its public keys: connections
+    to a host whose key is not among them are refused."""
+
+    name: HostName
+    address: Address
+    port: int = Field(22, ge=1, le=65535)
+    user: str = Field("root", pattern=r"^[a-z_][a-z0-9_-]*$")
+    key_file: Path | None = None
+    host_keys: list[HostKey] = Field(default_factory=list)
+    jump: HostName | None = None
+
+
+# --- fleet -------------------------------------------------------------------
+
+
+def _check_allow_entry(value: str) -> str:
+    """CIDR, ``host:port``, ``CIDR:port``, domain, ``domain:port``; IPv6 in brackets."""
+    target, port = value, None
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0:
+            raise ValueError("unclosed '[' in IPv6 entry")
+        target, rest = value[1:end], value[end + 1 :]
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError("expected '[IPv6]:port'")
+            port = rest[1:]
+    elif value.count(":") == 1:
+        target, port = value.split(":")
+    if port is not None and (not port.isdigit() or not 1 <= int(port) <= 65535):
+        raise ValueError(f"port {port!r} is not a number from 1 to 65535")
+    try:
+        ipaddress.ip_network(target, strict=True)
+        return value
+    except ValueError as error:
+        if re.fullmatch(r"[0-9a-fA-F.:/]+", target) and any(c.isdigit() for c in target):
+            raise ValueError(f"{target!r} is not a valid address or CIDR ({error})") from None
+    if _DOMAIN.match(target.lower()):
+        return value
+    raise ValueError("expected a CIDR, host:port, CIDR:port, or a domain name (optionally :port)")
+
+
+AllowEntry = Annotated[str, AfterValidator(_check_allow_entry)]
+
+
+class Publish(Model):
+    """An inbound port of the agent's container, published on an address the spec names."""
+
+    port: int = Field(ge=1, le=65535)
+    host_port: int | None = Field(None, ge=1, le=65535)
+    bind: Annotated[str, AfterValidator(lambda v: str(ipaddress.ip_address(v)))] = "127.0.0.1"
+    protocol: Literal["tcp", "udp"] = "tcp"
+
+
+class NetworkPolicy(Model):
+    """Egress policy. Always denied whatever the mode: link-local (metadata),
+    the host's own services, other agents, private ranges not explicitly allowed."""
+
+    mode: Literal["none", "allowlist", "open"] = "none"
+    allow: list[AllowEntry] = Field(default_factory=list)
+    dns: list[Annotated[str, AfterValidator(lambda v: str(ipaddress.ip_address(v)))]] = Field(
+        default_factory=list
+    )
+    publish: list[Publish] = Field(default_factory=list)
+
+    @field_validator("allow")
+    @classmethod
+    def _allow_needs_allowlist(cls, value: list[str], info) -> list[str]:
+        mode = info.data.get("mode")
+        if value and mode == "none":
+            raise ValueError("entries are not allowed with mode 'none' (use mode 'allowlist')")
+        return value
+
+
+class Resources(Model):
+    memory: Annotated[int, Field(gt=0)] = parse_size("1g")
+    cpus: float = Field(1.0, gt=0, le=256)
+    pids: int = Field(256, ge=16, le=65536)
+    disk: int | None = None
+
+    @field_validator("memory", "disk", mode="before")
+    @classmethod
+    def _size(cls, value):
+        return None if value is None else parse_size(value)
+
+
+class Credential(Model):
+    """Names a secret and where the operator's machine keeps it; never its value.
+    Delivered to the agent as a read-only file (launch contract issue)."""
+
+    name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
+    from_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    from_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Credential:
+        if (self.from_env is None) == (self.from_file is None):
+            raise ValueError("a credential needs exactly one of from_env or from_file")
+        return self
+
+
+class AgentSpec(Model):
+    name: Slug
+    role: Literal[ROLES] = "demo"  # type: ignore[valid-type]
+    count: int = Field(1, ge=1, le=64)
+    network: NetworkPolicy | None = None
+    resources: Resources | None = None
+    credentials: list[Credential] = Field(default_factory=list)
+    image: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?$")
+
+
+class SnapshotPolicy(Model):
+    engine: Literal["restic"] = "restic"
+    keep: int = Field(5, ge=1, le=1000)
+    before_changes: bool = True
+    before_teardown: bool = True
+    every: Annotated[int, Field(gt=0)] | None = None
+
+    @field_validator("every", mode="before")
+    @classmethod
+    def _duration(cls, value):
+        return None if value is None else parse_duration(value)
+
+
+class AddressPool(Model):
+    base: Annotated[str, AfterValidator(lambda v: str(ipaddress.ip_network(v, strict=True)))]
+    size: int = Field(24, ge=16, le=29)
+
+
+class LabSpec(Model):
+    """Provider ``lab``: hosts are containers on the local Docker engine."""
+
+    name: Slug = "jackin"
+    hosts: int = Field(2, ge=1, le=64)
+
+
+class FleetSpec(Model):
+    name: Slug
+    provider: Literal["lab", "static"] = "static"
+    lab: LabSpec | None = None
+    hosts: list[HostName] = Field(
+        default_factory=list, description="host or group names; empty means every host"
+    )
+    agents: list[AgentSpec] = Field(min_length=1)
+    network: NetworkPolicy = NetworkPolicy()
+    resources: Resources = Resources()
+    snapshots: SnapshotPolicy = SnapshotPolicy()
+    ttl: Annotated[int, Field(gt=0)] | None = None
+    uid_base: int = Field(60000, ge=1000, le=4_000_000_000)
+    address_pools: list[AddressPool] = Field(default_factory=list)
+
+    @field_validator("ttl", mode="before")
+    @classmethod
+    def _duration(cls, value):
+        return None if value is None else parse_duration(value)
+
+    def agent_network(self, agent: AgentSpec) -> NetworkPolicy:
+        return agent.network or self.network
+
+    def agent_resources(self, agent: AgentSpec) -> Resources:
+        return agent.resources or self.resources
+
+
+class Inventory(Model):
+    """One inventory file."""
+
+    hosts: list[HostSpec] = Field(default_factory=list)
+    groups: dict[HostName, list[HostName]] = Field(default_factory=dict)
+    fleet: FleetSpec
