@@ -2,7 +2,8 @@
 
     JackinError                  exit 1   something failed; message says what and where
     ├── SpecError (ValueError)   exit 2   an inventory or argument is invalid; nothing was touched
-    ├── ConnectError             exit 3   a host could not be reached, or its host key is not the pinned one
+    ├── ConnectError             exit 3   a host could not be reached
+    │   └── HostKeyError         exit 3   its host key is not the pinned one (never retried)
     ├── LabError                 exit 1   the local lab (Docker engine, image build) failed
     ├── BusyError                exit 1   another run holds the lock
     └── NotImplementedYet        exit 1   a task a later issue owns
@@ -45,6 +46,10 @@ class SpecError(JackinError, ValueError):
 
 
 class ConnectError(JackinError, ConnectionError):
+    exit_code = EXIT_CONNECT
+
+
+class HostKeyError(ConnectError):
     exit_code = EXIT_CONNECT
 
 

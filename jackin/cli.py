@@ -1,0 +1,41 @@
+"""The CLI edge: turn our errors into one clear message and a documented exit code.
+
+Exit codes: 0 ok · 1 a host or operation failed · 2 invalid spec or usage ·
+3 connection or host key. Anything else escaping is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from invoke.exceptions import Exit
+
+from jackin import ui
+from jackin.engine import RunResult
+from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, JackinError, NotImplementedYet
+
+
+@contextmanager
+def guard() -> Iterator[None]:
+    try:
+        yield
+    except JackinError as exc:
+        ui.error(exc)
+        raise Exit(code=exc.exit_code) from None
+    except KeyboardInterrupt:
+        ui.err.print("[yellow]interrupted[/yellow]")
+        raise Exit(code=130) from None
+
+
+def exit_code(result: RunResult) -> int:
+    """1 when any operation failed; 3 when the only failures are connections; else 0."""
+    if result.error or any(h.failed for h in result.hosts):
+        return EXIT_FAILED
+    if result.failed:
+        return EXIT_CONNECT
+    return EXIT_OK
+
+
+def not_yet(task: str, issue: str) -> None:
+    raise NotImplementedYet(f"{task} is not yet implemented", hint=f"it arrives with the {issue} issue")

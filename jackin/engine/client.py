@@ -1,0 +1,57 @@
+"""Start the engine child process and stream its events back."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+from pydantic import ValidationError
+
+from jackin.engine.protocol import EngineRequest, Event, HostResult, RunResult
+from jackin.errors import JackinError
+
+OnEvent = Callable[[Event], None]
+
+
+def run(request: EngineRequest, on_event: OnEvent = lambda _: None, *, timeout: float = 3600) -> RunResult:
+    """Run a deploy on every target in the engine process; return per-host results.
+
+    Events are handed to ``on_event`` as they arrive, so the CLI can show progress.
+    A host that fails is a failed ``HostResult``, never an exception.
+    """
+    started = time.monotonic()
+    results: dict[str, HostResult] = {}
+    engine_error: str | None = None
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jackin.engine.runner"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(request.model_dump_json())
+        proc.stdin.close()
+        for line in proc.stdout:
+            try:
+                event = Event.model_validate_json(line)
+            except ValidationError:
+                continue  # not an event line; the engine's stdout carries events only
+            if event.event == "host_done" and event.result is not None:
+                results[event.result.host] = event.result
+            elif event.event == "error":
+                engine_error = event.error
+            on_event(event)
+        code = proc.wait(timeout=timeout)
+        if code != 0 and engine_error is None:
+            stderr.seek(0)
+            tail = stderr.read().decode(errors="replace").strip().splitlines()[-5:]
+            engine_error = f"engine exited {code}: {' | '.join(tail)}"
+    if not results and engine_error:
+        raise JackinError(engine_error)
+    hosts = [results.get(t.name) or HostResult(host=t.name, error="no result from the engine") for t in request.targets]
+    return RunResult(hosts=hosts, error=engine_error, elapsed=round(time.monotonic() - started, 3), dry_run=request.dry_run)

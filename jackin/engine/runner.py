@@ -1,0 +1,206 @@
+"""The engine child process: ``python -m jackin.engine.runner < request.json``.
+
+This process belongs to pyinfra alone, so it applies gevent's monkey-patching
+first, as pyinfra's own CLI does. The original stdout carries events only (one
+JSON object a line); anything else that prints goes to stderr.
+"""
+
+from gevent import monkey  # isort: skip
+
+monkey.patch_all()  # noqa: E402 - must run before anything imports socket/ssl/threading
+
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from typing import Any  # noqa: E402
+
+from pyinfra.api import Config, Inventory, State  # noqa: E402
+from pyinfra.api.connect import connect_all, disconnect_all  # noqa: E402
+from pyinfra.api.exceptions import PyinfraError  # noqa: E402
+from pyinfra.api.operations import run_ops  # noqa: E402
+from pyinfra.api.state import BaseStateCallback, StateStage  # noqa: E402
+from pyinfra.context import ctx_config, ctx_host, ctx_inventory, ctx_state  # noqa: E402
+
+from jackin.engine.protocol import EngineRequest, HostResult  # noqa: E402
+
+_out = None
+_last_seen: dict[str, float] = {}
+
+
+def emit(event: str, **fields: Any) -> None:
+    """Write one event line to the parent."""
+    assert _out is not None, "emit() is only available inside the engine process"
+    if fields.get("host"):
+        _last_seen[fields["host"]] = time.monotonic()
+    _out.write(json.dumps({"event": event, "t": time.time(), **fields}, default=str) + "\n")
+    _out.flush()
+
+
+class _Events(BaseStateCallback):
+    @staticmethod
+    def host_connect(state, host):
+        emit("connected", host=host.name)
+
+    @staticmethod
+    def host_connect_error(state, host, error):
+        emit("connect_error", host=host.name, error=_one_line(error))
+
+    @staticmethod
+    def operation_host_start(state, host, op_hash):
+        emit("op_start", host=host.name, op=_op_name(state, op_hash))
+
+    @staticmethod
+    def operation_host_success(state, host, op_hash, retry_count=0):
+        emit("op_ok", host=host.name, op=_op_name(state, op_hash))
+
+    @staticmethod
+    def operation_host_error(state, host, op_hash, retry_count=0, max_retries=0):
+        emit("op_error", host=host.name, op=_op_name(state, op_hash))
+
+
+def _op_name(state: State, op_hash: str) -> str:
+    names = state.get_op_meta(op_hash).names
+    return ", ".join(sorted(names)) or op_hash
+
+
+def _one_line(error: object) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _inventory(request: EngineRequest) -> Inventory:
+    hosts = []
+    for target in request.targets:
+        if target.jump is not None:
+            raise PyinfraError(f"{target.name}: jump hosts are not supported by the engine yet")
+        data: dict[str, Any] = {
+            "ssh_hostname": target.address,
+            "ssh_port": target.port,
+            "ssh_user": target.user,
+            "ssh_known_hosts_file": str(target.known_hosts),
+            "ssh_strict_host_key_checking": "yes",
+            "ssh_connect_retries": 0,
+            "ssh_allow_agent": target.key_file is None,
+            "ssh_look_for_keys": False,
+            "ssh_paramiko_connect_kwargs": {"timeout": request.connect_timeout, "banner_timeout": request.connect_timeout},
+            "jackin": request.data,
+        }
+        if target.key_file is not None:
+            data["ssh_key"] = str(target.key_file.expanduser())
+        hosts.append((target.name, data))
+    return Inventory((hosts, {}))
+
+
+def _load_deploy(state: State, filename: str) -> None:
+    """Run the deploy file once per connected host, as pyinfra's CLI does."""
+    code = compile(open(filename, encoding="utf-8").read(), filename, "exec")
+    state.current_deploy_filename = filename
+    for host in list(state.inventory.get_active_hosts()):
+        try:
+            with ctx_config.use(state.config.copy()), ctx_host.use(host):
+                exec(code, {"__file__": filename, "__name__": "__jackin_deploy__"})
+        except Exception as error:  # noqa: BLE001 - one host's failure must not stop the others
+            emit("op_error", host=host.name, op="prepare", error=_one_line(error))
+            _prepare_errors[host.name] = f"{type(error).__name__}: {_one_line(error)}"
+            state.failed_hosts.add(host)
+            state.active_hosts.discard(host)
+
+
+_prepare_errors: dict[str, str] = {}
+
+
+def _results(state: State, request: EngineRequest, connect_errors: dict[str, str], facts: dict, started: float) -> None:
+    for host in state.inventory:
+        ops = state.ops.get(host, {})
+        changed = failed = 0
+        error = connect_errors.get(host.name) or _prepare_errors.get(host.name)
+        for op_hash, op_data in ops.items():
+            meta = op_data.operation_meta
+            if meta.is_complete():
+                if meta.did_change():
+                    changed += 1
+                if meta.did_error():
+                    failed += 1
+                    if error is None:
+                        lines = [l for l in meta.stderr_lines if l.strip()] or ["(no output)"]
+                        error = f"{_op_name(state, op_hash)}: {lines[-1].strip()}"
+        if request.dry_run:
+            changed = state.meta[host].ops_change  # what pyinfra predicted while preparing
+        result = HostResult(
+            host=host.name,
+            connected=host in state.activated_hosts,
+            ops=len(ops),
+            changed=changed,
+            failed=failed + (1 if host.name in _prepare_errors else 0),
+            error=error,
+            facts=facts.get(host.name, {}),
+            elapsed=round(_last_seen.get(host.name, started) - started, 3),
+        )
+        emit("host_done", host=host.name, result=result.model_dump())
+
+
+def main() -> int:
+    global _out
+    events_fd = os.dup(1)
+    os.dup2(2, 1)  # stray prints go to stderr, never into the event stream
+    _out = os.fdopen(events_fd, "w", buffering=1)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+
+    request = EngineRequest.model_validate_json(sys.stdin.read())
+    started = time.monotonic()
+    emit("start", data={"hosts": [t.name for t in request.targets], "dry_run": request.dry_run})
+    connect_errors: dict[str, str] = {}
+    facts: dict[str, dict[str, Any]] = {}
+
+    class Collect(_Events):
+        @staticmethod
+        def host_connect_error(state, host, error):
+            connect_errors[host.name] = _one_line(error)
+            _Events.host_connect_error(state, host, error)
+
+    import jackin.engine.report as report
+
+    report._sink = lambda host, data: (facts.setdefault(host, {}).update(data), emit("facts", host=host, data=data))
+
+    inventory = _inventory(request)
+    config = Config(PARALLEL=request.parallel, CONNECT_TIMEOUT=request.connect_timeout)
+    state = State(check_for_changes=True)
+    ctx_state.set(state)
+    ctx_inventory.set(inventory)
+    state.init(inventory, config)
+    state.add_callback_handler(Collect())
+    failed_all = None
+    try:
+        state.set_stage(StateStage.Connect)
+        connect_all(state)
+        state.set_stage(StateStage.Prepare)
+        _load_deploy(state, request.deploy)
+        if not request.dry_run and state.active_hosts:
+            state.set_stage(StateStage.Execute)
+            run_ops(state)
+    except PyinfraError as error:
+        failed_all = _one_line(error)
+    finally:
+        _results(state, request, connect_errors, facts, started)
+        try:
+            state.current_stage = StateStage.Disconnect
+            disconnect_all(state)
+        except Exception:  # noqa: BLE001 - disconnect errors do not change results
+            pass
+    if failed_all and failed_all != "No hosts remaining!":
+        emit("error", error=failed_all)
+    emit("done", data={"elapsed": round(time.monotonic() - started, 3)})
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as error:  # noqa: BLE001 - report engine bugs as an event, with the traceback on stderr
+        traceback.print_exc()
+        if _out is not None:
+            emit("error", error=f"engine crashed: {type(error).__name__}: {_one_line(error)}")
+            emit("done")
+        sys.exit(70)

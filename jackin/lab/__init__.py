@@ -1,0 +1,5 @@
+"""The lab provider: disposable Debian servers on the local Docker engine."""
+
+from jackin.lab.lab import Lab, LabHost, LabService, LabStatus
+
+__all__ = ["Lab", "LabHost", "LabService", "LabStatus"]

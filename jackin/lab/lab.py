@@ -1,0 +1,417 @@
+"""The lab provider: disposable Debian servers as containers on the local Docker engine.
+
+Each lab host runs systemd, sshd, nftables and a Docker engine of its own, and
+publishes SSH on 127.0.0.1 only. Host keys are generated here, injected before
+the first boot and pinned in the lab's known_hosts, so nothing is trusted on
+first use. Everything the lab creates carries the label ``jackin.lab=<name>``;
+its keys live in ``<state>/labs/<name>/``. ``up`` converges: it resumes stopped
+hosts, replaces broken or outdated ones, and never clashes with a leftover.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import re
+import shutil
+import socket
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import BaseModel, ConfigDict
+
+from jackin.errors import BusyError, LabError, SpecError
+from jackin.lab import docker as dk
+from jackin.lab.image import ensure_image, image_tag
+from jackin.paths import private_dir, state_dir
+from jackin.spec.models import SLUG
+from jackin.ssh import SshTarget, wait_ready
+
+LABEL = "jackin.lab"
+SERVICE_PORTS = (8080, 8081)
+DEFAULT_HOSTS = 2
+RUN_FLAGS = (
+    # Facts checked on this kind of machine: --privileged fails (no SYS_RESOURCE),
+    # this set runs systemd, sshd and an inner dockerd.
+    "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
+    "--security-opt", "seccomp=unconfined",
+    "--security-opt", "apparmor=unconfined",
+    "--security-opt", "systempaths=unconfined",
+    "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--cgroupns=host",
+    "--tmpfs", "/run", "--tmpfs", "/run/lock",
+    "--stop-signal", "SIGRTMIN+3",
+)  # fmt: skip
+Log = Callable[[str], None]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LabHost(_Model):
+    name: str
+    container: str
+    state: str
+    address: str = "127.0.0.1"
+    port: int
+    user: str = "root"
+    key_file: Path
+    known_hosts: Path
+    lab_ip: str | None = None
+
+    def target(self) -> SshTarget:
+        return SshTarget(
+            name=self.name, address=self.address, port=self.port, user=self.user,
+            key_file=self.key_file, known_hosts=self.known_hosts,
+        )  # fmt: skip
+
+
+class LabService(_Model):
+    """The lab's test service: HTTP on two ports, for proving firewalls."""
+
+    container: str
+    state: str
+    address: str | None
+    ports: tuple[int, ...] = SERVICE_PORTS
+
+
+class LabStatus(_Model):
+    name: str
+    image: str
+    network: str
+    directory: Path
+    hosts: list[LabHost]
+    service: LabService | None = None
+
+    @property
+    def exists(self) -> bool:
+        return bool(self.hosts) or self.service is not None
+
+
+class Lab:
+    """One named lab: its containers, volumes, network, keys and known_hosts."""
+
+    def __init__(self, name: str = "jackin", *, root: Path | None = None):
+        if not re.match(SLUG, name) or len(name) > 24:
+            raise SpecError(
+                f"invalid lab name {name!r}: expected lower-case letters, digits and '-' (at most 24)"
+            )
+        self.name = name
+        self.dir = (root or state_dir()) / "labs" / name
+        self.network = f"jackin-lab-{name}"
+        self.label = f"{LABEL}={name}"
+
+    # --- names and files ---------------------------------------------------
+
+    @property
+    def key_file(self) -> Path:
+        return self.dir / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.dir / "known_hosts"
+
+    def host_name(self, index: int) -> str:
+        return f"{self.name}-{index}"
+
+    def container(self, host: str) -> str:
+        return f"jackin-lab-{host}"
+
+    def volume(self, host: str) -> str:
+        return f"jackin-lab-{host}-docker"
+
+    @property
+    def service_container(self) -> str:
+        return f"jackin-lab-{self.name}-svc"
+
+    def _host_key(self, host: str) -> Path:
+        return self.dir / "hosts" / host / "ssh_host_ed25519_key"
+
+    # --- status --------------------------------------------------------------
+
+    def status(self) -> LabStatus:
+        dk.ensure_engine()
+        containers = dk.inspect("container", dk.labelled("container", self.label))
+        hosts, service = [], None
+        for info in containers:
+            labels = info["Config"]["Labels"] or {}
+            if labels.get("jackin.lab.role") == "service":
+                service = LabService(
+                    container=info["Name"].lstrip("/"),
+                    state=info["State"]["Status"],
+                    address=_ip(info, self.network),
+                )
+            elif "jackin.lab.host" in labels:
+                hosts.append(self._host_from(info))
+        hosts.sort(key=lambda h: _index(h.name))
+        return LabStatus(
+            name=self.name, image=image_tag(), network=self.network, directory=self.dir,
+            hosts=hosts, service=service,
+        )  # fmt: skip
+
+    def _host_from(self, info: dict[str, Any]) -> LabHost:
+        labels = info["Config"]["Labels"]
+        bindings = (info["HostConfig"].get("PortBindings") or {}).get("22/tcp") or [{}]
+        return LabHost(
+            name=labels["jackin.lab.host"],
+            container=info["Name"].lstrip("/"),
+            state=info["State"]["Status"],
+            port=int(bindings[0].get("HostPort") or labels.get("jackin.lab.port", 0)),
+            key_file=self.key_file,
+            known_hosts=self.known_hosts,
+            lab_ip=_ip(info, self.network),
+        )
+
+    # --- up ------------------------------------------------------------------
+
+    def up(self, hosts: int | None = None, *, log: Log = lambda _: None, timeout: float = 120) -> LabStatus:
+        """Converge the lab to ``hosts`` running, reachable hosts (default: as many as it has, or 2)."""
+        if hosts is not None and not 1 <= hosts <= 64:
+            raise SpecError(f"--hosts must be from 1 to 64, got {hosts}")
+        dk.ensure_engine()
+        with self._lock():
+            tag = ensure_image(log)
+            self._ensure_keys()
+            self._ensure_network()
+            current = {h.name: h for h in self.status().hosts}
+            want = hosts or len(current) or DEFAULT_HOSTS
+            wanted = [self.host_name(i) for i in range(1, want + 1)]
+            for name in sorted(set(current) - set(wanted), key=_index):
+                log(f"{name}: removing (the lab now has {want} hosts)")
+                self._remove_host(name)
+            with ThreadPoolExecutor(max_workers=min(8, want)) as pool:
+                list(pool.map(lambda n: self._converge_host(n, current.get(n), tag, log), wanted))
+            self._ensure_service(tag, log)
+            status = self.status()
+            self._write_known_hosts(status.hosts)
+            self._wait(status.hosts, timeout, log)
+            return self.status()
+
+    def _converge_host(self, name: str, host: LabHost | None, tag: str, log: Log) -> None:
+        if host is not None:
+            info = dk.inspect("container", [host.container])[0]
+            reason = self._replace_reason(name, info, tag)
+            if reason is None:
+                if host.state != "running":
+                    log(f"{name}: resuming stopped host")
+                    try:
+                        dk.docker("start", host.container)
+                        return
+                    except LabError as error:
+                        reason = f"could not be resumed ({error.message})"
+                else:
+                    return
+            log(f"{name}: replacing ({reason})")
+            self._remove_host(name)
+        elif dk.exists("container", self.container(name)):
+            raise LabError(
+                f"a container named {self.container(name)} exists but is not labelled {self.label}",
+                hint="it is not ours; remove or rename it, then run lab.up again",
+            )
+        log(f"{name}: creating")
+        self._create_host(name, tag)
+
+    def _replace_reason(self, name: str, info: dict[str, Any], tag: str) -> str | None:
+        if info["Config"]["Image"] != tag:
+            return "its image recipe changed"
+        if info["State"]["Status"] == "created":
+            return "it was never started"
+        if not self._host_key(name).exists():
+            return "its host key is missing on this machine"
+        return None
+
+    def _create_host(self, name: str, tag: str) -> None:
+        container, volume = self.container(name), self.volume(name)
+        port = _free_port()
+        key = self._host_key(name)
+        _write_keypair(private_dir(key.parent), key, comment=f"{name} host key")
+        labels = ["--label", self.label, "--label", f"jackin.lab.host={name}",
+                  "--label", f"jackin.lab.port={port}"]  # fmt: skip
+        if not dk.exists("volume", volume):
+            dk.docker("volume", "create", *labels[:2], volume)
+        dk.docker(
+            "create", "--name", container, "--hostname", name, *labels, *RUN_FLAGS,
+            "--network", self.network, "-v", f"{volume}:/var/lib/docker",
+            "-p", f"127.0.0.1:{port}:22", "--restart", "no", tag,
+        )  # fmt: skip
+        dk.docker("cp", "-", f"{container}:/", input=self._injection(key))
+        dk.docker("start", container)
+
+    def _injection(self, host_key: Path) -> bytes:
+        """A tar of the host's own key and the lab's authorized key, with exact modes."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            _tar_add(tar, "root/.ssh", None, 0o700)
+            _tar_add(tar, "root/.ssh/authorized_keys", self.key_file.with_suffix(".pub").read_bytes(), 0o600)
+            _tar_add(tar, "etc/ssh/ssh_host_ed25519_key", host_key.read_bytes(), 0o600)
+            _tar_add(tar, "etc/ssh/ssh_host_ed25519_key.pub", host_key.with_suffix(".pub").read_bytes(), 0o644)
+        return buf.getvalue()
+
+    def _remove_host(self, name: str) -> None:
+        dk.docker("rm", "-f", "-v", self.container(name), check=False)
+        dk.docker("volume", "rm", "-f", self.volume(name), check=False)
+        shutil.rmtree(self._host_key(name).parent, ignore_errors=True)
+
+    def _ensure_keys(self) -> None:
+        private_dir(self.dir)
+        if not self.key_file.exists():
+            _write_keypair(self.dir, self.key_file, comment=f"jackin lab {self.name}")
+
+    def _ensure_network(self) -> None:
+        if not dk.exists("network", self.network):
+            dk.docker("network", "create", "--label", self.label, self.network)
+
+    def _ensure_service(self, tag: str, log: Log) -> None:
+        name = self.service_container
+        if dk.exists("container", name):
+            info = dk.inspect("container", [name])[0]
+            if info["Config"]["Image"] == tag and info["State"]["Status"] == "running":
+                return
+            if info["Config"]["Image"] == tag:
+                dk.docker("start", name)
+                return
+            dk.docker("rm", "-f", name)
+        log("test service: starting (HTTP on ports " + ", ".join(map(str, SERVICE_PORTS)) + ")")
+        dk.docker(
+            "run", "-d", "--name", name, "--label", self.label, "--label", "jackin.lab.role=service",
+            "--network", self.network, "--read-only", "--cap-drop", "ALL", "--user", "65534:65534",
+            "--entrypoint", "python3", tag, "-c", _SERVICE_SCRIPT,
+        )  # fmt: skip
+
+    def _write_known_hosts(self, hosts: list[LabHost]) -> None:
+        lines = []
+        for host in hosts:
+            pub = self._host_key(host.name).with_suffix(".pub").read_text().split()
+            lines.append(f"[{host.address}]:{host.port} {pub[0]} {pub[1]}\n")
+        tmp = self.known_hosts.with_suffix(".tmp")
+        tmp.write_text("".join(lines))
+        tmp.chmod(0o600)
+        tmp.replace(self.known_hosts)
+
+    def _wait(self, hosts: list[LabHost], timeout: float, log: Log) -> None:
+        """Wait until every host has booted: sshd answers with its pinned key and systemd is up."""
+        started = time.monotonic()
+
+        def ready(host: LabHost) -> None:
+            out = wait_ready(host.target(), timeout=timeout, command="systemctl is-system-running --wait")
+            if out.strip() not in ("running", "degraded"):
+                raise LabError(f"{host.name}: systemd says {out.strip()!r}", host=host.name)
+
+        with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+            list(pool.map(ready, hosts))
+        log(f"{len(hosts)} host(s) ready in {time.monotonic() - started:.1f}s")
+
+    # --- down ----------------------------------------------------------------
+
+    def down(self, *, log: Log = lambda _: None) -> dict[str, list[str]]:
+        """Remove every container, volume, network and key of this lab. Idempotent."""
+        dk.ensure_engine()
+        with self._lock():
+            removed: dict[str, list[str]] = {"containers": [], "volumes": [], "networks": [], "files": []}
+            containers = dk.labelled("container", self.label)
+            if containers:
+                dk.docker("rm", "-f", "-v", *containers)
+                removed["containers"] = containers
+            volumes = dk.labelled("volume", self.label)
+            if volumes:
+                dk.docker("volume", "rm", "-f", *volumes)
+                removed["volumes"] = volumes
+            networks = dk.labelled("network", self.label)
+            if networks:
+                dk.docker("network", "rm", *networks)
+                removed["networks"] = networks
+            if self.dir.exists():
+                removed["files"] = [str(self.dir)]
+                shutil.rmtree(self.dir)
+            for kind, names in removed.items():
+                if names:
+                    log(f"removed {len(names)} {kind}: {', '.join(names)}")
+            return removed
+
+    def leftovers(self) -> dict[str, list[str]]:
+        """What of this lab still exists (empty lists when it is fully gone)."""
+        return {
+            "containers": dk.labelled("container", self.label),
+            "volumes": dk.labelled("volume", self.label),
+            "networks": dk.labelled("network", self.label),
+            "files": [str(self.dir)] if self.dir.exists() else [],
+        }
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        lock_path = private_dir(self.dir.parent) / f"{self.name}.lock"
+        with open(lock_path, "w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise BusyError(
+                    f"lab {self.name!r} is being changed by another run",
+                    hint="wait for it to finish, then try again",
+                ) from None
+            yield
+
+
+_SERVICE_SCRIPT = """
+import http.server, socketserver, threading
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("jackin-lab-service port " + str(self.server.server_address[1]) + "\\n").encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+servers = [S(("0.0.0.0", p), H) for p in PORTS]
+for s in servers[1:]: threading.Thread(target=s.serve_forever, daemon=True).start()
+servers[0].serve_forever()
+""".replace("PORTS", repr(SERVICE_PORTS))
+
+
+def _index(host: str) -> int:
+    tail = host.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _ip(info: dict[str, Any], network: str) -> str | None:
+    net = (info.get("NetworkSettings", {}).get("Networks") or {}).get(network) or {}
+    return net.get("IPAddress") or None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _write_keypair(directory: Path, path: Path, *, comment: str) -> None:
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    path.write_bytes(private)
+    path.chmod(0o600)
+    path.with_suffix(".pub").write_bytes(public + f" {comment}\n".encode())
+
+
+def _tar_add(tar: tarfile.TarFile, name: str, data: bytes | None, mode: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.mode, info.uid, info.gid, info.mtime = mode, 0, 0, int(time.time())
+    if data is None:
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+    else:
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+
+
+def status_json(status: LabStatus) -> str:
+    return json.dumps(status.model_dump(mode="json"), indent=2)
