@@ -54,7 +54,7 @@ def connect(target: SshTarget, *, timeout: float = 10) -> Connection:
         connect_timeout=int(timeout),
         connect_kwargs=kwargs,
         gateway=gateway,
-        config=Config(overrides={"load_ssh_configs": False}),
+        config=Config(overrides={"load_ssh_configs": False, "run": {"in_stream": False}}),
     )
     conn.client.load_host_keys(str(target.known_hosts))
     conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())

@@ -49,24 +49,45 @@ def format_path(path: Path_) -> str:
 class _Tree:
     """Plain data built from YAML nodes, with the line of every path."""
 
+    MAX_NODES = 100_000  # an inventory is small; aliases must not expand without bound
+
     def __init__(self) -> None:
         self.lines: dict[Path_, int] = {}
         self.problems: list[Problem] = []
         self._yaml = YAML(typ="safe", pure=True)
+        self._open: set[int] = set()  # nodes being built: an alias back into one is a loop
+        self._count = 0
 
     def build(self, node: Node, path: Path_) -> Any:
-        self.lines.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, MappingNode):
-            return self._mapping(node, path)
-        if isinstance(node, SequenceNode):
+        line = node.start_mark.line + 1
+        self.lines.setdefault(path, line)
+        self._count += 1
+        if self._count > self.MAX_NODES:
+            raise SpecError(
+                "inventory is too large",
+                problems=[f"{line}: more than {self.MAX_NODES} values (are aliases expanding without bound?)"],
+            )
+        if id(node) in self._open:
+            self.problems.append(Problem(line, path, "recursive alias: a value cannot contain itself"))
+            return None
+        if isinstance(node, ScalarNode):
+            return self._scalar(node, path)
+        self._open.add(id(node))
+        try:
+            if isinstance(node, MappingNode):
+                return self._mapping(node, path)
             return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
-        return self._scalar(node, path)
+        finally:
+            self._open.discard(id(node))
 
     def _scalar(self, node: ScalarNode, path: Path_) -> Any:
         try:
             return self._yaml.constructor.construct_object(node, deep=True)
-        except YAMLError as error:
-            self.problems.append(Problem(node.start_mark.line + 1, path, str(error)))
+        except (YAMLError, ValueError, KeyError, TypeError) as error:
+            detail = getattr(error, "problem", None) or str(error).splitlines()[0]
+            self.problems.append(
+                Problem(node.start_mark.line + 1, path, f"cannot read {node.value!r} as {node.tag}: {_one_line(detail)}")
+            )
             return None
 
     def _mapping(self, node: MappingNode, path: Path_) -> dict[str, Any]:
@@ -94,6 +115,10 @@ class _Tree:
             self.lines[path + (key,)] = line
             out[key] = self.build(value_node, path + (key,))
         return out
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
 
 
 def load_inventory(path: str | Path) -> Inventory:
@@ -150,7 +175,10 @@ def _parse_yaml(text: str, filename: str) -> tuple[Any, _Tree]:
         raise SpecError(f"{filename}: invalid inventory (1 problem)", problems=[f"{filename}: {error}"]) from None
     if node is None:
         return None, tree
-    return tree.build(node, ()), tree
+    try:
+        return tree.build(node, ()), tree
+    except SpecError as error:
+        raise SpecError(f"{filename}: {error.message}", problems=[f"{filename}:{p}" for p in error.problems]) from None
 
 
 def _line_for(path: Path_, lines: dict[Path_, int]) -> int | None:
@@ -216,6 +244,8 @@ _EXPECTED = {
 def _message(item: dict[str, Any], path: Path_, root: type[BaseModel]) -> str:
     kind = item["type"]
     value = item.get("input")
+    if "credentials" in path and isinstance(value, str):
+        value = _Hidden()  # whatever was typed there might be a pasted secret: never echo it
     if kind == "extra_forbidden":
         key = path[-1] if path else "?"
         model = _model_at(root, path)
@@ -256,6 +286,11 @@ def _bound(item: dict[str, Any]) -> str:
     return str(next(iter(ctx.values()), "")) if ctx else ""
 
 
+class _Hidden:
+    def __repr__(self) -> str:
+        return "(value not shown)"
+
+
 def _show(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return "a mapping" if isinstance(value, dict) else "a list"
@@ -264,21 +299,24 @@ def _show(value: Any) -> str:
 
 
 _PATTERN_HINTS = {
-    "name": "expected a lower-case name of letters, digits and '-' (at most 24 characters)",
-    "user": "expected a Unix user name",
+    "user": "expected a Unix user name (lower-case letters, digits, '_' and '-')",
     "from_env": "expected an environment variable name",
     "image": "expected an image reference such as jackin/agent:busybox",
+    "jump": "expected a host name of letters, digits, '.', '_' and '-'",
 }
+_SLUG_HINT = "expected a lower-case name of letters, digits and '-' (at most 24 characters)"
 _HOST_NAME_HINT = "expected a host name of letters, digits, '.', '_' and '-'"
 
 
 def _pattern_hint(path: Path_) -> str:
     field = next((p for p in reversed(path) if isinstance(p, str)), "")
-    if path and path[0] in ("hosts", "groups") or field == "jump":
+    if field in _PATTERN_HINTS:
+        return _PATTERN_HINTS[field]
+    if "credentials" in path:
+        return "expected an upper-case name such as API_TOKEN (letters, digits and '_')"
+    if path[:1] in (("hosts",), ("groups",)) or path[:2] == ("fleet", "hosts"):
         return _HOST_NAME_HINT
-    if path[:2] == ("fleet", "hosts"):
-        return _HOST_NAME_HINT
-    return _PATTERN_HINTS.get(field, "expected a lower-case name of letters, digits and '-'")
+    return _SLUG_HINT
 
 
 def _check_references(data: dict[str, Any], lines: dict[Path_, int]) -> list[Problem]:
@@ -291,7 +329,9 @@ def _check_references(data: dict[str, Any], lines: dict[Path_, int]) -> list[Pro
 
     hosts = _items(data.get("hosts"))
     groups = data.get("groups") if isinstance(data.get("groups"), dict) else {}
-    fleet = data.get("fleet") if isinstance(data.get("fleet"), dict) else {}
+    if not isinstance(data.get("fleet"), dict):
+        return problems  # the structural check already says what is wrong with 'fleet'
+    fleet = data["fleet"]
 
     names: dict[str, int] = {}
     for i, host in hosts:
@@ -323,8 +363,9 @@ def _check_references(data: dict[str, Any], lines: dict[Path_, int]) -> list[Pro
     elif provider == "static":
         if "lab" in fleet:
             add(("fleet", "lab"), "'lab' settings need provider 'lab'")
-        if not hosts and "hosts" not in data:
-            add(("fleet", "provider"), "provider 'static' needs at least one entry under 'hosts'")
+        if not data.get("hosts"):
+            where: Path_ = ("hosts",) if "hosts" in data else ("fleet", "provider")
+            add(where, "provider 'static' needs at least one entry under 'hosts'")
         for j, target in enumerate(targets):
             if isinstance(target, str) and target not in names and target not in groups:
                 add(("fleet", "hosts", j), f"unknown host or group {target!r}")
@@ -339,7 +380,9 @@ def _check_references(data: dict[str, Any], lines: dict[Path_, int]) -> list[Pro
         credentials: set[str] = set()
         for j, credential in _items(agent.get("credentials")):
             cname = credential.get("name")
-            if isinstance(cname, str) and cname in credentials:
+            if not isinstance(cname, str):
+                continue
+            if cname in credentials:
                 add(("fleet", "agents", i, "credentials", j, "name"), f"duplicate credential {cname!r}")
             credentials.add(cname)
     return problems

@@ -16,13 +16,14 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -40,7 +41,7 @@ HOST_KEY_TYPES = (
     "ssh-rsa",
 )
 
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?$", re.IGNORECASE)
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(?:([kmgt])(?:i?b)?|b)?$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _DOMAIN = re.compile(r"^(?=.{1,253}$)(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
@@ -48,6 +49,17 @@ _DOMAIN = re.compile(r"^(?=.{1,253}$)(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_as_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """YAML ``true`` must not become 1 in a numeric field (pydantic's lax mode allows it)."""
+        if isinstance(value, bool) and info.field_name:
+            annotation = cls.model_fields[info.field_name].annotation
+            kinds = set(get_args(annotation)) or {annotation}
+            if bool not in kinds and kinds & {int, float}:
+                raise ValueError("expected a number, got a boolean")
+        return value
 
 
 # --- value types -------------------------------------------------------------
@@ -64,7 +76,7 @@ def parse_size(value: str | int) -> int:
     match = _SIZE.match(str(value).strip())
     if not match:
         raise ValueError("expected a size such as 512m or 2g")
-    number = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    number = float(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").lower()]
     if number < 1:
         raise ValueError("expected a positive size")
     return int(number)
@@ -78,7 +90,10 @@ def parse_duration(value: str | int) -> int:
         if value <= 0:
             raise ValueError("expected a positive duration")
         return value
-    match = _DURATION.match(str(value).strip())
+    text = str(value).strip().lower()
+    if text.isdigit():
+        return parse_duration(int(text))
+    match = _DURATION.match(text)
     if not match or not any(match.groups()):
         raise ValueError("expected a duration such as 30m, 8h or 2d")
     days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
@@ -100,13 +115,19 @@ def _check_host_key(value: str) -> str:
     return " ".join(parts[:2])
 
 
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
 def _check_address(value: str) -> str:
     try:
         ipaddress.ip_address(value)
         return value
     except ValueError:
         pass
-    if re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", value):
+    labels = value.split(".")
+    if labels[-1].isdigit():
+        raise ValueError("expected an IP address or a DNS name")  # a name cannot end in a number
+    if len(value) <= 253 and all(_LABEL.fullmatch(label) for label in labels):
         return value
     raise ValueError("expected an IP address or a DNS name")
 

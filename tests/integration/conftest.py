@@ -1,0 +1,73 @@
+"""Integration fixtures: a real lab on the local Docker engine, reached over real SSH.
+
+Each session uses its own lab name, and removes everything it made even when a
+test fails; the teardown then asserts that nothing labelled is left.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jackin.errors import LabError
+from jackin.lab import Lab
+from jackin.lab import docker as dk
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _engine_or_skip() -> None:
+    try:
+        dk.ensure_engine()
+    except LabError as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"integration tests need the Docker engine in CI: {error}; {error.hint}")
+        pytest.skip(f"no Docker engine: {error}")
+
+
+def new_lab_name(prefix: str = "t") -> str:
+    return f"{prefix}{secrets.token_hex(3)}"
+
+
+@pytest.fixture(scope="session")
+def lab():
+    """A 2-host lab shared by the session's read-only tests."""
+    _engine_or_skip()
+    lab = Lab(new_lab_name())
+    try:
+        lab.up(2)
+        yield lab
+    finally:
+        lab.down()
+        assert lab.leftovers() == {"containers": [], "volumes": [], "networks": [], "files": []}
+
+
+@pytest.fixture
+def fresh_lab():
+    """A 1-host lab a test may break; removed afterwards whatever happens."""
+    _engine_or_skip()
+    lab = Lab(new_lab_name("x"))
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+def inv(*args: str, check: bool = False) -> subprocess.CompletedProcess:
+    """Run the real CLI (`inv ...`) from the repo root, as an operator would."""
+    done = subprocess.run(
+        [sys.executable, "-m", "invoke", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        timeout=600,
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"inv {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+    return done

@@ -1,0 +1,75 @@
+"""fleet.up at its simplest, end to end over real SSH."""
+
+from __future__ import annotations
+
+import json
+
+from jackin.engine import EngineRequest, run
+from jackin.fleet import deploys_dir
+from jackin.ssh import connect
+
+from .conftest import inv
+
+
+def _inventory(tmp_path, lab_name: str, hosts: int = 2) -> str:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        f"fleet:\n  name: itest\n  provider: lab\n  lab: {{name: {lab_name}, hosts: {hosts}}}\n"
+        "  agents:\n    - {name: coder, role: demo}\n"
+    )
+    return str(path)
+
+
+def test_fleet_up_deploys_to_every_host_and_converges(lab, tmp_path):
+    spec = _inventory(tmp_path, lab.name)
+    first = inv("fleet.up", "-i", spec, "--json", check=True)
+    result = json.loads(first.stdout)
+    assert [h["host"] for h in result["hosts"]] == [f"{lab.name}-1", f"{lab.name}-2"]
+    for host in result["hosts"]:
+        assert host["connected"] and host["failed"] == 0 and host["error"] is None
+        assert host["facts"]["distro"] == "Debian 12"
+    for host in lab.status().hosts:
+        with connect(host.target()) as conn:
+            marker = conn.run("cat /var/lib/jackin/fleet-itest.json", hide=True).stdout
+        assert json.loads(marker) == {"fleet": "itest", "managed_by": "jackin"}
+
+    second = json.loads(inv("fleet.up", "-i", spec, "--json", check=True).stdout)
+    assert [h["changed"] for h in second["hosts"]] == [0, 0]
+
+
+def test_fleet_up_prints_a_per_host_summary(lab, tmp_path):
+    done = inv("fleet.up", "-i", _inventory(tmp_path, lab.name), check=True)
+    for n in (1, 2):
+        assert f"{lab.name}-{n}" in done.stdout
+    assert "2 ok, 0 failed" in done.stdout
+
+
+def test_engine_refuses_a_changed_host_key_and_keeps_the_other_host(lab, tmp_path):
+    hosts = lab.status().hosts
+    good = hosts[1].target()
+    # Host 1 now presents a key that is not the pinned one.
+    lines = lab.known_hosts.read_text().splitlines()
+    other = (lab.dir / "hosts" / hosts[1].name / "ssh_host_ed25519_key.pub").read_text().split()
+    tampered = tmp_path / "known_hosts"
+    tampered.write_text(
+        "\n".join(
+            f"[127.0.0.1]:{hosts[0].port} {other[0]} {other[1]}" if line.startswith(f"[127.0.0.1]:{hosts[0].port} ") else line
+            for line in lines
+        )
+        + "\n"
+    )
+    bad = hosts[0].target().model_copy(update={"known_hosts": tampered})
+    result = run(EngineRequest(deploy=str(deploys_dir() / "hello.py"), targets=[bad, good], data={"fleet": "itest"}))
+    by_host = {h.host: h for h in result.hosts}
+    assert not by_host[bad.name].connected and by_host[bad.name].error
+    assert by_host[good.name].ok
+    assert tampered.read_text().count(f"[127.0.0.1]:{hosts[0].port} ") == 1  # never re-learned
+
+
+def test_fleet_up_with_bad_inventory_touches_nothing(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("fleet:\n  name: x\n  provider: lab\n  lab: {name: nolab}\n  agents: []\n")
+    done = inv("fleet.up", "-i", str(bad))
+    assert done.returncode == 2
+    assert f"{bad}:5: fleet.agents" in done.stderr
+    assert "Traceback" not in done.stderr
