@@ -4,7 +4,7 @@ from invoke import Collection, Exit, task
 
 from jackin import fleet as fleet_api
 from jackin import ui
-from jackin.cli import exit_code, guard, not_yet
+from jackin.cli import count, exit_code, guard, not_yet
 from jackin.lab import Lab
 from jackin.lab.lab import DEFAULT_HOSTS
 
@@ -15,7 +15,7 @@ from jackin.lab.lab import DEFAULT_HOSTS
 def lab_up(c, hosts=None, name="jackin"):
     """Bring up (or resume) a lab of disposable Debian servers on the local Docker engine."""
     with guard():
-        status = Lab(name).up(int(hosts) if hosts else None, log=ui.log)
+        status = Lab(name).up(count("--hosts", hosts), log=ui.log)
         ui.out.print(ui.lab_table(status))
 
 

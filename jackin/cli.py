@@ -13,7 +13,7 @@ from invoke.exceptions import Exit
 
 from jackin import ui
 from jackin.engine import RunResult
-from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, JackinError, NotImplementedYet
+from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, JackinError, NotImplementedYet, SpecError
 
 
 @contextmanager
@@ -35,6 +35,19 @@ def exit_code(result: RunResult) -> int:
     if result.failed:
         return EXIT_CONNECT
     return EXIT_OK
+
+
+def count(option: str, value: str | int | None, *, low: int = 1, high: int = 64) -> int | None:
+    """Parse a whole-number option, or fail as a usage error (exit 2) naming the option."""
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise SpecError(f"{option} expects a whole number from {low} to {high}, got {value!r}") from None
+    if not low <= number <= high:
+        raise SpecError(f"{option} expects a whole number from {low} to {high}, got {number}")
+    return number
 
 
 def not_yet(task: str, issue: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,8 +17,16 @@ from jackin.engine import Event, RunResult
 from jackin.errors import JackinError, SpecError
 from jackin.lab import LabStatus
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+def _console(*, stderr: bool = False) -> Console:
+    """A terminal gets its own width; a pipe or file gets wide lines, never truncated cells."""
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=stderr, highlight=False, width=200)
+    return console
+
+
+out = _console()
+err = _console(stderr=True)
 
 
 def log(message: str) -> None:
