@@ -56,8 +56,14 @@ def connect(target: SshTarget, *, timeout: float = 10) -> Connection:
         gateway=gateway,
         config=Config(overrides={"load_ssh_configs": False, "run": {"in_stream": False}}),
     )
-    conn.client.load_host_keys(str(target.known_hosts))
     conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        conn.client.load_host_keys(str(target.known_hosts))
+    except OSError as error:
+        raise HostKeyError(
+            f"cannot read the pinned host keys for {target.endpoint}: {error.strerror}: {target.known_hosts}",
+            host=target.name,
+        ) from None
     try:
         conn.open()
     except paramiko.BadHostKeyException as error:

@@ -30,7 +30,7 @@ err = _console(stderr=True)
 
 
 def log(message: str) -> None:
-    err.print(f"[dim]·[/dim] {message}")
+    err.print(Text("· ", style="dim") + Text(message), soft_wrap=True)
 
 
 def error(exc: JackinError) -> None:
@@ -57,7 +57,8 @@ def lab_table(status: LabStatus) -> Table:
     if status.service:
         service = status.service
         ports = ",".join(map(str, service.ports))
-        table.add_row("(test service)", service.container, service.state, "-", f"{service.address}:{ports}")
+        where = f"{service.address}:{ports}" if service.address else "-"
+        table.add_row("(test service)", service.container, service.state, "-", where)
     table.caption = f"key {status.directory}/id_ed25519 · known_hosts {status.directory}/known_hosts"
     return table
 
@@ -85,7 +86,7 @@ class Progress:
     """A live per-host line while the engine runs."""
 
     def __init__(self, hosts: list[str]) -> None:
-        self.lines = {h: "waiting" for h in hosts}
+        self.lines: dict[str, Text | str] = {h: "waiting" for h in hosts}
 
     def __rich__(self) -> Table:
         table = Table.grid(padding=(0, 2))
@@ -99,14 +100,15 @@ class Progress:
                 self.lines.setdefault(host, "connecting")
         if event.host is None:
             return
+        op, error = event.op or "", event.error or ""  # plain text: errors often hold [brackets]
         text = {
-            "connected": "connected",
-            "connect_error": f"[red]cannot connect: {event.error}[/red]",
-            "facts": "facts gathered",
-            "op_start": f"{event.op} …",
-            "op_ok": f"{event.op} ok",
-            "op_error": f"[red]{event.op} failed{': ' + event.error if event.error else ''}[/red]",
-            "host_done": "[green]done[/green]" if event.result and event.result.ok else "[red]failed[/red]",
+            "connected": Text("connected"),
+            "connect_error": Text(f"cannot connect: {error}", style="red"),
+            "facts": Text("facts gathered"),
+            "op_start": Text(f"{op} …"),
+            "op_ok": Text(f"{op} ok"),
+            "op_error": Text(f"{op} failed{': ' + error if error else ''}", style="red"),
+            "host_done": Text("done", style="green") if event.result and event.result.ok else Text("failed", style="red"),
         }.get(event.event)
         if text:
             self.lines[event.host] = text

@@ -21,7 +21,7 @@ from jackin.errors import LabError
 from jackin.lab import docker as dk
 
 RECIPE_DIR = Path(__file__).parent / "recipe"
-RECIPE_FILES = ("packages.txt", "customize.sh", "jackin-agent-image.service")
+RECIPE_FILES = ("packages.txt", "customize.sh", "agent-image.sh", "jackin-agent-image.service")
 REPOSITORY = "jackin/lab-host"
 AGENT_IMAGE = "jackin/agent:busybox"
 
@@ -32,7 +32,8 @@ def suite() -> str:
 
 def packages() -> list[str]:
     lines = (RECIPE_DIR / "packages.txt").read_text().splitlines()
-    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    stripped = (line.split("#", 1)[0].strip() for line in lines)
+    return [line for line in stripped if line]
 
 
 def image_tag() -> str:
@@ -55,7 +56,8 @@ def apt_mirror(sources_root: Path = Path("/etc/apt")) -> str:
                 (m.group(1).lower(), m.group(2).strip())
                 for m in re.finditer(r"^([A-Za-z-]+):\s*(.*)$", stanza, re.MULTILINE)
             )
-            if "deb" in fields.get("types", "").split() and fields.get("uris"):
+            enabled = fields.get("enabled", "yes").lower() not in ("no", "false", "0")
+            if enabled and "deb" in fields.get("types", "").split() and fields.get("uris"):
                 candidates.append((fields["uris"].split()[0], fields.get("suites", "").split()))
     lists = [sources_root / "sources.list", *sorted((sources_root / "sources.list.d").glob("*.list"))]
     for path in lists:
@@ -94,9 +96,11 @@ def ensure_image(log: Callable[[str], None] = lambda _: None) -> str:
             "debootstrap",
         )
         shutil.copy(RECIPE_DIR / "jackin-agent-image.service", root / "etc/systemd/system/")
-        shutil.copy(RECIPE_DIR / "customize.sh", root / "tmp/customize.sh")
+        for script in ("customize.sh", "agent-image.sh"):
+            shutil.copy(RECIPE_DIR / script, root / "tmp" / script)
         _run(["chroot", str(root), "/bin/sh", "/tmp/customize.sh"], "customizing the image")
-        (root / "tmp/customize.sh").unlink()
+        for script in ("customize.sh", "agent-image.sh"):
+            (root / "tmp" / script).unlink()
         log("importing the root into the Docker engine")
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import io
 import json
+import os
 import re
 import shutil
 import socket
@@ -100,7 +101,7 @@ class Lab:
     """One named lab: its containers, volumes, network, keys and known_hosts."""
 
     def __init__(self, name: str = "jackin", *, root: Path | None = None):
-        if not re.match(SLUG, name) or len(name) > 24:
+        if not re.fullmatch(SLUG, name) or len(name) > 24:
             raise SpecError(
                 f"invalid lab name {name!r}: expected lower-case letters, digits and '-' (at most 24)"
             )
@@ -232,7 +233,8 @@ class Lab:
         container, volume = self.container(name), self.volume(name)
         port = _free_port()
         key = self._host_key(name)
-        _write_keypair(private_dir(key.parent), key, comment=f"{name} host key")
+        private_dir(key.parent)
+        _write_keypair(key, comment=f"{name} host key")
         labels = ["--label", self.label, "--label", f"jackin.lab.host={name}",
                   "--label", f"jackin.lab.port={port}"]  # fmt: skip
         if not dk.exists("volume", volume):
@@ -263,7 +265,7 @@ class Lab:
     def _ensure_keys(self) -> None:
         private_dir(self.dir)
         if not self.key_file.exists():
-            _write_keypair(self.dir, self.key_file, comment=f"jackin lab {self.name}")
+            _write_keypair(self.key_file, comment=f"jackin lab {self.name}")
 
     def _ensure_network(self) -> None:
         if not dk.exists("network", self.network):
@@ -391,14 +393,16 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _write_keypair(directory: Path, path: Path, *, comment: str) -> None:
+def _write_keypair(path: Path, *, comment: str) -> None:
     key = Ed25519PrivateKey.generate()
     private = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
     )
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    path.write_bytes(private)
-    path.chmod(0o600)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never readable by others, even briefly
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(private)
     path.with_suffix(".pub").write_bytes(public + f" {comment}\n".encode())
 
 

@@ -24,18 +24,9 @@ systemctl mask console-getty.service getty@tty1.service apt-daily.timer apt-dail
     systemd-firstboot.service e2scrub_reap.service >/dev/null 2>&1 || true
 systemctl enable ssh.service docker.service nftables.service jackin-agent-image.service
 
-# A registry-free image for agent containers: busybox-static in an empty root.
-agent=/tmp/jackin-agent-root
-mkdir -p "$agent/bin" "$agent/etc" "$agent/tmp" "$agent/workspace" /usr/share/jackin
-cp /bin/busybox "$agent/bin/busybox"
-for applet in $(/bin/busybox --list); do
-    [ "$applet" = busybox ] || ln -sf busybox "$agent/bin/$applet"
-done
-printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$agent/etc/passwd"
-printf 'root:x:0:\nnogroup:x:65534:\n' > "$agent/etc/group"
-chmod 1777 "$agent/tmp"
-tar -C "$agent" -cf /usr/share/jackin/agent-rootfs.tar .
-rm -rf "$agent"
+# A registry-free image for agent containers (imported at boot by jackin-agent-image.service).
+mkdir -p /usr/share/jackin
+sh /tmp/agent-image.sh tar /usr/share/jackin/agent-rootfs.tar
 
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/*.log

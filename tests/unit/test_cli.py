@@ -1,0 +1,150 @@
+"""The CLI edge: exit codes from run results, and errors turned into one message
+and a documented exit code."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from invoke.exceptions import Exit
+from rich.console import Console
+
+from jackin import cli, ui
+from jackin.engine import HostResult, RunResult
+from jackin.errors import (
+    BusyError,
+    ConnectError,
+    HostKeyError,
+    JackinError,
+    LabError,
+    NotImplementedYet,
+    SpecError,
+)
+
+OK = HostResult(host="ok", connected=True, ops=3, changed=1)
+UNREACHABLE = HostResult(host="down", connected=False, error="cannot reach root@10.0.0.9:22")
+OP_FAILED = HostResult(host="bad", connected=True, ops=3, failed=1, error="apt: boom")
+
+
+@pytest.mark.parametrize(
+    ("hosts", "error", "code"),
+    [
+        ([], None, 0),
+        ([OK], None, 0),
+        ([OK, OK.model_copy(update={"host": "ok2"})], None, 0),
+        ([OK, OP_FAILED], None, 1),
+        ([OP_FAILED, UNREACHABLE], None, 1),  # an op failure outranks a connection failure
+        ([OK], "engine exited 70", 1),
+        ([], "engine exited 70", 1),
+        ([UNREACHABLE], "engine exited 70", 1),
+        ([UNREACHABLE], None, 3),
+        ([OK, UNREACHABLE], None, 3),
+    ],
+)
+def test_exit_code(hosts: list[HostResult], error: str | None, code: int) -> None:
+    assert cli.exit_code(RunResult(hosts=hosts, error=error)) == code
+
+
+@pytest.fixture
+def err(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    """Capture what the CLI prints to stderr."""
+    buffer = io.StringIO()
+    monkeypatch.setattr(ui, "err", Console(file=buffer, width=120, color_system=None))
+    return buffer
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (SpecError("bad inventory", problems=["f.yaml:1: x: wrong"]), 2),
+        (ConnectError("cannot reach root@10.0.0.9:22", host="web-1"), 3),
+        (HostKeyError("host key mismatch", host="web-1"), 3),
+        (LabError("docker import failed", hint="look at the engine"), 1),
+        (BusyError("lab 'demo' is being changed by another run"), 1),
+        (NotImplementedYet("snapshot.restore is not yet implemented"), 1),
+        (JackinError("something failed"), 1),
+    ],
+)
+def test_guard_maps_errors_to_exit_codes(error: JackinError, code: int, err: io.StringIO) -> None:
+    with pytest.raises(Exit) as caught:
+        with cli.guard():
+            raise error
+    assert caught.value.code == code == error.exit_code
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    assert err.getvalue().splitlines()[0] == f"error: {error}"
+
+
+def test_guard_prints_problems_and_hint(err: io.StringIO) -> None:
+    with pytest.raises(Exit):
+        with cli.guard():
+            raise SpecError("inventory invalid", problems=["a.yaml:3: hosts: x", "a.yaml:9: fleet: y"], hint="fix it")
+    assert err.getvalue().splitlines() == [
+        "error: inventory invalid",
+        "  a.yaml:3: hosts: x",
+        "  a.yaml:9: fleet: y",
+        "hint: fix it",
+    ]
+
+
+def test_guard_names_the_host(err: io.StringIO) -> None:
+    with pytest.raises(Exit):
+        with cli.guard():
+            raise ConnectError("cannot reach root@10.0.0.9:22", host="web-1")
+    assert err.getvalue() == "error: web-1: cannot reach root@10.0.0.9:22\n"
+
+
+@pytest.mark.parametrize("error", [ValueError("a bug"), RuntimeError("a bug"), KeyError("k"), OSError(5, "io")])
+def test_guard_does_not_swallow_other_exceptions(error: Exception, err: io.StringIO) -> None:
+    with pytest.raises(type(error)) as caught:
+        with cli.guard():
+            raise error
+    assert caught.value is error
+    assert err.getvalue() == ""
+
+
+def test_guard_interrupt_exits_130(err: io.StringIO) -> None:
+    with pytest.raises(Exit) as caught:
+        with cli.guard():
+            raise KeyboardInterrupt
+    assert caught.value.code == 130
+    assert err.getvalue() == "interrupted\n"
+
+
+def test_guard_passes_success_through(err: io.StringIO) -> None:
+    with cli.guard():
+        value = 42
+    assert value == 42
+    assert err.getvalue() == ""
+
+
+def test_not_yet_exits_1_with_hint(err: io.StringIO) -> None:
+    with pytest.raises(Exit) as caught:
+        with cli.guard():
+            cli.not_yet("snapshot.restore", "snapshots")
+    assert caught.value.code == 1
+    assert err.getvalue().splitlines() == [
+        "error: snapshot.restore is not yet implemented",
+        "hint: it arrives with the snapshots issue",
+    ]
+
+
+@pytest.mark.parametrize(("value", "number"), [(None, None), ("", None), ("1", 1), ("64", 64), (3, 3), (" 7 ", 7)])
+def test_count_parses(value: object, number: int | None) -> None:
+    assert cli.count("--hosts", value) == number  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("two", "--hosts expects a whole number from 1 to 64, got 'two'"),
+        ("2.5", "--hosts expects a whole number from 1 to 64, got '2.5'"),
+        ("0", "--hosts expects a whole number from 1 to 64, got 0"),
+        ("65", "--hosts expects a whole number from 1 to 64, got 65"),
+        (-1, "--hosts expects a whole number from 1 to 64, got -1"),
+    ],
+)
+def test_count_refuses_as_usage_error(value: object, message: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        cli.count("--hosts", value)  # type: ignore[arg-type]
+    assert caught.value.message == message
+    assert caught.value.exit_code == 2

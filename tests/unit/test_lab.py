@@ -1,0 +1,306 @@
+"""The lab provider without Docker: names, status parsed from canned ``docker
+inspect`` output, the tar injected before first boot, and generated keys."""
+
+from __future__ import annotations
+
+import io
+import stat
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import paramiko
+import pytest
+
+from jackin.errors import EXIT_SPEC, LabError, SpecError
+from jackin.lab import docker as dk
+from jackin.lab.image import image_tag
+from jackin.lab.lab import SERVICE_PORTS, Lab, LabHost, LabService, _write_keypair
+
+# --- names ---------------------------------------------------------------------
+
+
+def test_names(tmp_path: Path) -> None:
+    lab = Lab("demo", root=tmp_path)
+    assert lab.name == "demo"
+    assert lab.host_name(1) == "demo-1"
+    assert lab.host_name(12) == "demo-12"
+    assert lab.container("demo-1") == "jackin-lab-demo-1"
+    assert lab.volume("demo-1") == "jackin-lab-demo-1-docker"
+    assert lab.network == "jackin-lab-demo"
+    assert lab.service_container == "jackin-lab-demo-svc"
+    assert lab.label == "jackin.lab=demo"
+    assert lab.dir == tmp_path / "labs" / "demo"
+    assert lab.key_file == tmp_path / "labs" / "demo" / "id_ed25519"
+    assert lab.known_hosts == tmp_path / "labs" / "demo" / "known_hosts"
+
+
+def test_default_name_and_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
+    lab = Lab()
+    assert lab.name == "jackin"
+    assert lab.dir == tmp_path / "labs" / "jackin"
+    assert lab.network == "jackin-lab-jackin"
+
+
+@pytest.mark.parametrize("name", ["a", "lab-2", "x" * 24, "a1b2"])
+def test_valid_names(name: str, tmp_path: Path) -> None:
+    assert Lab(name, root=tmp_path).name == name
+
+
+@pytest.mark.parametrize("name", ["Bad_Name", "", "-lab", "lab-", "2lab", "la b", "lab.x", "x" * 25])
+def test_invalid_names_are_spec_errors(name: str, tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as caught:
+        Lab(name, root=tmp_path)
+    error = caught.value
+    assert error.exit_code == EXIT_SPEC == 2
+    assert isinstance(error, ValueError)
+    assert error.message == (
+        f"invalid lab name {name!r}: expected lower-case letters, digits and '-' (at most 24)"
+    )
+
+
+def test_name_with_trailing_newline_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpecError):
+        Lab("demo\n", root=tmp_path)
+
+
+# --- status from a fake docker --------------------------------------------------
+
+NETWORK = "jackin-lab-demo"
+
+
+def container(
+    name: str,
+    labels: dict[str, str] | None,
+    *,
+    state: str = "running",
+    port: str | None = None,
+    ip: str | None = None,
+    image: str = "jackin/lab-host:0123456789ab",
+) -> dict[str, Any]:
+    """A ``docker container inspect`` entry, trimmed to the fields the lab reads."""
+    networks = {NETWORK: {"IPAddress": ip or "", "Gateway": ""}} if ip is not None else {}
+    return {
+        "Name": f"/{name}",
+        "Config": {"Labels": labels, "Image": image},
+        "State": {"Status": state},
+        "HostConfig": {"PortBindings": {"22/tcp": [{"HostIp": "127.0.0.1", "HostPort": port}]} if port else {}},
+        "NetworkSettings": {"Networks": networks},
+    }
+
+
+def host_container(index: int, **kwargs: Any) -> dict[str, Any]:
+    name = f"demo-{index}"
+    labels = {"jackin.lab": "demo", "jackin.lab.host": name, "jackin.lab.port": str(40000 + index)}
+    return container(f"jackin-lab-{name}", labels, **kwargs)
+
+
+class FakeDocker:
+    """Stands in for jackin.lab.docker: canned inspect data, every call recorded."""
+
+    def __init__(self, containers: list[dict[str, Any]]):
+        self.containers = {c["Name"].lstrip("/"): c for c in containers}
+        self.calls: list[tuple[Any, ...]] = []
+
+    def ensure_engine(self) -> None:
+        self.calls.append(("ensure_engine",))
+
+    def labelled(self, kind: str, label: str) -> list[str]:
+        self.calls.append(("labelled", kind, label))
+        return sorted(self.containers)
+
+    def inspect(self, kind: str, names: list[str]) -> list[dict[str, Any]]:
+        self.calls.append(("inspect", kind, list(names)))
+        return [self.containers[n] for n in names]
+
+
+@pytest.fixture
+def fake_docker(monkeypatch: pytest.MonkeyPatch):
+    def install(containers: list[dict[str, Any]]) -> FakeDocker:
+        fake = FakeDocker(containers)
+        monkeypatch.setattr(dk, "ensure_engine", fake.ensure_engine)
+        monkeypatch.setattr(dk, "labelled", fake.labelled)
+        monkeypatch.setattr(dk, "inspect", fake.inspect)
+        return fake
+
+    return install
+
+
+def test_status_parses_hosts_and_service(tmp_path: Path, fake_docker) -> None:
+    lab = Lab("demo", root=tmp_path)
+    fake = fake_docker([
+        host_container(10, port="40010", ip="172.18.0.11"),
+        host_container(2, state="exited", port="40002", ip=""),
+        host_container(1, port="40001", ip="172.18.0.2"),
+        container("jackin-lab-demo-svc", {"jackin.lab": "demo", "jackin.lab.role": "service"}, ip="172.18.0.4"),
+        container("stray", {"jackin.lab": "demo"}),  # ours by label, but neither host nor service
+    ])  # fmt: skip
+
+    status = lab.status()
+
+    assert fake.calls == [
+        ("ensure_engine",),
+        ("labelled", "container", "jackin.lab=demo"),
+        ("inspect", "container", ["jackin-lab-demo-1", "jackin-lab-demo-10", "jackin-lab-demo-2",
+                                  "jackin-lab-demo-svc", "stray"]),
+    ]  # fmt: skip
+    assert status.name == "demo"
+    assert status.network == NETWORK
+    assert status.directory == lab.dir
+    assert status.image == image_tag()
+    assert status.exists
+    assert [h.name for h in status.hosts] == ["demo-1", "demo-2", "demo-10"]
+    assert status.hosts[0] == LabHost(
+        name="demo-1", container="jackin-lab-demo-1", state="running", address="127.0.0.1", port=40001,
+        user="root", key_file=lab.key_file, known_hosts=lab.known_hosts, lab_ip="172.18.0.2",
+    )  # fmt: skip
+    assert [(h.state, h.port, h.lab_ip) for h in status.hosts] == [
+        ("running", 40001, "172.18.0.2"),
+        ("exited", 40002, None),
+        ("running", 40010, "172.18.0.11"),
+    ]
+    assert status.service == LabService(
+        container="jackin-lab-demo-svc", state="running", address="172.18.0.4", ports=SERVICE_PORTS
+    )
+    assert status.service.ports == (8080, 8081)
+
+
+def test_status_of_an_empty_lab(tmp_path: Path, fake_docker) -> None:
+    fake = fake_docker([])
+    status = Lab("demo", root=tmp_path).status()
+    assert status.hosts == []
+    assert status.service is None
+    assert not status.exists
+    assert ("labelled", "container", "jackin.lab=demo") in fake.calls
+
+
+def test_status_service_only_exists(tmp_path: Path, fake_docker) -> None:
+    fake_docker([container("jackin-lab-demo-svc", {"jackin.lab": "demo", "jackin.lab.role": "service"},
+                           state="exited", ip="")])  # fmt: skip
+    status = Lab("demo", root=tmp_path).status()
+    assert status.hosts == []
+    assert status.service is not None
+    assert (status.service.state, status.service.address) == ("exited", None)
+    assert status.exists
+
+
+def test_status_tolerates_containers_without_labels(tmp_path: Path, fake_docker) -> None:
+    fake_docker([container("unlabelled", None), host_container(1, port="40001", ip="172.18.0.2")])
+    status = Lab("demo", root=tmp_path).status()
+    assert [h.name for h in status.hosts] == ["demo-1"]
+    assert status.service is None
+
+
+def test_status_without_an_engine_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_engine() -> None:
+        raise LabError("the local Docker engine does not answer", hint="start it")
+
+    def must_not_run(*_: Any) -> list[Any]:
+        raise AssertionError("docker was called without an engine")
+
+    monkeypatch.setattr(dk, "ensure_engine", no_engine)
+    monkeypatch.setattr(dk, "labelled", must_not_run)
+    monkeypatch.setattr(dk, "inspect", must_not_run)
+    with pytest.raises(LabError, match="does not answer"):
+        Lab("demo", root=tmp_path).status()
+
+
+def test_host_from_port_binding(tmp_path: Path) -> None:
+    host = Lab("demo", root=tmp_path)._host_from(host_container(3, port="41234", ip="172.18.0.5"))
+    assert (host.name, host.container, host.port, host.lab_ip) == ("demo-3", "jackin-lab-demo-3", 41234, "172.18.0.5")
+    assert host.target().endpoint == "root@127.0.0.1:41234"
+
+
+@pytest.mark.parametrize(
+    "bindings",
+    [None, {}, {"22/tcp": None}, {"22/tcp": []}, {"22/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]}],
+)
+def test_host_from_falls_back_to_the_port_label(bindings: Any, tmp_path: Path) -> None:
+    info = host_container(3, state="created", ip=None)
+    info["HostConfig"]["PortBindings"] = bindings
+    host = Lab("demo", root=tmp_path)._host_from(info)
+    assert host.port == 40003
+    assert host.state == "created"
+    assert host.lab_ip is None
+
+
+def test_host_from_other_networks_give_no_lab_ip(tmp_path: Path) -> None:
+    info = host_container(1, port="40001")
+    info["NetworkSettings"]["Networks"] = {"bridge": {"IPAddress": "172.17.0.2"}}
+    assert Lab("demo", root=tmp_path)._host_from(info).lab_ip is None
+
+
+# --- the injected tar -----------------------------------------------------------
+
+
+def test_injection_tar(tmp_path: Path) -> None:
+    lab = Lab("demo", root=tmp_path)
+    host_key = lab.dir / "hosts" / "demo-1" / "ssh_host_ed25519_key"
+    host_key.parent.mkdir(parents=True)
+    (lab.dir / "id_ed25519.pub").write_bytes(b"ssh-ed25519 AAAAlab lab key\n")
+    host_key.write_bytes(b"PRIVATE HOST KEY\n")
+    (host_key.parent / "ssh_host_ed25519_key.pub").write_bytes(b"ssh-ed25519 AAAAhost demo-1 host key\n")
+
+    with tarfile.open(fileobj=io.BytesIO(lab._injection(host_key))) as tar:
+        members = tar.getmembers()
+        contents = {m.name: tar.extractfile(m).read() for m in members if m.isfile()}  # type: ignore[union-attr]
+
+    assert [(m.name, stat.S_IMODE(m.mode), m.uid, m.gid) for m in members] == [
+        ("root/.ssh", 0o700, 0, 0),
+        ("root/.ssh/authorized_keys", 0o600, 0, 0),
+        ("etc/ssh/ssh_host_ed25519_key", 0o600, 0, 0),
+        ("etc/ssh/ssh_host_ed25519_key.pub", 0o644, 0, 0),
+    ]
+    assert members[0].isdir()
+    assert all(m.isfile() for m in members[1:])
+    assert contents == {
+        "root/.ssh/authorized_keys": b"ssh-ed25519 AAAAlab lab key\n",
+        "etc/ssh/ssh_host_ed25519_key": b"PRIVATE HOST KEY\n",
+        "etc/ssh/ssh_host_ed25519_key.pub": b"ssh-ed25519 AAAAhost demo-1 host key\n",
+    }
+
+
+def test_injection_without_lab_key_fails(tmp_path: Path) -> None:
+    lab = Lab("demo", root=tmp_path)
+    host_key = tmp_path / "ssh_host_ed25519_key"
+    host_key.write_bytes(b"x")
+    host_key.with_suffix(".pub").write_bytes(b"y")
+    with pytest.raises(FileNotFoundError):
+        lab._injection(host_key)
+
+
+# --- generated keys -------------------------------------------------------------
+
+
+def test_write_keypair(tmp_path: Path) -> None:
+    path = tmp_path / "id_ed25519"
+    _write_keypair(path, comment="jackin lab demo")
+
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_bytes().startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    pub = (tmp_path / "id_ed25519.pub").read_text()
+    assert pub.startswith("ssh-ed25519 ")
+    assert pub.endswith(" jackin lab demo\n")
+    assert len(pub.splitlines()) == 1
+
+    key = paramiko.Ed25519Key.from_private_key_file(str(path))
+    assert key.get_name() == "ssh-ed25519"
+    assert pub.split()[1] == key.get_base64()
+
+
+def test_write_keypair_tightens_an_existing_file(tmp_path: Path) -> None:
+    path = tmp_path / "ssh_host_ed25519_key"
+    path.write_text("old")
+    path.chmod(0o644)
+    _write_keypair(path, comment="demo-1 host key")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert (tmp_path / "ssh_host_ed25519_key.pub").read_text().endswith(" demo-1 host key\n")
+    paramiko.Ed25519Key.from_private_key_file(str(path))
+
+
+def test_write_keypair_makes_a_new_key_each_time(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    _write_keypair(one, comment="c")
+    _write_keypair(two, comment="c")
+    assert one.with_suffix(".pub").read_text() != two.with_suffix(".pub").read_text()
