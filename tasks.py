@@ -4,7 +4,7 @@ from invoke import Collection, Exit, task
 
 from jackin import fleet as fleet_api
 from jackin import ui
-from jackin.cli import count, exit_code, guard, not_yet
+from jackin.cli import confirm, count, exit_code, guard, not_yet, require_terminal_or
 from jackin.lab import Lab
 from jackin.lab.lab import DEFAULT_HOSTS
 
@@ -42,8 +42,10 @@ def lab_down(c, name="jackin"):
 
 # --- fleet -------------------------------------------------------------------
 
+INVENTORY = "inventory file (default inventory/lab.yaml)"
 
-@task(help={"inventory": "inventory file (default inventory/lab.yaml)"})
+
+@task(help={"inventory": INVENTORY})
 def fleet_validate(c, inventory=None):
     """Check an inventory file; every problem is reported at once, nothing is touched."""
     with guard():
@@ -53,34 +55,93 @@ def fleet_validate(c, inventory=None):
                      f"provider {spec.fleet.provider}, {agents} agent(s))")  # fmt: skip
 
 
-@task(help={"inventory": "inventory file (default inventory/lab.yaml)", "json": "print one JSON document",
-            "dry_run": "show what would change; change nothing"})  # fmt: skip
-def fleet_up(c, inventory=None, json=False, dry_run=False):
-    """Bring the fleet up on every host of the inventory, in parallel."""
+@task(help={"inventory": INVENTORY, "yes": "apply without showing the plan and asking",
+            "json": "print one JSON document (needs --yes or --dry-run)",
+            "dry_run": "show what would change, with the commands; change nothing"})  # fmt: skip
+def fleet_up(c, inventory=None, yes=False, json=False, dry_run=False):
+    """Bring the fleet up: per agent a Unix user, workspace, network and hardened container, on every host."""
     with guard():
         spec = fleet_api.load(inventory)
-        with ui.progress() as view:
-            result = fleet_api.up(spec, dry_run=dry_run, on_event=view.update, log=ui.log)
+        if dry_run or not yes:
+            require_terminal_or("--yes", when=not dry_run)
+            preview = run_up(spec, inventory, dry_run=True, json=json)
+            if dry_run or not preview.changed:
+                raise Exit(code=exit_code(preview.run))
+            confirm("Apply these changes?")
+        result = run_up(spec, inventory, dry_run=False, json=json)
+        raise Exit(code=exit_code(result.run))
+
+
+def run_up(spec, inventory, *, dry_run, json):
+    with ui.progress() as view:
+        result = fleet_api.up(spec, source=inventory, dry_run=dry_run, on_event=view.update, log=ui.log)
+    if json:
+        ui.print_json(result.model_dump(mode="json"))
+    else:
+        if dry_run:
+            ui.out.print(ui.plan_view(result.run))
+        title = f"fleet {spec.fleet.name}: {'plan' if dry_run else 'up'}"
+        ui.out.print(ui.up_table(result.run, title=title, agents=len(result.plan.agents)))
+    return result
+
+
+@task(help={"inventory": INVENTORY, "watch": "refresh in place until Ctrl-C", "json": "print JSON"})
+def fleet_status(c, inventory=None, watch=False, json=False):
+    """Show hosts × agents: container state, uptime, CPU, memory, restarts, last error."""
+    with guard():
+        spec = fleet_api.load(inventory)
+        if watch:
+            ui.watch(lambda: ui.status_table(fleet_api.status(spec)))
+            return
+        status = fleet_api.status(spec)
         if json:
-            ui.print_json(result.model_dump(mode="json"))
+            ui.print_json(status.model_dump(mode="json"))
         else:
-            ui.out.print(ui.run_table(result, title=f"fleet {spec.fleet.name}: up"))
-        if exit_code(result):
-            raise Exit(code=exit_code(result))
+            ui.out.print(ui.status_table(status))
+        if any(not h.reachable for h in status.hosts):
+            raise Exit(code=3)
 
 
-@task
-def fleet_status(c, inventory=None):
-    """Show hosts × agents of the fleet (fleet lifecycle issue)."""
+@task(help={"inventory": INVENTORY, "yes": "do not ask for confirmation",
+            "keep_data": "keep agents' homes and workspaces on the hosts"})  # fmt: skip
+def fleet_down(c, inventory=None, yes=False, keep_data=False):
+    """Tear the fleet down on every host, prove nothing is left, and (lab) destroy the lab."""
     with guard():
-        not_yet("fleet.status", "fleet lifecycle")
+        spec = fleet_api.load(inventory)
+        if not yes:
+            require_terminal_or("--yes")
+            data = "keeping homes and workspaces" if keep_data else "including every agent's workspace"
+            confirm(f"Remove fleet {spec.fleet.name!r} from its hosts, {data}?")
+        with ui.progress() as view:
+            result = fleet_api.down(spec, keep_data=keep_data, on_event=view.update, log=ui.log)
+        if result.run.hosts:
+            ui.out.print(ui.up_table(result.run, title=f"fleet {spec.fleet.name}: down"))
+            ui.out.print(ui.clean_table(result.checks))
+        if result.lab_removed:
+            ui.out.print(f"lab of fleet {spec.fleet.name!r} destroyed")
+        if not result.clean:
+            raise Exit(code=exit_code(result.run) or 1)
 
 
-@task
-def fleet_down(c, inventory=None):
-    """Tear the fleet down and prove nothing is left (fleet lifecycle issue)."""
+@task(help={"inventory": INVENTORY, "yes": "remove without asking"})
+def fleet_gc(c, inventory=None, yes=False):
+    """Find and remove leftovers of fleets the ledger no longer knows (after a crash)."""
     with guard():
-        not_yet("fleet.down", "fleet lifecycle")
+        spec = fleet_api.load(inventory)
+        found = fleet_api.orphans(spec)
+        if not found:
+            ui.out.print("no leftovers of unknown fleets")
+            return
+        for name, hosts in sorted(found.items()):
+            ui.out.print(f"fleet {name!r}: leftovers on {', '.join(hosts)}")
+        if not yes:
+            require_terminal_or("--yes")
+            confirm("Remove them?")
+        results = fleet_api.gc(spec, found)
+        for result in results:
+            ui.out.print(ui.up_table(result, title="fleet.gc"))
+        if any(r.failed for r in results):
+            raise Exit(code=1)
 
 
 # --- snapshot ----------------------------------------------------------------
@@ -110,6 +171,7 @@ fleet.add_task(fleet_validate, "validate")
 fleet.add_task(fleet_up, "up")
 fleet.add_task(fleet_status, "status")
 fleet.add_task(fleet_down, "down")
+fleet.add_task(fleet_gc, "gc")
 
 snapshot = Collection("snapshot")
 snapshot.add_task(snapshot_create, "create")

@@ -6,10 +6,12 @@ Exit codes: 0 ok · 1 a host or operation failed · 2 invalid spec or usage ·
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from invoke.exceptions import Exit
+from rich.prompt import Confirm
 
 from jackin import ui
 from jackin.engine import RunResult
@@ -52,3 +54,14 @@ def count(option: str, value: str | int | None, *, low: int = 1, high: int = 64)
 
 def not_yet(task: str, issue: str) -> None:
     raise NotImplementedYet(f"{task} is not yet implemented", hint=f"it arrives with the {issue} issue")
+
+
+def require_terminal_or(flag: str, *, when: bool = True) -> None:
+    """Changes are shown and confirmed first; with no terminal to ask, the flag must say so."""
+    if when and not sys.stdin.isatty():
+        raise SpecError(f"no terminal to confirm on: pass {flag} to go ahead without asking")
+
+
+def confirm(question: str) -> None:
+    if not Confirm.ask(question, console=ui.err, default=False):
+        raise JackinError("nothing changed: not confirmed")

@@ -1,20 +1,33 @@
-"""Fleet operations: resolve an inventory to SSH targets and run deploys on them."""
+"""Fleet lifecycle: resolve an inventory to hosts, plan, run deploys, record, check.
+
+Everything that changes a host runs as a pyinfra deploy in the engine process;
+reads (status, the clean check) go over strict SSH with bounded timeouts. Every
+run is recorded in the ledger with an audit entry per host.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
 import jackin
-from jackin.engine import EngineRequest, Event, RunResult, run
-from jackin.errors import JackinError, SpecError
+from jackin import plan as planning
+from jackin.engine import EngineRequest, Event, HostResult, RunResult, run
+from jackin.errors import ConnectError, JackinError, SpecError
+from jackin.facts.fleet import HostState, parse_state, state_command
 from jackin.lab import Lab
+from jackin.ledger import Ledger
 from jackin.paths import private_dir, state_dir
+from jackin.remote import gather
 from jackin.spec import Inventory, LabSpec, load_inventory
 from jackin.ssh import SshTarget
+from jackin.status import FleetStatus, fleet_status
 
 DEFAULT_INVENTORY = Path("inventory/lab.yaml")
 Log = Callable[[str], None]
+OnEvent = Callable[[Event], None]
 
 
 def deploys_dir() -> Path:
@@ -28,7 +41,10 @@ def load(path: str | Path | None) -> Inventory:
     return load_inventory(path or DEFAULT_INVENTORY)
 
 
-def targets(inventory: Inventory, *, log: Log = lambda _: None) -> list[SshTarget]:
+# --- hosts -------------------------------------------------------------------
+
+
+def targets(inventory: Inventory, *, log: Log = lambda _: None, bring_up: bool = True) -> list[SshTarget]:
     """The fleet's hosts as strict SSH targets; with provider ``lab``, bring the lab up first."""
     fleet = inventory.fleet
     if fleet.provider == "lab":
@@ -36,7 +52,7 @@ def targets(inventory: Inventory, *, log: Log = lambda _: None) -> list[SshTarge
         lab = Lab(spec.name)
         status = lab.status()
         ready = len(status.hosts) == spec.hosts and all(h.state == "running" for h in status.hosts)
-        if not ready or not lab.known_hosts.exists():
+        if bring_up and (not ready or not lab.known_hosts.exists()):
             log(f"bringing lab {spec.name!r} up with {spec.hosts} host(s)")
             status = lab.up(spec.hosts, log=log)
         return [h.target() for h in status.hosts]
@@ -76,19 +92,218 @@ def _static_targets(inventory: Inventory) -> list[SshTarget]:
     return [target(n) for n in selected]
 
 
+def make_plan(inventory: Inventory, ledger: Ledger) -> planning.FleetPlan:
+    fleet = inventory.fleet
+    names = [instance for _, instance in planning.instances(fleet)]
+    uids = ledger.allocate_uids(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET)
+    return planning.build(fleet, uids)
+
+
+# --- up ----------------------------------------------------------------------
+
+
+class UpResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fleet: str
+    run: RunResult
+    plan: planning.FleetPlan
+
+    @property
+    def changed(self) -> int:
+        return sum(h.changed for h in self.run.hosts)
+
+
 def up(
     inventory: Inventory,
     *,
+    source: str | None = None,
     dry_run: bool = False,
-    on_event: Callable[[Event], None] = lambda _: None,
+    on_event: OnEvent = lambda _: None,
     log: Log = lambda _: None,
-) -> RunResult:
-    """Bring the fleet up on every host, in parallel; one failing host never stops the others."""
-    hosts = targets(inventory, log=log)
-    request = EngineRequest(
-        deploy=str(deploys_dir() / "hello.py"),
-        targets=hosts,
-        data={"fleet": inventory.fleet.name},
-        dry_run=dry_run,
-    )
-    return run(request, on_event)
+) -> UpResult:
+    """Bring the fleet up on every host in parallel; one failing host never stops the others."""
+    fleet = inventory.fleet
+    ledger = Ledger()
+    try:
+        with ledger.lock(fleet.name, "fleet.up"):
+            hosts = targets(inventory, log=log)
+            plan = make_plan(inventory, ledger)
+            action = "fleet.up --dry-run" if dry_run else "fleet.up"
+            run_id = ledger.start_run(fleet.name, action, {"hosts": [h.name for h in hosts]})
+            if not dry_run:
+                ledger.record_fleet(fleet.name, fleet.provider, source, "up")
+            request = EngineRequest(deploy=str(deploys_dir() / "fleet.py"), targets=hosts,
+                                    data=plan.model_dump(mode="json"), dry_run=dry_run)  # fmt: skip
+            result = run(request, on_event)
+            _record(ledger, run_id, fleet.name, action, hosts, result, plan, record_agents=not dry_run)
+            return UpResult(fleet=fleet.name, run=result, plan=plan)
+    finally:
+        ledger.close()
+
+
+def _record(ledger: Ledger, run_id: int, fleet: str, action: str, hosts: list[SshTarget], result: RunResult,
+            plan: planning.FleetPlan | None, *, record_agents: bool) -> None:  # fmt: skip
+    by_name = {h.name: h for h in hosts}
+    for host in result.hosts:
+        outcome = "ok" if host.ok else "failed"
+        target = by_name[host.host]
+        ledger.audit(run_id, fleet, action, outcome, host=host.host,
+                     detail={"changed": host.changed, "failed": host.failed, "error": host.error})  # fmt: skip
+        if record_agents:
+            ledger.record_host(fleet, host.host, target.address, target.port, outcome)
+        if record_agents and host.ok and plan is not None:
+            ledger.record_agents(fleet, host.host, [a.model_dump() for a in plan.agents])
+    ledger.finish_run(run_id, "ok" if not result.failed and not result.error else "failed")
+
+
+# --- status ------------------------------------------------------------------
+
+
+def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
+    """Hosts × agents of the fleet; never brings a lab up and never hangs on a dead host."""
+    return fleet_status(inventory.fleet.name, targets(inventory, bring_up=False), timeout=timeout)
+
+
+# --- down --------------------------------------------------------------------
+
+
+class CleanCheck(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str
+    clean: bool
+    leftovers: dict[str, list[str]] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class DownResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fleet: str
+    run: RunResult
+    checks: list[CleanCheck]
+    lab_removed: bool = False
+
+    @property
+    def clean(self) -> bool:
+        return all(c.clean for c in self.checks) and not self.run.failed
+
+
+def clean_check(plan: planning.FleetPlan, hosts: list[SshTarget], *, keep_data: bool = False) -> list[CleanCheck]:
+    """From a fresh connection: prove nothing of the fleet is left on each host."""
+    command = state_command(plan.fleet, plan.uid_min, plan.uid_max)
+    found = gather(hosts, command, lambda out: parse_state(out.splitlines()), timeout=15)
+    checks = []
+    for host in hosts:
+        state = found[host.name]
+        if isinstance(state, ConnectError):
+            checks.append(CleanCheck(host=host.name, clean=False, error=state.message))
+            continue
+        leftovers = _leftovers(plan, state, keep_data=keep_data)
+        checks.append(CleanCheck(host=host.name, clean=not any(leftovers.values()), leftovers=leftovers))
+    return checks
+
+
+def _leftovers(plan: planning.FleetPlan, state: HostState, *, keep_data: bool) -> dict[str, list[str]]:
+    left = {k: v for k, v in state.leftovers.items() if v}
+    if keep_data:
+        left.pop("paths", None)
+    return left
+
+
+def down(
+    inventory: Inventory,
+    *,
+    keep_data: bool = False,
+    on_event: OnEvent = lambda _: None,
+    log: Log = lambda _: None,
+) -> DownResult:
+    """Remove everything of the fleet from every host, check it is gone, and (lab) destroy the lab."""
+    fleet = inventory.fleet
+    ledger = Ledger()
+    try:
+        with ledger.lock(fleet.name, "fleet.down"):
+            hosts = targets(inventory, bring_up=False)
+            lab_spec = fleet.lab or LabSpec() if fleet.provider == "lab" else None
+            if lab_spec is not None and not hosts:
+                ledger.forget_fleet(fleet.name)
+                return DownResult(fleet=fleet.name, run=RunResult(hosts=[]), checks=[],
+                                  lab_removed=_destroy_lab(lab_spec, log))  # fmt: skip
+            plan = make_plan(inventory, ledger)
+            run_id = ledger.start_run(fleet.name, "fleet.down", {"keep_data": keep_data})
+            request = EngineRequest(deploy=str(deploys_dir() / "teardown.py"), targets=hosts,
+                                    data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data})  # fmt: skip
+            result = run(request, on_event)
+            _record(ledger, run_id, fleet.name, "fleet.down", hosts, result, None, record_agents=False)
+            checks = clean_check(plan, hosts, keep_data=keep_data)
+            for check in checks:
+                ledger.audit(run_id, fleet.name, "clean-check", "clean" if check.clean else "dirty",
+                             host=check.host, detail=check.leftovers or check.error)  # fmt: skip
+            outcome = DownResult(fleet=fleet.name, run=result, checks=checks)
+            if outcome.clean:
+                ledger.forget_fleet(fleet.name)
+                if lab_spec is not None and not keep_data:  # the kept data lives on the lab hosts
+                    outcome.lab_removed = _destroy_lab(lab_spec, log)
+            return outcome
+    finally:
+        ledger.close()
+
+
+def _destroy_lab(spec: LabSpec, log: Log) -> bool:
+    removed = Lab(spec.name).down(log=log)
+    return any(removed.values())
+
+
+# --- gc ----------------------------------------------------------------------
+
+GC_COMMAND = (
+    "{ docker ps -a --format '{{.Label \"jackin.fleet\"}}' 2>/dev/null; "
+    "docker network ls --format '{{.Label \"jackin.fleet\"}}' 2>/dev/null; "
+    "getent passwd | awk -F: '$5 ~ /^jackin\\// {split($5, a, \"/\"); print a[2]}'; "
+    "ls /srv/jackin 2>/dev/null; "
+    "ls /var/lib/jackin 2>/dev/null | sed -n 's/^fleet-\\(.*\\)\\.json$/\\1/p'; } | sort -u"
+)
+
+
+def orphans(inventory: Inventory) -> dict[str, list[str]]:
+    """Fleets found on the inventory's hosts that the ledger does not know (or knows as down)."""
+    ledger = Ledger()
+    try:
+        live = {name for name in ledger.fleets() if (ledger.fleet(name) or {}).get("status") == "up"}
+    finally:
+        ledger.close()
+    hosts = targets(inventory, bring_up=False)
+    found = gather(hosts, GC_COMMAND, lambda out: sorted({line.strip() for line in out.splitlines() if line.strip()}))
+    result: dict[str, list[str]] = {}
+    for host, names in found.items():
+        if isinstance(names, ConnectError):
+            raise names
+        for name in names:
+            if name not in live:
+                result.setdefault(name, []).append(host)
+    return result
+
+
+def gc(inventory: Inventory, fleets: dict[str, list[str]], *, on_event: OnEvent = lambda _: None) -> list[RunResult]:
+    """Remove the leftovers of ``fleets`` ({fleet: [hosts]}) found by ``orphans``."""
+    hosts = {t.name: t for t in targets(inventory, bring_up=False)}
+    results = []
+    ledger = Ledger()
+    try:
+        for name, host_names in sorted(fleets.items()):
+            with ledger.lock(name, "fleet.gc"):
+                plan = planning.FleetPlan(fleet=name, uid_min=0, uid_max=-1, agents=[])
+                request = EngineRequest(deploy=str(deploys_dir() / "teardown.py"),
+                                        targets=[hosts[h] for h in host_names],
+                                        data={"plan": plan.model_dump(mode="json"), "keep_data": False})  # fmt: skip
+                result = run(request, on_event)
+                run_id = ledger.start_run(name, "fleet.gc")
+                _record(ledger, run_id, name, "fleet.gc", list(hosts.values()), result, None, record_agents=False)
+                results.append(result)
+    finally:
+        ledger.close()
+    return results
+
+
+__all__ = ["HostResult", "clean_check", "down", "gc", "load", "orphans", "status", "targets", "up"]

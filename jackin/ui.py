@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
@@ -16,6 +17,10 @@ from rich.text import Text
 from jackin.engine import Event, RunResult
 from jackin.errors import JackinError, SpecError
 from jackin.lab import LabStatus
+
+if TYPE_CHECKING:
+    from jackin.fleet import CleanCheck
+    from jackin.status import FleetStatus
 
 def _console(*, stderr: bool = False) -> Console:
     """A terminal gets its own width; a pipe or file gets wide lines, never truncated cells."""
@@ -120,3 +125,121 @@ def progress(hosts: list[str] | None = None) -> Iterator[Progress]:
     with Live(view, console=err, refresh_per_second=8, transient=True, redirect_stdout=False) as live:
         yield view
         live.refresh()
+
+
+# --- fleet -------------------------------------------------------------------
+
+
+def up_table(result: RunResult, *, title: str, agents: int | None = None) -> Table:
+    """host, status, agents, changed, failed, time: the summary of a fleet run."""
+    table = Table(title=title, title_justify="left")
+    for column, justify in (("host", "left"), ("status", "left"), ("agents", "right"), ("changed", "right"),
+                            ("failed", "right"), ("time", "right"), ("detail", "left")):  # fmt: skip
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for host in result.hosts:
+        status = Text("ok", style="green") if host.ok else Text("FAILED", style="bold red")
+        count = host.facts.get("agents", agents)
+        detail = host.error or " ".join(str(host.facts[k]) for k in ("distro", "kernel") if k in host.facts)
+        table.add_row(host.host, status, "-" if count is None else str(count), str(host.changed), str(host.failed),
+                      f"{host.elapsed:.1f}s", Text(detail, style="red" if host.error else ""))  # fmt: skip
+    verb = "would change" if result.dry_run else "changed"
+    changed = sum(h.changed for h in result.hosts)
+    table.caption = f"{len(result.succeeded)} ok, {len(result.failed)} failed, {changed} {verb}, {result.elapsed:.1f}s"
+    return table
+
+
+def plan_view(result: RunResult) -> Table:
+    """What a dry run found would change, per host, with the commands."""
+    table = Table.grid(padding=(0, 1))
+    for host in result.hosts:
+        if host.error:
+            table.add_row(Text(f"{host.host}: cannot plan: {host.error}", style="red"))
+            continue
+        if not host.changes:
+            table.add_row(Text(f"{host.host}: no changes", style="green"))
+            continue
+        table.add_row(Text(f"{host.host}: {len(host.changes)} operation(s) would change", style="bold"))
+        for change in host.changes:
+            table.add_row(Text(f"  {change.op}", style="yellow"))
+            for command in change.commands:
+                table.add_row(Text(f"    $ {command}", style="dim"))
+    return table
+
+
+def _duration(seconds: float | None) -> str:
+    """3d4h, 2h5m, 7m30s, 42s."""
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    days, hours, minutes = s // 86400, s % 86400 // 3600, s % 3600 // 60
+    if days:
+        return f"{days}d{hours}h"
+    if hours:
+        return f"{hours}h{minutes}m"
+    if minutes:
+        return f"{minutes}m{s % 60}s"
+    return f"{s}s"
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024  # type: ignore[assignment]
+    return str(value)
+
+
+def status_table(status: FleetStatus) -> Table:
+    table = Table(title=f"fleet {status.fleet}", title_justify="left")
+    for column, justify in (("host", "left"), ("agent", "left"), ("state", "left"), ("uptime", "right"),
+                            ("cpu", "right"), ("memory", "right"), ("restarts", "right"), ("last error", "left")):  # fmt: skip
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for host in status.hosts:
+        if not host.reachable:
+            table.add_row(host.host, "-", Text("unreachable", style="bold red"), "-", "-", "-", "-",
+                          Text(host.error or "", style="red"))  # fmt: skip
+            continue
+        if not host.agents:
+            table.add_row(host.host, "-", Text("no agents", style="yellow"), "-", "-", "-", "-", "")
+        for agent in host.agents:
+            style = "green" if agent.state == "running" else "red"
+            memory = _bytes(agent.memory) + (f" / {_bytes(agent.memory_limit)}" if agent.memory_limit else "")
+            cpu = "-" if agent.cpu_percent is None else f"{agent.cpu_percent:.1f}%"
+            table.add_row(host.host, agent.instance, Text(agent.state, style=style), _duration(agent.uptime), cpu,
+                          memory, str(agent.restarts), Text(agent.error or "", style="red"))  # fmt: skip
+    reachable = sum(h.reachable for h in status.hosts)
+    running = sum(a.state == "running" for h in status.hosts for a in h.agents)
+    total = sum(len(h.agents) for h in status.hosts)
+    table.caption = f"{reachable}/{len(status.hosts)} hosts reachable, {running}/{total} agents running"
+    return table
+
+
+def clean_table(checks: list[CleanCheck]) -> Table:
+    table = Table(title="clean check", title_justify="left")
+    table.add_column("host")
+    table.add_column("result")
+    table.add_column("left behind")
+    for check in checks:
+        if check.error:
+            table.add_row(check.host, Text("UNKNOWN", style="bold red"), Text(check.error, style="red"))
+        elif check.clean:
+            table.add_row(check.host, Text("clean", style="green"), "nothing")
+        else:
+            left = "; ".join(f"{kind}: {', '.join(items)}" for kind, items in check.leftovers.items())
+            table.add_row(check.host, Text("LEFTOVERS", style="bold red"), left)
+    return table
+
+
+def watch(render, *, every: float = 2.0) -> None:
+    """Refresh ``render()`` in place until Ctrl-C."""
+    import time
+
+    with Live(render(), console=out, refresh_per_second=4, screen=False) as live:
+        try:
+            while True:
+                time.sleep(every)
+                live.update(render())
+        except KeyboardInterrupt:
+            pass

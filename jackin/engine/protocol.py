@@ -33,6 +33,15 @@ class EngineRequest(BaseModel):
     parallel: int = Field(0, ge=0, description="0: one greenlet per host, up to pyinfra's limit")
 
 
+class PlannedChange(BaseModel):
+    """An operation a dry run predicts will change the host, with its commands."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: str
+    commands: list[str] = Field(default_factory=list)
+
+
 class HostResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -44,6 +53,7 @@ class HostResult(BaseModel):
     error: str | None = None
     facts: dict[str, Any] = Field(default_factory=dict)
     elapsed: float = 0.0
+    changes: list[PlannedChange] = Field(default_factory=list, description="dry runs only")
 
     @property
     def ok(self) -> bool:

@@ -24,7 +24,7 @@ from pyinfra.api.operations import run_ops  # noqa: E402
 from pyinfra.api.state import BaseStateCallback, StateStage  # noqa: E402
 from pyinfra.context import ctx_config, ctx_host, ctx_inventory, ctx_state  # noqa: E402
 
-from jackin.engine.protocol import EngineRequest, HostResult  # noqa: E402
+from jackin.engine.protocol import EngineRequest, HostResult, PlannedChange  # noqa: E402
 
 _out = None
 _last_seen: dict[str, float] = {}
@@ -126,8 +126,9 @@ def _results(state: State, request: EngineRequest, connect_errors: dict[str, str
                     if error is None:
                         lines = [l for l in meta.stderr_lines if l.strip()] or ["(no output)"]
                         error = f"{_op_name(state, op_hash)}: {lines[-1].strip()}"
+        planned = _planned(state, host, ops) if request.dry_run else []
         if request.dry_run:
-            changed = state.meta[host].ops_change  # what pyinfra predicted while preparing
+            changed = len(planned)  # what pyinfra predicted while preparing
         result = HostResult(
             host=host.name,
             connected=host in state.activated_hosts,
@@ -137,8 +138,30 @@ def _results(state: State, request: EngineRequest, connect_errors: dict[str, str
             error=error,
             facts=facts.get(host.name, {}),
             elapsed=round(_last_seen.get(host.name, started) - started, 3),
+            changes=planned,
         )
         emit("host_done", host=host.name, result=result.model_dump())
+
+
+def _planned(state: State, host, ops: dict) -> list[PlannedChange]:
+    """Operations predicted to change the host, with the commands they would run."""
+    planned = []
+    for op_hash, op_data in ops.items():
+        if not op_data.operation_meta._maybe_is_change:
+            continue
+        commands: list[str] = []
+        try:
+            with ctx_host.use(host):
+                commands = [_command_text(c) for c in op_data.command_generator()]
+        except Exception as error:  # noqa: BLE001 - a preview must not fail the run
+            commands = [f"(commands not shown: {_one_line(error)})"]
+        planned.append(PlannedChange(op=_op_name(state, op_hash), commands=commands))
+    return planned
+
+
+def _command_text(command: Any) -> str:
+    get = getattr(command, "get_masked_value", None) or getattr(command, "get_raw_value", None)
+    return get() if callable(get) else str(command)
 
 
 def main() -> int:

@@ -1,0 +1,13 @@
+"""Tear a fleet down on one host: containers, networks, users, directories, marker, nft table.
+
+`inv fleet.down` runs this, then checks from a fresh connection that nothing is left.
+host.data.jackin holds the FleetPlan and keep_data.
+"""
+
+from pyinfra import host
+
+from jackin.operations import fleet
+from jackin.plan import FleetPlan
+
+plan = FleetPlan.model_validate(host.data.jackin["plan"])
+fleet.teardown(name=f"remove fleet {plan.fleet}", plan=plan, keep_data=host.data.jackin.get("keep_data", False))

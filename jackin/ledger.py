@@ -1,0 +1,195 @@
+"""The operator's ledger: an embedded SQLite database of fleets, hosts, agents,
+runs and an audit trail of every action (who, what, when, host, result).
+
+It lives at ``<state>/ledger.sqlite3``. uids are allocated here, once per agent
+instance, so they are stable across runs and unique across the fleets it knows.
+A fleet is changed by one run at a time: ``Ledger.lock`` holds a per-fleet lock
+file and refuses a second run with a clear message.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import getpass
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from jackin.errors import BusyError
+from jackin.paths import private_dir, state_dir
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS fleets (
+    name TEXT PRIMARY KEY, provider TEXT NOT NULL, inventory TEXT,
+    created REAL NOT NULL, updated REAL NOT NULL, status TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS hosts (
+    fleet TEXT NOT NULL, name TEXT NOT NULL, address TEXT NOT NULL, port INTEGER NOT NULL,
+    last_result TEXT, updated REAL NOT NULL, PRIMARY KEY (fleet, name)
+);
+CREATE TABLE IF NOT EXISTS uids (
+    uid INTEGER PRIMARY KEY, fleet TEXT NOT NULL, instance TEXT NOT NULL, UNIQUE (fleet, instance)
+);
+CREATE TABLE IF NOT EXISTS agents (
+    fleet TEXT NOT NULL, host TEXT NOT NULL, instance TEXT NOT NULL, agent TEXT NOT NULL,
+    uid INTEGER NOT NULL, user TEXT NOT NULL, container TEXT NOT NULL, network TEXT NOT NULL,
+    updated REAL NOT NULL, PRIMARY KEY (fleet, host, instance)
+);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, fleet TEXT NOT NULL, action TEXT NOT NULL,
+    who TEXT NOT NULL, started REAL NOT NULL, finished REAL, status TEXT NOT NULL, detail TEXT
+);
+CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, run INTEGER, at REAL NOT NULL, who TEXT NOT NULL,
+    fleet TEXT NOT NULL, action TEXT NOT NULL, host TEXT, result TEXT NOT NULL, detail TEXT
+);
+"""
+
+
+def _who() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name is not a reason to fail
+        return str(os.getuid())
+
+
+class Ledger:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or private_dir(state_dir()) / "ledger.sqlite3"
+        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # --- locking -------------------------------------------------------------
+
+    @contextmanager
+    def lock(self, fleet: str, action: str) -> Iterator[None]:
+        """Hold the fleet's lock for one run; a second run at once is refused."""
+        path = private_dir(self.path.parent / "locks") / f"{fleet}.lock"
+        handle = open(path, "a+")
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another run"
+                raise BusyError(
+                    f"fleet {fleet!r} is busy: {holder}",
+                    hint="wait for that run to finish (or stop it), then try again",
+                ) from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{action} by {_who()} (pid {os.getpid()}) since {time.strftime('%H:%M:%S')}")
+            handle.flush()
+            yield
+        finally:
+            handle.close()
+
+    # --- runs and audit ------------------------------------------------------
+
+    def start_run(self, fleet: str, action: str, detail: dict[str, Any] | None = None) -> int:
+        cur = self.db.execute(
+            "INSERT INTO runs (fleet, action, who, started, status, detail) VALUES (?, ?, ?, ?, 'running', ?)",
+            (fleet, action, _who(), time.time(), json.dumps(detail or {})),
+        )
+        return int(cur.lastrowid or 0)
+
+    def finish_run(self, run: int, status: str, detail: dict[str, Any] | None = None) -> None:
+        self.db.execute(
+            "UPDATE runs SET finished = ?, status = ?, detail = coalesce(?, detail) WHERE id = ?",
+            (time.time(), status, json.dumps(detail) if detail is not None else None, run),
+        )
+
+    def audit(self, run: int | None, fleet: str, action: str, result: str, *, host: str | None = None,
+              detail: Any = None) -> None:  # fmt: skip
+        self.db.execute(
+            "INSERT INTO audit (run, at, who, fleet, action, host, result, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (run, time.time(), _who(), fleet, action, host, result, json.dumps(detail) if detail is not None else None),
+        )
+
+    def audit_trail(self, fleet: str | None = None) -> list[dict[str, Any]]:
+        query = "SELECT * FROM audit" + (" WHERE fleet = ?" if fleet else "") + " ORDER BY id"
+        return [dict(r) for r in self.db.execute(query, (fleet,) if fleet else ())]
+
+    def runs(self, fleet: str) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.db.execute("SELECT * FROM runs WHERE fleet = ? ORDER BY id", (fleet,))]
+
+    # --- fleets, hosts, agents ---------------------------------------------------
+
+    def record_fleet(self, name: str, provider: str, inventory: str | None, status: str) -> None:
+        now = time.time()
+        self.db.execute(
+            "INSERT INTO fleets (name, provider, inventory, created, updated, status) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET provider = excluded.provider, inventory = excluded.inventory, "
+            "updated = excluded.updated, status = excluded.status",
+            (name, provider, inventory, now, now, status),
+        )
+
+    def fleet(self, name: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT * FROM fleets WHERE name = ?", (name,)).fetchone()
+        return dict(row) if row else None
+
+    def fleets(self) -> list[str]:
+        return [r["name"] for r in self.db.execute("SELECT name FROM fleets ORDER BY name")]
+
+    def allocate_uids(self, fleet: str, instances: Sequence[str], base: int, size: int) -> dict[str, int]:
+        """Stable uids: an instance keeps its uid; a new one takes the lowest free uid from ``base``."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            known = {r["instance"]: r["uid"] for r in self.db.execute("SELECT * FROM uids WHERE fleet = ?", (fleet,))}
+            taken = {r["uid"] for r in self.db.execute("SELECT uid FROM uids")}
+            candidate = base
+            for instance in instances:
+                if instance in known:
+                    continue
+                while candidate in taken:
+                    candidate += 1
+                if candidate >= base + size:
+                    raise BusyError(f"no free uid left in {base}..{base + size - 1} for fleet {fleet!r}",
+                                    hint="raise fleet.uid_base or remove old fleets (inv fleet.down)")  # fmt: skip
+                self.db.execute("INSERT INTO uids (uid, fleet, instance) VALUES (?, ?, ?)", (candidate, fleet, instance))
+                known[instance] = candidate
+                taken.add(candidate)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return {i: known[i] for i in instances}
+
+    def uids(self, fleet: str) -> dict[str, int]:
+        return {r["instance"]: r["uid"] for r in self.db.execute("SELECT * FROM uids WHERE fleet = ?", (fleet,))}
+
+    def record_host(self, fleet: str, name: str, address: str, port: int, result: str) -> None:
+        self.db.execute(
+            "INSERT INTO hosts (fleet, name, address, port, last_result, updated) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(fleet, name) DO UPDATE SET address = excluded.address, port = excluded.port, "
+            "last_result = excluded.last_result, updated = excluded.updated",
+            (fleet, name, address, port, result, time.time()),
+        )
+
+    def record_agents(self, fleet: str, host: str, agents: Sequence[dict[str, Any]]) -> None:
+        self.db.execute("DELETE FROM agents WHERE fleet = ? AND host = ?", (fleet, host))
+        for a in agents:
+            self.db.execute(
+                "INSERT INTO agents (fleet, host, instance, agent, uid, user, container, network, updated) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (fleet, host, a["instance"], a["agent"], a["uid"], a["user"], a["container"], a["network"], time.time()),
+            )
+
+    def agents(self, fleet: str) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.db.execute("SELECT * FROM agents WHERE fleet = ? ORDER BY host, instance", (fleet,))]
+
+    def forget_fleet(self, fleet: str) -> None:
+        """After a clean teardown: the fleet's rows go, its runs and audit trail stay."""
+        for table in ("agents", "hosts", "uids"):
+            self.db.execute(f"DELETE FROM {table} WHERE fleet = ?", (fleet,))  # noqa: S608 - fixed names
+        self.db.execute("UPDATE fleets SET status = 'down', updated = ? WHERE name = ?", (time.time(), fleet))

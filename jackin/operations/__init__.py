@@ -1,0 +1,1 @@
+"""pyinfra operations of our own (pyinfra has none for fleets or nftables)."""

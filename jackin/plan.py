@@ -1,0 +1,148 @@
+"""The fleet plan: what every host must have, computed on the operator's side.
+
+A plan is pure data: names, uids, paths, container settings and a hash of
+each container's configuration. The deploy (``deploys/fleet.py``) turns it into
+commands; nothing here touches a host. Naming is deterministic:
+
+    instance   <agent>-<i>                 e.g. coder-1
+    user       jk-<fleet>-<instance>       also the group, the container and the network
+    bridge     jk<8 hex>                   the agent network's Linux bridge (nftables matches it)
+    home       /srv/jackin/<fleet>/<instance>            mode 0700, owned by the agent
+    workspace  /srv/jackin/<fleet>/<instance>/workspace  mode 0700, mounted at /workspace
+    labels     jackin.fleet=<fleet>, jackin.agent=<instance>
+
+Names longer than Linux allows (32 characters) are shortened with a hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from jackin.spec.models import AddressPool, FleetSpec
+
+ROOT = "/srv/jackin"
+DEFAULT_IMAGE = "jackin/agent:busybox"
+MAX_NAME = 32
+UIDS_PER_FLEET = 1000
+STATE_DIR = "/var/lib/jackin"
+
+# The demo role idles until stopped; real roles arrive with the roles issue.
+IDLE = ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AgentPlan(_Model):
+    fleet: str
+    agent: str
+    instance: str
+    role: str
+    uid: int = Field(ge=1000)
+    user: str
+    home: str
+    workspace: str
+    container: str
+    network: str
+    bridge: str
+    image: str
+    command: list[str]
+    memory: int
+    cpus: float
+    pids: int
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {"jackin.fleet": self.fleet, "jackin.agent": self.instance}
+
+    def run_args(self) -> list[str]:
+        """The ``docker run`` arguments of this agent's container (hardened)."""
+        args = [
+            "--name", self.container, "--hostname", self.instance,
+            "--user", f"{self.uid}:{self.uid}",
+            "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev,size=64m",
+            "--memory", str(self.memory), "--memory-swap", str(self.memory),
+            "--cpus", f"{self.cpus:g}", "--pids-limit", str(self.pids),
+            "--network", self.network,
+            "--mount", f"type=bind,src={self.workspace},dst=/workspace",
+            "--workdir", "/workspace", "--env", "HOME=/workspace",
+            "--restart", "unless-stopped",
+            "--log-opt", "max-size=10m", "--log-opt", "max-file=3",
+        ]  # fmt: skip
+        for key, value in sorted(self.labels.items()):
+            args += ["--label", f"{key}={value}"]
+        return [*args, "--label", f"jackin.config={self.config_hash}", self.image, *self.command]
+
+    @property
+    def config_hash(self) -> str:
+        """Changes exactly when the container must be recreated."""
+        data = self.model_dump(include={"uid", "image", "command", "memory", "cpus", "pids", "network",
+                                        "workspace", "container", "role"})  # fmt: skip
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
+class FleetPlan(_Model):
+    fleet: str
+    root: str = ROOT
+    uid_min: int
+    uid_max: int
+    agents: list[AgentPlan]
+    address_pools: list[AddressPool] = Field(default_factory=list)
+
+    @property
+    def fleet_dir(self) -> str:
+        return f"{self.root}/{self.fleet}"
+
+    @property
+    def marker(self) -> str:
+        return f"{STATE_DIR}/fleet-{self.fleet}.json"
+
+
+def user_name(fleet: str, instance: str) -> str:
+    name = f"jk-{fleet}-{instance}"
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
+    return f"{name[: MAX_NAME - 7]}-{digest}"
+
+
+def bridge_name(fleet: str, instance: str) -> str:
+    return "jk" + hashlib.sha256(f"{fleet}/{instance}".encode()).hexdigest()[:8]
+
+
+def instances(spec: FleetSpec) -> list[tuple[str, str]]:
+    """(agent, instance) for every agent of the fleet, in spec order."""
+    return [(a.name, f"{a.name}-{i}") for a in spec.agents for i in range(1, a.count + 1)]
+
+
+def build(spec: FleetSpec, uids: Mapping[str, int]) -> FleetPlan:
+    """The plan for ``spec``, with each instance's uid taken from ``uids`` (the ledger)."""
+    agents = []
+    by_name = {a.name: a for a in spec.agents}
+    for agent_name, instance in instances(spec):
+        agent = by_name[agent_name]
+        resources = spec.agent_resources(agent)
+        user = user_name(spec.name, instance)
+        home = f"{ROOT}/{spec.name}/{instance}"
+        agents.append(
+            AgentPlan(
+                fleet=spec.name, agent=agent_name, instance=instance, role=agent.role,
+                uid=uids[instance], user=user, home=home, workspace=f"{home}/workspace",
+                container=user, network=user, bridge=bridge_name(spec.name, instance),
+                image=agent.image or DEFAULT_IMAGE, command=IDLE,
+                memory=resources.memory, cpus=resources.cpus, pids=resources.pids,
+            )  # fmt: skip
+        )
+    return FleetPlan(
+        fleet=spec.name,
+        uid_min=spec.uid_base,
+        uid_max=spec.uid_base + UIDS_PER_FLEET - 1,
+        agents=agents,
+        address_pools=spec.address_pools,
+    )

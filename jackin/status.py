@@ -1,0 +1,137 @@
+"""Fleet status: hosts × agents, read in one SSH round trip per host.
+
+Per agent: container state, uptime, CPU (sampled over a quarter second from the
+container's cgroup), memory, restarts and the last error. A host that does not
+answer within the timeout is shown as unreachable; it never stalls the others.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from jackin.errors import ConnectError
+from jackin.remote import gather
+from jackin.ssh import SshTarget
+
+SAMPLE = 0.25
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AgentStatus(_Model):
+    instance: str
+    container: str
+    state: str
+    uid: int | None = None
+    network: str | None = None
+    uptime: float | None = None
+    cpu_percent: float | None = None
+    memory: int | None = None
+    memory_limit: int | None = None
+    restarts: int = 0
+    error: str | None = None
+
+
+class HostStatus(_Model):
+    host: str
+    address: str
+    port: int
+    reachable: bool
+    error: str | None = None
+    agents: list[AgentStatus] = Field(default_factory=list)
+
+
+class FleetStatus(_Model):
+    fleet: str
+    at: float
+    hosts: list[HostStatus]
+
+
+def status_command(fleet: str) -> str:
+    label = shlex.quote(f"label=jackin.fleet={fleet}")
+    fmt = (
+        "{{.Id}}|{{.Name}}|{{.State.Status}}|{{.State.StartedAt}}|{{.RestartCount}}|"
+        '{{index .Config.Labels "jackin.agent"}}|{{.Config.User}}|{{.HostConfig.NetworkMode}}|'
+        "{{.HostConfig.Memory}}|{{.State.Pid}}|{{.State.Error}}"
+    )
+    # CPU in nanoseconds and memory in bytes from the container's cgroup (v2, else v1).
+    sample = (
+        "for p in $pids; do cg=$(sed -n 's/^0:://p' /proc/$p/cgroup 2>/dev/null); "
+        'if [ -f "/sys/fs/cgroup$cg/cpu.stat" ]; then '
+        "cpu=$(awk '/^usage_usec/{printf \"%.0f\", $2*1000}' /sys/fs/cgroup$cg/cpu.stat); "
+        "mem=$(cat /sys/fs/cgroup$cg/memory.current); "
+        "else m=$(sed -n 's/^[0-9]*:memory://p' /proc/$p/cgroup 2>/dev/null); "
+        "c=$(sed -n 's/^[0-9]*:[^:]*cpuacct[^:]*://p' /proc/$p/cgroup 2>/dev/null); "
+        "cpu=$(cat /sys/fs/cgroup/cpuacct$c/cpuacct.usage 2>/dev/null); "
+        "mem=$(cat /sys/fs/cgroup/memory$m/memory.usage_in_bytes 2>/dev/null); fi; "
+        'echo "$p $cpu $mem"; done'
+    )
+    return (
+        f"date +%s.%N; ids=$(docker ps -aq --no-trunc --filter {label}); [ -n \"$ids\" ] || exit 0; "
+        f"docker inspect --format '{fmt}' $ids > /tmp/.jackin-status.$$; cat /tmp/.jackin-status.$$; "
+        "pids=$(awk -F'|' '$10 > 0 {print $10}' /tmp/.jackin-status.$$); rm -f /tmp/.jackin-status.$$; "
+        f"echo '##1'; {sample}; sleep {SAMPLE}; echo '##2'; {sample}"
+    )
+
+
+def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
+    lines = output.splitlines()
+    now = float(lines[0]) if lines and lines[0].replace(".", "", 1).isdigit() else time.time()
+    samples: dict[str, dict[str, tuple[int, int]]] = {"1": {}, "2": {}}
+    section = None
+    rows = []
+    for line in lines[1:]:
+        if line.startswith("##"):
+            section = line[2:]
+        elif section is None and line.count("|") >= 10:
+            rows.append(line.split("|", 10))
+        elif section in samples:
+            parts = line.split()
+            if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+                samples[section][parts[0]] = (int(parts[1]), int(parts[2]))
+    agents = []
+    for _id, name, state, started, restarts, instance, user, network, memory, pid, error in rows:
+        uptime = None
+        if state == "running" and started and not started.startswith("0001"):
+            uptime = max(0.0, now - _parse_time(started))
+        cpu = mem = None
+        if pid in samples["1"] and pid in samples["2"]:
+            cpu = round((samples["2"][pid][0] - samples["1"][pid][0]) / (SAMPLE * 1e9) * 100, 1)
+            mem = samples["2"][pid][1]
+        agents.append(
+            AgentStatus(
+                instance=instance or name.lstrip("/"), container=name.lstrip("/"), state=state,
+                uid=int(user.split(":")[0]) if user.split(":")[0].isdigit() else None,
+                network=network or None, uptime=uptime, cpu_percent=cpu, memory=mem,
+                memory_limit=int(memory) or None if memory.isdigit() else None,
+                restarts=int(restarts or 0), error=error or None,
+            )  # fmt: skip
+        )
+    agents.sort(key=lambda a: a.instance)
+    return now, agents
+
+
+def _parse_time(text: str) -> float:
+    # Docker prints RFC 3339 with nanoseconds: 2026-12-02T16:40:01.123456789Z
+    head, _, frac = text.rstrip("Z").partition(".")
+    return datetime.fromisoformat(head + "+00:00").timestamp() + float("0." + (frac or "0")[:6])
+
+
+def fleet_status(fleet: str, targets: list[SshTarget], *, timeout: float = 8) -> FleetStatus:
+    results = gather(targets, status_command(fleet), parse_status, timeout=timeout)
+    hosts = []
+    for target in targets:
+        result = results[target.name]
+        if isinstance(result, ConnectError):
+            hosts.append(HostStatus(host=target.name, address=target.address, port=target.port,
+                                    reachable=False, error=result.message))  # fmt: skip
+        else:
+            hosts.append(HostStatus(host=target.name, address=target.address, port=target.port,
+                                    reachable=True, agents=result[1]))  # fmt: skip
+    return FleetStatus(fleet=fleet, at=time.time(), hosts=hosts)
