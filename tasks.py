@@ -103,8 +103,9 @@ def fleet_status(c, inventory=None, watch=False, json=False):
 
 
 @task(help={"inventory": INVENTORY, "yes": "do not ask for confirmation",
-            "keep_data": "keep agents' homes and workspaces on the hosts"})  # fmt: skip
-def fleet_down(c, inventory=None, yes=False, keep_data=False):
+            "keep_data": "keep agents' homes and workspaces on the hosts (and, for a lab, its hosts)",
+            "keep_lab": "provider lab: keep the lab hosts running"})  # fmt: skip
+def fleet_down(c, inventory=None, yes=False, keep_data=False, keep_lab=False):
     """Tear the fleet down on every host, prove nothing is left, and (lab) destroy the lab."""
     with guard():
         spec = fleet_api.load(inventory)
@@ -113,7 +114,7 @@ def fleet_down(c, inventory=None, yes=False, keep_data=False):
             data = "keeping homes and workspaces" if keep_data else "including every agent's workspace"
             confirm(f"Remove fleet {spec.fleet.name!r} from its hosts, {data}?")
         with ui.progress() as view:
-            result = fleet_api.down(spec, keep_data=keep_data, on_event=view.update, log=ui.log)
+            result = fleet_api.down(spec, keep_data=keep_data, keep_lab=keep_lab, on_event=view.update, log=ui.log)
         if result.run.hosts:
             ui.out.print(ui.up_table(result.run, title=f"fleet {spec.fleet.name}: down"))
             ui.out.print(ui.clean_table(result.checks))

@@ -216,6 +216,7 @@ def down(
     inventory: Inventory,
     *,
     keep_data: bool = False,
+    keep_lab: bool = False,
     on_event: OnEvent = lambda _: None,
     log: Log = lambda _: None,
 ) -> DownResult:
@@ -228,8 +229,8 @@ def down(
             lab_spec = fleet.lab or LabSpec() if fleet.provider == "lab" else None
             if lab_spec is not None and not hosts:
                 ledger.forget_fleet(fleet.name)
-                return DownResult(fleet=fleet.name, run=RunResult(hosts=[]), checks=[],
-                                  lab_removed=_destroy_lab(lab_spec, log))  # fmt: skip
+                removed = not keep_lab and _destroy_lab(lab_spec, log)
+                return DownResult(fleet=fleet.name, run=RunResult(hosts=[]), checks=[], lab_removed=removed)
             plan = make_plan(inventory, ledger)
             run_id = ledger.start_run(fleet.name, "fleet.down", {"keep_data": keep_data})
             request = EngineRequest(deploy=str(deploys_dir() / "teardown.py"), targets=hosts,
@@ -243,7 +244,7 @@ def down(
             outcome = DownResult(fleet=fleet.name, run=result, checks=checks)
             if outcome.clean:
                 ledger.forget_fleet(fleet.name)
-                if lab_spec is not None and not keep_data:  # the kept data lives on the lab hosts
+                if lab_spec is not None and not keep_data and not keep_lab:  # kept data lives on the lab hosts
                     outcome.lab_removed = _destroy_lab(lab_spec, log)
             return outcome
     finally:

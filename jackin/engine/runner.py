@@ -116,9 +116,14 @@ def _results(state: State, request: EngineRequest, connect_errors: dict[str, str
         ops = state.ops.get(host, {})
         changed = failed = 0
         error = connect_errors.get(host.name) or _prepare_errors.get(host.name)
+        executing = not request.dry_run and host in state.activated_hosts and host.name not in _prepare_errors
         for op_hash, op_data in ops.items():
             meta = op_data.operation_meta
-            if meta.is_complete():
+            if executing and not meta.is_complete():
+                failed += 1  # the run stopped on this host before the op ran (connection lost, host down)
+                if error is None:
+                    error = f"{_op_name(state, op_hash)}: did not run (the host stopped answering?)"
+            elif meta.is_complete():
                 if meta.did_change():
                     changed += 1
                 if meta.did_error():
@@ -202,7 +207,7 @@ def main() -> int:
         _load_deploy(state, request.deploy)
         if not request.dry_run and state.active_hosts:
             state.set_stage(StateStage.Execute)
-            run_ops(state)
+            run_ops(state, no_wait=True)  # each host runs its ops on its own: one slow or lost host holds up no other
     except PyinfraError as error:
         failed_all = _one_line(error)
     finally:

@@ -277,7 +277,7 @@ class LabSpec(Model):
 
 
 class FleetSpec(Model):
-    name: Slug
+    name: Annotated[str, Field(pattern=SLUG, max_length=16)]  # fits jk-<fleet>-<agent>-<n> user names
     provider: Literal["lab", "static"] = "static"
     lab: LabSpec | None = None
     hosts: list[HostName] = Field(

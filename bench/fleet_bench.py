@@ -1,0 +1,257 @@
+"""Fleet lifecycle benchmark on the lab: jackin's CLI against plain-SSH floors.
+
+For W(N hosts, 3 agents) with N in --hosts (default 1,4,8; --scale adds 16,32)
+it times, the way an operator runs them (``python -m invoke ...`` in the repo):
+cold ``fleet.up``, warm no-change ``fleet.up``, ``fleet.status --json`` and
+``fleet.down --yes``. Beside each, in the same run and on the same lab hosts, a
+floor: N parallel ``ssh host true``; N parallel ssh sessions each running one
+plain shell script doing the same work (cold: users, dirs, networks, hardened
+containers built from ``AgentPlan.run_args()``; warm: one round trip of checks;
+down: remove all and check); one start of the CLI's Python process; one start
+of the engine child with no hosts. The lab runs on a shared, noisy machine
+(other engineers run tests on it), so absolute seconds drift from run to run;
+ratios to floors measured minutes apart on the same hosts are what we compare
+against the targets. Lab boot (``Lab.up``) is timed separately, outside.
+Everything uses a private state dir and labs ``bench<N>``, removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+STATE = tempfile.mkdtemp(prefix="jackin-bench-")
+os.environ["JACKIN_STATE_DIR"] = STATE  # before jackin is imported
+
+from jackin import fleet as fleet_api  # noqa: E402
+from jackin import plan as planning  # noqa: E402
+from jackin.lab import Lab  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+INVENTORY = """fleet:
+  name: {fleet}
+  provider: lab
+  lab: {{name: {lab}, hosts: {n}}}
+  uid_base: {uid_base}
+  agents:
+    - {{name: coder, role: demo, count: 2}}
+    - {{name: reviewer, role: demo}}
+  network: {{mode: none}}
+  resources: {{memory: 512m, cpus: 1, pids: 256}}
+"""
+TARGETS = {"fleet.up cold": 2.0, "fleet.up warm": 1.0, "fleet.status": 2.0}
+
+
+def timed(argv: list[str], stdin: str | None = None) -> tuple[float, subprocess.CompletedProcess[str]]:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=REPO, input=stdin, capture_output=True, text=True)
+    return time.perf_counter() - start, proc
+
+
+def cli(*args: str, ok: tuple[int, ...] = (0,)) -> tuple[float, str]:
+    seconds, proc = timed([PY, "-m", "invoke", *args])
+    if proc.returncode not in ok:
+        raise SystemExit(f"inv {' '.join(args)}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return seconds, proc.stdout
+
+
+def ssh_all(lab: Lab, ports: list[int], script: str) -> float:
+    """N parallel sessions of the system ssh client, each running ``script`` with bash."""
+    base = ["ssh", "-F", "/dev/null", "-o", f"UserKnownHostsFile={lab.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+            "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-i", str(lab.key_file)]  # fmt: skip
+    with tempfile.NamedTemporaryFile("w", suffix=".sh") as file:
+        file.write(script)
+        file.flush()
+        inputs = [open(file.name) for _ in ports]  # one open file each: children must not share an offset
+        start = time.perf_counter()
+        procs = [subprocess.Popen([*base, "-p", str(port), "root@127.0.0.1", "bash", "-s"], stdin=stdin,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for port, stdin in zip(ports, inputs)]  # fmt: skip
+        errors = [p.communicate()[1] for p in procs]
+        seconds = time.perf_counter() - start
+        for stdin in inputs:
+            stdin.close()
+    for proc, err in zip(procs, errors):
+        if proc.returncode != 0:
+            raise SystemExit(f"floor script failed (exit {proc.returncode}): {err.strip()[-1000:]}")
+    return seconds
+
+
+def median(fn: Any, k: int) -> float:
+    return statistics.median(fn() for _ in range(k))
+
+
+# --- the plain scripts ------------------------------------------------------------
+
+
+def q(*args: str) -> str:
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def plain_scripts(plan: planning.FleetPlan) -> dict[str, str]:
+    label, image = f"label=jackin.fleet={plan.fleet}", planning.DEFAULT_IMAGE
+    users = [a.user for a in plan.agents]
+    bootstrap = ("command -v dockerd nft >/dev/null\nsystemctl is-active -q docker\nsystemctl is-enabled -q docker\n"
+                 + q("docker", "image", "inspect", "--format", "ok", image) + " >/dev/null\n")
+    check = (f"getent passwd | grep -c 'jackin/{plan.fleet}/' || true\ngetent group | grep -c '^jk-{plan.fleet}-' || true\n"
+             f"[ ! -d {plan.fleet_dir} ] || find {plan.fleet_dir} -maxdepth 2 -printf '%m %U %G %p\\n'\n"
+             f"docker ps -a --filter {label} --format '{{{{.Names}}}} {{{{.State}}}} {{{{.Label \"jackin.config\"}}}}'\n"
+             f"docker network ls --filter {label} --format '{{{{.Name}}}}'\n"
+             f"test -e {plan.marker} || true\nnft list table inet jackin-{plan.fleet} >/dev/null 2>&1 || true\n")  # fmt: skip
+    cold = ["set -e", bootstrap.rstrip(),
+            q("install", "-d", "-m", "0755", "-o", "root", "-g", "root", planning.ROOT),
+            q("install", "-d", "-m", "0711", "-o", "root", "-g", "root", plan.fleet_dir)]  # fmt: skip
+    for a in plan.agents:
+        uid = str(a.uid)
+        cold += [q("groupadd", "--gid", uid, a.user),
+                 q("useradd", "--uid", uid, "--gid", uid, "--no-create-home", "--home-dir", a.home,
+                   "--shell", "/usr/sbin/nologin", "--comment", f"jackin/{a.fleet}/{a.instance}", a.user),
+                 q("install", "-d", "-m", "0700", "-o", uid, "-g", uid, a.home),
+                 q("install", "-d", "-m", "0700", "-o", uid, "-g", uid, a.workspace),
+                 q("docker", "network", "create", "--driver", "bridge",
+                   "--opt", f"com.docker.network.bridge.name={a.bridge}",
+                   "--opt", "com.docker.network.bridge.enable_icc=false",
+                   "--label", f"jackin.fleet={a.fleet}", "--label", f"jackin.agent={a.instance}", a.network),
+                 q("docker", "run", "-d", *a.run_args()) + " >/dev/null"]  # fmt: skip
+    cold.append(f"install -d -m 0700 {planning.STATE_DIR} && echo '{{}}' > {plan.marker}")
+    down = ["set -e", q("docker", "rm", "-f", *users) + " >/dev/null", q("docker", "network", "rm", *users) + " >/dev/null",
+            *(q("userdel", u) for u in users), *(f"! getent group {u} >/dev/null || groupdel {u}" for u in users),
+            q("rm", "-rf", "--one-file-system", plan.fleet_dir), f"rmdir {planning.ROOT} 2>/dev/null || true",
+            q("rm", "-f", plan.marker), check]  # fmt: skip
+    return {"cold": "\n".join(cold) + "\n", "warm": bootstrap + check, "down": "\n".join(down) + "\n"}
+
+
+# --- one N ---------------------------------------------------------------------------
+
+
+def bench(n: int, repeat: int, work: Path) -> dict[str, Any]:
+    lab_name, r = f"bench{n}", {"n": n}
+    inv, floor_inv = work / f"bench{n}.yaml", work / f"floor{n}.yaml"
+    inv.write_text(INVENTORY.format(fleet="bench", lab=lab_name, n=n, uid_base=60000))
+    floor_inv.write_text(INVENTORY.format(fleet="floor", lab=lab_name, n=n, uid_base=62000))
+    spec = fleet_api.load(floor_inv).fleet
+    floor_plan = planning.build(spec, {inst: 62000 + i for i, (_, inst) in enumerate(planning.instances(spec))})
+    scripts = plain_scripts(floor_plan)
+    lab = Lab(lab_name)
+    try:
+        start = time.perf_counter()
+        status = lab.up(n, timeout=900)
+        r["lab.up"] = time.perf_counter() - start
+        ports = [h.port for h in status.hosts]
+        r["ssh true"] = median(lambda: ssh_all(lab, ports, "true\n"), repeat)
+        r["cli start"] = median(lambda: cli("--list")[0], repeat)
+        engine_req = json.dumps({"deploy": str(REPO / "deploys" / "fleet.py"), "targets": []})
+        r["engine start"] = median(lambda: timed([PY, "-m", "jackin.engine.runner"], engine_req)[0], repeat)
+        r["plain cold"] = ssh_all(lab, ports, scripts["cold"])
+        r["plain warm"] = median(lambda: ssh_all(lab, ports, scripts["warm"]), repeat)
+        r["plain down"] = ssh_all(lab, ports, scripts["down"])
+
+        r["fleet.up cold"], out = cli("fleet.up", "-i", str(inv), "--yes", "--json")
+        cold = json.loads(out)["run"]
+        r["cold engine"], r["cold host max"] = cold["elapsed"], max(h["elapsed"] for h in cold["hosts"])
+        r["cold changed"] = sum(h["changed"] for h in cold["hosts"])
+        warm_runs = []
+        for _ in range(repeat):
+            seconds, out = cli("fleet.up", "-i", str(inv), "--yes", "--json")
+            warm_runs.append((seconds, json.loads(out)["run"]))
+        warm_runs.sort(key=lambda x: x[0])
+        r["fleet.up warm"], warm = warm_runs[len(warm_runs) // 2]
+        r["warm engine"], r["warm host max"] = warm["elapsed"], max(h["elapsed"] for h in warm["hosts"])
+        r["warm changed"] = max(sum(h["changed"] for h in run["hosts"]) for _, run in warm_runs)
+        statuses = [cli("fleet.status", "-i", str(inv), "--json") for _ in range(repeat)]
+        r["fleet.status"] = statistics.median(s for s, _ in statuses)
+        doc = json.loads(statuses[-1][1])
+        r["status agents"] = sum(a["state"] == "running" for h in doc["hosts"] for a in h["agents"])
+        wall0 = time.time()
+        r["fleet.down"], _ = cli("fleet.down", "-i", str(inv), "--yes")
+        r.update(down_phases(wall0))
+    finally:
+        lab.down()
+    return r
+
+
+def down_phases(wall0: float) -> dict[str, float]:
+    """From the ledger's timestamps: when the teardown engine run and the clean check ended."""
+    db = sqlite3.connect(Path(STATE) / "ledger.sqlite3")
+    run_id, started, finished = db.execute(
+        "SELECT id, started, finished FROM runs WHERE action = 'fleet.down' ORDER BY id DESC LIMIT 1").fetchone()
+    checked = db.execute("SELECT max(at) FROM audit WHERE run = ? AND action = 'clean-check'", (run_id,)).fetchone()[0]
+    db.close()
+    return {"down to engine": started - wall0, "down engine": finished - started, "down check": checked - finished,
+            "down before lab rm": checked - wall0}  # fmt: skip
+
+
+# --- report ----------------------------------------------------------------------------
+
+
+def report(r: dict[str, Any]) -> None:
+    n = r["n"]
+    status_floor = r["ssh true"] + r["cli start"]
+    rows = [("fleet.up cold", r["plain cold"], "plain cold"), ("fleet.up warm", r["plain warm"], "plain warm"),
+            ("fleet.status", status_floor, "ssh true + cli"), ("fleet.down", r["plain down"], "plain down")]  # fmt: skip
+    print(f"\n== W({n} hosts, 3 agents)  lab.up {r['lab.up']:.2f}s (not measured below)")
+    print(f"   floors: ssh true {r['ssh true']:.3f}s  cli start {r['cli start']:.3f}s  engine start "
+          f"{r['engine start']:.3f}s  plain cold {r['plain cold']:.3f}s  plain warm {r['plain warm']:.3f}s  "
+          f"plain down {r['plain down']:.3f}s")  # fmt: skip
+    print(f"   {'op':<15}{'seconds':>9}{'floor':>9}  {'floor is':<16}{'ratio':>7}{'target':>8}  result")
+    for op, floor, what in rows:
+        ratio, target = r[op] / floor, TARGETS.get(op)
+        verdict = "-" if target is None else ("PASS" if ratio <= target else "FAIL")
+        tgt = f"<={target:g}x" if target else "none"
+        print(f"   {op:<15}{r[op]:>9.3f}{floor:>9.3f}  {what:<16}{ratio:>6.2f}x{tgt:>8}  {verdict}")
+    for kind in ("cold", "warm"):
+        wall, engine = r[f"fleet.up {kind}"], r[f"{kind} engine"]
+        print(f"   {kind} up: engine {engine:.3f}s (slowest host {r[f'{kind} host max']:.3f}s), outside the engine "
+              f"{wall - engine:.3f}s; ops changed {r[f'{kind} changed']}")  # fmt: skip
+    print(f"   status: {r['status agents']}/{3 * n} agents running")
+    print(f"   down: to engine {r['down to engine']:.3f}s, teardown engine {r['down engine']:.3f}s, clean check "
+          f"{r['down check']:.3f}s, then lab removal+exit {r['fleet.down'] - r['down before lab rm']:.3f}s; "
+          f"without lab removal {r['down before lab rm']:.3f}s = {r['down before lab rm'] / r['plain down']:.2f}x plain")
+
+
+def scale(results: list[dict[str, Any]]) -> None:
+    base = next((r for r in results if r["n"] == 8), results[0])
+    print(f"\n== growth with N (vs N={base['n']}; s/host = extra seconds per extra host)")
+    ops = ["lab.up", "ssh true", "plain cold", "fleet.up cold", "plain warm", "fleet.up warm", "fleet.status", "fleet.down"]
+    print(f"   {'op':<15}" + "".join(f"{'N=' + str(r['n']):>9}" for r in results) + "   growth / s per host")
+    for op in ops:
+        tail = [f"N={r['n']}: {r[op] / base[op]:.2f}x {(r[op] - base[op]) / (r['n'] - base['n']):+.3f}"
+                for r in results if r["n"] > base["n"]]  # fmt: skip
+        print(f"   {op:<15}" + "".join(f"{r[op]:>9.2f}" for r in results) + "   " + "; ".join(tail))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", default="1,4,8", help="comma-separated host counts (default 1,4,8)")
+    parser.add_argument("--scale", action="store_true", help="also run N=16 and N=32 once")
+    parser.add_argument("--repeat", type=int, default=3, help="median of K for floors, warm up and status")
+    args = parser.parse_args()
+    counts = sorted({int(x) for x in args.hosts.split(",")} | ({16, 32} if args.scale else set()))
+    print(f"state dir {STATE}; python {PY}; {os.cpu_count()} CPUs; repeat {args.repeat}", flush=True)
+    results = []
+    try:
+        with tempfile.TemporaryDirectory() as work:
+            for n in counts:
+                results.append(bench(n, args.repeat, Path(work)))
+                report(results[-1])
+                sys.stdout.flush()
+    finally:
+        shutil.rmtree(STATE, ignore_errors=True)
+    if len(results) > 1:
+        scale(results)
+
+
+if __name__ == "__main__":
+    main()
