@@ -2,6 +2,7 @@
 
 from invoke import Collection, Exit, task
 
+from jackin import agent as agent_api
 from jackin import fleet as fleet_api
 from jackin import ui
 from jackin.cli import confirm, count, exit_code, guard, not_yet, require_terminal_or
@@ -145,6 +146,37 @@ def fleet_gc(c, inventory=None, yes=False):
             raise Exit(code=1)
 
 
+# --- agent -------------------------------------------------------------------
+
+
+@task(help={"agent": "instance (coder-1) or agent (coder: every instance)", "target": "IP address or host name",
+            "port": "TCP port (default 443)", "inventory": INVENTORY, "json": "print JSON"})  # fmt: skip
+def agent_netcheck(c, agent, target, port=443, inventory=None, json=False):
+    """Probe TARGET:PORT from inside the agent's container on every host: reachable or blocked."""
+    with guard():
+        spec = fleet_api.load(inventory)
+        probes = agent_api.netcheck(spec, fleet_api.targets(spec, bring_up=False), agent, target,
+                                    count("--port", port, high=65535) or 443)  # fmt: skip
+        if json:
+            ui.print_json([p.model_dump() for p in probes])
+        else:
+            ui.out.print(ui.probe_table(probes))
+        if any(p.result == "error" for p in probes):
+            raise Exit(code=1)
+
+
+@task(help={"agent": "instance (coder-1) or agent (coder)", "inventory": INVENTORY, "json": "print JSON"})
+def agent_denials(c, agent, inventory=None, json=False):
+    """List destinations the agent's egress policy denied in the last hour."""
+    with guard():
+        spec = fleet_api.load(inventory)
+        found = agent_api.denials(spec, fleet_api.targets(spec, bring_up=False), agent)
+        if json:
+            ui.print_json([d.model_dump() for d in found])
+        else:
+            ui.out.print(ui.denials_table(found, agent))
+
+
 # --- snapshot ----------------------------------------------------------------
 
 
@@ -174,8 +206,12 @@ fleet.add_task(fleet_status, "status")
 fleet.add_task(fleet_down, "down")
 fleet.add_task(fleet_gc, "gc")
 
+agent_ns = Collection("agent")
+agent_ns.add_task(agent_netcheck, "netcheck")
+agent_ns.add_task(agent_denials, "denials")
+
 snapshot = Collection("snapshot")
 snapshot.add_task(snapshot_create, "create")
 snapshot.add_task(snapshot_restore, "restore")
 
-ns = Collection(lab, fleet, snapshot)
+ns = Collection(lab, fleet, agent_ns, snapshot)

@@ -9,7 +9,7 @@ from pyinfra.facts.server import Arch, Hostname, KernelVersion, LinuxDistributio
 from pyinfra.operations import apt, systemd
 
 from jackin.engine import report
-from jackin.operations import fleet, host as host_ops
+from jackin.operations import firewall, fleet, host as host_ops
 from jackin.plan import FleetPlan
 
 plan = FleetPlan.model_validate(host.data.jackin)
@@ -37,5 +37,7 @@ for image in sorted({a.image for a in plan.agents}):
     host_ops.agent_image(name=f"agent image {image}", image=image, present_images=tuple(state.images))
 
 fleet.fleet_root(name=f"fleet {plan.fleet}", plan=plan)
+# The egress policy is in place before any agent container starts (fail closed).
+firewall.egress_policy(name=f"egress policy of fleet {plan.fleet}", plan=plan, state=state)
 for agent in plan.agents:
     fleet.agent(name=f"agent {agent.instance}", agent=agent, plan=plan)

@@ -12,7 +12,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+import json
+
 import jackin
+from jackin import firewall
 from jackin import plan as planning
 from jackin.engine import EngineRequest, Event, HostResult, RunResult, run
 from jackin.errors import ConnectError, JackinError, SpecError
@@ -161,8 +164,33 @@ def _record(ledger: Ledger, run_id: int, fleet: str, action: str, hosts: list[Ss
 
 
 def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
-    """Hosts × agents of the fleet; never brings a lab up and never hangs on a dead host."""
-    return fleet_status(inventory.fleet.name, targets(inventory, bring_up=False), timeout=timeout)
+    """Hosts × agents of the fleet; never brings a lab up and never hangs on a dead host.
+
+    Each agent also shows its egress mode, what is enforced, and how many packets
+    its policy dropped in all and since the last ``status`` (kept in the state dir).
+    """
+    spec = inventory.fleet
+    result = fleet_status(spec.name, targets(inventory, bring_up=False), timeout=timeout)
+    policies = {instance: spec.agent_network(next(a for a in spec.agents if a.name == agent))
+                for agent, instance in planning.instances(spec)}  # fmt: skip
+    seen_file = private_dir(state_dir() / "fleets" / spec.name) / "drops.json"
+    try:
+        seen = json.loads(seen_file.read_text())
+    except (OSError, ValueError):
+        seen = {}
+    for host in result.hosts:
+        for agent in host.agents:
+            policy = policies.get(agent.instance)
+            if policy is not None:
+                level, reasons = firewall.enforcement(policy)
+                agent.egress = policy.mode
+                agent.enforcement = level + (": " + "; ".join(reasons) if reasons else "")
+            if agent.drops is not None:
+                before = seen.get(host.host, {}).get(agent.instance, 0)
+                agent.drops_new = agent.drops - before if agent.drops >= before else agent.drops
+                seen.setdefault(host.host, {})[agent.instance] = agent.drops
+    seen_file.write_text(json.dumps(seen))
+    return result
 
 
 # --- down --------------------------------------------------------------------

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.spec.models import AddressPool, FleetSpec
+from jackin.spec.models import AddressPool, FleetSpec, NetworkPolicy
 
 ROOT = "/srv/jackin"
 DEFAULT_IMAGE = "jackin/agent:busybox"
@@ -55,6 +55,15 @@ class AgentPlan(_Model):
     memory: int
     cpus: float
     pids: int
+    policy: NetworkPolicy = NetworkPolicy()
+
+    @property
+    def dns(self) -> list[str]:
+        """Resolvers the container uses: the policy's, none at all for none/allowlist without any
+        (a loopback address nothing answers on), Docker's default for open."""
+        if self.policy.dns:
+            return list(self.policy.dns)
+        return [] if self.policy.mode == "open" else ["127.0.0.1"]
 
     @property
     def labels(self) -> dict[str, str]:
@@ -75,6 +84,11 @@ class AgentPlan(_Model):
             "--restart", "unless-stopped",
             "--log-opt", "max-size=10m", "--log-opt", "max-file=3",
         ]  # fmt: skip
+        for server in self.dns:
+            args += ["--dns", server]
+        for port in self.policy.publish:
+            host_port = port.host_port or port.port
+            args += ["--publish", f"{port.bind}:{host_port}:{port.port}/{port.protocol}"]
         for key, value in sorted(self.labels.items()):
             args += ["--label", f"{key}={value}"]
         return [*args, "--label", f"jackin.config={self.config_hash}", self.image, *self.command]
@@ -84,6 +98,8 @@ class AgentPlan(_Model):
         """Changes exactly when the container must be recreated."""
         data = self.model_dump(include={"uid", "image", "command", "memory", "cpus", "pids", "network",
                                         "workspace", "container", "role"})  # fmt: skip
+        data["dns"] = self.dns
+        data["publish"] = [p.model_dump(mode="json") for p in self.policy.publish]
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -137,6 +153,7 @@ def build(spec: FleetSpec, uids: Mapping[str, int]) -> FleetPlan:
                 container=user, network=user, bridge=bridge_name(spec.name, instance),
                 image=agent.image or DEFAULT_IMAGE, command=IDLE,
                 memory=resources.memory, cpus=resources.cpus, pids=resources.pids,
+                policy=spec.agent_network(agent),
             )  # fmt: skip
         )
     return FleetPlan(

@@ -14,6 +14,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import ConnectError
+from jackin.firewall import ident
 from jackin.remote import gather
 from jackin.ssh import SshTarget
 
@@ -36,6 +37,10 @@ class AgentStatus(_Model):
     memory_limit: int | None = None
     restarts: int = 0
     error: str | None = None
+    egress: str | None = None  # the policy's mode
+    enforcement: str | None = None  # full, or partial: reasons
+    drops: int | None = None  # packets the policy dropped since it was applied
+    drops_new: int | None = None  # ... since the last fleet.status
 
 
 class HostStatus(_Model):
@@ -54,6 +59,9 @@ class FleetStatus(_Model):
 
 
 def status_command(fleet: str) -> str:
+    table = shlex.quote(f"jackin-{fleet}")
+    drops = (f"echo '##drops'; nft list counters table inet {table} 2>/dev/null | "
+             "awk '/counter drops_/{n=$2} /packets/{print n, $2}'; ")  # fmt: skip
     label = shlex.quote(f"label=jackin.fleet={fleet}")
     fmt = (
         "{{.Id}}|{{.Name}}|{{.State.Status}}|{{.State.StartedAt}}|{{.RestartCount}}|"
@@ -73,7 +81,7 @@ def status_command(fleet: str) -> str:
         'echo "$p $cpu $mem"; done'
     )
     return (
-        f"date +%s.%N; ids=$(docker ps -aq --no-trunc --filter {label}); [ -n \"$ids\" ] || exit 0; "
+        f"date +%s.%N; {drops}echo '##rows'; ids=$(docker ps -aq --no-trunc --filter {label}); [ -n \"$ids\" ] || exit 0; "
         f"docker inspect --format '{fmt}' $ids > /tmp/.jackin-status.$$; cat /tmp/.jackin-status.$$; "
         "pids=$(awk -F'|' '$10 > 0 {print $10}' /tmp/.jackin-status.$$); rm -f /tmp/.jackin-status.$$; "
         f"echo '##1'; {sample}; sleep {SAMPLE}; echo '##2'; {sample}"
@@ -83,18 +91,26 @@ def status_command(fleet: str) -> str:
 def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
     lines = output.splitlines()
     now = float(lines[0]) if lines and lines[0].replace(".", "", 1).isdigit() else time.time()
-    samples: dict[str, dict[str, tuple[int, int]]] = {"1": {}, "2": {}}
-    section = None
-    rows = []
+    sections: dict[str, list[str]] = {"rows": []}
+    current = "rows"
     for line in lines[1:]:
         if line.startswith("##"):
-            section = line[2:]
-        elif section is None and line.count("|") >= 10:
-            rows.append(line.split("|", 10))
-        elif section in samples:
+            current = line[2:].strip()
+            sections.setdefault(current, [])
+        elif line.strip():
+            sections[current].append(line)
+    rows = [line.split("|", 10) for line in sections["rows"] if line.count("|") >= 10]
+    drops = {}
+    for line in sections.get("drops", []):
+        name, _, count = line.partition(" ")
+        if name.startswith("drops_") and count.strip().isdigit():
+            drops[name[len("drops_") :]] = int(count)
+    samples: dict[str, dict[str, tuple[int, int]]] = {"1": {}, "2": {}}
+    for key in samples:
+        for line in sections.get(key, []):
             parts = line.split()
             if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-                samples[section][parts[0]] = (int(parts[1]), int(parts[2]))
+                samples[key][parts[0]] = (int(parts[1]), int(parts[2]))
     agents = []
     for _id, name, state, started, restarts, instance, user, network, memory, pid, error in rows:
         uptime = None
@@ -111,6 +127,7 @@ def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
                 network=network or None, uptime=uptime, cpu_percent=cpu, memory=mem,
                 memory_limit=int(memory) or None if memory.isdigit() else None,
                 restarts=int(restarts or 0), error=error or None,
+                drops=drops.get(ident(instance)) if drops else None,
             )  # fmt: skip
         )
     agents.sort(key=lambda a: a.instance)

@@ -63,6 +63,8 @@ def lab_table(status: LabStatus) -> Table:
         service = status.service
         ports = ",".join(map(str, service.ports))
         where = f"{service.address}:{ports}" if service.address else "-"
+        if service.public_address:
+            where += f" and {service.public_address}:{ports}"
         table.add_row("(test service)", service.container, service.state, "-", where)
     table.caption = f"key {status.directory}/id_ed25519 · known_hosts {status.directory}/known_hosts"
     return table
@@ -194,21 +196,24 @@ def _bytes(value: int | None) -> str:
 def status_table(status: FleetStatus) -> Table:
     table = Table(title=f"fleet {status.fleet}", title_justify="left")
     for column, justify in (("host", "left"), ("agent", "left"), ("state", "left"), ("uptime", "right"),
-                            ("cpu", "right"), ("memory", "right"), ("restarts", "right"), ("last error", "left")):  # fmt: skip
+                            ("cpu", "right"), ("memory", "right"), ("restarts", "right"), ("egress", "left"),
+                            ("dropped", "right"), ("last error", "left")):  # fmt: skip
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for host in status.hosts:
         if not host.reachable:
-            table.add_row(host.host, "-", Text("unreachable", style="bold red"), "-", "-", "-", "-",
+            table.add_row(host.host, "-", Text("unreachable", style="bold red"), "-", "-", "-", "-", "-", "-",
                           Text(host.error or "", style="red"))  # fmt: skip
             continue
         if not host.agents:
-            table.add_row(host.host, "-", Text("no agents", style="yellow"), "-", "-", "-", "-", "")
+            table.add_row(host.host, "-", Text("no agents", style="yellow"), "-", "-", "-", "-", "-", "-", "")
         for agent in host.agents:
             style = "green" if agent.state == "running" else "red"
             memory = _bytes(agent.memory) + (f" / {_bytes(agent.memory_limit)}" if agent.memory_limit else "")
             cpu = "-" if agent.cpu_percent is None else f"{agent.cpu_percent:.1f}%"
+            egress = "-" if agent.egress is None else f"{agent.egress} ({(agent.enforcement or '').split(':')[0]})"
+            dropped = "-" if agent.drops is None else f"{agent.drops} (+{agent.drops_new or 0})"
             table.add_row(host.host, agent.instance, Text(agent.state, style=style), _duration(agent.uptime), cpu,
-                          memory, str(agent.restarts), Text(agent.error or "", style="red"))  # fmt: skip
+                          memory, str(agent.restarts), egress, dropped, Text(agent.error or "", style="red"))  # fmt: skip
     reachable = sum(h.reachable for h in status.hosts)
     running = sum(a.state == "running" for h in status.hosts for a in h.agents)
     total = sum(len(h.agents) for h in status.hosts)
@@ -243,3 +248,25 @@ def watch(render, *, every: float = 2.0) -> None:
                 live.update(render())
         except KeyboardInterrupt:
             pass
+
+
+def probe_table(probes) -> Table:
+    table = Table(title="netcheck", title_justify="left")
+    for column in ("host", "agent", "destination", "result", "detail"):
+        table.add_column(column)
+    styles = {"reachable": "green", "refused": "yellow", "blocked": "bold red", "error": "red"}
+    for p in probes:
+        table.add_row(p.host, p.instance, f"{p.target}:{p.port}", Text(p.result, style=styles.get(p.result, "")),
+                      Text(p.detail))  # fmt: skip
+    return table
+
+
+def denials_table(denials, agent: str) -> Table:
+    table = Table(title=f"denied destinations of {agent} (last hour)", title_justify="left")
+    for column in ("host", "agent", "destination", "expires in"):
+        table.add_column(column)
+    for d in denials:
+        table.add_row(d.host, d.instance, f"{d.destination}:{d.port}", d.expires)
+    if not denials:
+        table.caption = "none"
+    return table

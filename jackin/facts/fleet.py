@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api import FactBase
 
+from jackin.firewall import NFT_DIR, owned_paths
 from jackin.plan import ROOT, STATE_DIR
 
 
@@ -69,6 +70,8 @@ class HostState(BaseModel):
     images: list[str] = Field(default_factory=list)
     marker: bool = False
     nft_table: bool = False
+    nft_hash: str | None = None
+    files: list[str] = Field(default_factory=list)  # the firewall's files that exist
 
     def user_by_uid(self, uid: int) -> User | None:
         return next((u for u in self.users.values() if u.uid == uid), None)
@@ -84,7 +87,7 @@ class HostState(BaseModel):
             "containers": sorted(self.containers),
             "networks": sorted(self.networks),
             "paths": sorted(self.paths),
-            "files": ["marker"] if self.marker else [],
+            "files": (["marker"] if self.marker else []) + self.files,
             "nft": ["table"] if self.nft_table else [],
         }
 
@@ -105,6 +108,8 @@ echo '##images'; for i in {image_list}; do docker image inspect --format ok "$i"
 fi
 echo '##marker'; [ -e {STATE_DIR}/fleet-{f}.json ] && echo yes
 echo '##nft'; command -v nft >/dev/null 2>&1 && nft list table inet {shlex.quote("jackin-" + fleet)} >/dev/null 2>&1 && echo yes
+echo '##nfthash'; cat {NFT_DIR}/{f}.sha 2>/dev/null
+echo '##files'; for p in {" ".join(shlex.quote(p) for p in owned_paths(fleet))}; do [ -e "$p" ] && echo "$p"; done
 true
 """.strip()
 
@@ -150,6 +155,8 @@ def parse_state(lines: list[str]) -> HostState:
     data["images"] = sections.get("images", [])
     data["marker"] = bool(sections.get("marker"))
     data["nft_table"] = bool(sections.get("nft"))
+    data["nft_hash"] = (sections.get("nfthash") or [None])[0]
+    data["files"] = sections.get("files", [])
     return HostState(**data)
 
 

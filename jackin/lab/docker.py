@@ -10,8 +10,11 @@ from typing import Any
 from jackin.errors import LabError
 
 
-def docker(*args: str, input: bytes | None = None, check: bool = True, timeout: float = 300) -> str:
-    """Run ``docker ARGS`` and return its stdout; raise LabError with stderr on failure."""
+def docker(*args: str, input: bytes | None = None, check: bool = True, timeout: float = 300, raw: bool = False):
+    """Run ``docker ARGS`` and return its stdout; raise LabError with stderr on failure.
+
+    With ``raw`` the completed process is returned (text), for callers that read stderr.
+    """
     if shutil.which("docker") is None:
         raise LabError(
             "the docker command is not installed",
@@ -23,6 +26,9 @@ def docker(*args: str, input: bytes | None = None, check: bool = True, timeout: 
         )
     except subprocess.TimeoutExpired:
         raise LabError(f"docker {args[0]} did not finish within {timeout:.0f}s") from None
+    if raw:
+        return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(errors="replace"),
+                                           done.stderr.decode(errors="replace"))  # fmt: skip
     if check and done.returncode != 0:
         err = done.stderr.decode(errors="replace").strip() or done.stdout.decode(errors="replace").strip()
         raise LabError(f"docker {' '.join(args[:2])} failed: {err}")

@@ -11,7 +11,9 @@ hosts, replaces broken or outdated ones, and never clashes with a leftover.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import io
+import ipaddress
 import json
 import os
 import re
@@ -38,6 +40,9 @@ from jackin.ssh import SshTarget, wait_ready
 
 LABEL = "jackin.lab"
 SERVICE_PORTS = (8080, 8081)
+SERVICE_PUBLIC_HOST = 10  # the service's host number on the public network
+PUBLIC_RANGE = ipaddress.ip_network("198.18.0.0/15")  # benchmarking range (RFC 2544): not private
+PUBLIC_SUBNETS = 512
 DEFAULT_HOSTS = 2
 RUN_FLAGS = (
     # Facts checked on this kind of machine: --privileged fails (no SYS_RESOURCE),
@@ -49,6 +54,8 @@ RUN_FLAGS = (
     "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--cgroupns=host",
     "--tmpfs", "/run", "--tmpfs", "/run/lock",
     "--stop-signal", "SIGRTMIN+3",
+    # Lab hosts resolve lab names only: a lookup must never leave the machine.
+    "--dns", "127.0.0.1",
 )  # fmt: skip
 Log = Callable[[str], None]
 
@@ -81,6 +88,7 @@ class LabService(_Model):
     container: str
     state: str
     address: str | None
+    public_address: str | None = None
     ports: tuple[int, ...] = SERVICE_PORTS
 
 
@@ -108,6 +116,9 @@ class Lab:
         self.name = name
         self.dir = (root or state_dir()) / "labs" / name
         self.network = f"jackin-lab-{name}"
+        # A second network with a non-private address range, standing in for "the internet"
+        # in firewall tests, so no test ever needs a real outside address.
+        self.public_network = f"jackin-lab-{name}-pub"
         self.label = f"{LABEL}={name}"
 
     # --- names and files ---------------------------------------------------
@@ -149,6 +160,7 @@ class Lab:
                     container=info["Name"].lstrip("/"),
                     state=info["State"]["Status"],
                     address=_ip(info, self.network),
+                    public_address=_ip(info, self.public_network),
                 )
             elif "jackin.lab.host" in labels:
                 hosts.append(self._host_from(info))
@@ -227,6 +239,8 @@ class Lab:
             return "it was never started"
         if not self._host_key(name).exists():
             return "its host key is missing on this machine"
+        if self.public_network not in (info.get("NetworkSettings", {}).get("Networks") or {}):
+            return "it is not on the lab's public network"
         return None
 
     def _create_host(self, name: str, tag: str) -> None:
@@ -244,6 +258,7 @@ class Lab:
             "--network", self.network, "-v", f"{volume}:/var/lib/docker",
             "-p", f"127.0.0.1:{port}:22", "--restart", "no", tag,
         )  # fmt: skip
+        dk.docker("network", "connect", self.public_network, container)
         dk.docker("cp", "-", f"{container}:/", input=self._injection(key))
         dk.docker("start", container)
 
@@ -270,23 +285,44 @@ class Lab:
     def _ensure_network(self) -> None:
         if not dk.exists("network", self.network):
             dk.docker("network", "create", "--label", self.label, self.network)
+        if dk.exists("network", self.public_network):
+            return
+        start = int(hashlib.sha256(self.name.encode()).hexdigest(), 16) % PUBLIC_SUBNETS
+        for offset in range(PUBLIC_SUBNETS):
+            subnet = _public_subnet((start + offset) % PUBLIC_SUBNETS)
+            done = dk.docker("network", "create", "--label", self.label, "--subnet", subnet,
+                             self.public_network, check=False, raw=True)  # fmt: skip
+            if done.returncode == 0:
+                return
+            if "overlap" not in done.stderr.lower():
+                raise LabError(f"docker network create {self.public_network} failed: {done.stderr.strip()}")
+        raise LabError(f"no free /24 left in {PUBLIC_RANGE} for lab {self.name!r}", hint="remove old labs (inv lab.down)")
+
+    def public_ip(self, last: int) -> str:
+        info = dk.inspect("network", [self.public_network])[0]
+        subnet = ipaddress.ip_network(info["IPAM"]["Config"][0]["Subnet"])
+        return str(subnet.network_address + last)
 
     def _ensure_service(self, tag: str, log: Log) -> None:
         name = self.service_container
         if dk.exists("container", name):
             info = dk.inspect("container", [name])[0]
-            if info["Config"]["Image"] == tag and info["State"]["Status"] == "running":
+            networks = info.get("NetworkSettings", {}).get("Networks") or {}
+            current = info["Config"]["Image"] == tag and self.public_network in networks
+            if current and info["State"]["Status"] == "running":
                 return
-            if info["Config"]["Image"] == tag:
+            if current:
                 dk.docker("start", name)
                 return
             dk.docker("rm", "-f", name)
         log("test service: starting (HTTP on ports " + ", ".join(map(str, SERVICE_PORTS)) + ")")
         dk.docker(
-            "run", "-d", "--name", name, "--label", self.label, "--label", "jackin.lab.role=service",
+            "create", "--name", name, "--label", self.label, "--label", "jackin.lab.role=service",
             "--network", self.network, "--read-only", "--cap-drop", "ALL", "--user", "65534:65534",
             "--entrypoint", "python3", tag, "-c", _SERVICE_SCRIPT,
         )  # fmt: skip
+        dk.docker("network", "connect", "--ip", self.public_ip(SERVICE_PUBLIC_HOST), self.public_network, name)
+        dk.docker("start", name)
 
     def _write_known_hosts(self, hosts: list[LabHost]) -> None:
         lines = []
@@ -375,6 +411,10 @@ servers = [S(("0.0.0.0", p), H) for p in PORTS]
 for s in servers[1:]: threading.Thread(target=s.serve_forever, daemon=True).start()
 servers[0].serve_forever()
 """.replace("PORTS", repr(SERVICE_PORTS))
+
+
+def _public_subnet(index: int) -> str:
+    return str(list(PUBLIC_RANGE.subnets(new_prefix=24))[index])
 
 
 def _index(host: str) -> int:

@@ -14,6 +14,7 @@ from pyinfra import host
 from pyinfra.api import OperationError, operation
 
 from jackin.facts.fleet import FleetState, HostState
+from jackin.operations.firewall import remove_commands
 from jackin.plan import ROOT, STATE_DIR, AgentPlan, FleetPlan
 
 NOLOGIN = "/usr/sbin/nologin"
@@ -119,9 +120,8 @@ def teardown_commands(plan: FleetPlan, state: HostState, *, keep_data: bool) -> 
         commands.append(f"rmdir {ROOT} 2>/dev/null || true")
     if state.marker:
         commands.append(q("rm", "-f", plan.marker))
-    if state.nft_table:
-        commands.append(q("nft", "delete", "table", "inet", f"jackin-{plan.fleet}"))
-    return commands
+        commands.append(f"rmdir {STATE_DIR} 2>/dev/null || true")
+    return commands + remove_commands(plan, state)
 
 
 # --- pyinfra operations --------------------------------------------------------

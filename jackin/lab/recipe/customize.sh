@@ -15,6 +15,11 @@ UseDNS no
 MaxStartups 100:30:200
 CONF
 
+# Agent containers in the lab resolve nothing unless their policy names a resolver:
+# a lab host's own resolver is the outer engine's, which would reach outside the lab.
+mkdir -p /etc/docker
+printf '{\n  "dns": ["127.0.0.1"]\n}\n' > /etc/docker/daemon.json
+
 # systemd makes a machine id on first boot.
 : > /etc/machine-id
 rm -f /var/lib/dbus/machine-id

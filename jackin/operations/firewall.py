@@ -1,0 +1,72 @@
+"""pyinfra operation for a fleet's egress policy (pyinfra has no nftables operation).
+
+The whole bundle (table, lockdown table, domain list, resolver, systemd units)
+is written and applied only when its hash differs from the one on the host or
+the table is not loaded. Applying checks first (``nft -c -f``) and falls back
+to the lockdown table, so a failure leaves agents with less access, never more.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra import host
+from pyinfra.api import operation
+
+from jackin import firewall
+from jackin.facts.fleet import HostState
+from jackin.plan import FleetPlan
+
+
+def _write(path: str, text: str, mode: str) -> str:
+    directory = path.rsplit("/", 1)[0]
+    return f"install -d -m 0755 {directory} && printf '%s' {shlex.quote(text)} > {path}.tmp && chmod {mode} {path}.tmp && mv {path}.tmp {path}"
+
+
+def apply_commands(plan: FleetPlan, state: HostState) -> list[str]:
+    digest = firewall.bundle_hash(plan)
+    if state.nft_table and state.nft_hash == digest:
+        return []
+    fleet = plan.fleet
+    base = f"{firewall.NFT_DIR}/{fleet}"
+    commands = [
+        _write(path, text, "0755" if path == firewall.RESOLVER else "0644")
+        for path, text in sorted(firewall.bundle(plan).items())
+    ]
+    commands += [
+        # Check, then apply in one transaction; on any failure the lockdown table drops all agent traffic.
+        f"if nft -c -f {base}.nft && nft -f {base}.nft; then :; else nft -f {base}.lockdown.nft; "
+        f"echo 'egress policy rejected by nft: agents of fleet {fleet} are locked down' >&2; exit 1; fi",
+        "systemctl daemon-reload",
+        f"systemctl enable --quiet jackin-nft-{fleet}.service jackin-nft-resolve-{fleet}.timer",
+        f"systemctl start jackin-nft-resolve-{fleet}.timer",
+        f"{firewall.RESOLVER} {fleet} || true",  # a name that does not resolve is logged; the rest holds
+        f"echo {digest} > {base}.sha",
+    ]
+    return commands
+
+
+def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
+    fleet = plan.fleet
+    commands = []
+    if any(p.endswith(".service") or p.endswith(".timer") for p in state.files):
+        commands.append(f"systemctl disable --now --quiet jackin-nft-{fleet}.service "
+                        f"jackin-nft-resolve-{fleet}.timer jackin-nft-resolve-{fleet}.service 2>/dev/null || true")  # fmt: skip
+    if state.nft_table:
+        commands.append(f"nft delete table inet {firewall.table_name(fleet)}")
+    if state.files:
+        commands.append("rm -f " + " ".join(shlex.quote(p) for p in state.files))
+        commands.append("systemctl daemon-reload")
+        # The shared resolver and directories go with the last fleet on the host.
+        commands.append(f"ls {firewall.NFT_DIR}/*.nft >/dev/null 2>&1 || "
+                        f"{{ rm -f {firewall.RESOLVER}; rmdir {firewall.NFT_DIR} /etc/jackin /usr/local/lib/jackin 2>/dev/null; true; }}")  # fmt: skip
+    return commands
+
+
+@operation()
+def egress_policy(plan: FleetPlan, state: HostState):
+    """The fleet's nftables table and its boot-time and refresh units; in place before agents start."""
+    commands = apply_commands(plan, state)
+    if not commands:
+        host.noop(f"egress policy of fleet {plan.fleet} is loaded and up to date")
+    yield from commands
