@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,7 @@ def ssh_all(lab: Lab, ports: list[int], script: str) -> float:
     return seconds
 
 
-def median(fn: Any, k: int) -> float:
+def median(fn: Callable[[], float], k: int) -> float:
     return statistics.median(fn() for _ in range(k))
 
 
@@ -215,7 +216,9 @@ def report(r: dict[str, Any]) -> None:
         wall, engine = r[f"fleet.up {kind}"], r[f"{kind} engine"]
         print(f"   {kind} up: engine {engine:.3f}s (slowest host {r[f'{kind} host max']:.3f}s), outside the engine "
               f"{wall - engine:.3f}s; ops changed {r[f'{kind} changed']}")  # fmt: skip
-    print(f"   status: {r['status agents']}/{3 * n} agents running")
+    fixed = r["cli start"] + r["engine start"]
+    print(f"   fixed cost of any fleet.up: cli start + engine start = {fixed:.3f}s = {fixed / r['plain warm']:.2f}x plain warm;"
+          f" status: {r['status agents']}/{3 * n} agents running")
     print(f"   down: to engine {r['down to engine']:.3f}s, teardown engine {r['down engine']:.3f}s, clean check "
           f"{r['down check']:.3f}s, then lab removal+exit {r['fleet.down'] - r['down before lab rm']:.3f}s; "
           f"without lab removal {r['down before lab rm']:.3f}s = {r['down before lab rm'] / r['plain down']:.2f}x plain")

@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 import json
+import re
 
 import jackin
 from jackin import firewall
@@ -25,6 +26,7 @@ from jackin.ledger import Ledger
 from jackin.paths import private_dir, state_dir
 from jackin.remote import gather
 from jackin.spec import Inventory, LabSpec, load_inventory
+from jackin.spec.models import SLUG
 from jackin.ssh import SshTarget
 from jackin.status import FleetStatus, fleet_status
 
@@ -234,7 +236,7 @@ def clean_check(plan: planning.FleetPlan, hosts: list[SshTarget], *, keep_data: 
 
 
 def _leftovers(plan: planning.FleetPlan, state: HostState, *, keep_data: bool) -> dict[str, list[str]]:
-    left = {k: v for k, v in state.leftovers.items() if v}
+    left = {k: v for k, v in state.model_copy(update={"fleet": plan.fleet}).leftovers.items() if v}
     if keep_data:
         left.pop("paths", None)
     return left
@@ -309,7 +311,7 @@ def orphans(inventory: Inventory) -> dict[str, list[str]]:
         if isinstance(names, ConnectError):
             raise names
         for name in names:
-            if name not in live:
+            if name not in live and re.fullmatch(SLUG, name):  # anything else is not a fleet name of ours
                 result.setdefault(name, []).append(host)
     return result
 

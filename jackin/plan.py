@@ -5,7 +5,7 @@ each container's configuration. The deploy (``deploys/fleet.py``) turns it into
 commands; nothing here touches a host. Naming is deterministic:
 
     instance   <agent>-<i>                 e.g. coder-1
-    user       jk-<fleet>-<instance>       also the group, the container and the network
+    user       jk-<fleet>--<instance>      also the group, the container and the network
     bridge     jk<8 hex>                   the agent network's Linux bridge (nftables matches it)
     home       /srv/jackin/<fleet>/<instance>            mode 0700, owned by the agent
     workspace  /srv/jackin/<fleet>/<instance>/workspace  mode 0700, mounted at /workspace
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.spec.models import AddressPool, FleetSpec, NetworkPolicy
+from jackin.spec.models import SLUG, AddressPool, FleetSpec, NetworkPolicy
 
 ROOT = "/srv/jackin"
 DEFAULT_IMAGE = "jackin/agent:busybox"
@@ -104,7 +104,7 @@ class AgentPlan(_Model):
 
 
 class FleetPlan(_Model):
-    fleet: str
+    fleet: str = Field(pattern=SLUG, max_length=24)  # names read back from hosts (gc) are checked too
     root: str = ROOT
     uid_min: int
     uid_max: int
@@ -121,7 +121,7 @@ class FleetPlan(_Model):
 
 
 def user_name(fleet: str, instance: str) -> str:
-    name = f"jk-{fleet}-{instance}"
+    name = f"jk-{fleet}--{instance}"  # "--" never occurs in a name: fleets cannot clash
     if len(name) <= MAX_NAME:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:6]

@@ -82,8 +82,8 @@ def status_command(fleet: str) -> str:
     )
     return (
         f"date +%s.%N; {drops}echo '##rows'; ids=$(docker ps -aq --no-trunc --filter {label}); [ -n \"$ids\" ] || exit 0; "
-        f"docker inspect --format '{fmt}' $ids > /tmp/.jackin-status.$$; cat /tmp/.jackin-status.$$; "
-        "pids=$(awk -F'|' '$10 > 0 {print $10}' /tmp/.jackin-status.$$); rm -f /tmp/.jackin-status.$$; "
+        f"rows=$(docker inspect --format '{fmt}' $ids); printf '%s\\n' \"$rows\"; "
+        "pids=$(printf '%s\\n' \"$rows\" | awk -F'|' '$10 > 0 {print $10}'); "
         f"echo '##1'; {sample}; sleep {SAMPLE}; echo '##2'; {sample}"
     )
 

@@ -61,7 +61,8 @@ class HostState(BaseModel):
     """What a host has of one fleet."""
 
     model_config = ConfigDict(frozen=True)
-    users: dict[str, User] = Field(default_factory=dict)  # by name
+    fleet: str | None = None
+    users: dict[str, User] = Field(default_factory=dict)  # by name, every user in the uid range
     groups: dict[str, int] = Field(default_factory=dict)  # name -> gid, in the uid range
     paths: dict[str, PathInfo] = Field(default_factory=dict)
     docker: bool = False
@@ -79,11 +80,17 @@ class HostState(BaseModel):
     def fleet_users(self, fleet: str) -> list[User]:
         return [u for u in self.users.values() if u.comment.startswith(f"jackin/{fleet}/")]
 
+    def fleet_groups(self, fleet: str) -> list[str]:
+        return sorted(g for g in self.groups if g.startswith(f"jk-{fleet}--"))
+
     @property
     def leftovers(self) -> dict[str, list[str]]:
-        """Everything of the fleet still on the host (for the clean check)."""
+        """Everything of the fleet still on the host (for the clean check); other fleets' users
+        in the same uid range are not ours."""
+        users = sorted(self.users) if self.fleet is None else sorted(u.name for u in self.fleet_users(self.fleet))
         return {
-            "users": sorted(self.users),
+            "users": users,
+            "groups": [] if self.fleet is None else self.fleet_groups(self.fleet),
             "containers": sorted(self.containers),
             "networks": sorted(self.networks),
             "paths": sorted(self.paths),
@@ -97,8 +104,9 @@ def state_command(fleet: str, uid_min: int, uid_max: int, images: list[str] = ()
     label = shlex.quote(f"label=jackin.fleet={fleet}")
     image_list = " ".join(shlex.quote(i) for i in images)
     return f"""
-echo '##users'; getent passwd | awk -F: -v c="jackin/{fleet}/" 'index($5, c) == 1 || ($3 >= {uid_min} && $3 <= {uid_max})'
-echo '##groups'; getent group | awk -F: '$3 >= {uid_min} && $3 <= {uid_max} {{print $1 ":" $3}}'
+echo '##fleet'; echo {f}
+echo '##users'; getent passwd | awk -F: -v c={shlex.quote(f"jackin/{fleet}/")} 'index($5, c) == 1 || ($3 >= {int(uid_min)} && $3 <= {int(uid_max)})'
+echo '##groups'; getent group | awk -F: '$3 >= {int(uid_min)} && $3 <= {int(uid_max)} {{print $1 ":" $3}}'
 echo '##paths'; [ -d {root}/{f} ] && find {root}/{f} -maxdepth 2 -printf '%m %U %G %p\\n'
 echo '##docker'; command -v docker >/dev/null 2>&1 && docker info --format ok 2>/dev/null
 if command -v docker >/dev/null 2>&1; then
@@ -151,6 +159,7 @@ def parse_state(lines: list[str]) -> HostState:
             name=info["Name"], labels=info.get("Labels") or {}, subnets=subnets,
             bridge=(info.get("Options") or {}).get("com.docker.network.bridge.name"),
         )  # fmt: skip
+    data["fleet"] = (sections.get("fleet") or [None])[0]
     data["docker"] = bool(sections.get("docker"))
     data["images"] = sections.get("images", [])
     data["marker"] = bool(sections.get("marker"))

@@ -112,9 +112,10 @@ def teardown_commands(plan: FleetPlan, state: HostState, *, keep_data: bool) -> 
         commands.append(q("docker", "network", "rm", *sorted(state.networks)))
     for user in sorted(state.fleet_users(plan.fleet), key=lambda u: u.name):
         commands.append(q("userdel", user.name))
-    for group in sorted(state.groups):
-        if group in {a.user for a in plan.agents} or group.startswith(f"jk-{plan.fleet}-"):
-            commands.append(f"! getent group {shlex.quote(group)} >/dev/null || groupdel {shlex.quote(group)}")
+    # userdel removes a same-named primary group on most systems; make sure of it, and remove
+    # a group whose useradd failed (it has no user).
+    for group in state.fleet_groups(plan.fleet):  # a group whose useradd failed has no user
+        commands.append(f"! getent group {shlex.quote(group)} >/dev/null || groupdel {shlex.quote(group)}")
     if not keep_data and plan.fleet_dir in state.paths:
         commands.append(q("rm", "-rf", "--one-file-system", plan.fleet_dir))
         commands.append(f"rmdir {ROOT} 2>/dev/null || true")

@@ -304,7 +304,7 @@ _PATTERN_HINTS = {
     "image": "expected an image reference such as jackin/agent:busybox",
     "jump": "expected a host name of letters, digits, '.', '_' and '-'",
 }
-_SLUG_HINT = "expected a lower-case name of letters, digits and '-' (at most 24 characters)"
+_SLUG_HINT = "expected a lower-case name of letters, digits and single '-' (at most 24 characters)"
 _HOST_NAME_HINT = "expected a host name of letters, digits, '.', '_' and '-'"
 
 

@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-SLUG = r"^[a-z][a-z0-9-]*[a-z0-9]$|^[a-z]$"
+SLUG = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"  # no "--": names join with "--" (jk-<fleet>--<instance>)
 Slug = Annotated[str, Field(pattern=SLUG, max_length=24)]
 HostName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=63)]
 
@@ -297,10 +297,14 @@ class FleetSpec(Model):
         return None if value is None else parse_duration(value)
 
     def agent_network(self, agent: AgentSpec) -> NetworkPolicy:
+        """An agent's own policy replaces the fleet's whole: a policy is read as one piece."""
         return agent.network or self.network
 
     def agent_resources(self, agent: AgentSpec) -> Resources:
-        return agent.resources or self.resources
+        """The fleet's resources, with what the agent sets itself taking precedence, field by field."""
+        if agent.resources is None:
+            return self.resources
+        return self.resources.model_copy(update=agent.resources.model_dump(include=agent.resources.model_fields_set))
 
 
 class Inventory(Model):

@@ -156,7 +156,7 @@ def test_bad_agent_name():
     text = LAB_TEXT.replace("name: coder", "name: Coder")
     assert problems(text) == [
         "f.yaml:5: fleet.agents[0].name: 'Coder' is not valid here: expected a lower-case name of "
-        "letters, digits and '-' (at most 24 characters)",
+        "letters, digits and single '-' (at most 24 characters)",
     ]
 
 
@@ -421,8 +421,8 @@ def test_agent_inherits_fleet_network_and_resources():
     # An agent's own policy replaces the fleet's as a whole (no merging).
     assert fleet.agent_network(reviewer) == NetworkPolicy(mode="open")
     assert fleet.agent_network(reviewer).allow == []
-    assert fleet.agent_resources(reviewer) == Resources(memory=256 * 1024**2)
-    assert fleet.agent_resources(reviewer).cpus == 1.0
+    # Resources merge field by field: the agent's memory, the fleet's cpus.
+    assert fleet.agent_resources(reviewer) == Resources(memory=256 * 1024**2, cpus=2)
 
 
 def test_agent_inherits_defaults_when_fleet_sets_nothing():

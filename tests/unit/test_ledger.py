@@ -1,0 +1,206 @@
+"""The ledger: stable, unique uids; one run per fleet at a time; runs, audit and
+agents recorded; a forgotten fleet loses its rows but keeps its history."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jackin.errors import BusyError
+from jackin.ledger import Ledger
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Iterator[Ledger]:
+    db = Ledger(tmp_path / "l.sqlite3")
+    yield db
+    db.close()
+
+
+# --- uids ------------------------------------------------------------------------
+
+
+def test_allocate_uids_lowest_free_from_base(ledger: Ledger) -> None:
+    assert ledger.allocate_uids("demo", ["coder-1", "coder-2", "reviewer-1"], 60000, 1000) == {
+        "coder-1": 60000, "coder-2": 60001, "reviewer-1": 60002,
+    }  # fmt: skip
+
+
+def test_allocate_uids_stable_across_calls_and_ledgers(ledger: Ledger, tmp_path: Path) -> None:
+    first = ledger.allocate_uids("demo", ["coder-1", "coder-2"], 60000, 1000)
+    assert ledger.allocate_uids("demo", ["coder-2", "coder-1"], 60000, 1000) == first
+    again = Ledger(tmp_path / "l.sqlite3")
+    try:
+        assert again.allocate_uids("demo", ["coder-1", "coder-2"], 60000, 1000) == first
+    finally:
+        again.close()
+
+
+def test_allocate_uids_keeps_a_removed_instances_uid(ledger: Ledger) -> None:
+    ledger.allocate_uids("demo", ["coder-1", "coder-2"], 60000, 1000)
+    assert ledger.allocate_uids("demo", ["coder-2", "coder-3"], 60000, 1000) == {"coder-2": 60001, "coder-3": 60002}
+    assert ledger.uids("demo") == {"coder-1": 60000, "coder-2": 60001, "coder-3": 60002}
+
+
+def test_allocate_uids_unique_across_fleets(ledger: Ledger) -> None:
+    demo = ledger.allocate_uids("demo", ["coder-1", "coder-2"], 60000, 1000)
+    other = ledger.allocate_uids("other", ["coder-1", "coder-2"], 60000, 1000)
+    assert other == {"coder-1": 60002, "coder-2": 60003}
+    assert not set(demo.values()) & set(other.values())
+
+
+def test_allocate_uids_fills_gaps_from_base(ledger: Ledger) -> None:
+    ledger.allocate_uids("a", ["x-1", "x-2", "x-3"], 60000, 1000)
+    ledger.forget_fleet("a")
+    ledger.allocate_uids("b", ["y-1"], 60001, 1000)
+    assert ledger.allocate_uids("c", ["z-1", "z-2", "z-3"], 60000, 1000) == {"z-1": 60000, "z-2": 60002, "z-3": 60003}
+
+
+def test_allocate_uids_range_full(ledger: Ledger) -> None:
+    ledger.allocate_uids("demo", ["a-1", "a-2"], 60000, 3)
+    with pytest.raises(BusyError) as caught:
+        ledger.allocate_uids("demo", ["a-3", "a-4"], 60000, 3)
+    assert caught.value.message == "no free uid left in 60000..60002 for fleet 'demo'"
+    assert caught.value.hint == "raise fleet.uid_base or remove old fleets (inv fleet.down)"
+    # all or nothing: a-3 was not kept
+    assert ledger.uids("demo") == {"a-1": 60000, "a-2": 60001}
+    assert ledger.allocate_uids("demo", ["a-3"], 60000, 3) == {"a-3": 60002}
+
+
+def test_allocate_uids_range_taken_by_another_fleet(ledger: Ledger) -> None:
+    ledger.allocate_uids("demo", ["a-1", "a-2"], 60000, 2)
+    with pytest.raises(BusyError, match=r"^no free uid left in 60000\.\.60001 for fleet 'other'$"):
+        ledger.allocate_uids("other", ["a-1"], 60000, 2)
+    assert ledger.allocate_uids("other", ["a-1"], 60002, 2) == {"a-1": 60002}
+
+
+# --- lock ------------------------------------------------------------------------
+
+
+def test_lock_refuses_a_second_holder(ledger: Ledger, tmp_path: Path) -> None:
+    second = Ledger(tmp_path / "l.sqlite3")
+    try:
+        with ledger.lock("demo", "fleet.up"):
+            with pytest.raises(BusyError) as caught:
+                with second.lock("demo", "fleet.down"):
+                    pytest.fail("the second holder got the lock")
+        assert re.fullmatch(
+            rf"fleet 'demo' is busy: fleet\.up by \S+ \(pid {os.getpid()}\) since \d\d:\d\d:\d\d", caught.value.message
+        )
+        assert caught.value.hint == "wait for that run to finish (or stop it), then try again"
+        with second.lock("demo", "fleet.down"):  # released: the next run gets it
+            pass
+    finally:
+        second.close()
+
+
+def test_lock_is_per_fleet(ledger: Ledger, tmp_path: Path) -> None:
+    second = Ledger(tmp_path / "l.sqlite3")
+    try:
+        with ledger.lock("demo", "fleet.up"), second.lock("other", "fleet.up"):
+            pass
+    finally:
+        second.close()
+
+
+def test_lock_is_released_on_error(ledger: Ledger, tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError), ledger.lock("demo", "fleet.up"):
+        raise RuntimeError("boom")
+    second = Ledger(tmp_path / "l.sqlite3")
+    try:
+        with second.lock("demo", "fleet.up"):
+            pass
+    finally:
+        second.close()
+
+
+def test_lock_dir_is_private(ledger: Ledger, tmp_path: Path) -> None:
+    with ledger.lock("demo", "fleet.up"):
+        assert (tmp_path / "locks").stat().st_mode & 0o777 == 0o700
+
+
+# --- runs and audit --------------------------------------------------------------
+
+
+def test_runs(ledger: Ledger) -> None:
+    run = ledger.start_run("demo", "fleet.up", {"hosts": ["web-1"]})
+    other = ledger.start_run("other", "fleet.up")
+    [row] = ledger.runs("demo")
+    assert (row["id"], row["fleet"], row["action"], row["status"], row["finished"], row["detail"]) == (
+        run, "demo", "fleet.up", "running", None, '{"hosts": ["web-1"]}',
+    )  # fmt: skip
+    ledger.finish_run(run, "ok")
+    [row] = ledger.runs("demo")
+    assert (row["status"], row["detail"]) == ("ok", '{"hosts": ["web-1"]}')  # detail kept when not given
+    assert row["finished"] >= row["started"]
+    ledger.finish_run(other, "failed", {"error": "x"})
+    assert [(r["status"], r["detail"]) for r in ledger.runs("other")] == [("failed", '{"error": "x"}')]
+
+
+def test_audit_trail(ledger: Ledger) -> None:
+    run = ledger.start_run("demo", "fleet.up")
+    ledger.audit(run, "demo", "fleet.up", "ok", host="web-1", detail={"changed": 2})
+    ledger.audit(None, "other", "fleet.gc", "failed")
+    ledger.audit(run, "demo", "clean-check", "dirty", host="web-2", detail=["users"])
+    rows = [(r["run"], r["fleet"], r["action"], r["host"], r["result"], r["detail"]) for r in ledger.audit_trail("demo")]
+    assert rows == [(run, "demo", "fleet.up", "web-1", "ok", '{"changed": 2}'),
+                    (run, "demo", "clean-check", "web-2", "dirty", '["users"]')]  # fmt: skip
+    assert [r["fleet"] for r in ledger.audit_trail()] == ["demo", "other", "demo"]
+    assert all(r["who"] for r in ledger.audit_trail())
+
+
+# --- fleets, hosts, agents -------------------------------------------------------
+
+AGENT = {"instance": "coder-1", "agent": "coder", "uid": 60000, "user": "jk-demo--coder-1",
+         "container": "jk-demo--coder-1", "network": "jk-demo--coder-1", "home": "/srv/jackin/demo/coder-1"}  # fmt: skip
+
+
+def test_record_fleet_upserts(ledger: Ledger) -> None:
+    ledger.record_fleet("demo", "lab", "inventory/lab.yaml", "up")
+    created = ledger.fleet("demo")["created"]  # type: ignore[index]
+    ledger.record_fleet("demo", "static", None, "up")
+    row = ledger.fleet("demo")
+    assert row is not None
+    assert (row["provider"], row["inventory"], row["status"], row["created"]) == ("static", None, "up", created)
+    assert ledger.fleets() == ["demo"]
+    assert ledger.fleet("nope") is None
+
+
+def test_record_agents_replaces_a_hosts_agents(ledger: Ledger) -> None:
+    two = {**AGENT, "instance": "coder-2", "uid": 60001, "user": "jk-demo--coder-2"}
+    ledger.record_agents("demo", "web-2", [AGENT])
+    ledger.record_agents("demo", "web-1", [two, AGENT])
+    assert [(a["host"], a["instance"]) for a in ledger.agents("demo")] == [
+        ("web-1", "coder-1"), ("web-1", "coder-2"), ("web-2", "coder-1"),
+    ]  # fmt: skip
+    ledger.record_agents("demo", "web-1", [two])
+    assert [(a["host"], a["instance"], a["uid"]) for a in ledger.agents("demo")] == [
+        ("web-1", "coder-2", 60001), ("web-2", "coder-1", 60000),
+    ]  # fmt: skip
+    ledger.record_agents("demo", "web-2", [])
+    assert [a["host"] for a in ledger.agents("demo")] == ["web-1"]
+
+
+def test_forget_fleet_keeps_runs_and_audit(ledger: Ledger) -> None:
+    for fleet in ("demo", "other"):
+        ledger.record_fleet(fleet, "lab", None, "up")
+        ledger.allocate_uids(fleet, ["coder-1"], 60000, 1000)
+        ledger.record_host(fleet, "web-1", "192.0.2.10", 22, "ok")
+        ledger.record_agents(fleet, "web-1", [AGENT])
+        run = ledger.start_run(fleet, "fleet.up")
+        ledger.audit(run, fleet, "fleet.up", "ok", host="web-1")
+    ledger.forget_fleet("demo")
+    assert (ledger.uids("demo"), ledger.agents("demo")) == ({}, [])
+    assert ledger.db.execute("SELECT count(*) FROM hosts WHERE fleet = 'demo'").fetchone()[0] == 0
+    assert ledger.fleet("demo")["status"] == "down"  # type: ignore[index]
+    assert len(ledger.runs("demo")) == 1
+    assert len(ledger.audit_trail("demo")) == 1
+    # the other fleet is untouched, and demo's uid is free again
+    assert ledger.uids("other") == {"coder-1": 60001}
+    assert len(ledger.agents("other")) == 1
+    assert ledger.fleet("other")["status"] == "up"  # type: ignore[index]
+    assert ledger.allocate_uids("new", ["a-1"], 60000, 1000) == {"a-1": 60000}

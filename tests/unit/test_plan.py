@@ -1,0 +1,274 @@
+"""The fleet plan: deterministic names, paths, uids, resources, the exact hardened
+``docker run`` argv and the configuration hash that decides recreation."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from jackin import plan
+from jackin.plan import AgentPlan, FleetPlan, bridge_name, build, instances, user_name
+from jackin.spec import parse_inventory
+
+FLEET = """\
+fleet:
+  name: demo
+  provider: lab
+  agents:
+    - name: coder
+      count: 2
+    - name: reviewer
+      image: jackin/agent:v2
+      resources: {memory: 256m, cpus: 0.5, pids: 64}
+  resources: {memory: 2g, cpus: 2, pids: 512}
+  uid_base: 70000
+  address_pools:
+    - base: 10.213.0.0/16
+      size: 24
+"""
+UIDS = {"coder-1": 70000, "coder-2": 70001, "reviewer-1": 70002}
+LINUX_USER = re.compile(r"^[a-z_][a-z0-9_-]*$")
+
+
+def make_plan(text: str = FLEET, uids: dict[str, int] = UIDS) -> FleetPlan:
+    return build(parse_inventory(text, "f.yaml").fleet, uids)
+
+
+def agent(instance: str, text: str = FLEET) -> AgentPlan:
+    return next(a for a in make_plan(text).agents if a.instance == instance)
+
+
+# --- user_name -------------------------------------------------------------------
+
+
+def test_user_name_short_is_plain() -> None:
+    assert user_name("demo", "coder-1") == "jk-demo--coder-1"
+
+
+def test_user_name_of_exactly_32_characters_is_kept() -> None:
+    name = user_name("abcdefghijklmnop", "abcdefghi-1")
+    assert name == "jk-abcdefghijklmnop--abcdefghi-1"
+    assert len(name) == 32
+
+
+def test_user_name_longer_than_32_is_shortened_with_a_hash() -> None:
+    full = "jk-abcdefghijklmnop--abcdefghij-1"  # 33 characters
+    name = user_name("abcdefghijklmnop", "abcdefghij-1")
+    assert len(full) == 33
+    assert len(name) == 32
+    assert name.startswith(full[:25] + "-")
+    assert re.fullmatch(r"[0-9a-f]{6}", name[26:])
+    assert LINUX_USER.match(name)
+
+
+def test_user_name_is_pinned() -> None:
+    """Deployed users carry these names: a change would orphan them on every host."""
+    assert user_name("abcdefghijklmnop", "abcdefghij-1") == "jk-abcdefghijklmnop--abcd-952324"
+
+
+def test_user_name_is_deterministic_and_keeps_long_names_apart() -> None:
+    first = user_name("nightly-builders", "reviewer-for-pull-reqs-1")
+    assert first == user_name("nightly-builders", "reviewer-for-pull-reqs-1")
+    # same first 25 characters, different instance: the hash keeps them apart
+    assert first != user_name("nightly-builders", "reviewer-for-pull-reqs-2")
+
+
+def test_user_name_of_the_longest_spec_fits_linux() -> None:
+    fleet, agent_name = "f" * 16, "a" * 24  # the spec's maximum lengths, count up to 64
+    name = user_name(fleet, f"{agent_name}-64")
+    assert len(name) <= plan.MAX_NAME == 32
+    assert LINUX_USER.match(name)
+
+
+def test_user_name_is_unique_across_fleets() -> None:
+    """Fleet 'demo' agent 'x-coder' and fleet 'demo-x' agent 'coder' once both gave 'jk-demo-x-coder-1'."""
+    assert user_name("demo", "x-coder-1") != user_name("demo-x", "coder-1")
+    assert user_name("a", "b-c-1") != user_name("a-b", "c-1")
+
+
+def test_user_name_shortened_names_stay_apart_across_fleets() -> None:
+    long = "abcdefghijklmnopqrstuv"  # agent names of 24 characters: both user names are shortened
+    assert user_name("demo", f"x-{long}-1") != user_name("demo-x", f"{long}-1")
+
+
+# --- bridge_name -----------------------------------------------------------------
+
+
+def test_bridge_name_fits_the_linux_interface_limit() -> None:
+    for fleet, instance in [("demo", "coder-1"), ("f" * 16, "a" * 24 + "-64")]:
+        name = bridge_name(fleet, instance)
+        assert len(name) <= 15
+        assert re.fullmatch(r"jk[0-9a-f]{8}", name)
+
+
+def test_bridge_name_is_deterministic_and_pinned() -> None:
+    assert bridge_name("demo", "coder-1") == bridge_name("demo", "coder-1") == "jk668ccdd6"
+
+
+def test_bridge_name_differs_per_fleet_and_instance() -> None:
+    names = {bridge_name("demo", "coder-1"), bridge_name("demo", "coder-2"), bridge_name("demo-2", "coder-1"),
+             bridge_name("demo", "x-coder-1"), bridge_name("demo-x", "coder-1")}  # fmt: skip
+    assert len(names) == 5
+
+
+# --- instances -------------------------------------------------------------------
+
+
+def test_instances_in_spec_order() -> None:
+    fleet = parse_inventory(FLEET, "f.yaml").fleet
+    assert instances(fleet) == [("coder", "coder-1"), ("coder", "coder-2"), ("reviewer", "reviewer-1")]
+
+
+# --- build -----------------------------------------------------------------------
+
+
+def test_build_fleet() -> None:
+    result = make_plan()
+    assert (result.fleet, result.root, result.uid_min, result.uid_max) == ("demo", "/srv/jackin", 70000, 70999)
+    assert result.fleet_dir == "/srv/jackin/demo"
+    assert result.marker == "/var/lib/jackin/fleet-demo.json"
+    assert [(p.base, p.size) for p in result.address_pools] == [("10.213.0.0/16", 24)]
+    assert [a.instance for a in result.agents] == ["coder-1", "coder-2", "reviewer-1"]
+
+
+def test_build_agent() -> None:
+    coder = agent("coder-2")
+    assert coder.model_dump(exclude={"command", "policy"}) == {
+        "fleet": "demo",
+        "agent": "coder",
+        "instance": "coder-2",
+        "role": "demo",
+        "uid": 70001,
+        "user": "jk-demo--coder-2",
+        "home": "/srv/jackin/demo/coder-2",
+        "workspace": "/srv/jackin/demo/coder-2/workspace",
+        "container": "jk-demo--coder-2",
+        "network": "jk-demo--coder-2",
+        "bridge": bridge_name("demo", "coder-2"),
+        "image": "jackin/agent:busybox",
+        "memory": 2 * 1024**3,
+        "cpus": 2.0,
+        "pids": 512,
+    }
+    assert coder.command == plan.IDLE
+    assert coder.labels == {"jackin.fleet": "demo", "jackin.agent": "coder-2"}
+
+
+def test_build_container_and_network_are_the_user() -> None:
+    for a in make_plan().agents:
+        assert a.container == a.network == a.user == user_name("demo", a.instance)
+
+
+def test_build_takes_uids_from_the_mapping() -> None:
+    result = make_plan(uids={"coder-1": 70500, "coder-2": 70007, "reviewer-1": 70003})
+    assert [a.uid for a in result.agents] == [70500, 70007, 70003]
+
+
+def test_build_agent_resources_and_image_override_the_fleet() -> None:
+    reviewer = agent("reviewer-1")
+    assert (reviewer.memory, reviewer.cpus, reviewer.pids) == (256 * 1024**2, 0.5, 64)
+    assert reviewer.image == "jackin/agent:v2"
+
+
+def test_build_defaults_without_any_resources() -> None:
+    text = "fleet:\n  name: demo\n  provider: lab\n  agents:\n    - name: coder\n"
+    only = make_plan(text, {"coder-1": 60000}).agents[0]
+    assert (only.memory, only.cpus, only.pids, only.image) == (1024**3, 1.0, 256, plan.DEFAULT_IMAGE)
+
+
+def test_build_missing_uid_is_an_error() -> None:
+    with pytest.raises(KeyError):
+        make_plan(uids={"coder-1": 70000})
+
+
+# --- run_args --------------------------------------------------------------------
+
+
+def test_run_args_exact() -> None:
+    reviewer = agent("reviewer-1")
+    assert reviewer.run_args() == [
+        "--name", "jk-demo--reviewer-1",
+        "--hostname", "reviewer-1",
+        "--user", "70002:70002",
+        "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges",
+        "--read-only",
+        "--tmpfs", "/tmp:rw,nosuid,nodev,size=64m",
+        "--memory", "268435456",
+        "--memory-swap", "268435456",
+        "--cpus", "0.5",
+        "--pids-limit", "64",
+        "--network", "jk-demo--reviewer-1",
+        "--mount", "type=bind,src=/srv/jackin/demo/reviewer-1/workspace,dst=/workspace",
+        "--workdir", "/workspace",
+        "--env", "HOME=/workspace",
+        "--restart", "unless-stopped",
+        "--log-opt", "max-size=10m",
+        "--log-opt", "max-file=3",
+        "--dns", "127.0.0.1",
+        "--label", "jackin.agent=reviewer-1",
+        "--label", "jackin.fleet=demo",
+        "--label", f"jackin.config={reviewer.config_hash}",
+        "jackin/agent:v2",
+        "sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done",
+    ]  # fmt: skip
+
+
+def test_run_args_whole_cpus_have_no_decimals() -> None:
+    assert agent("coder-1").run_args()[agent("coder-1").run_args().index("--cpus") + 1] == "2"
+
+
+def test_run_args_mount_only_the_workspace() -> None:
+    args = agent("coder-1").run_args()
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--mount"] == [
+        "type=bind,src=/srv/jackin/demo/coder-1/workspace,dst=/workspace"
+    ]
+    forbidden = {"-v", "--volume", "--volumes-from", "--privileged", "--cap-add", "--device", "--pid", "--ipc",
+                 "--userns", "--net", "-p", "--publish", "--publish-all", "-P"}  # none by default  # fmt: skip
+    assert not forbidden & set(args)
+    assert not any(a.startswith(("--network=host", "--security-opt=seccomp", "--volume=")) for a in args)
+
+
+# --- config_hash -----------------------------------------------------------------
+
+
+def test_config_hash_is_stable_and_short() -> None:
+    assert agent("coder-1").config_hash == make_plan().agents[0].config_hash
+    assert re.fullmatch(r"[0-9a-f]{12}", agent("coder-1").config_hash)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"memory": 2 * 1024**3 + 1}, {"cpus": 1.5}, {"pids": 513}, {"image": "jackin/agent:v3"}, {"uid": 70010},
+     {"command": ["sleep", "infinity"]}, {"role": "codex"}],
+    ids=lambda c: next(iter(c)),
+)  # fmt: skip
+def test_config_hash_changes_with_the_container_settings(change: dict) -> None:
+    before = agent("coder-1")
+    assert before.model_copy(update=change).config_hash != before.config_hash
+
+
+@pytest.mark.parametrize(
+    "change", [{"agent": "renamed"}, {"user": "someone"}, {"home": "/elsewhere"}, {"bridge": "jk00000000"}],
+    ids=lambda c: next(iter(c)),
+)  # fmt: skip
+def test_config_hash_ignores_what_does_not_recreate_the_container(change: dict) -> None:
+    before = agent("coder-1")
+    assert before.model_copy(update=change).config_hash == before.config_hash
+
+
+def test_config_hash_same_settings_different_agent_name() -> None:
+    """Two agents of identical settings differ only by their container-level fields."""
+    a, b = agent("coder-1"), agent("coder-2")
+    same = b.model_copy(update={"uid": a.uid, "network": a.network, "workspace": a.workspace,
+                                "container": a.container})  # fmt: skip
+    assert same.config_hash == a.config_hash
+
+
+def test_config_hash_follows_a_fleet_resources_change_in_the_spec() -> None:
+    before = agent("coder-1")
+    after = agent("coder-1", FLEET.replace("memory: 2g", "memory: 3g"))
+    unchanged = agent("reviewer-1", FLEET.replace("memory: 2g", "memory: 3g"))
+    assert after.config_hash != before.config_hash
+    assert unchanged.config_hash == agent("reviewer-1").config_hash

@@ -1,0 +1,137 @@
+"""Fleet status: canned ``status_command`` output -> per-agent uptime, CPU, memory,
+restarts and error; and the command itself is valid POSIX sh."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from jackin.status import SAMPLE, AgentStatus, parse_status, status_command
+
+NOW = 1767369600.5  # 2026-01-02T16:00:00.5Z
+ID = "0123456789abcdef" * 4
+
+
+def row(name: str, state: str, started: str, restarts: int, instance: str, user: str, memory: int, pid: int,
+        error: str = "") -> str:  # fmt: skip
+    """One ``docker inspect --format`` line as status_command prints it."""
+    return "|".join([ID, f"/{name}", state, started, str(restarts), instance, user, name, str(memory), str(pid), error])
+
+
+OUTPUT = "\n".join([
+    "1767369600.500000000",
+    "##drops",
+    "##rows",
+    row("jk-demo--reviewer-1", "exited", "2026-01-02T15:00:00.000000000Z", 4, "reviewer-1", "60002:60002",
+        0, 0, "OCI runtime create failed: exec: \"sh\": not found | see logs"),
+    row("jk-demo--coder-2", "running", "2026-01-02T15:59:00.250000000Z", 0, "coder-2", "60001:60001", 536870912, 4242),
+    row("jk-demo--coder-1", "running", "2026-01-01T12:00:00.500000000Z", 3, "coder-1", "60000:60000", 1073741824, 4141),
+    "##1",
+    "4242 1000000000 10485760",
+    "4141 5000000000 20971520",
+    "##2",
+    "4242 1050000000 10485761",
+    "4141 5250000000 20971530",
+])  # fmt: skip
+
+
+def test_parse_status() -> None:
+    now, agents = parse_status(OUTPUT)
+    assert now == NOW
+    assert agents == [
+        AgentStatus(instance="coder-1", container="jk-demo--coder-1", state="running", uid=60000,
+                    network="jk-demo--coder-1", uptime=100800.0, cpu_percent=100.0,
+                    memory=20971530, memory_limit=1073741824, restarts=3),
+        AgentStatus(instance="coder-2", container="jk-demo--coder-2", state="running", uid=60001,
+                    network="jk-demo--coder-2", uptime=60.25, cpu_percent=20.0, memory=10485761,
+                    memory_limit=536870912),
+        AgentStatus(instance="reviewer-1", container="jk-demo--reviewer-1", state="exited", uid=60002,
+                    network="jk-demo--reviewer-1", restarts=4,
+                    error="OCI runtime create failed: exec: \"sh\": not found | see logs"),
+    ]  # fmt: skip
+
+
+def test_rows_right_after_the_date_are_read_too() -> None:
+    """The shape without the firewall's drop counters: rows straight after the date."""
+    plain = OUTPUT.replace("##drops\n##rows\n", "")
+    assert "##rows" not in plain
+    assert parse_status(plain) == parse_status(OUTPUT)
+
+
+def test_cpu_percent_is_over_the_sample_interval() -> None:
+    assert SAMPLE == 0.25
+    output = "\n".join(["100", row("c", "running", "1970-01-01T00:00:00Z", 0, "a-1", "60000:60000", 0, 7),
+                        "##1", "7 0 1", "##2", f"7 {int(SAMPLE * 1e9 * 1.5)} 2"])  # fmt: skip
+    [agent] = parse_status(output)[1]
+    assert (agent.cpu_percent, agent.memory, agent.uptime, agent.memory_limit) == (150.0, 2, 100.0, None)
+
+
+def test_stopped_container_has_no_cpu_or_memory() -> None:
+    output = "\n".join(["100", row("c", "exited", "1970-01-01T00:00:01Z", 0, "a-1", "60000:60000", 1024, 0),
+                        "##1", "##2"])  # fmt: skip
+    [agent] = parse_status(output)[1]
+    assert (agent.cpu_percent, agent.memory, agent.uptime, agent.memory_limit) == (None, None, None, 1024)
+
+
+def test_unreadable_cgroup_gives_no_cpu_or_memory() -> None:
+    output = "\n".join(["100", row("c", "running", "1970-01-01T00:00:01Z", 0, "a-1", "", 0, 7),
+                        "##1", "7  ", "##2", "7  "])  # fmt: skip
+    [agent] = parse_status(output)[1]
+    assert (agent.cpu_percent, agent.memory, agent.uid) == (None, None, None)
+
+
+def test_one_sample_missing_gives_no_cpu() -> None:
+    output = "\n".join(["100", row("c", "running", "1970-01-01T00:00:01Z", 0, "a-1", "1:1", 0, 7), "##1", "##2", "7 5 6"])
+    assert parse_status(output)[1][0].cpu_percent is None
+
+
+def test_created_container_has_no_uptime() -> None:
+    output = "\n".join(["100", row("c", "created", "0001-01-01T00:00:00Z", 0, "a-1", "1:1", 0, 0)])
+    assert parse_status(output)[1][0].uptime is None
+    running_zero = "\n".join(["100", row("c", "running", "0001-01-01T00:00:00Z", 0, "a-1", "1:1", 0, 9)])
+    assert parse_status(running_zero)[1][0].uptime is None
+
+
+def test_unlabelled_container_is_named_by_its_container() -> None:
+    output = "\n".join(["100", row("jk-demo--x", "running", "1970-01-01T00:00:01Z", 0, "", "1:1", 0, 9)])
+    assert parse_status(output)[1][0].instance == "jk-demo--x"
+
+
+def test_nanosecond_start_times() -> None:
+    output = "\n".join(["100", row("c", "running", "1970-01-01T00:00:01.999999999Z", 0, "a-1", "1:1", 0, 9)])
+    assert parse_status(output)[1][0].uptime == pytest.approx(98.000001, abs=1e-9)
+
+
+def test_start_in_the_future_is_zero_uptime() -> None:
+    output = "\n".join(["100", row("c", "running", "1970-01-01T00:05:00Z", 0, "a-1", "1:1", 0, 9)])
+    assert parse_status(output)[1][0].uptime == 0.0
+
+
+@pytest.mark.parametrize("output", ["", "1767369600.5", "1767369600.5\n"], ids=["nothing", "date", "date-newline"])
+def test_no_containers(output: str) -> None:
+    assert parse_status(output)[1] == []
+
+
+def test_date_only_keeps_the_hosts_time() -> None:
+    assert parse_status("1767369600.123456789\n") == (1767369600.123456789, [])
+
+
+def test_status_command_is_valid_posix_sh() -> None:
+    result = subprocess.run(["sh", "-n", "-c", status_command("demo")], capture_output=True, text=True, timeout=10)
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_status_command_shape() -> None:
+    command = status_command("my fleet")
+    assert command.startswith("date +%s.%N; ")
+    assert "--filter 'label=jackin.fleet=my fleet'" in command
+    assert f"sleep {SAMPLE};" in command
+    assert command.index("echo '##1'") < command.index(f"sleep {SAMPLE}") < command.index("echo '##2'")
+
+
+def test_status_command_writes_no_temp_file() -> None:
+    """It runs as root: a predictable name in /tmp (it once used /tmp/.jackin-status.$$) could be a planted symlink."""
+    command = status_command("demo")
+    assert "/tmp/" not in command
+    assert ">" not in command.replace("2>/dev/null", "").replace(">/dev/null", "").replace("$10 > 0", "")
