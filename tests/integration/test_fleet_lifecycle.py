@@ -80,7 +80,7 @@ def test_agents_are_isolated_from_each_other_and_the_host(flab, fleet):
     name, spec = fleet
     result = up_json(spec)
     assert [h["failed"] for h in result["run"]["hosts"]] == [0, 0]
-    a, b = f"jk-{name}-coder-1", f"jk-{name}-coder-2"
+    a, b = f"jk-{name}--coder-1", f"jk-{name}--coder-2"
     uid_a = sh(flab, 0, f"id -u {a}").stdout.strip()
 
     # Each agent runs as its own uid with no capabilities, on a read-only root.
@@ -131,9 +131,9 @@ def test_second_up_changes_nothing_and_a_limit_change_touches_one_agent(flab, fl
     third = up_json(changed_spec)
     assert [h["changed"] for h in third["run"]["hosts"]] == [1, 1]
     after = ids()
-    assert after[f"jk-{name}-coder-1"] == before[f"jk-{name}-coder-1"]
-    assert after[f"jk-{name}-coder-2"] == before[f"jk-{name}-coder-2"]
-    assert after[f"jk-{name}-reviewer-1"] != before[f"jk-{name}-reviewer-1"]
+    assert after[f"jk-{name}--coder-1"] == before[f"jk-{name}--coder-1"]
+    assert after[f"jk-{name}--coder-2"] == before[f"jk-{name}--coder-2"]
+    assert after[f"jk-{name}--reviewer-1"] != before[f"jk-{name}--reviewer-1"]
 
 
 def test_uids_are_recorded_and_stable(flab, fleet):
@@ -206,7 +206,7 @@ def test_status_shows_every_agent_and_an_unreachable_host_without_hanging(flab, 
         assert [a["instance"] for a in host["agents"]] == ["coder-1", "coder-2", "reviewer-1"]
         for agent in host["agents"]:
             assert agent["state"] == "running" and agent["uid"] >= 60000
-            assert agent["container"] == f"jk-{name}-{agent['instance']}" and agent["network"] == agent["container"]
+            assert agent["container"] == f"jk-{name}--{agent['instance']}" and agent["network"] == agent["container"]
             assert agent["memory"] and agent["memory_limit"]
 
     victim = flab.status().hosts[1]
