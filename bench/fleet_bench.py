@@ -35,8 +35,10 @@ from typing import Any
 STATE = tempfile.mkdtemp(prefix="jackin-bench-")
 os.environ["JACKIN_STATE_DIR"] = STATE  # before jackin is imported
 
+from jackin import firewall  # noqa: E402
 from jackin import fleet as fleet_api  # noqa: E402
 from jackin import plan as planning  # noqa: E402
+from jackin.errors import JackinError  # noqa: E402
 from jackin.lab import Lab  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,6 +54,13 @@ INVENTORY = """fleet:
   network: {{mode: none}}
   resources: {{memory: 512m, cpus: 1, pids: 256}}
 """
+
+
+class BenchError(Exception):
+    pass
+
+
+INOTIFY_PER_HOST = 8  # measured on booted lab hosts
 TARGETS = {"fleet.up cold": 2.0, "fleet.up warm": 1.0, "fleet.status": 2.0}
 
 
@@ -64,7 +73,7 @@ def timed(argv: list[str], stdin: str | None = None) -> tuple[float, subprocess.
 def cli(*args: str, ok: tuple[int, ...] = (0,)) -> tuple[float, str]:
     seconds, proc = timed([PY, "-m", "invoke", *args])
     if proc.returncode not in ok:
-        raise SystemExit(f"inv {' '.join(args)}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        raise BenchError(f"inv {' '.join(args)}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return seconds, proc.stdout
 
 
@@ -86,15 +95,23 @@ def ssh_all(lab: Lab, ports: list[int], script: str) -> float:
             stdin.close()
     for proc, err in zip(procs, errors):
         if proc.returncode != 0:
-            raise SystemExit(f"floor script failed (exit {proc.returncode}): {err.strip()[-1000:]}")
+            raise BenchError(f"floor script failed (exit {proc.returncode}): {err.strip()[-1000:]}")
     return seconds
+
+
+def inotify() -> tuple[int, int]:
+    """inotify instances in use and root's limit: a booted lab host (systemd) holds 8, so the limit caps N."""
+    used = 0
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            used += os.readlink(fd) == "anon_inode:inotify"
+        except OSError:
+            pass
+    return used, int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
 
 
 def median(fn: Callable[[], float], k: int) -> float:
     return statistics.median(fn() for _ in range(k))
-
-
-# --- the plain scripts ------------------------------------------------------------
 
 
 def q(*args: str) -> str:
@@ -110,10 +127,18 @@ def plain_scripts(plan: planning.FleetPlan) -> dict[str, str]:
              f"[ ! -d {plan.fleet_dir} ] || find {plan.fleet_dir} -maxdepth 2 -printf '%m %U %G %p\\n'\n"
              f"docker ps -a --filter {label} --format '{{{{.Names}}}} {{{{.State}}}} {{{{.Label \"jackin.config\"}}}}'\n"
              f"docker network ls --filter {label} --format '{{{{.Name}}}}'\n"
-             f"test -e {plan.marker} || true\nnft list table inet jackin-{plan.fleet} >/dev/null 2>&1 || true\n")  # fmt: skip
+             f"test -e {plan.marker} || true\ncat {firewall.NFT_DIR}/{plan.fleet}.sha 2>/dev/null || true\n"
+             f"nft list table inet jackin-{plan.fleet} >/dev/null 2>&1 || true\n")  # fmt: skip
     cold = ["set -e", bootstrap.rstrip(),
             q("install", "-d", "-m", "0755", "-o", "root", "-g", "root", planning.ROOT),
             q("install", "-d", "-m", "0711", "-o", "root", "-g", "root", plan.fleet_dir)]  # fmt: skip
+    f, nft = plan.fleet, f"{firewall.NFT_DIR}/{plan.fleet}"  # the egress policy, before any agent starts
+    cold += [f"install -d -m 0755 {path.rsplit('/', 1)[0]} && printf '%s' {shlex.quote(text)} > {path}"
+             for path, text in sorted(firewall.bundle(plan).items())]  # fmt: skip
+    cold += [f"chmod 0755 {firewall.RESOLVER}", f"nft -c -f {nft}.nft && nft -f {nft}.nft", "systemctl daemon-reload",
+             f"systemctl enable --quiet jackin-nft-{f}.service jackin-nft-resolve-{f}.timer",
+             f"systemctl start jackin-nft-resolve-{f}.timer", f"{firewall.RESOLVER} {f} || true",
+             f"echo {firewall.bundle_hash(plan)} > {nft}.sha"]  # fmt: skip
     for a in plan.agents:
         uid = str(a.uid)
         cold += [q("groupadd", "--gid", uid, a.user),
@@ -130,11 +155,13 @@ def plain_scripts(plan: planning.FleetPlan) -> dict[str, str]:
     down = ["set -e", q("docker", "rm", "-f", *users) + " >/dev/null", q("docker", "network", "rm", *users) + " >/dev/null",
             *(q("userdel", u) for u in users), *(f"! getent group {u} >/dev/null || groupdel {u}" for u in users),
             q("rm", "-rf", "--one-file-system", plan.fleet_dir), f"rmdir {planning.ROOT} 2>/dev/null || true",
-            q("rm", "-f", plan.marker), check]  # fmt: skip
+            q("rm", "-f", plan.marker),
+            f"systemctl disable --now --quiet jackin-nft-{f}.service jackin-nft-resolve-{f}.timer "
+            f"jackin-nft-resolve-{f}.service 2>/dev/null || true", f"nft delete table inet jackin-{f}",
+            q("rm", "-f", *firewall.owned_paths(f)), "systemctl daemon-reload",
+            f"ls {firewall.NFT_DIR}/*.nft >/dev/null 2>&1 || {{ rm -f {firewall.RESOLVER}; "
+            f"rmdir {firewall.NFT_DIR} /etc/jackin /usr/local/lib/jackin 2>/dev/null; true; }}", check]  # fmt: skip
     return {"cold": "\n".join(cold) + "\n", "warm": bootstrap + check, "down": "\n".join(down) + "\n"}
-
-
-# --- one N ---------------------------------------------------------------------------
 
 
 def bench(n: int, repeat: int, work: Path) -> dict[str, Any]:
@@ -145,10 +172,19 @@ def bench(n: int, repeat: int, work: Path) -> dict[str, Any]:
     spec = fleet_api.load(floor_inv).fleet
     floor_plan = planning.build(spec, {inst: 62000 + i for i, (_, inst) in enumerate(planning.instances(spec))})
     scripts = plain_scripts(floor_plan)
+    used, limit = inotify()
+    if used + INOTIFY_PER_HOST * n > limit:  # hosts beyond it exit 255 at boot, and other labs' hosts would too
+        raise BenchError(f"skipped: {n} lab hosts need ~{INOTIFY_PER_HOST * n} inotify instances, {used} of {limit} "
+                         "are in use (raise fs.inotify.max_user_instances to run it)")  # fmt: skip
     lab = Lab(lab_name)
     try:
         start = time.perf_counter()
-        status = lab.up(n, timeout=900)
+        try:
+            status = lab.up(n, timeout=300)
+        except JackinError as error:
+            states = sorted(f"{h.name}={h.state}" for h in lab.status().hosts if h.state != "running")
+            raise BenchError(f"lab.up({n}): {error.message}; not running: {' '.join(states) or 'none'}; "
+                             f"inotify instances in use/limit: {inotify()}") from None
         r["lab.up"] = time.perf_counter() - start
         ports = [h.port for h in status.hosts]
         r["ssh true"] = median(lambda: ssh_all(lab, ports, "true\n"), repeat)
@@ -159,18 +195,14 @@ def bench(n: int, repeat: int, work: Path) -> dict[str, Any]:
         r["plain warm"] = median(lambda: ssh_all(lab, ports, scripts["warm"]), repeat)
         r["plain down"] = ssh_all(lab, ports, scripts["down"])
 
-        r["fleet.up cold"], out = cli("fleet.up", "-i", str(inv), "--yes", "--json")
-        cold = json.loads(out)["run"]
-        r["cold engine"], r["cold host max"] = cold["elapsed"], max(h["elapsed"] for h in cold["hosts"])
-        r["cold changed"] = sum(h["changed"] for h in cold["hosts"])
-        warm_runs = []
-        for _ in range(repeat):
-            seconds, out = cli("fleet.up", "-i", str(inv), "--yes", "--json")
-            warm_runs.append((seconds, json.loads(out)["run"]))
-        warm_runs.sort(key=lambda x: x[0])
-        r["fleet.up warm"], warm = warm_runs[len(warm_runs) // 2]
-        r["warm engine"], r["warm host max"] = warm["elapsed"], max(h["elapsed"] for h in warm["hosts"])
-        r["warm changed"] = max(sum(h["changed"] for h in run["hosts"]) for _, run in warm_runs)
+        runs = [(s, json.loads(out)["run"]) for s, out in (cli("fleet.up", "-i", str(inv), "--yes", "--json")
+                                                          for _ in range(1 + repeat))]  # fmt: skip
+        warm = sorted(runs[1:], key=lambda x: x[0])
+        for kind, (seconds, run) in (("cold", runs[0]), ("warm", warm[len(warm) // 2])):
+            r[f"fleet.up {kind}"], r[f"{kind} engine"] = seconds, run["elapsed"]
+            r[f"{kind} host max"] = max(h["elapsed"] for h in run["hosts"])
+            batch = runs[1:] if kind == "warm" else runs[:1]  # warm: the most any warm run changed
+            r[f"{kind} changed"] = max(sum(h["changed"] for h in x["hosts"]) for _, x in batch)
         statuses = [cli("fleet.status", "-i", str(inv), "--json") for _ in range(repeat)]
         r["fleet.status"] = statistics.median(s for s, _ in statuses)
         doc = json.loads(statuses[-1][1])
@@ -192,9 +224,6 @@ def down_phases(wall0: float) -> dict[str, float]:
     db.close()
     return {"down to engine": started - wall0, "down engine": finished - started, "down check": checked - finished,
             "down before lab rm": checked - wall0}  # fmt: skip
-
-
-# --- report ----------------------------------------------------------------------------
 
 
 def report(r: dict[str, Any]) -> None:
@@ -242,13 +271,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="median of K for floors, warm up and status")
     args = parser.parse_args()
     counts = sorted({int(x) for x in args.hosts.split(",")} | ({16, 32} if args.scale else set()))
-    print(f"state dir {STATE}; python {PY}; {os.cpu_count()} CPUs; repeat {args.repeat}", flush=True)
+    rev = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True, text=True).stdout
+    used, limit = inotify()
+    print(f"jackin {rev.strip()}; state {STATE}; {os.cpu_count()} CPUs; repeat {args.repeat}; inotify {used}/{limit}")
     results = []
     try:
         with tempfile.TemporaryDirectory() as work:
             for n in counts:
-                results.append(bench(n, args.repeat, Path(work)))
-                report(results[-1])
+                try:
+                    results.append(bench(n, args.repeat, Path(work)))
+                    report(results[-1])
+                except BenchError as error:
+                    print(f"\n== W({n} hosts, 3 agents): FAILED: {error}")
                 sys.stdout.flush()
     finally:
         shutil.rmtree(STATE, ignore_errors=True)

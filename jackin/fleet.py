@@ -256,7 +256,7 @@ def down(
     try:
         with ledger.lock(fleet.name, "fleet.down"):
             hosts = targets(inventory, bring_up=False)
-            lab_spec = fleet.lab or LabSpec() if fleet.provider == "lab" else None
+            lab_spec = (fleet.lab or LabSpec()) if fleet.provider == "lab" else None
             if lab_spec is not None and not hosts:
                 ledger.forget_fleet(fleet.name)
                 removed = not keep_lab and _destroy_lab(lab_spec, log)

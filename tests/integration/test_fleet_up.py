@@ -6,6 +6,8 @@ import json
 
 from jackin.engine import EngineRequest, run
 from jackin.fleet import deploys_dir
+from jackin.plan import build
+from jackin.spec import parse_inventory
 from jackin.ssh import connect
 
 from .conftest import inv
@@ -22,8 +24,8 @@ def _inventory(tmp_path, lab_name: str, hosts: int = 2) -> str:
 
 def test_fleet_up_deploys_to_every_host_and_converges(lab, tmp_path):
     spec = _inventory(tmp_path, lab.name)
-    first = inv("fleet.up", "-i", spec, "--json", check=True)
-    result = json.loads(first.stdout)
+    first = inv("fleet.up", "-i", spec, "--yes", "--json", check=True)
+    result = json.loads(first.stdout)["run"]
     assert [h["host"] for h in result["hosts"]] == [f"{lab.name}-1", f"{lab.name}-2"]
     for host in result["hosts"]:
         assert host["connected"] and host["failed"] == 0 and host["error"] is None
@@ -31,14 +33,24 @@ def test_fleet_up_deploys_to_every_host_and_converges(lab, tmp_path):
     for host in lab.status().hosts:
         with connect(host.target()) as conn:
             marker = conn.run("cat /var/lib/jackin/fleet-itest.json", hide=True).stdout
-        assert json.loads(marker) == {"fleet": "itest", "managed_by": "jackin"}
+        assert json.loads(marker) == {"fleet": "itest", "managed_by": "jackin", "root": "/srv/jackin/itest"}
 
-    second = json.loads(inv("fleet.up", "-i", spec, "--json", check=True).stdout)
-    assert [h["changed"] for h in second["hosts"]] == [0, 0]
+    second = json.loads(inv("fleet.up", "-i", spec, "--yes", "--json", check=True).stdout)
+    assert [h["changed"] for h in second["run"]["hosts"]] == [0, 0]
+
+
+def test_dry_run_shows_the_commands_and_changes_nothing(lab, tmp_path):
+    spec = _inventory(tmp_path, lab.name)
+    text = open(spec).read().replace("name: itest", "name: idry")
+    open(spec, "w").write(text)
+    done = inv("fleet.up", "-i", spec, "--dry-run", check=True)
+    assert "would change" in done.stdout and "$ useradd" in done.stdout
+    with connect(lab.status().hosts[0].target()) as conn:
+        assert conn.run("getent passwd jk-idry--coder-1", hide=True, warn=True).failed
 
 
 def test_fleet_up_prints_a_per_host_summary(lab, tmp_path):
-    done = inv("fleet.up", "-i", _inventory(tmp_path, lab.name), check=True)
+    done = inv("fleet.up", "-i", _inventory(tmp_path, lab.name), "--yes", check=True)
     for n in (1, 2):
         assert f"{lab.name}-{n}" in done.stdout
     assert "2 ok, 0 failed" in done.stdout
@@ -59,9 +71,12 @@ def test_engine_refuses_a_changed_host_key_and_keeps_the_other_host(lab, tmp_pat
         + "\n"
     )
     bad = hosts[0].target().model_copy(update={"known_hosts": tampered})
-    result = run(EngineRequest(deploy=str(deploys_dir() / "hello.py"), targets=[bad, good], data={"fleet": "itest"}))
+    text = open(_inventory(tmp_path, lab.name)).read().replace("name: itest", "name: ikey")
+    plan = build(parse_inventory(text).fleet, {"coder-1": 60100})
+    result = run(EngineRequest(deploy=str(deploys_dir() / "fleet.py"), targets=[bad, good],
+                               data=plan.model_dump(mode="json"), dry_run=True))  # fmt: skip
     by_host = {h.host: h for h in result.hosts}
-    assert not by_host[bad.name].connected and by_host[bad.name].error
+    assert not by_host[bad.name].connected and "host key" in by_host[bad.name].error.lower()
     assert by_host[good.name].ok
     assert tampered.read_text().count(f"[127.0.0.1]:{hosts[0].port} ") == 1  # never re-learned
 
