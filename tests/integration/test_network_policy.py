@@ -62,6 +62,7 @@ def write_spec(tmp_path, lab: Lab, *, allow_extra: str = "", domains: bool = Fal
             {"name": "allow", "network": {"mode": "allowlist", "allow": allow}},
             {"name": "open", "network": {"mode": "open", "allow": [f"{a['priv']}:8080"]}},
             {"name": "peer", "network": {"mode": "none"}},
+            {"name": "web", "network": {"mode": "none", "publish": [{"port": 8080, "host_port": 18080}]}},
         ],
         "resources": {"memory": "128m", "cpus": 0.5, "pids": 64},
     }}))  # fmt: skip
@@ -124,6 +125,20 @@ def test_always_denied_in_every_mode(nlab, net, agent):
         assert reach(net, nlab, agent, target, port) == "blocked", f"{agent} reached {what}"
 
 
+def test_a_published_port_answers_while_egress_stays_closed(nlab, net):
+    web = user_name(FLEET, "web-1")
+    sh(nlab, f"docker exec -d {web} nc -ll -p 8080 -e /bin/echo published")
+    deadline = time.monotonic() + 10
+    while not host_reaches(nlab, "127.0.0.1", 18080) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert host_reaches(nlab, "127.0.0.1", 18080)  # inbound, on the bind address the spec names
+    assert "0.0.0.0:18080" not in sh(nlab, "ss -Hltn").stdout
+    assert reach(net, nlab, "web-1", net["pub"], 8080) == "blocked"  # its egress is still none
+    status = json.loads(inv("fleet.status", "-i", net["spec"], "--json").stdout)
+    web_status = next(a for a in status["hosts"][0]["agents"] if a["instance"] == "web-1")
+    assert web_status["enforcement"].startswith("partial: published ports")
+
+
 def test_the_agents_unix_user_on_the_host_is_bound_too(nlab, net):
     user = user_name(FLEET, "closed-1")
     for target, port in ((net["pub"], 8080), ("127.0.0.1", 22)):
@@ -167,7 +182,7 @@ def _wait_running(lab: Lab, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         out = sh(lab, f"docker ps --filter label=jackin.fleet={FLEET} --filter status=running -q | wc -l", warn=True)
-        if out.ok and out.stdout.strip() == "4":
+        if out.ok and out.stdout.strip() == "5":
             return
         time.sleep(0.5)
     raise AssertionError("agent containers did not come back")
