@@ -1,11 +1,10 @@
-"""Bring a fleet up on one host: bootstrap, then one isolated environment per agent.
+"""Bring a fleet up on one host: bootstrap, the egress policy, then one isolated environment per agent.
 
 `inv fleet.up` runs this with the plan in host.data.jackin (see jackin/plan.py).
 By hand: pyinfra --data jackin='<FleetPlan JSON>' INVENTORY deploys/fleet.py
 """
 
 from pyinfra import host
-from pyinfra.facts.server import Arch, Hostname, KernelVersion, LinuxDistribution, Which
 from pyinfra.operations import apt, systemd
 
 from jackin.engine import report
@@ -13,31 +12,22 @@ from jackin.operations import firewall, fleet, host as host_ops
 from jackin.plan import FleetPlan
 
 plan = FleetPlan.model_validate(host.data.jackin)
-distro = host.get_fact(LinuxDistribution)
-report.facts(
-    host,
-    hostname=host.get_fact(Hostname),
-    distro=f"{distro['name']} {distro['release_meta'].get('VERSION_ID', '')}".strip(),
-    kernel=host.get_fact(KernelVersion),
-    arch=host.get_fact(Arch),
-    agents=len(plan.agents),
-)
+state = fleet.fleet_state(plan)  # everything of the fleet on this host, in one round trip
+report.facts(host, **{k: state.host.get(k) for k in ("hostname", "distro", "kernel", "arch")}, agents=len(plan.agents))
 
 # Bootstrap: a Docker engine and nftables (any Docker engine will do: docker.io or docker-ce).
-missing = [pkg for pkg, command in (("docker.io", "dockerd"), ("nftables", "nft"))
-           if not host.get_fact(Which, command=command)]  # fmt: skip
+missing = [pkg for pkg, command in (("docker.io", "dockerd"), ("nftables", "nft")) if not state.host.get(command)]
 if missing:
     apt.packages(name="install the Docker engine and nftables", packages=missing, update=True)
-systemd.service(name="Docker engine running and enabled", service="docker", running=True, enabled=True)
+if missing or (state.host.get("docker_active"), state.host.get("docker_enabled")) != ("active", "enabled"):
+    systemd.service(name="Docker engine running and enabled", service="docker", running=True, enabled=True)
 if plan.address_pools:
     host_ops.address_pools(name="Docker address pools", pools=plan.address_pools)
-
-state = fleet.fleet_state(plan)
 for image in sorted({a.image for a in plan.agents}):
     host_ops.agent_image(name=f"agent image {image}", image=image, present_images=tuple(state.images))
 
-fleet.fleet_root(name=f"fleet {plan.fleet}", plan=plan)
+fleet.fleet_root(name=f"fleet {plan.fleet}", plan=plan, state=state)
 # The egress policy is in place before any agent container starts (fail closed).
 firewall.egress_policy(name=f"egress policy of fleet {plan.fleet}", plan=plan, state=state)
 for agent in plan.agents:
-    fleet.agent(name=f"agent {agent.instance}", agent=agent, plan=plan)
+    fleet.agent(name=f"agent {agent.instance}", agent=agent, state=state)

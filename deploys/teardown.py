@@ -10,4 +10,9 @@ from jackin.operations import fleet
 from jackin.plan import FleetPlan
 
 plan = FleetPlan.model_validate(host.data.jackin["plan"])
-fleet.teardown(name=f"remove fleet {plan.fleet}", plan=plan, keep_data=host.data.jackin.get("keep_data", False))
+fleet.teardown(
+    name=f"remove fleet {plan.fleet}",
+    plan=plan,
+    state=fleet.fleet_state(plan),
+    keep_data=host.data.jackin.get("keep_data", False),
+)

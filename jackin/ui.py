@@ -164,7 +164,9 @@ def plan_view(result: RunResult) -> Table:
         for change in host.changes:
             table.add_row(Text(f"  {change.op}", style="yellow"))
             for command in change.commands:
-                table.add_row(Text(f"    $ {command}", style="dim"))
+                for line in command.splitlines():
+                    if line != "set -e":
+                        table.add_row(Text(f"    $ {line}", style="dim"))
     return table
 
 

@@ -62,6 +62,7 @@ class HostState(BaseModel):
 
     model_config = ConfigDict(frozen=True)
     fleet: str | None = None
+    host: dict[str, str] = Field(default_factory=dict)  # hostname, distro, kernel, arch, dockerd, nft, docker_*
     users: dict[str, User] = Field(default_factory=dict)  # by name, every user in the uid range
     groups: dict[str, int] = Field(default_factory=dict)  # name -> gid, in the uid range
     paths: dict[str, PathInfo] = Field(default_factory=dict)
@@ -105,10 +106,13 @@ def state_command(fleet: str, uid_min: int, uid_max: int, images: list[str] = ()
     image_list = " ".join(shlex.quote(i) for i in images)
     return f"""
 echo '##fleet'; echo {f}
+echo '##host'; echo "hostname=$(hostname)"; (. /etc/os-release 2>/dev/null; echo "distro=${{NAME%% GNU/Linux}} $VERSION_ID")
+echo "kernel=$(uname -r)"; echo "arch=$(uname -m)"; echo "dockerd=$(command -v dockerd)"; echo "nft=$(command -v nft)"
+echo "docker_active=$(systemctl is-active docker 2>/dev/null)"; echo "docker_enabled=$(systemctl is-enabled docker 2>/dev/null)"
 echo '##users'; getent passwd | awk -F: -v c={shlex.quote(f"jackin/{fleet}/")} 'index($5, c) == 1 || ($3 >= {int(uid_min)} && $3 <= {int(uid_max)})'
 echo '##groups'; getent group | awk -F: '$3 >= {int(uid_min)} && $3 <= {int(uid_max)} {{print $1 ":" $3}}'
 echo '##paths'; [ -d {root}/{f} ] && find {root}/{f} -maxdepth 2 -printf '%m %U %G %p\\n'
-echo '##docker'; command -v docker >/dev/null 2>&1 && docker info --format ok 2>/dev/null
+echo '##docker'; command -v docker >/dev/null 2>&1 && docker version --format ok 2>/dev/null
 if command -v docker >/dev/null 2>&1; then
 echo '##containers'; c=$(docker ps -aq --filter {label}); [ -z "$c" ] || docker inspect --format '{{{{json .}}}}' $c
 echo '##networks'; n=$(docker network ls -q --filter {label}); [ -z "$n" ] || docker network inspect --format '{{{{json .}}}}' $n
@@ -160,6 +164,7 @@ def parse_state(lines: list[str]) -> HostState:
             bridge=(info.get("Options") or {}).get("com.docker.network.bridge.name"),
         )  # fmt: skip
     data["fleet"] = (sections.get("fleet") or [None])[0]
+    data["host"] = dict(line.split("=", 1) for line in sections.get("host", []) if "=" in line)
     data["docker"] = bool(sections.get("docker"))
     data["images"] = sections.get("images", [])
     data["marker"] = bool(sections.get("marker"))

@@ -40,7 +40,7 @@ from jackin.ssh import SshTarget, wait_ready
 
 LABEL = "jackin.lab"
 SERVICE_PORTS = (8080, 8081)
-SERVICE_PUBLIC_HOST = 10  # the service's host number on the public network
+SERVICE_PUBLIC_HOST = 200  # the service's host number on the public network, outside the hosts' range
 PUBLIC_RANGE = ipaddress.ip_network("198.18.0.0/15")  # benchmarking range (RFC 2544): not private
 PUBLIC_SUBNETS = 512
 DEFAULT_HOSTS = 2
@@ -290,8 +290,9 @@ class Lab:
         start = int(hashlib.sha256(self.name.encode()).hexdigest(), 16) % PUBLIC_SUBNETS
         for offset in range(PUBLIC_SUBNETS):
             subnet = _public_subnet((start + offset) % PUBLIC_SUBNETS)
+            hosts_range = subnet.replace(".0/24", ".0/25")  # hosts get .2-.127; the service .200
             done = dk.docker("network", "create", "--label", self.label, "--subnet", subnet,
-                             self.public_network, check=False, raw=True)  # fmt: skip
+                             "--ip-range", hosts_range, self.public_network, check=False, raw=True)  # fmt: skip
             if done.returncode == 0:
                 return
             if "overlap" not in done.stderr.lower():

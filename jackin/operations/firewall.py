@@ -15,6 +15,7 @@ from pyinfra.api import operation
 
 from jackin import firewall
 from jackin.facts.fleet import HostState
+from jackin.operations.script import script
 from jackin.plan import FleetPlan
 
 
@@ -69,4 +70,4 @@ def egress_policy(plan: FleetPlan, state: HostState):
     commands = apply_commands(plan, state)
     if not commands:
         host.noop(f"egress policy of fleet {plan.fleet} is loaded and up to date")
-    yield from commands
+    yield from script(commands)

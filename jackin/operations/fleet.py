@@ -15,6 +15,7 @@ from pyinfra.api import OperationError, operation
 
 from jackin.facts.fleet import FleetState, HostState
 from jackin.operations.firewall import remove_commands
+from jackin.operations.script import script
 from jackin.plan import ROOT, STATE_DIR, AgentPlan, FleetPlan
 
 NOLOGIN = "/usr/sbin/nologin"
@@ -128,28 +129,33 @@ def teardown_commands(plan: FleetPlan, state: HostState, *, keep_data: bool) -> 
 # --- pyinfra operations --------------------------------------------------------
 
 
+# Operations take the FleetState read once per host by the deploy: pyinfra runs each
+# operation's generator twice (to predict changes, then to execute), and every fact
+# lookup inside it would be another round trip.
+
+
 @operation()
-def fleet_root(plan: FleetPlan):
+def fleet_root(plan: FleetPlan, state: HostState):
     """The fleet's directory and marker; agents that left the plan lose their container and network."""
-    commands = fleet_commands(plan, fleet_state(plan))
+    commands = fleet_commands(plan, state)
     if not commands:
         host.noop(f"fleet {plan.fleet} root is up to date")
-    yield from commands
+    yield from script(commands)
 
 
 @operation()
-def agent(agent: AgentPlan, plan: FleetPlan):
+def agent(agent: AgentPlan, state: HostState):
     """One agent: its Unix user and group, home and workspace (0700), network and hardened container."""
-    commands = agent_commands(agent, fleet_state(plan))
+    commands = agent_commands(agent, state)
     if not commands:
         host.noop(f"agent {agent.instance} is up to date")
-    yield from commands
+    yield from script(commands)
 
 
 @operation()
-def teardown(plan: FleetPlan, keep_data: bool = False):
+def teardown(plan: FleetPlan, state: HostState, keep_data: bool = False):
     """Remove the fleet's containers, networks, users, directories, marker and firewall table."""
-    commands = teardown_commands(plan, fleet_state(plan), keep_data=keep_data)
+    commands = teardown_commands(plan, state, keep_data=keep_data)
     if not commands:
         host.noop(f"nothing of fleet {plan.fleet} is left")
-    yield from commands
+    yield from script(commands)

@@ -221,7 +221,7 @@ def test_state_command_scopes_to_the_fleet_and_its_uid_range() -> None:
     assert "[ -e /var/lib/jackin/fleet-demo.json ]" in command
     assert "nft list table inet jackin-demo" in command
     assert [line.split(";")[0] for line in command.splitlines() if line.startswith("echo '##")] == [
-        "echo '##fleet'", "echo '##users'", "echo '##groups'", "echo '##paths'", "echo '##docker'", "echo '##containers'",
+        "echo '##fleet'", "echo '##host'", "echo '##users'", "echo '##groups'", "echo '##paths'", "echo '##docker'", "echo '##containers'",
         "echo '##networks'", "echo '##images'", "echo '##marker'", "echo '##nft'", "echo '##nfthash'",
         "echo '##files'",
     ]  # fmt: skip
