@@ -52,6 +52,8 @@ def instances(inventory: Inventory, agent: str) -> list[str]:
 def _check_target(target: str, port: int) -> None:
     if not 1 <= port <= 65535:
         raise SpecError(f"--port expects 1 to 65535, got {port}")
+    if "%" in target:
+        raise SpecError(f"target {target!r}: scoped IPv6 addresses are not supported")
     try:
         ipaddress.ip_address(target)
     except ValueError:
@@ -67,7 +69,7 @@ def netcheck(inventory: Inventory, hosts: list[SshTarget], agent: str, target: s
     fleet = inventory.fleet.name
     script = "; ".join(
         f"echo '##{i}'; docker exec {shlex.quote(planning.user_name(fleet, i))} "
-        f"sh -c {shlex.quote(f'echo | timeout {timeout + 2} nc -w {timeout} {target} {port}')} "
+        f"sh -c {shlex.quote(f'echo | timeout {timeout + 2} nc -w {timeout} {shlex.quote(target)} {port}')} "
         f">/dev/null 2>/tmp/.jk-nc.$$; echo \"rc=$? $(tr '\\n' ' ' </tmp/.jk-nc.$$)\""
         for i in names
     ) + "; rm -f /tmp/.jk-nc.$$"

@@ -14,9 +14,10 @@ Order of an agent's egress chain:
 
     replies to inbound (published) connections     accept
     link-local (metadata), other agents' bridges   deny   (always)
-    explicit allow entries (CIDR, :port, domains)   accept
+    explicit CIDR and address entries (:port)       accept
     DNS to the allowed resolvers                    accept
     private and reserved ranges                     deny   (unless allowed above)
+    domain entries (addresses resolved on the host) accept (never private: see above)
     mode open: any other IPv4                       accept
     everything else (IPv6 unless allowed)           deny
 
@@ -111,18 +112,22 @@ def _agent_rules(agent: AgentPlan) -> tuple[list[str], list[str], list[tuple[str
         f"ip6 daddr {LINK_LOCAL_V6} {deny}",
         f'oifname "jk*" {deny}',
     ]
+    domain_rules = []
     for i, entry in enumerate(parse_entry(e) for e in agent.policy.allow):
         if entry.family == "domain":
             set_name = f"dom_{name}_{i}"
             sets.append(f"set {set_name} {{ type ipv4_addr; flags timeout; }}")
             domains.append((set_name, entry.target))
-            body.append(f"ip daddr @{set_name}{_port(entry.port)} accept")
+            domain_rules.append(f"ip daddr @{set_name}{_port(entry.port)} accept")
         else:
             body.append(f"{entry.family} daddr {entry.target}{_port(entry.port)} accept")
     for resolver in agent.policy.dns:
         family = "ip" if ipaddress.ip_address(resolver).version == 4 else "ip6"
         body.append(f"{family} daddr {resolver}{_port(53)} accept")
     body.append(f"ip daddr @private_v4 {deny}")
+    # After the private-range deny: a name that resolves to a private address (DNS rebinding)
+    # must not open an internal network. Only CIDR entries name private ranges.
+    body += domain_rules
     if agent.policy.mode == "open":
         body.append("meta nfproto ipv4 accept")
     body.append(deny)
@@ -186,10 +191,6 @@ def domains(plan: FleetPlan) -> list[tuple[str, str]]:
     return [d for agent in plan.agents for d in _agent_rules(agent)[2]]
 
 
-def domain_port_entries(plan: FleetPlan) -> list[str]:
-    return [f"{s} {d}" for s, d in domains(plan)]
-
-
 RESOLVE_SCRIPT = """#!/bin/sh
 # Resolve a fleet's domain entries into its nftables sets (jackin). Usage: nft-resolve FLEET
 # A name that does not resolve is logged and skipped: the rest of the policy holds.
@@ -221,6 +222,8 @@ Description=jackin fleet {fleet}: agent egress policy (nftables table {table_nam
 DefaultDependencies=no
 After=nftables.service local-fs.target
 Before=docker.service network-pre.target
+# nftables.service flushes the whole ruleset when restarted: load our table again after it.
+PartOf=nftables.service
 Wants=network-pre.target
 
 [Service]
@@ -230,7 +233,7 @@ ExecStart=/bin/sh -c 'nft -f {NFT_DIR}/{fleet}.nft || nft -f {NFT_DIR}/{fleet}.l
 ExecStartPost=-{RESOLVER} {fleet}
 
 [Install]
-WantedBy=multi-user.target docker.service
+WantedBy=multi-user.target docker.service nftables.service
 """
     resolve = f"""[Unit]
 Description=jackin fleet {fleet}: resolve domain entries into the egress policy

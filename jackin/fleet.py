@@ -72,6 +72,12 @@ def _static_targets(inventory: Inventory) -> list[SshTarget]:
         for name in inventory.groups.get(entry, [entry]):
             if name not in selected:
                 selected.append(name)
+    jumping = [n for n in selected if by_name[n].jump]
+    if jumping:
+        raise SpecError(
+            f"jump hosts are not supported by the fleet tasks yet: {', '.join(jumping)}",
+            hint="reach these hosts directly (a VPN, or an SSH config the operator manages) for now",
+        )
     unpinned = [n for n in selected if not by_name[n].host_keys]
     if unpinned:
         raise SpecError(
@@ -132,7 +138,9 @@ def up(
     ledger = Ledger()
     try:
         with ledger.lock(fleet.name, "fleet.up"):
-            hosts = targets(inventory, log=log)
+            hosts = targets(inventory, log=log, bring_up=not dry_run)  # a dry run creates no lab
+            if dry_run and not hosts:
+                log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
             plan = make_plan(inventory, ledger)
             action = "fleet.up --dry-run" if dry_run else "fleet.up"
             run_id = ledger.start_run(fleet.name, action, {"hosts": [h.name for h in hosts]})
@@ -187,6 +195,9 @@ def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
                 level, reasons = firewall.enforcement(policy)
                 agent.egress = policy.mode
                 agent.enforcement = level + (": " + "; ".join(reasons) if reasons else "")
+                if host.policy_loaded is False:
+                    agent.enforcement = (f"NOT ENFORCED: table {firewall.table_name(spec.name)} is not loaded "
+                                         "(run fleet.up to restore it)")  # fmt: skip
             if agent.drops is not None:
                 before = seen.get(host.host, {}).get(agent.instance, 0)
                 agent.drops_new = agent.drops - before if agent.drops >= before else agent.drops
@@ -273,7 +284,7 @@ def down(
                              host=check.host, detail=check.leftovers or check.error)  # fmt: skip
             outcome = DownResult(fleet=fleet.name, run=result, checks=checks)
             if outcome.clean:
-                ledger.forget_fleet(fleet.name)
+                ledger.forget_fleet(fleet.name, keep_uids=keep_data)
                 if lab_spec is not None and not keep_data and not keep_lab:  # kept data lives on the lab hosts
                     outcome.lab_removed = _destroy_lab(lab_spec, log)
             return outcome
@@ -324,6 +335,8 @@ def gc(inventory: Inventory, fleets: dict[str, list[str]], *, on_event: OnEvent 
     try:
         for name, host_names in sorted(fleets.items()):
             with ledger.lock(name, "fleet.gc"):
+                if (ledger.fleet(name) or {}).get("status") == "up":
+                    continue  # brought up since it was found: no longer a leftover
                 plan = planning.FleetPlan(fleet=name, uid_min=0, uid_max=-1, agents=[])
                 request = EngineRequest(deploy=str(deploys_dir() / "teardown.py"),
                                         targets=[hosts[h] for h in host_names],

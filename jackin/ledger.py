@@ -188,8 +188,11 @@ class Ledger:
     def agents(self, fleet: str) -> list[dict[str, Any]]:
         return [dict(r) for r in self.db.execute("SELECT * FROM agents WHERE fleet = ? ORDER BY host, instance", (fleet,))]
 
-    def forget_fleet(self, fleet: str) -> None:
-        """After a clean teardown: the fleet's rows go, its runs and audit trail stay."""
-        for table in ("agents", "hosts", "uids"):
+    def forget_fleet(self, fleet: str, *, keep_uids: bool = False) -> None:
+        """After a clean teardown: the fleet's rows go, its runs and audit trail stay.
+
+        ``keep_uids``: data kept on the hosts is owned by these uids; they must not be given to another fleet.
+        """
+        for table in ("agents", "hosts") if keep_uids else ("agents", "hosts", "uids"):
             self.db.execute(f"DELETE FROM {table} WHERE fleet = ?", (fleet,))  # noqa: S608 - fixed names
         self.db.execute("UPDATE fleets SET status = 'down', updated = ? WHERE name = ?", (time.time(), fleet))

@@ -71,6 +71,10 @@ class AgentPlan(_Model):
 
     def run_args(self) -> list[str]:
         """The ``docker run`` arguments of this agent's container (hardened)."""
+        options, tail = self._run_line()
+        return [*options, "--label", f"jackin.config={self.config_hash}", *tail]
+
+    def _run_line(self) -> tuple[list[str], list[str]]:
         args = [
             "--name", self.container, "--hostname", self.instance,
             "--user", f"{self.uid}:{self.uid}",
@@ -91,16 +95,14 @@ class AgentPlan(_Model):
             args += ["--publish", f"{port.bind}:{host_port}:{port.port}/{port.protocol}"]
         for key, value in sorted(self.labels.items()):
             args += ["--label", f"{key}={value}"]
-        return [*args, "--label", f"jackin.config={self.config_hash}", self.image, *self.command]
+        return args, [self.image, *self.command]
 
     @property
     def config_hash(self) -> str:
-        """Changes exactly when the container must be recreated."""
-        data = self.model_dump(include={"uid", "image", "command", "memory", "cpus", "pids", "network",
-                                        "workspace", "container", "role"})  # fmt: skip
-        data["dns"] = self.dns
-        data["publish"] = [p.model_dump(mode="json") for p in self.policy.publish]
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+        """A hash of the whole ``docker run`` line: any change to it, from the spec or from a new
+        release's hardening, recreates the container; nothing else does."""
+        options, tail = self._run_line()
+        return hashlib.sha256(json.dumps([options, tail]).encode()).hexdigest()[:12]
 
 
 class FleetPlan(_Model):

@@ -49,6 +49,7 @@ class HostStatus(_Model):
     port: int
     reachable: bool
     error: str | None = None
+    policy_loaded: bool | None = None  # is the fleet's nftables table in the kernel?
     agents: list[AgentStatus] = Field(default_factory=list)
 
 
@@ -61,7 +62,8 @@ class FleetStatus(_Model):
 def status_command(fleet: str) -> str:
     table = shlex.quote(f"jackin-{fleet}")
     drops = (f"echo '##drops'; nft list counters table inet {table} 2>/dev/null | "
-             "awk '/counter drops_/{n=$2} /packets/{print n, $2}'; ")  # fmt: skip
+             "awk '/counter drops_/{n=$2} /packets/{print n, $2}'; "
+             f"echo '##table'; nft list table inet {table} >/dev/null 2>&1 && echo loaded; ")  # fmt: skip
     label = shlex.quote(f"label=jackin.fleet={fleet}")
     fmt = (
         "{{.Id}}|{{.Name}}|{{.State.Status}}|{{.State.StartedAt}}|{{.RestartCount}}|"
@@ -86,6 +88,11 @@ def status_command(fleet: str) -> str:
         "pids=$(printf '%s\\n' \"$rows\" | awk -F'|' '$10 > 0 {print $10}'); "
         f"echo '##1'; {sample}; sleep {SAMPLE}; echo '##2'; {sample}"
     )
+
+
+def parse_host_status(output: str) -> tuple[float, list[AgentStatus], bool]:
+    now, agents = parse_status(output)
+    return now, agents, "\n##table\nloaded" in output
 
 
 def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
@@ -141,7 +148,7 @@ def _parse_time(text: str) -> float:
 
 
 def fleet_status(fleet: str, targets: list[SshTarget], *, timeout: float = 8) -> FleetStatus:
-    results = gather(targets, status_command(fleet), parse_status, timeout=timeout)
+    results = gather(targets, status_command(fleet), parse_host_status, timeout=timeout)
     hosts = []
     for target in targets:
         result = results[target.name]
@@ -150,5 +157,5 @@ def fleet_status(fleet: str, targets: list[SshTarget], *, timeout: float = 8) ->
                                     reachable=False, error=result.message))  # fmt: skip
         else:
             hosts.append(HostStatus(host=target.name, address=target.address, port=target.port,
-                                    reachable=True, agents=result[1]))  # fmt: skip
+                                    reachable=True, agents=result[1], policy_loaded=result[2]))  # fmt: skip
     return FleetStatus(fleet=fleet, at=time.time(), hosts=hosts)

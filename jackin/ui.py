@@ -70,25 +70,6 @@ def lab_table(status: LabStatus) -> Table:
     return table
 
 
-def run_table(result: RunResult, *, title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    for column, justify in (("host", "left"), ("status", "left"), ("ops", "right"),
-                            ("changed", "right"), ("failed", "right"), ("time", "right"),
-                            ("facts / error", "left")):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for host in result.hosts:
-        status = Text("ok", style="green") if host.ok else Text("FAILED", style="bold red")
-        detail = host.error or " ".join(str(v) for k, v in host.facts.items() if k != "hostname")
-        table.add_row(host.host, status, str(host.ops), str(host.changed), str(host.failed),
-                      f"{host.elapsed:.1f}s", Text(detail, style="red" if host.error else ""))  # fmt: skip
-    verb = "would change" if result.dry_run else "changed"
-    changed = sum(h.changed for h in result.hosts)
-    table.caption = (
-        f"{len(result.succeeded)} ok, {len(result.failed)} failed, {changed} {verb}, {result.elapsed:.1f}s"
-    )
-    return table
-
-
 class Progress:
     """A live per-host line while the engine runs."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 
@@ -36,6 +37,9 @@ def run(request: EngineRequest, on_event: OnEvent = lambda _: None, *, timeout: 
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(request.model_dump_json())
         proc.stdin.close()
+        watchdog = threading.Timer(timeout, proc.kill)  # a run that outlives its deadline is stopped
+        watchdog.daemon = True
+        watchdog.start()
         for line in proc.stdout:
             try:
                 event = Event.model_validate_json(line)
@@ -46,7 +50,10 @@ def run(request: EngineRequest, on_event: OnEvent = lambda _: None, *, timeout: 
             elif event.event == "error":
                 engine_error = event.error
             on_event(event)
-        code = proc.wait(timeout=timeout)
+        code = proc.wait()
+        watchdog.cancel()
+        if code == -9 and engine_error is None:
+            engine_error = f"the run did not finish within {timeout:.0f}s and was stopped"
         if code != 0 and engine_error is None:
             stderr.seek(0)
             tail = stderr.read().decode(errors="replace").strip().splitlines()[-5:]

@@ -30,6 +30,7 @@ class EngineRequest(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict, description="given to the deploy as host.data.jackin")
     dry_run: bool = False
     connect_timeout: int = Field(10, ge=1, le=300)
+    command_timeout: int = Field(900, ge=1, description="seconds for each remote command: a wedged host fails alone")
     parallel: int = Field(0, ge=0, description="0: one greenlet per host, up to pyinfra's limit")
 
 

@@ -86,6 +86,7 @@ def _inventory(request: EngineRequest) -> Inventory:
             "ssh_look_for_keys": False,
             "ssh_paramiko_connect_kwargs": {"timeout": request.connect_timeout, "banner_timeout": request.connect_timeout},
             "jackin": request.data,
+            "_timeout": request.command_timeout,
         }
         if target.key_file is not None:
             data["ssh_key"] = str(target.key_file.expanduser())

@@ -14,7 +14,6 @@ import fcntl
 import hashlib
 import io
 import ipaddress
-import json
 import os
 import re
 import shutil
@@ -456,7 +455,3 @@ def _tar_add(tar: tarfile.TarFile, name: str, data: bytes | None, mode: int) -> 
     else:
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-
-
-def status_json(status: LabStatus) -> str:
-    return json.dumps(status.model_dump(mode="json"), indent=2)

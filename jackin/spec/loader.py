@@ -346,6 +346,15 @@ def _check_references(data: dict[str, Any], lines: dict[Path_, int]) -> list[Pro
             add(("hosts", i, "jump"), "a host cannot be its own jump host")
         elif isinstance(jump, str) and jump not in names:
             add(("hosts", i, "jump"), f"unknown jump host {jump!r}; expected one of the hosts")
+    jumps = {h.get("name"): h.get("jump") for _, h in hosts if isinstance(h.get("jump"), str)}
+    for i, host in hosts:
+        name = host.get("name")
+        chain, current = [name], jumps.get(name)
+        while current is not None and current not in chain:
+            chain.append(current)
+            current = jumps.get(current)
+        if current == name and len(chain) > 1:  # this host is on a loop (a self-jump is reported above)
+            add(("hosts", i, "jump"), f"jump hosts form a loop: {' -> '.join(map(str, [*chain, name]))}")
     for group, members in groups.items():
         if group in names:
             add(("groups", group), f"group {group!r} has the same name as a host")

@@ -44,7 +44,7 @@ HOST_KEY_TYPES = (
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(?:([kmgt])(?:i?b)?|b)?$", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-_DOMAIN = re.compile(r"^(?=.{1,253}$)(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
+_DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 
 
 class Model(BaseModel):
@@ -118,7 +118,16 @@ def _check_host_key(value: str) -> str:
 _LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 
+def _ip(value: str) -> str:
+    """An IP address without a scope (``fe80::1%eth0`` is refused: it ends up in shell and nft text)."""
+    if "%" in value:
+        raise ValueError("scoped IPv6 addresses are not supported")
+    return str(ipaddress.ip_address(value))
+
+
 def _check_address(value: str) -> str:
+    if "%" in value:
+        raise ValueError("scoped IPv6 addresses are not supported")
     try:
         ipaddress.ip_address(value)
         return value
@@ -177,6 +186,8 @@ def _check_allow_entry(value: str) -> str:
     except ValueError as error:
         if re.fullmatch(r"[0-9a-fA-F.:/]+", target) and any(c.isdigit() for c in target):
             raise ValueError(f"{target!r} is not a valid address or CIDR ({error})") from None
+    if target.startswith("*."):
+        raise ValueError("wildcard domains cannot be enforced (a name resolves on the host, a wildcard does not)")
     if _DOMAIN.match(target.lower()):
         return value
     raise ValueError("expected a CIDR, host:port, CIDR:port, or a domain name (optionally :port)")
@@ -190,7 +201,7 @@ class Publish(Model):
 
     port: int = Field(ge=1, le=65535)
     host_port: int | None = Field(None, ge=1, le=65535)
-    bind: Annotated[str, AfterValidator(lambda v: str(ipaddress.ip_address(v)))] = "127.0.0.1"
+    bind: Annotated[str, AfterValidator(_ip)] = "127.0.0.1"
     protocol: Literal["tcp", "udp"] = "tcp"
 
 
@@ -200,7 +211,7 @@ class NetworkPolicy(Model):
 
     mode: Literal["none", "allowlist", "open"] = "none"
     allow: list[AllowEntry] = Field(default_factory=list)
-    dns: list[Annotated[str, AfterValidator(lambda v: str(ipaddress.ip_address(v)))]] = Field(
+    dns: list[Annotated[str, AfterValidator(_ip)]] = Field(
         default_factory=list
     )
     publish: list[Publish] = Field(default_factory=list)

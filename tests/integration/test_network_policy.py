@@ -225,6 +225,21 @@ def test_a_domain_that_does_not_resolve_breaks_nothing_else(nlab, net, tmp_path)
     assert inv("fleet.up", "-i", net["spec"], "--yes").returncode == 0
 
 
+def test_a_lost_table_is_reloaded_or_reported_and_restored(nlab, net):
+    # Debian's nftables.conf flushes the whole ruleset when nftables.service restarts: ours comes back.
+    sh(nlab, "systemctl restart nftables")
+    assert "jackin-net" in sh(nlab, "nft list tables").stdout
+    # Deleted by hand: fleet.status says so, and fleet.up puts it back.
+    sh(nlab, "nft delete table inet jackin-net")
+    status = json.loads(inv("fleet.status", "-i", net["spec"], "--json").stdout)
+    assert status["hosts"][0]["policy_loaded"] is False
+    assert all(a["enforcement"].startswith("NOT ENFORCED") for a in status["hosts"][0]["agents"])
+    again = json.loads(inv("fleet.up", "-i", net["spec"], "--yes", "--json").stdout)
+    assert again["run"]["hosts"][0]["changed"] == 1 and again["run"]["hosts"][0]["failed"] == 0
+    assert "jackin-net" in sh(nlab, "nft list tables").stdout
+    sh(nlab, "systemctl restart docker")  # the flush above took Docker's own rules too
+
+
 def test_down_leaves_no_table_unit_or_file(nlab, net):
     result = fleet_api.down(net["inventory"], keep_lab=True)
     assert result.clean, result.checks

@@ -269,7 +269,6 @@ def test_allowlist_forms_accepted():
         "192.0.2.1:443",
         "github.com",
         "github.com:443",
-        "*.example.com:443",
         "2001:db8::/32",
         "[2001:db8::1]:443",
     ]
@@ -596,3 +595,10 @@ def test_missing_fleet_reports_no_provider_noise():
         "f.yaml:1: fleet: required field is missing",
         "f.yaml:1: flet: unknown key 'flet'; did you mean 'fleet'? (expected one of: fleet, groups, hosts)",
     ]
+
+
+def test_wildcard_domains_and_scoped_addresses_are_refused():
+    text = LAB_TEXT + "      network:\n        mode: allowlist\n        allow: ['*.example.com:443']\n        dns: ['fe80::1%eth0']\n"
+    found = problems(text)
+    assert any("wildcard domains cannot be enforced" in p for p in found)
+    assert any("scoped IPv6 addresses are not supported" in p for p in found)

@@ -134,4 +134,4 @@ def test_status_command_writes_no_temp_file() -> None:
     """It runs as root: a predictable name in /tmp (it once used /tmp/.jackin-status.$$) could be a planted symlink."""
     command = status_command("demo")
     assert "/tmp/" not in command
-    assert ">" not in command.replace("2>/dev/null", "").replace(">/dev/null", "").replace("$10 > 0", "")
+    assert ">" not in command.replace("2>/dev/null", "").replace(">/dev/null", "").replace("2>&1", "").replace("$10 > 0", "")

@@ -22,48 +22,12 @@ def render(renderable: object, width: int = 120) -> list[str]:
     return [line.rstrip() for line in console.file.getvalue().splitlines()]  # type: ignore[attr-defined]
 
 
-# --- run_table ------------------------------------------------------------------
-
-RESULT = RunResult(
-    hosts=[
-        HostResult(host="web-1", connected=True, ops=5, changed=2, elapsed=1.5,
-                   facts={"hostname": "web-1", "os": "Debian", "kernel": "6.1"}),
-        HostResult(host="web-2", connected=False, error="cannot reach root@10.0.0.2:22: refused", elapsed=0.04),
-    ],
-    elapsed=2.5,
-)  # fmt: skip
+# --- up_table text ------------------------------------------------------------
 
 
-def test_run_table() -> None:
-    assert render(ui.run_table(RESULT, title="fleet.up demo")) == [
-        "fleet.up demo",
-        "┏━━━━━━━┳━━━━━━━━┳━━━━━┳━━━━━━━━━┳━━━━━━━━┳━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
-        "┃ host  ┃ status ┃ ops ┃ changed ┃ failed ┃ time ┃ facts / error                          ┃",
-        "┡━━━━━━━╇━━━━━━━━╇━━━━━╇━━━━━━━━━╇━━━━━━━━╇━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩",
-        "│ web-1 │ ok     │   5 │       2 │      0 │ 1.5s │ Debian 6.1                             │",
-        "│ web-2 │ FAILED │   0 │       0 │      0 │ 0.0s │ cannot reach root@10.0.0.2:22: refused │",
-        "└───────┴────────┴─────┴─────────┴────────┴──────┴────────────────────────────────────────┘",
-        "                              1 ok, 1 failed, 2 changed, 2.5s",
-    ]
-
-
-def test_run_table_dry_run_caption() -> None:
-    lines = render(ui.run_table(RESULT.model_copy(update={"dry_run": True}), title="t"))
-    assert lines[-1].strip() == "1 ok, 1 failed, 2 would change, 2.5s"
-
-
-def test_run_table_op_failure_row() -> None:
-    result = RunResult(hosts=[HostResult(host="db-1", connected=True, ops=4, changed=1, failed=1,
-                                         error="apt.packages: E: Unable to locate package nope", elapsed=12.0)],
-                       elapsed=12.3)  # fmt: skip
-    lines = render(ui.run_table(result, title="t"))
-    assert "│ db-1 │ FAILED │   4 │       1 │      1 │ 12.0s │ apt.packages: E: Unable to locate package nope │" in lines
-    assert lines[-1].strip() == "0 ok, 1 failed, 1 changed, 12.3s"
-
-
-def test_run_table_text_is_not_markup() -> None:
+def test_up_table_text_is_not_markup() -> None:
     result = RunResult(hosts=[HostResult(host="h", connected=True, failed=1, error="[/etc/x] [bold]not bold")])
-    lines = render(ui.run_table(result, title="t"))
+    lines = render(ui.up_table(result, title="t"))
     assert any("[/etc/x] [bold]not bold" in line for line in lines)
 
 
