@@ -63,19 +63,22 @@ def fleet_up(c, inventory=None, yes=False, json=False, dry_run=False):
     """Bring the fleet up: per agent a Unix user, workspace, network and hardened container, on every host."""
     with guard():
         spec = fleet_api.load(inventory)
-        if dry_run or not yes:
-            require_terminal_or("--yes", when=not dry_run)
-            preview = run_up(spec, inventory, dry_run=True, json=json)
-            if dry_run or not preview.changed:
+        if dry_run:  # touches nothing, not even the local lab
+            raise Exit(code=exit_code(run_up(spec, inventory, dry_run=True, bring_up=False, json=json).run))
+        if not yes:
+            require_terminal_or("--yes")
+            preview = run_up(spec, inventory, dry_run=True, bring_up=True, json=json)
+            if not preview.changed:
                 raise Exit(code=exit_code(preview.run))
             confirm("Apply these changes?")
-        result = run_up(spec, inventory, dry_run=False, json=json)
+        result = run_up(spec, inventory, dry_run=False, bring_up=True, json=json)
         raise Exit(code=exit_code(result.run))
 
 
-def run_up(spec, inventory, *, dry_run, json):
+def run_up(spec, inventory, *, dry_run, bring_up, json):
     with ui.progress() as view:
-        result = fleet_api.up(spec, source=inventory, dry_run=dry_run, on_event=view.update, log=ui.log)
+        result = fleet_api.up(spec, source=inventory, dry_run=dry_run, bring_up=bring_up, on_event=view.update,
+                              log=ui.log)  # fmt: skip
     if json:
         ui.print_json(result.model_dump(mode="json"))
     else:

@@ -130,15 +130,19 @@ def up(
     *,
     source: str | None = None,
     dry_run: bool = False,
+    bring_up: bool | None = None,
     on_event: OnEvent = lambda _: None,
     log: Log = lambda _: None,
 ) -> UpResult:
-    """Bring the fleet up on every host in parallel; one failing host never stops the others."""
+    """Bring the fleet up on every host in parallel; one failing host never stops the others.
+
+    ``bring_up``: with provider lab, create the lab first if it is not up (default: unless ``dry_run``).
+    """
     fleet = inventory.fleet
     ledger = Ledger()
     try:
         with ledger.lock(fleet.name, "fleet.up"):
-            hosts = targets(inventory, log=log, bring_up=not dry_run)  # a dry run creates no lab
+            hosts = targets(inventory, log=log, bring_up=not dry_run if bring_up is None else bring_up)
             if dry_run and not hosts:
                 log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
             plan = make_plan(inventory, ledger)

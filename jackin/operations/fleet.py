@@ -93,13 +93,12 @@ def fleet_commands(plan: FleetPlan, state: HostState) -> list[str]:
     have = state.paths.get(plan.fleet_dir)
     if have is None or have.mode != "0711" or have.uid != 0:
         commands.append(q("install", "-d", "-m", "0711", "-o", "root", "-g", "root", plan.fleet_dir))
-    wanted = {a.instance for a in plan.agents}
-    for name, container in sorted(state.containers.items()):
-        if container.instance not in wanted:
-            commands.append(q("docker", "rm", "-f", name))
-    for name, network in sorted(state.networks.items()):
-        if network.labels.get("jackin.agent") not in wanted:
-            commands.append(q("docker", "network", "rm", name))
+    # Anything labelled for this fleet that the plan does not name (an agent that left, an old name).
+    containers, networks = {a.container for a in plan.agents}, {a.network for a in plan.agents}
+    for name in sorted(set(state.containers) - containers):
+        commands.append(q("docker", "rm", "-f", name))
+    for name in sorted(set(state.networks) - networks):
+        commands.append(q("docker", "network", "rm", name))
     if not state.marker:
         marker = json.dumps({"fleet": plan.fleet, "managed_by": "jackin", "root": plan.fleet_dir}, sort_keys=True)
         commands.append(f"install -d -m 0700 {STATE_DIR} && printf '%s\\n' {shlex.quote(marker)} > {plan.marker}")
