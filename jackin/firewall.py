@@ -207,7 +207,9 @@ while read -r set name; do
         continue
     fi
     elements=$(printf '%s timeout {timeout}, ' $addrs)
-    nft add element inet "jackin-$fleet" "$set" "{ ${elements%, } }" \\
+    # Flush and refill in one transaction: no window, stale addresses go, timeouts restart.
+    printf 'flush set inet jackin-%s %s\nadd element inet jackin-%s %s { %s }\n' \\
+        "$fleet" "$set" "$fleet" "$set" "${elements%, }" | nft -f - \\
         || logger -t jackin-nft "fleet $fleet: cannot update set $set for $name"
 done < "$list"
 exit $status
@@ -222,8 +224,9 @@ Description=jackin fleet {fleet}: agent egress policy (nftables table {table_nam
 DefaultDependencies=no
 After=nftables.service local-fs.target
 Before=docker.service network-pre.target
-# nftables.service flushes the whole ruleset when restarted: load our table again after it.
+# nftables.service flushes the whole ruleset when restarted or reloaded: load our table again after it.
 PartOf=nftables.service
+ReloadPropagatedFrom=nftables.service
 Wants=network-pre.target
 
 [Service]
@@ -231,6 +234,7 @@ Type=oneshot
 RemainAfterExit=yes
 ExecStart=/bin/sh -c 'nft -f {NFT_DIR}/{fleet}.nft || nft -f {NFT_DIR}/{fleet}.lockdown.nft'
 ExecStartPost=-{RESOLVER} {fleet}
+ExecReload=/bin/sh -c 'nft -f {NFT_DIR}/{fleet}.nft || nft -f {NFT_DIR}/{fleet}.lockdown.nft; {RESOLVER} {fleet} || true'
 
 [Install]
 WantedBy=multi-user.target docker.service nftables.service

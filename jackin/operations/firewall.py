@@ -60,7 +60,7 @@ def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
         commands.append("systemctl daemon-reload")
         # The shared resolver and directories go with the last fleet on the host.
         commands.append(f"ls {firewall.NFT_DIR}/*.nft >/dev/null 2>&1 || "
-                        f"{{ rm -f {firewall.RESOLVER}; rmdir {firewall.NFT_DIR} /etc/jackin /usr/local/lib/jackin 2>/dev/null; true; }}")  # fmt: skip
+                        f"{{ rm -f {firewall.RESOLVER}; rmdir {firewall.NFT_DIR} /etc/jackin /usr/local/lib/jackin 2>/dev/null || true; }}")  # fmt: skip
     return commands
 
 

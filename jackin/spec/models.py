@@ -216,6 +216,14 @@ class NetworkPolicy(Model):
     )
     publish: list[Publish] = Field(default_factory=list)
 
+    @field_validator("dns")
+    @classmethod
+    def _dns_not_link_local(cls, value: list[str]) -> list[str]:
+        for server in value:
+            if ipaddress.ip_address(server).is_link_local:
+                raise ValueError(f"resolver {server} is link-local, and link-local addresses are always denied")
+        return value
+
     @field_validator("allow")
     @classmethod
     def _allow_needs_allowlist(cls, value: list[str], info) -> list[str]:

@@ -602,3 +602,8 @@ def test_wildcard_domains_and_scoped_addresses_are_refused():
     found = problems(text)
     assert any("wildcard domains cannot be enforced" in p for p in found)
     assert any("scoped IPv6 addresses are not supported" in p for p in found)
+
+
+def test_link_local_resolver_is_refused_because_link_local_is_always_denied():
+    text = LAB_TEXT + "      network:\n        mode: allowlist\n        dns: [169.254.169.253]\n"
+    assert any("link-local addresses are always denied" in p for p in problems(text))

@@ -1,0 +1,670 @@
+"""The egress firewall: the exact nftables ruleset (sshuttle's style: the whole text, in order),
+its structural guarantees across several fleets, ``nft -c`` acceptance when this machine can check,
+the host bundle and its hash, and the apply/remove commands as facts-to-commands tables."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jackin import firewall
+from jackin.facts.fleet import HostState
+from jackin.firewall import Entry, enforcement, parse_entry, render, render_lockdown
+from jackin.operations.firewall import _write, apply_commands, remove_commands
+from jackin.plan import FleetPlan, build, instances
+from jackin.spec import NetworkPolicy, parse_inventory
+
+NFT = "/usr/sbin/nft"
+
+SMALL = """\
+fleet:
+  name: demo
+  provider: lab
+  agents:
+    - name: quiet
+    - name: picky
+      network:
+        mode: allowlist
+        allow: ["10.1.0.0/16:5432", "1.2.3.4", "[2001:db8::1]:443", "GitHub.com:443"]
+        dns: ["9.9.9.9"]
+    - name: roam
+      network:
+        mode: open
+        allow: ["192.168.5.0/24"]
+"""
+MIXED = """\
+fleet:
+  name: mixed
+  provider: lab
+  network: {mode: allowlist, allow: ["api.example.com:443"], dns: ["1.1.1.1"]}
+  agents:
+    - name: quiet
+      network: {mode: none}
+    - name: picky
+      network:
+        mode: allowlist
+        allow: ["2001:db8::/32", "[2001:db8::53]", "172.16.4.0/22:8443", "Registry.npmjs.org", "8.8.8.8:853"]
+        dns: ["9.9.9.9", "2620:fe::fe"]
+        publish: [{port: 8080, host_port: 18080}, {port: 53, protocol: udp, bind: 0.0.0.0}]
+    - name: roam
+      network: {mode: open, allow: ["10.20.0.0/16", "pypi.org:443"]}
+    - name: a-very-long-agent-name-x
+      count: 2
+"""
+MANY = """\
+fleet:
+  name: many
+  provider: lab
+  agents:
+    - name: busy
+      network:
+        mode: allowlist
+        allow: [{allow}]
+        dns: ["9.9.9.9", "149.112.112.112", "2620:fe::9"]
+""".replace("{allow}", ", ".join(
+    [f'"203.0.{i}.0/24:{1000 + i}"' for i in range(100)]
+    + [f'"svc{i}.example.com:443"' for i in range(20)]
+    + [f'"[2001:db8::{i:x}]:22"' for i in range(10)]
+))  # fmt: skip
+
+
+def make_plan(text: str, uid_base: int = 60000) -> FleetPlan:
+    spec = parse_inventory(text, "f.yaml").fleet
+    return build(spec, {instance: uid_base + n for n, (_, instance) in enumerate(instances(spec))})
+
+
+def empty_plan(fleet: str = "demo") -> FleetPlan:
+    return FleetPlan(fleet=fleet, uid_min=60000, uid_max=60999, agents=[])
+
+
+PLAN = make_plan(SMALL)
+PLANS = {"one": make_plan(SMALL.split("    - name: picky")[0]), "small": PLAN,
+         "mixed": make_plan(MIXED), "many": make_plan(MANY), "empty": empty_plan()}  # fmt: skip
+
+# --- render: the exact ruleset ----------------------------------------------------
+
+EXPECTED = """\
+table inet jackin-demo
+delete table inet jackin-demo
+table inet jackin-demo {
+\tset private_v4 { type ipv4_addr; flags interval; elements = { 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 172.16.0.0/12, 192.0.0.0/24, 192.168.0.0/16, 224.0.0.0/4, 240.0.0.0/4 } }
+\tcounter drops_quiet_1 { }
+\tset denied_quiet_1 { type ipv4_addr . inet_service; flags dynamic, timeout; timeout 1h; size 4096; }
+\tset dom_picky_1_3 { type ipv4_addr; flags timeout; }
+\tcounter drops_picky_1 { }
+\tset denied_picky_1 { type ipv4_addr . inet_service; flags dynamic, timeout; timeout 1h; size 4096; }
+\tcounter drops_roam_1 { }
+\tset denied_roam_1 { type ipv4_addr . inet_service; flags dynamic, timeout; timeout 1h; size 4096; }
+\tchain forward {
+\t\ttype filter hook forward priority filter - 5; policy accept;
+\t\tiifname "jkd03d2047" jump egress_quiet_1
+\t\tiifname "jkd3945584" jump egress_picky_1
+\t\tiifname "jkcbcfd268" jump egress_roam_1
+\t}
+\tchain input {
+\t\ttype filter hook input priority filter - 5; policy accept;
+\t\tiifname "jkd03d2047" ct direction reply accept
+\t\tiifname "jkd03d2047" goto deny_quiet_1
+\t\tiifname "jkd3945584" ct direction reply accept
+\t\tiifname "jkd3945584" goto deny_picky_1
+\t\tiifname "jkcbcfd268" ct direction reply accept
+\t\tiifname "jkcbcfd268" goto deny_roam_1
+\t}
+\tchain output {
+\t\ttype filter hook output priority filter - 5; policy accept;
+\t\tmeta skuid 60000 jump user_quiet_1
+\t\tmeta skuid 60001 jump user_picky_1
+\t\tmeta skuid 60002 jump user_roam_1
+\t}
+\tchain egress_quiet_1 {
+\t\tct direction reply accept
+\t\tip daddr 169.254.0.0/16 goto deny_quiet_1
+\t\tip6 daddr fe80::/10 goto deny_quiet_1
+\t\toifname "jk*" goto deny_quiet_1
+\t\tip daddr @private_v4 goto deny_quiet_1
+\t\tgoto deny_quiet_1
+\t}
+\tchain user_quiet_1 {
+\t\toifname "lo" goto deny_quiet_1
+\t\tjump egress_quiet_1
+\t}
+\tchain deny_quiet_1 {
+\t\tmeta nfproto ipv4 meta l4proto { tcp, udp } update @denied_quiet_1 { ip daddr . th dport }
+\t\tcounter name "drops_quiet_1" drop
+\t}
+\tchain egress_picky_1 {
+\t\tct direction reply accept
+\t\tip daddr 169.254.0.0/16 goto deny_picky_1
+\t\tip6 daddr fe80::/10 goto deny_picky_1
+\t\toifname "jk*" goto deny_picky_1
+\t\tip daddr 10.1.0.0/16 meta l4proto { tcp, udp } th dport 5432 accept
+\t\tip daddr 1.2.3.4/32 accept
+\t\tip6 daddr 2001:db8::1/128 meta l4proto { tcp, udp } th dport 443 accept
+\t\tip daddr 9.9.9.9 meta l4proto { tcp, udp } th dport 53 accept
+\t\tip daddr @private_v4 goto deny_picky_1
+\t\tip daddr @dom_picky_1_3 meta l4proto { tcp, udp } th dport 443 accept
+\t\tgoto deny_picky_1
+\t}
+\tchain user_picky_1 {
+\t\toifname "lo" goto deny_picky_1
+\t\tjump egress_picky_1
+\t}
+\tchain deny_picky_1 {
+\t\tmeta nfproto ipv4 meta l4proto { tcp, udp } update @denied_picky_1 { ip daddr . th dport }
+\t\tcounter name "drops_picky_1" drop
+\t}
+\tchain egress_roam_1 {
+\t\tct direction reply accept
+\t\tip daddr 169.254.0.0/16 goto deny_roam_1
+\t\tip6 daddr fe80::/10 goto deny_roam_1
+\t\toifname "jk*" goto deny_roam_1
+\t\tip daddr 192.168.5.0/24 accept
+\t\tip daddr @private_v4 goto deny_roam_1
+\t\tmeta nfproto ipv4 accept
+\t\tgoto deny_roam_1
+\t}
+\tchain user_roam_1 {
+\t\toifname "lo" goto deny_roam_1
+\t\tjump egress_roam_1
+\t}
+\tchain deny_roam_1 {
+\t\tmeta nfproto ipv4 meta l4proto { tcp, udp } update @denied_roam_1 { ip daddr . th dport }
+\t\tcounter name "drops_roam_1" drop
+\t}
+}
+"""
+
+EXPECTED_LOCKDOWN = """\
+table inet jackin-demo
+delete table inet jackin-demo
+table inet jackin-demo {
+\tchain forward { type filter hook forward priority filter - 5; policy accept; iifname { "jkd03d2047", "jkd3945584", "jkcbcfd268" } drop; }
+\tchain input { type filter hook input priority filter - 5; policy accept; iifname { "jkd03d2047", "jkd3945584", "jkcbcfd268" } drop; }
+\tchain output { type filter hook output priority filter - 5; policy accept; meta skuid { 60000, 60001, 60002 } drop; }
+}
+"""
+
+
+def test_render_small_fleet_is_the_exact_ruleset() -> None:
+    assert [a.bridge for a in PLAN.agents] == ["jkd03d2047", "jkd3945584", "jkcbcfd268"]
+    assert render(PLAN) == EXPECTED
+
+
+def test_render_lockdown_small_fleet_is_the_exact_ruleset() -> None:
+    assert render_lockdown(PLAN) == EXPECTED_LOCKDOWN
+
+
+def test_render_is_deterministic() -> None:
+    assert render(make_plan(SMALL)) == render(make_plan(SMALL)) == EXPECTED
+
+
+# --- render: structure, over several fleets ---------------------------------------
+
+
+def chains(text: str) -> dict[str, list[str]]:
+    """Multi-line chains of a rendered table: name -> rules, in order (hook headers included)."""
+    found: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if m := re.fullmatch(r"\tchain (\S+) \{", line):
+            current = found.setdefault(m.group(1), [])
+        elif line == "\t}":
+            current = None
+        elif current is not None:
+            assert line.startswith("\t\t"), line
+            current.append(line[2:])
+    return found
+
+
+def egress_kinds(rules: list[str], name: str, policy: NetworkPolicy) -> list[int]:
+    """Each rule of an egress chain as its rank in the required order (fails on an unknown rule)."""
+    deny = f"goto deny_{name}"
+    port53 = "meta l4proto { tcp, udp } th dport 53 accept"
+    dns = {f"{'ip6' if ':' in r else 'ip'} daddr {r} {port53}" for r in policy.dns}
+    kinds = []
+    for rule in rules:
+        if rule == "ct direction reply accept":
+            kinds.append(0)
+        elif rule == f"ip daddr 169.254.0.0/16 {deny}":
+            kinds.append(1)
+        elif rule == f"ip6 daddr fe80::/10 {deny}":
+            kinds.append(2)
+        elif rule == f'oifname "jk*" {deny}':
+            kinds.append(3)
+        elif rule in dns:
+            kinds.append(5)
+        elif re.fullmatch(r"ip6? daddr [0-9a-f.:]+/\d+( meta l4proto \{ tcp, udp \} th dport \d+)? accept", rule):
+            kinds.append(4)
+        elif rule == f"ip daddr @private_v4 {deny}":
+            kinds.append(6)
+        elif re.fullmatch(rf"ip daddr @dom_{name}_\d+( meta l4proto \{{ tcp, udp \}} th dport \d+)? accept", rule):
+            kinds.append(7)
+        elif rule == "meta nfproto ipv4 accept":
+            kinds.append(8)
+        elif rule == deny:
+            kinds.append(9)
+        else:
+            pytest.fail(f"unexpected rule in egress_{name}: {rule}")
+    return kinds
+
+
+@pytest.mark.parametrize("key", list(PLANS))
+def test_render_is_an_atomic_replace_of_our_table_only(key: str) -> None:
+    plan = PLANS[key]
+    text = render(plan)
+    table = f"jackin-{plan.fleet}"
+    assert text.splitlines()[:3] == [f"table inet {table}", f"delete table inet {table}", f"table inet {table} {{"]
+    # Nothing outside our own table: Docker's rules and other tables are never touched.
+    assert [line for line in text.splitlines() if not line.startswith("\t")] == text.splitlines()[:3] + ["}"]
+    assert "flush" not in text and text.endswith("}\n")
+
+
+@pytest.mark.parametrize("key", list(PLANS))
+def test_egress_chain_order(key: str) -> None:
+    plan = PLANS[key]
+    found = chains(render(plan))
+    for agent in plan.agents:
+        name = firewall.ident(agent.instance)
+        kinds = egress_kinds(found[f"egress_{name}"], name, agent.policy)
+        entries = [parse_entry(e) for e in agent.policy.allow]
+        assert kinds == sorted(kinds), f"egress_{name} out of order: {kinds}"
+        assert kinds[:4] == [0, 1, 2, 3] and kinds[-1] == 9
+        assert kinds.count(4) == sum(e.family != "domain" for e in entries)
+        assert kinds.count(5) == len(agent.policy.dns)
+        assert kinds.count(6) == 1
+        assert kinds.count(7) == sum(e.family == "domain" for e in entries)  # after the private deny
+        assert kinds.count(8) == (agent.policy.mode == "open")
+        assert kinds.count(9) == 1
+
+
+@pytest.mark.parametrize("key", list(PLANS))
+def test_hooks_input_output_and_user_chains(key: str) -> None:
+    plan = PLANS[key]
+    found = chains(render(plan))
+    for hook in ("forward", "input", "output"):
+        assert found[hook][0] == f"type filter hook {hook} priority filter - 5; policy accept;"
+    names = [firewall.ident(a.instance) for a in plan.agents]
+    assert found["forward"][1:] == [f'iifname "{a.bridge}" jump egress_{n}' for a, n in zip(plan.agents, names)]
+    assert found["output"][1:] == [f"meta skuid {a.uid} jump user_{firewall.ident(a.instance)}" for a in plan.agents]
+    for agent in plan.agents:
+        name = firewall.ident(agent.instance)
+        # From the agent's bridge to the host itself: replies only, everything else denied.
+        from_bridge = [r for r in found["input"] if r.startswith(f'iifname "{agent.bridge}" ')]
+        assert from_bridge == [f'iifname "{agent.bridge}" ct direction reply accept',
+                               f'iifname "{agent.bridge}" goto deny_{name}']  # fmt: skip
+        assert found[f"user_{name}"] == [f'oifname "lo" goto deny_{name}', f"jump egress_{name}"]
+        assert found[f"deny_{name}"][-1] == f'counter name "drops_{name}" drop'
+    assert len(found["input"]) == 1 + 2 * len(plan.agents)
+
+
+def test_domain_sets_match_the_domains_list() -> None:
+    plan = PLANS["mixed"]
+    sets = re.findall(r"^\tset (dom_\S+) \{ type ipv4_addr; flags timeout; \}$", render(plan), re.MULTILINE)
+    assert [s for s, _ in firewall.domains(plan)] == sets
+    assert firewall.domains(PLAN) == [("dom_picky_1_3", "github.com")]
+    assert firewall.bundle(PLAN)["/etc/jackin/nft/demo.domains"] == "dom_picky_1_3 github.com\n"
+
+
+# --- render_lockdown ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["one", "small", "mixed", "many"])
+def test_lockdown_drops_every_bridge_and_uid(key: str) -> None:
+    plan = PLANS[key]
+    lines = render_lockdown(plan).splitlines()
+    bridges = ", ".join(f'"{a.bridge}"' for a in plan.agents)
+    uids = ", ".join(str(a.uid) for a in plan.agents)
+    assert lines[:3] == [f"table inet jackin-{plan.fleet}", f"delete table inet jackin-{plan.fleet}",
+                         f"table inet jackin-{plan.fleet} {{"]  # fmt: skip
+    assert f"iifname {{ {bridges} }} drop;" in lines[3] and "hook forward" in lines[3]
+    assert f"iifname {{ {bridges} }} drop;" in lines[4] and "hook input" in lines[4]
+    assert f"meta skuid {{ {uids} }} drop;" in lines[5] and "hook output" in lines[5]
+    assert lines[6:] == ["}"]
+
+
+def test_lockdown_of_an_empty_plan_is_still_an_atomic_replace() -> None:
+    assert render_lockdown(empty_plan()) == (
+        "table inet jackin-demo\ndelete table inet jackin-demo\ntable inet jackin-demo {\n}\n"
+    )
+
+
+# --- nft -c: check only, never applied ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def nft_check() -> str:
+    if not os.path.exists(NFT):
+        pytest.skip(f"{NFT} is not installed")
+    if os.geteuid() != 0:
+        pytest.skip("nft -c needs root")
+    return NFT
+
+
+@pytest.mark.parametrize("renderer", [render, render_lockdown], ids=["table", "lockdown"])
+@pytest.mark.parametrize("key", list(PLANS))
+def test_nft_accepts_the_rendered_file(nft_check: str, tmp_path: Path, key: str, renderer) -> None:
+    path = tmp_path / "fleet.nft"
+    path.write_text(renderer(PLANS[key]))
+    done = subprocess.run([nft_check, "-c", "-f", str(path)], capture_output=True, text=True, timeout=30)
+    if done.returncode and "Operation not permitted" in done.stderr:
+        pytest.skip(f"nft -c is not permitted here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+
+
+# --- enforcement ---------------------------------------------------------------------
+
+DOMAIN_REASON = ("domain entries allow the addresses a name resolves to on the host, so other services "
+                 "at those addresses are reachable too")  # fmt: skip
+PUBLISH_REASON = "published ports accept inbound connections on their bind address"
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (NetworkPolicy(), ("full", [])),
+        (NetworkPolicy(mode="allowlist", allow=["10.0.0.0/8", "1.2.3.4:443", "[2001:db8::1]:443"], dns=["9.9.9.9"]),
+         ("full", [])),
+        (NetworkPolicy(mode="open"), ("full", [])),
+        (NetworkPolicy(mode="allowlist", allow=["1.2.3.4", "github.com:443"]), ("partial", [DOMAIN_REASON])),
+        (NetworkPolicy(mode="open", allow=["pypi.org"]), ("partial", [DOMAIN_REASON])),
+        (NetworkPolicy(publish=[{"port": 8080}]), ("partial", [PUBLISH_REASON])),
+        (NetworkPolicy(mode="allowlist", allow=["github.com"], publish=[{"port": 80}]),
+         ("partial", [DOMAIN_REASON, PUBLISH_REASON])),
+    ],
+)  # fmt: skip
+def test_enforcement(policy: NetworkPolicy, expected: tuple[str, list[str]]) -> None:
+    assert enforcement(policy) == expected
+
+
+# --- parse_entry -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "entry"),
+    [
+        ("10.0.0.0/8", Entry("ip", "10.0.0.0/8", None)),
+        ("1.2.3.4", Entry("ip", "1.2.3.4/32", None)),
+        ("1.2.3.4:443", Entry("ip", "1.2.3.4/32", 443)),
+        ("10.1.0.0/16:5432", Entry("ip", "10.1.0.0/16", 5432)),
+        ("[2001:db8::1]:443", Entry("ip6", "2001:db8::1/128", 443)),
+        ("[2001:db8::1]", Entry("ip6", "2001:db8::1/128", None)),
+        ("2001:db8::/32", Entry("ip6", "2001:db8::/32", None)),
+        ("2001:DB8::/32", Entry("ip6", "2001:db8::/32", None)),
+        ("github.com:443", Entry("domain", "github.com", 443)),
+        ("GitHub.com", Entry("domain", "github.com", None)),
+    ],
+)
+def test_parse_entry(value: str, entry: Entry) -> None:
+    NetworkPolicy(mode="allowlist", allow=[value])  # the spec accepts what the firewall parses
+    assert parse_entry(value) == entry
+
+
+# --- bundle, hash and units ----------------------------------------------------------------
+
+
+def test_bundle_paths() -> None:
+    assert sorted(firewall.bundle(PLAN)) == [
+        "/etc/jackin/nft/demo.domains",
+        "/etc/jackin/nft/demo.lockdown.nft",
+        "/etc/jackin/nft/demo.nft",
+        "/etc/systemd/system/jackin-nft-demo.service",
+        "/etc/systemd/system/jackin-nft-resolve-demo.service",
+        "/etc/systemd/system/jackin-nft-resolve-demo.timer",
+        "/usr/local/lib/jackin/nft-resolve",
+    ]
+    bundle = firewall.bundle(PLAN)
+    assert bundle["/etc/jackin/nft/demo.nft"] == EXPECTED
+    assert bundle["/etc/jackin/nft/demo.lockdown.nft"] == EXPECTED_LOCKDOWN
+    assert bundle["/usr/local/lib/jackin/nft-resolve"] == firewall.RESOLVE_SCRIPT
+    # Everything a fleet writes is known to teardown (the shared resolver goes with the last fleet).
+    assert set(bundle) - {firewall.RESOLVER} <= set(firewall.owned_paths("demo"))
+
+
+def with_picky(policy: str) -> FleetPlan:
+    return make_plan(SMALL.replace('dns: ["9.9.9.9"]', policy))
+
+
+def test_bundle_hash_is_stable_and_follows_the_policy() -> None:
+    digest = firewall.bundle_hash(PLAN)
+    assert re.fullmatch(r"[0-9a-f]{16}", digest)
+    assert firewall.bundle_hash(make_plan(SMALL)) == digest
+    changed = {
+        "dns": with_picky('dns: ["9.9.9.10"]'),
+        "allow": make_plan(SMALL.replace("1.2.3.4", "1.2.3.5")),
+        "mode": make_plan(SMALL.replace("mode: open", "mode: allowlist")),
+        "uid": make_plan(SMALL, uid_base=61000),
+        "fleet": make_plan(SMALL.replace("name: demo", "name: demo2")),
+    }
+    for what, plan in changed.items():
+        assert firewall.bundle_hash(plan) != digest, what
+    # What the firewall does not depend on does not reload it.
+    other_image = SMALL.replace("    - name: quiet\n", "    - name: quiet\n      image: x/y:2\n")
+    assert firewall.bundle_hash(make_plan(other_image)) == digest
+
+
+def unit(text: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None, strict=True)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(text)
+    return parser
+
+
+def test_load_unit_before_docker_part_of_nftables_falls_back_to_lockdown() -> None:
+    load = unit(firewall.units(PLAN)["jackin-nft-demo.service"])
+    assert load["Unit"]["PartOf"] == "nftables.service"
+    assert "docker.service" in load["Unit"]["Before"].split()
+    assert "nftables.service" in load["Unit"]["After"].split()
+    assert load["Service"]["Type"] == "oneshot" and load["Service"]["RemainAfterExit"] == "yes"
+    assert load["Service"]["ExecStart"] == (
+        "/bin/sh -c 'nft -f /etc/jackin/nft/demo.nft || nft -f /etc/jackin/nft/demo.lockdown.nft'"
+    )
+    assert {"docker.service", "nftables.service"} <= set(load["Install"]["WantedBy"].split())
+
+
+def test_timer_runs_the_resolver() -> None:
+    units = firewall.units(PLAN)
+    timer = unit(units["jackin-nft-resolve-demo.timer"])
+    assert "Unit" not in timer["Timer"]  # so it starts the service of the same name
+    assert timer["Timer"]["OnUnitActiveSec"] == "5min"
+    assert timer["Install"]["WantedBy"] == "timers.target"
+    resolve = unit(units["jackin-nft-resolve-demo.service"])
+    assert resolve["Service"]["ExecStart"] == "/usr/local/lib/jackin/nft-resolve demo"
+    assert resolve["Service"]["Type"] == "oneshot"
+
+
+# --- the resolver script -----------------------------------------------------------------------
+
+
+def test_resolve_script_syntax() -> None:
+    done = subprocess.run(["sh", "-n"], input=firewall.RESOLVE_SCRIPT, capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+
+
+def stub(directory: Path, name: str, body: str) -> None:
+    path = directory / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
+def test_resolve_script_fills_sets_and_skips_names_that_do_not_resolve(tmp_path: Path) -> None:
+    """With stub getent/nft/logger: addresses deduplicated, one nft transaction per set that flushes
+    and refills it (a timeout on every element), an unresolvable name logged and the exit status 1."""
+    bin_dir, nft_dir = tmp_path / "bin", tmp_path / "nft"
+    bin_dir.mkdir(), nft_dir.mkdir()
+    log = tmp_path / "calls"
+    stub(bin_dir, "getent", 'case "$2" in github.com) printf "140.82.1.4 STREAM github.com\\n140.82.1.4 DGRAM\\n'
+                            '140.82.1.3 RAW\\n";; *) exit 2;; esac')  # fmt: skip
+    stub(bin_dir, "nft", f'printf "nft|%s\\n" "$*" >> {log}; cat >> {log}')
+    stub(bin_dir, "logger", f'printf "logger|%s\\n" "$*" >> {log}')
+    (nft_dir / "demo.domains").write_text("dom_a_1 github.com\n\ndom_a_2 nowhere.invalid\n")
+    script = tmp_path / "nft-resolve"
+    script.write_text(firewall.RESOLVE_SCRIPT.replace("/etc/jackin/nft", str(nft_dir)))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    done = subprocess.run(["sh", str(script), "demo"], env=env, capture_output=True, text=True, timeout=10)
+    assert done.returncode == 1, done.stderr
+    assert log.read_text().splitlines() == [
+        "nft|-f -",
+        "flush set inet jackin-demo dom_a_1",
+        "add element inet jackin-demo dom_a_1 { 140.82.1.3 timeout 15m, 140.82.1.4 timeout 15m }",
+        "logger|-t jackin-nft fleet demo: cannot resolve nowhere.invalid; its entry allows nothing until it does",
+    ]
+    missing = subprocess.run(["sh", str(script), "other"], env=env, capture_output=True, text=True, timeout=10)
+    assert missing.returncode == 0  # a fleet without a domains list has nothing to resolve
+
+
+# --- apply_commands ----------------------------------------------------------------------------
+
+APPLY = ("if nft -c -f /etc/jackin/nft/demo.nft && nft -f /etc/jackin/nft/demo.nft; then :; "
+         "else nft -f /etc/jackin/nft/demo.lockdown.nft; "
+         "echo 'egress policy rejected by nft: agents of fleet demo are locked down' >&2; exit 1; fi")  # fmt: skip
+
+
+def test_apply_nothing_when_loaded_and_up_to_date() -> None:
+    assert apply_commands(PLAN, HostState(nft_table=True, nft_hash=firewall.bundle_hash(PLAN))) == []
+
+
+@pytest.mark.parametrize(
+    "state",
+    [HostState(), HostState(nft_table=True, nft_hash="0" * 16), HostState(nft_table=False, nft_hash=None),
+     HostState(nft_table=False, nft_hash=firewall.bundle_hash(PLAN))],  # a lost table is loaded again
+    ids=["fresh", "stale-hash", "no-table", "lost-table"],
+)  # fmt: skip
+def test_apply_writes_the_bundle_then_checks_applies_and_records_the_hash(state: HostState) -> None:
+    bundle = firewall.bundle(PLAN)
+    commands = apply_commands(PLAN, state)
+    writes, rest = commands[: len(bundle)], commands[len(bundle) :]
+    for command, (path, text) in zip(writes, sorted(bundle.items()), strict=True):
+        mode = "0755" if path == firewall.RESOLVER else "0644"
+        directory = path.rsplit("/", 1)[0]
+        assert command == (f"install -d -m 0755 {directory} && printf '%s' {shlex.quote(text)} > {path}.tmp"
+                           f" && chmod {mode} {path}.tmp && mv {path}.tmp {path}")  # fmt: skip
+    assert rest == [
+        APPLY,
+        "systemctl daemon-reload",
+        "systemctl enable --quiet jackin-nft-demo.service jackin-nft-resolve-demo.timer",
+        "systemctl start jackin-nft-resolve-demo.timer",
+        "/usr/local/lib/jackin/nft-resolve demo || true",
+        f"echo {firewall.bundle_hash(PLAN)} > /etc/jackin/nft/demo.sha",
+    ]
+
+
+def test_write_is_atomic_and_byte_exact(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "dir" / "file"
+    text = "it's \"quoted\" $(echo no) `no` \\n %s %% \\\\\n\ttabs\nno final newline"
+    done = subprocess.run(["sh", "-ec", _write(str(path), text, "0640")], capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+    assert path.read_text() == text
+    assert oct(path.stat().st_mode & 0o777) == "0o640"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["file"]  # no .tmp left behind
+
+
+def run_apply(tmp_path: Path, nft_body: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """The apply command under ``set -e`` (as the operation's script runs it), with a stub nft."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls"
+    log.touch()
+    stub(bin_dir, "nft", f'echo "$*" >> {log}\n{nft_body}')
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    done = subprocess.run(["sh", "-c", f"set -e\n{APPLY}\necho after"], env=env, capture_output=True,
+                          text=True, timeout=10)  # fmt: skip
+    return done, log.read_text().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("nft_body", "calls", "rc"),
+    [
+        ("exit 0", ["-c -f /etc/jackin/nft/demo.nft", "-f /etc/jackin/nft/demo.nft"], 0),
+        ('[ "$1" = -c ] && exit 1; exit 0',
+         ["-c -f /etc/jackin/nft/demo.nft", "-f /etc/jackin/nft/demo.lockdown.nft"], 1),
+        ('case "$2" in *lockdown*) exit 0;; esac; [ "$1" = -c ] && exit 0; exit 1',
+         ["-c -f /etc/jackin/nft/demo.nft", "-f /etc/jackin/nft/demo.nft", "-f /etc/jackin/nft/demo.lockdown.nft"], 1),
+    ],
+    ids=["accepted", "check-fails", "apply-fails"],
+)  # fmt: skip
+def test_apply_checks_first_and_falls_back_to_lockdown(
+    tmp_path: Path, nft_body: str, calls: list[str], rc: int
+) -> None:
+    done, logged = run_apply(tmp_path, nft_body)
+    assert logged == calls
+    assert done.returncode == rc
+    assert (done.stdout == "after\n") == (rc == 0)
+    assert ("agents of fleet demo are locked down" in done.stderr) == (rc == 1)
+
+
+# --- remove_commands ---------------------------------------------------------------------------
+
+CLEANUP = ("ls /etc/jackin/nft/*.nft >/dev/null 2>&1 || { rm -f /usr/local/lib/jackin/nft-resolve; "
+           "rmdir /etc/jackin/nft /etc/jackin /usr/local/lib/jackin 2>/dev/null || true; }")  # fmt: skip
+
+
+def test_remove_nothing_when_nothing_is_there() -> None:
+    assert remove_commands(PLAN, HostState()) == []
+
+
+def test_remove_table_only_when_loaded() -> None:
+    assert remove_commands(PLAN, HostState(nft_table=True)) == ["nft delete table inet jackin-demo"]
+
+
+def test_remove_everything() -> None:
+    files = firewall.owned_paths("demo")
+    assert remove_commands(PLAN, HostState(nft_table=True, files=files)) == [
+        "systemctl disable --now --quiet jackin-nft-demo.service jackin-nft-resolve-demo.timer "
+        "jackin-nft-resolve-demo.service 2>/dev/null || true",
+        "nft delete table inet jackin-demo",
+        "rm -f " + " ".join(files),
+        "systemctl daemon-reload",
+        CLEANUP,
+    ]
+
+
+def test_remove_only_the_files_that_exist() -> None:
+    files = ["/etc/jackin/nft/demo.nft", "/etc/jackin/nft/demo.sha"]
+    assert remove_commands(PLAN, HostState(files=files)) == [
+        "rm -f /etc/jackin/nft/demo.nft /etc/jackin/nft/demo.sha",
+        "systemctl daemon-reload",
+        CLEANUP,
+    ]
+
+
+def run_cleanup(tmp_path: Path, files: list[str]) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+    """The resolver cleanup under ``set -e`` (as the teardown script runs it), in a scratch tree."""
+    etc, lib = tmp_path / "etc" / "jackin", tmp_path / "lib" / "jackin"
+    (etc / "nft").mkdir(parents=True), lib.mkdir(parents=True)
+    (lib / "nft-resolve").write_text(firewall.RESOLVE_SCRIPT)
+    for name in files:
+        (etc / name).write_text("") if name != "-nft" else (etc / "nft").rmdir()
+    command = CLEANUP.replace("/etc/jackin", str(etc)).replace("/usr/local/lib/jackin", str(lib))
+    done = subprocess.run(["sh", "-c", f"set -e\n{command}\necho after"], capture_output=True, text=True, timeout=10)
+    return done, etc, lib
+
+
+@pytest.mark.parametrize(
+    ("files", "resolver_kept"),
+    [([], False), (["nft/other.nft", "nft/other.lockdown.nft"], True), (["nft/other.nft"], True)],
+    ids=["last-fleet", "another-fleet", "another-fleet-table-only"],
+)
+def test_remove_keeps_the_shared_resolver_while_another_fleet_remains(
+    tmp_path: Path, files: list[str], resolver_kept: bool
+) -> None:
+    done, etc, lib = run_cleanup(tmp_path, files)
+    assert (done.returncode, done.stdout) == (0, "after\n"), done.stderr
+    assert (lib / "nft-resolve").exists() == resolver_kept
+    assert lib.exists() == etc.exists() == (etc / "nft").exists() == resolver_kept
+
+
+@pytest.mark.parametrize(
+    "files",
+    [["nft/other.domains"], ["operator-notes.txt"], ["-nft"]],
+    ids=["stray-file-in-nft-dir", "other-file-in-etc-jackin", "nft-dir-already-gone"],
+)
+def test_remove_cleanup_never_fails_the_teardown(tmp_path: Path, files: list[str]) -> None:
+    done, _, lib = run_cleanup(tmp_path, files)
+    assert not (lib / "nft-resolve").exists()
+    assert (done.returncode, done.stdout) == (0, "after\n"), done.stderr
