@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shlex
 
-from pyinfra import host
 from pyinfra.api import operation
 
 from jackin import firewall
@@ -67,7 +66,4 @@ def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
 @operation()
 def egress_policy(plan: FleetPlan, state: HostState):
     """The fleet's nftables table and its boot-time and refresh units; in place before agents start."""
-    commands = apply_commands(plan, state)
-    if not commands:
-        host.noop(f"egress policy of fleet {plan.fleet} is loaded and up to date")
-    yield from script(commands)
+    yield from script(apply_commands(plan, state), noop=f"egress policy of fleet {plan.fleet} is loaded and up to date")

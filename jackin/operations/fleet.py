@@ -136,25 +136,16 @@ def teardown_commands(plan: FleetPlan, state: HostState, *, keep_data: bool) -> 
 @operation()
 def fleet_root(plan: FleetPlan, state: HostState):
     """The fleet's directory and marker; agents that left the plan lose their container and network."""
-    commands = fleet_commands(plan, state)
-    if not commands:
-        host.noop(f"fleet {plan.fleet} root is up to date")
-    yield from script(commands)
+    yield from script(fleet_commands(plan, state), noop=f"fleet {plan.fleet} root is up to date")
 
 
 @operation()
 def agent(agent: AgentPlan, state: HostState):
     """One agent: its Unix user and group, home and workspace (0700), network and hardened container."""
-    commands = agent_commands(agent, state)
-    if not commands:
-        host.noop(f"agent {agent.instance} is up to date")
-    yield from script(commands)
+    yield from script(agent_commands(agent, state), noop=f"agent {agent.instance} is up to date")
 
 
 @operation()
 def teardown(plan: FleetPlan, state: HostState, keep_data: bool = False):
     """Remove the fleet's containers, networks, users, directories, marker and firewall table."""
-    commands = teardown_commands(plan, state, keep_data=keep_data)
-    if not commands:
-        host.noop(f"nothing of fleet {plan.fleet} is left")
-    yield from script(commands)
+    yield from script(teardown_commands(plan, state, keep_data=keep_data), noop=f"nothing of fleet {plan.fleet} is left")
