@@ -5,7 +5,8 @@ from invoke import Collection, Exit, task
 from jackin import agent as agent_api
 from jackin import fleet as fleet_api
 from jackin import ui
-from jackin.cli import confirm, count, exit_code, guard, not_yet, require_terminal_or
+from jackin import cli
+from jackin.cli import count, guard, not_yet
 from jackin.lab import Lab
 from jackin.lab.lab import DEFAULT_HOSTS
 
@@ -62,31 +63,7 @@ def fleet_validate(c, inventory=None):
 def fleet_up(c, inventory=None, yes=False, json=False, dry_run=False):
     """Bring the fleet up: per agent a Unix user, workspace, network and hardened container, on every host."""
     with guard():
-        spec = fleet_api.load(inventory)
-        if dry_run:  # touches nothing, not even the local lab
-            raise Exit(code=exit_code(run_up(spec, inventory, dry_run=True, bring_up=False, json=json).run))
-        if not yes:
-            require_terminal_or("--yes")
-            preview = run_up(spec, inventory, dry_run=True, bring_up=True, json=json)
-            if not preview.changed:
-                raise Exit(code=exit_code(preview.run))
-            confirm("Apply these changes?")
-        result = run_up(spec, inventory, dry_run=False, bring_up=True, json=json)
-        raise Exit(code=exit_code(result.run))
-
-
-def run_up(spec, inventory, *, dry_run, bring_up, json):
-    with ui.progress() as view:
-        result = fleet_api.up(spec, source=inventory, dry_run=dry_run, bring_up=bring_up, on_event=view.update,
-                              log=ui.log)  # fmt: skip
-    if json:
-        ui.print_json(result.model_dump(mode="json"))
-    else:
-        if dry_run:
-            ui.out.print(ui.plan_view(result.run))
-        title = f"fleet {spec.fleet.name}: {'plan' if dry_run else 'up'}"
-        ui.out.print(ui.up_table(result.run, title=title, agents=len(result.plan.agents)))
-    return result
+        raise Exit(code=cli.fleet_up(inventory, yes=yes, json=json, dry_run=dry_run))
 
 
 @task(help={"inventory": INVENTORY, "watch": "refresh in place until Ctrl-C", "json": "print JSON"})
@@ -112,41 +89,14 @@ def fleet_status(c, inventory=None, watch=False, json=False):
 def fleet_down(c, inventory=None, yes=False, keep_data=False, keep_lab=False):
     """Tear the fleet down on every host, prove nothing is left, and (lab) destroy the lab."""
     with guard():
-        spec = fleet_api.load(inventory)
-        if not yes:
-            require_terminal_or("--yes")
-            data = "keeping homes and workspaces" if keep_data else "including every agent's workspace"
-            confirm(f"Remove fleet {spec.fleet.name!r} from its hosts, {data}?")
-        with ui.progress() as view:
-            result = fleet_api.down(spec, keep_data=keep_data, keep_lab=keep_lab, on_event=view.update, log=ui.log)
-        if result.run.hosts:
-            ui.out.print(ui.up_table(result.run, title=f"fleet {spec.fleet.name}: down"))
-            ui.out.print(ui.clean_table(result.checks))
-        if result.lab_removed:
-            ui.out.print(f"lab of fleet {spec.fleet.name!r} destroyed")
-        if not result.clean:
-            raise Exit(code=exit_code(result.run) or 1)
+        raise Exit(code=cli.fleet_down(inventory, yes=yes, keep_data=keep_data, keep_lab=keep_lab))
 
 
 @task(help={"inventory": INVENTORY, "yes": "remove without asking"})
 def fleet_gc(c, inventory=None, yes=False):
     """Find and remove leftovers of fleets the ledger no longer knows (after a crash)."""
     with guard():
-        spec = fleet_api.load(inventory)
-        found = fleet_api.orphans(spec)
-        if not found:
-            ui.out.print("no leftovers of unknown fleets")
-            return
-        for name, hosts in sorted(found.items()):
-            ui.out.print(f"fleet {name!r}: leftovers on {', '.join(hosts)}")
-        if not yes:
-            require_terminal_or("--yes")
-            confirm("Remove them?")
-        results = fleet_api.gc(spec, found)
-        for result in results:
-            ui.out.print(ui.up_table(result, title="fleet.gc"))
-        if any(r.failed for r in results):
-            raise Exit(code=1)
+        raise Exit(code=cli.fleet_gc(inventory, yes=yes))
 
 
 # --- agent -------------------------------------------------------------------

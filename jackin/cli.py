@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from invoke.exceptions import Exit
 from rich.prompt import Confirm
 
+from jackin import fleet as fleet_api
 from jackin import ui
 from jackin.engine import RunResult
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, JackinError, NotImplementedYet, SpecError
@@ -65,3 +66,68 @@ def require_terminal_or(flag: str, *, when: bool = True) -> None:
 def confirm(question: str) -> None:
     if not Confirm.ask(question, console=ui.err, default=False):
         raise JackinError("nothing changed: not confirmed")
+
+
+# --- flows that ask before they act ---------------------------------------------
+
+
+def fleet_up(inventory: str | None, *, yes: bool, json: bool, dry_run: bool) -> int:
+    """Preview, confirm, apply. ``--dry-run`` touches nothing, not even the local lab; the
+    interactive preview plans against real hosts, so it may bring the lab up."""
+    spec = fleet_api.load(inventory)
+    if dry_run:
+        return exit_code(_up(spec, inventory, dry_run=True, bring_up=False, json=json).run)
+    if not yes:
+        require_terminal_or("--yes")
+        preview = _up(spec, inventory, dry_run=True, bring_up=True, json=json)
+        if not preview.changed:
+            return exit_code(preview.run)
+        confirm("Apply these changes?")
+    return exit_code(_up(spec, inventory, dry_run=False, bring_up=True, json=json).run)
+
+
+def _up(spec, inventory: str | None, *, dry_run: bool, bring_up: bool, json: bool) -> fleet_api.UpResult:
+    with ui.progress() as view:
+        result = fleet_api.up(spec, source=inventory, dry_run=dry_run, bring_up=bring_up, on_event=view.update,
+                              log=ui.log)  # fmt: skip
+    if json:
+        ui.print_json(result.model_dump(mode="json"))
+    else:
+        if dry_run:
+            ui.out.print(ui.plan_view(result.run))
+        title = f"fleet {spec.fleet.name}: {'plan' if dry_run else 'up'}"
+        ui.out.print(ui.up_table(result.run, title=title, agents=len(result.plan.agents)))
+    return result
+
+
+def fleet_down(inventory: str | None, *, yes: bool, keep_data: bool, keep_lab: bool) -> int:
+    spec = fleet_api.load(inventory)
+    if not yes:
+        require_terminal_or("--yes")
+        data = "keeping homes and workspaces" if keep_data else "including every agent's workspace"
+        confirm(f"Remove fleet {spec.fleet.name!r} from its hosts, {data}?")
+    with ui.progress() as view:
+        result = fleet_api.down(spec, keep_data=keep_data, keep_lab=keep_lab, on_event=view.update, log=ui.log)
+    if result.run.hosts:
+        ui.out.print(ui.up_table(result.run, title=f"fleet {spec.fleet.name}: down"))
+        ui.out.print(ui.clean_table(result.checks))
+    if result.lab_removed:
+        ui.out.print(f"lab of fleet {spec.fleet.name!r} destroyed")
+    return EXIT_OK if result.clean else exit_code(result.run) or EXIT_FAILED
+
+
+def fleet_gc(inventory: str | None, *, yes: bool) -> int:
+    spec = fleet_api.load(inventory)
+    found = fleet_api.orphans(spec)
+    if not found:
+        ui.out.print("no leftovers of unknown fleets")
+        return EXIT_OK
+    for name, hosts in sorted(found.items()):
+        ui.out.print(f"fleet {name!r}: leftovers on {', '.join(hosts)}")
+    if not yes:
+        require_terminal_or("--yes")
+        confirm("Remove them?")
+    results = fleet_api.gc(spec, found)
+    for result in results:
+        ui.out.print(ui.up_table(result, title="fleet.gc"))
+    return EXIT_FAILED if any(r.failed for r in results) else EXIT_OK

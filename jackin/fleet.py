@@ -7,13 +7,12 @@ run is recorded in the ledger with an audit entry per host.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
-
-import json
-import re
 
 import jackin
 from jackin import firewall
@@ -139,24 +138,20 @@ def up(
     ``bring_up``: with provider lab, create the lab first if it is not up (default: unless ``dry_run``).
     """
     fleet = inventory.fleet
-    ledger = Ledger()
-    try:
-        with ledger.lock(fleet.name, "fleet.up"):
-            hosts = targets(inventory, log=log, bring_up=not dry_run if bring_up is None else bring_up)
-            if dry_run and not hosts:
-                log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
-            plan = make_plan(inventory, ledger)
-            action = "fleet.up --dry-run" if dry_run else "fleet.up"
-            run_id = ledger.start_run(fleet.name, action, {"hosts": [h.name for h in hosts]})
-            if not dry_run:
-                ledger.record_fleet(fleet.name, fleet.provider, source, "up")
-            request = EngineRequest(deploy=str(deploys_dir() / "fleet.py"), targets=hosts,
-                                    data=plan.model_dump(mode="json"), dry_run=dry_run)  # fmt: skip
-            result = run(request, on_event)
-            _record(ledger, run_id, fleet.name, action, hosts, result, plan, record_agents=not dry_run)
-            return UpResult(fleet=fleet.name, run=result, plan=plan)
-    finally:
-        ledger.close()
+    with Ledger() as ledger, ledger.lock(fleet.name, "fleet.up"):
+        hosts = targets(inventory, log=log, bring_up=not dry_run if bring_up is None else bring_up)
+        if dry_run and not hosts:
+            log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
+        plan = make_plan(inventory, ledger)
+        action = "fleet.up --dry-run" if dry_run else "fleet.up"
+        run_id = ledger.start_run(fleet.name, action, {"hosts": [h.name for h in hosts]})
+        if not dry_run:
+            ledger.record_fleet(fleet.name, fleet.provider, source, "up")
+        request = EngineRequest(deploy=str(deploys_dir() / "fleet.py"), targets=hosts,
+                                data=plan.model_dump(mode="json"), dry_run=dry_run)  # fmt: skip
+        result = run(request, on_event)
+        _record(ledger, run_id, fleet.name, action, hosts, result, plan, record_agents=not dry_run)
+        return UpResult(fleet=fleet.name, run=result, plan=plan)
 
 
 def _record(ledger: Ledger, run_id: int, fleet: str, action: str, hosts: list[SshTarget], result: RunResult,
@@ -267,33 +262,29 @@ def down(
 ) -> DownResult:
     """Remove everything of the fleet from every host, check it is gone, and (lab) destroy the lab."""
     fleet = inventory.fleet
-    ledger = Ledger()
-    try:
-        with ledger.lock(fleet.name, "fleet.down"):
-            hosts = targets(inventory, bring_up=False)
-            lab_spec = (fleet.lab or LabSpec()) if fleet.provider == "lab" else None
-            if lab_spec is not None and not hosts:
-                ledger.forget_fleet(fleet.name)
-                removed = not keep_lab and _destroy_lab(lab_spec, log)
-                return DownResult(fleet=fleet.name, run=RunResult(hosts=[]), checks=[], lab_removed=removed)
-            plan = make_plan(inventory, ledger)
-            run_id = ledger.start_run(fleet.name, "fleet.down", {"keep_data": keep_data})
-            request = EngineRequest(deploy=str(deploys_dir() / "teardown.py"), targets=hosts,
-                                    data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data})  # fmt: skip
-            result = run(request, on_event)
-            _record(ledger, run_id, fleet.name, "fleet.down", hosts, result, None, record_agents=False)
-            checks = clean_check(plan, hosts, keep_data=keep_data)
-            for check in checks:
-                ledger.audit(run_id, fleet.name, "clean-check", "clean" if check.clean else "dirty",
-                             host=check.host, detail=check.leftovers or check.error)  # fmt: skip
-            outcome = DownResult(fleet=fleet.name, run=result, checks=checks)
-            if outcome.clean:
-                ledger.forget_fleet(fleet.name, keep_uids=keep_data)
-                if lab_spec is not None and not keep_data and not keep_lab:  # kept data lives on the lab hosts
-                    outcome.lab_removed = _destroy_lab(lab_spec, log)
-            return outcome
-    finally:
-        ledger.close()
+    with Ledger() as ledger, ledger.lock(fleet.name, "fleet.down"):
+        hosts = targets(inventory, bring_up=False)
+        lab_spec = (fleet.lab or LabSpec()) if fleet.provider == "lab" else None
+        if lab_spec is not None and not hosts:
+            ledger.forget_fleet(fleet.name)
+            removed = not keep_lab and _destroy_lab(lab_spec, log)
+            return DownResult(fleet=fleet.name, run=RunResult(hosts=[]), checks=[], lab_removed=removed)
+        plan = make_plan(inventory, ledger)
+        run_id = ledger.start_run(fleet.name, "fleet.down", {"keep_data": keep_data})
+        request = EngineRequest(deploy=str(deploys_dir() / "teardown.py"), targets=hosts,
+                                data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data})  # fmt: skip
+        result = run(request, on_event)
+        _record(ledger, run_id, fleet.name, "fleet.down", hosts, result, None, record_agents=False)
+        checks = clean_check(plan, hosts, keep_data=keep_data)
+        for check in checks:
+            ledger.audit(run_id, fleet.name, "clean-check", "clean" if check.clean else "dirty",
+                         host=check.host, detail=check.leftovers or check.error)  # fmt: skip
+        outcome = DownResult(fleet=fleet.name, run=result, checks=checks)
+        if outcome.clean:
+            ledger.forget_fleet(fleet.name, keep_uids=keep_data)
+            if lab_spec is not None and not keep_data and not keep_lab:  # kept data lives on the lab hosts
+                outcome.lab_removed = _destroy_lab(lab_spec, log)
+        return outcome
 
 
 def _destroy_lab(spec: LabSpec, log: Log) -> bool:
@@ -314,11 +305,8 @@ GC_COMMAND = (
 
 def orphans(inventory: Inventory) -> dict[str, list[str]]:
     """Fleets found on the inventory's hosts that the ledger does not know (or knows as down)."""
-    ledger = Ledger()
-    try:
+    with Ledger() as ledger:
         live = {name for name in ledger.fleets() if (ledger.fleet(name) or {}).get("status") == "up"}
-    finally:
-        ledger.close()
     hosts = targets(inventory, bring_up=False)
     found = gather(hosts, GC_COMMAND, lambda out: sorted({line.strip() for line in out.splitlines() if line.strip()}))
     result: dict[str, list[str]] = {}
@@ -335,8 +323,7 @@ def gc(inventory: Inventory, fleets: dict[str, list[str]], *, on_event: OnEvent 
     """Remove the leftovers of ``fleets`` ({fleet: [hosts]}) found by ``orphans``."""
     hosts = {t.name: t for t in targets(inventory, bring_up=False)}
     results = []
-    ledger = Ledger()
-    try:
+    with Ledger() as ledger:
         for name, host_names in sorted(fleets.items()):
             with ledger.lock(name, "fleet.gc"):
                 if (ledger.fleet(name) or {}).get("status") == "up":
@@ -349,8 +336,6 @@ def gc(inventory: Inventory, fleets: dict[str, list[str]], *, on_event: OnEvent 
                 run_id = ledger.start_run(name, "fleet.gc")
                 _record(ledger, run_id, name, "fleet.gc", list(hosts.values()), result, None, record_agents=False)
                 results.append(result)
-    finally:
-        ledger.close()
     return results
 
 

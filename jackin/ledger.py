@@ -69,6 +69,12 @@ class Ledger:
     def close(self) -> None:
         self.db.close()
 
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     # --- locking -------------------------------------------------------------
 
     @contextmanager
