@@ -19,7 +19,7 @@ from jackin import firewall
 from jackin import plan as planning
 from jackin.engine import EngineRequest, Event, HostResult, RunResult, run
 from jackin.errors import ConnectError, JackinError, SpecError
-from jackin.facts.fleet import HostState, parse_state, state_command
+from jackin.state import HostState, parse_state, state_command
 from jackin.lab import Lab
 from jackin.ledger import Ledger
 from jackin.paths import private_dir, state_dir

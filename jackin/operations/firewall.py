@@ -13,7 +13,7 @@ import shlex
 from pyinfra.api import operation
 
 from jackin import firewall
-from jackin.facts.fleet import HostState
+from jackin.state import HostState
 from jackin.operations.script import script
 from jackin.plan import FleetPlan
 

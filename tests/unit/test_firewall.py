@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from jackin import firewall
-from jackin.facts.fleet import HostState
+from jackin.state import HostState
 from jackin.firewall import Entry, enforcement, parse_entry, render, render_lockdown
 from jackin.operations.firewall import _write, apply_commands, remove_commands
 from jackin.plan import FleetPlan, build, instances
