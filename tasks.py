@@ -2,9 +2,8 @@
 
 from invoke import Collection, Exit, task
 
-from jackin import agent as agent_api
 from jackin import fleet as fleet_api
-from jackin import ui
+from jackin import providers, ui
 from jackin import cli
 from jackin.cli import count, guard, not_yet
 from jackin.lab import Lab
@@ -38,7 +37,7 @@ def lab_status(c, name="jackin", json=False):
 def lab_down(c, name="jackin"):
     """Remove every container, volume, network and key of the lab."""
     with guard():
-        removed = Lab(name).down(log=ui.log)
+        removed = providers.destroy_lab(name, log=ui.log)
         ui.out.print(f"lab {name!r} is gone" if any(removed.values()) else f"lab {name!r}: nothing to remove")
 
 
@@ -92,11 +91,12 @@ def fleet_down(c, inventory=None, yes=False, keep_data=False, keep_lab=False):
         raise Exit(code=cli.fleet_down(inventory, yes=yes, keep_data=keep_data, keep_lab=keep_lab))
 
 
-@task(help={"inventory": INVENTORY, "yes": "remove without asking"})
-def fleet_gc(c, inventory=None, yes=False):
-    """Find and remove leftovers of fleets the ledger no longer knows (after a crash)."""
+@task(help={"inventory": INVENTORY, "yes": "remove without asking",
+            "purge_kept": "also remove the data fleet.down --keep-data kept (listed, never removed without it)"})  # fmt: skip
+def fleet_gc(c, inventory=None, yes=False, purge_kept=False):
+    """Find and remove leftovers of fleets the ledger no longer knows (after a crash); list kept data."""
     with guard():
-        raise Exit(code=cli.fleet_gc(inventory, yes=yes))
+        raise Exit(code=cli.fleet_gc(inventory, yes=yes, purge_kept=purge_kept))
 
 
 # --- agent -------------------------------------------------------------------
@@ -107,27 +107,14 @@ def fleet_gc(c, inventory=None, yes=False):
 def agent_netcheck(c, agent, target, port=443, inventory=None, json=False):
     """Probe TARGET:PORT from inside the agent's container on every host: reachable or blocked."""
     with guard():
-        spec = fleet_api.load(inventory)
-        probes = agent_api.netcheck(spec, fleet_api.targets(spec, bring_up=False), agent, target,
-                                    count("--port", port, high=65535) or 443)  # fmt: skip
-        if json:
-            ui.print_json([p.model_dump() for p in probes])
-        else:
-            ui.out.print(ui.probe_table(probes))
-        if any(p.result == "error" for p in probes):
-            raise Exit(code=1)
+        raise Exit(code=cli.agent_netcheck(inventory, agent, target, port, json=json))
 
 
 @task(help={"agent": "instance (coder-1) or agent (coder)", "inventory": INVENTORY, "json": "print JSON"})
 def agent_denials(c, agent, inventory=None, json=False):
     """List destinations the agent's egress policy denied in the last hour."""
     with guard():
-        spec = fleet_api.load(inventory)
-        found = agent_api.denials(spec, fleet_api.targets(spec, bring_up=False), agent)
-        if json:
-            ui.print_json([d.model_dump() for d in found])
-        else:
-            ui.out.print(ui.denials_table(found, agent))
+        raise Exit(code=cli.agent_denials(inventory, agent, json=json))
 
 
 # --- snapshot ----------------------------------------------------------------

@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict
 
 from jackin import firewall
 from jackin import plan as planning
-from jackin.errors import ConnectError, SpecError
-from jackin.remote import gather
+from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError, SpecError
+from jackin.remote import HostError, gather
 from jackin.spec import Inventory
 from jackin.ssh import SshTarget
 
@@ -23,8 +23,13 @@ class Probe(BaseModel):
     instance: str
     target: str
     port: int
-    result: str  # reachable, refused (the destination answered: not blocked), blocked, error
+    result: str  # reachable, refused (the destination answered: not blocked), blocked, error, unreachable
     detail: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        """0 for an answer (reachable, refused, blocked); 3 when the host was not reached; 1 when the probe failed."""
+        return {"unreachable": EXIT_CONNECT, "error": EXIT_FAILED}.get(self.result, EXIT_OK)
 
 
 class Denial(BaseModel):
@@ -35,6 +40,15 @@ class Denial(BaseModel):
     destination: str
     port: int
     expires: str
+
+
+class Denials(BaseModel):
+    """Every host's denials, and the hosts that could not be read (never dropped)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    denials: list[Denial]
+    errors: list[HostError]
 
 
 def instances(inventory: Inventory, agent: str) -> list[str]:
@@ -89,9 +103,10 @@ def netcheck(inventory: Inventory, hosts: list[SshTarget], agent: str, target: s
     for host in hosts:
         found = results[host.name]
         for instance in names:
-            if isinstance(found, ConnectError):
+            if isinstance(found, JackinError):
+                result = "unreachable" if isinstance(found, ConnectError) else "error"
                 probes.append(Probe(host=host.name, instance=instance, target=target, port=port,
-                                    result="error", detail=found.message))  # fmt: skip
+                                    result=result, detail=found.message))  # fmt: skip
             else:
                 result, detail = found.get(instance, ("error", "no answer"))
                 probes.append(Probe(host=host.name, instance=instance, target=target, port=port,
@@ -109,8 +124,9 @@ def _verdict(code: int, err: str) -> tuple[str, str]:
     return "blocked", err or f"no answer (exit {code})"
 
 
-def denials(inventory: Inventory, hosts: list[SshTarget], agent: str) -> list[Denial]:
-    """Destinations the agent's policy denied in the last hour (from the policy's set)."""
+def denials(inventory: Inventory, hosts: list[SshTarget], agent: str) -> Denials:
+    """Destinations the agent's policy denied in the last hour (from the policy's set), on
+    every host; a host that cannot be read is one of ``errors``, the others still count."""
     names = instances(inventory, agent)
     table = firewall.table_name(inventory.fleet.name)
     script = "; ".join(
@@ -130,12 +146,13 @@ def denials(inventory: Inventory, hosts: list[SshTarget], agent: str) -> list[De
         return found
 
     results = gather(hosts, script, parse)
-    out = []
+    out, errors = [], []
     for host in hosts:
         found = results[host.name]
-        if isinstance(found, ConnectError):
-            raise found
+        if isinstance(found, JackinError):
+            errors.append(HostError.of(host.name, found))
+            continue
         for instance in names:
             for addr, port, expires in found.get(instance, []):
                 out.append(Denial(host=host.name, instance=instance, destination=addr, port=port, expires=expires))
-    return out
+    return Denials(denials=out, errors=errors)

@@ -13,10 +13,12 @@ from contextlib import contextmanager
 from invoke.exceptions import Exit
 from rich.prompt import Confirm
 
+from jackin import agent as agent_api
 from jackin import fleet as fleet_api
 from jackin import ui
 from jackin.engine import RunResult
-from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, JackinError, NotImplementedYet, SpecError
+from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, JackinError, NotImplementedYet, SpecError, worst
+from jackin.remote import HostError
 
 
 @contextmanager
@@ -113,21 +115,62 @@ def fleet_down(inventory: str | None, *, yes: bool, keep_data: bool, keep_lab: b
         ui.out.print(ui.clean_table(result.checks))
     if result.lab_removed:
         ui.out.print(f"lab of fleet {spec.fleet.name!r} destroyed")
+    if result.lab_note:
+        ui.out.print(result.lab_note)
     return EXIT_OK if result.clean else exit_code(result.run) or EXIT_FAILED
 
 
-def fleet_gc(inventory: str | None, *, yes: bool) -> int:
+def fleet_gc(inventory: str | None, *, yes: bool, purge_kept: bool = False) -> int:
+    """List leftovers of unknown fleets and kept data; remove the leftovers (and kept data only
+    with ``--purge-kept``). Unreachable hosts are reported and the others still collected."""
     spec = fleet_api.load(inventory)
     found = fleet_api.orphans(spec)
-    if not found:
+    code = host_errors(found.errors)
+    for name, hosts in sorted(found.kept.items()):
+        action = "removing it (--purge-kept)" if purge_kept else "left alone (fleet.gc --purge-kept removes it)"
+        ui.out.print(f"fleet {name!r}: data kept by fleet.down --keep-data on {', '.join(hosts)}: {action}")
+    remove = {**found.leftovers, **(found.kept if purge_kept else {})}
+    if not remove:
         ui.out.print("no leftovers of unknown fleets")
-        return EXIT_OK
-    for name, hosts in sorted(found.items()):
+        return code
+    for name, hosts in sorted(found.leftovers.items()):
         ui.out.print(f"fleet {name!r}: leftovers on {', '.join(hosts)}")
     if not yes:
         require_terminal_or("--yes")
         confirm("Remove them?")
-    results = fleet_api.gc(spec, found)
+    results = fleet_api.gc(spec, remove, purge_kept=purge_kept)
     for result in results:
         ui.out.print(ui.up_table(result, title="fleet.gc"))
-    return EXIT_FAILED if any(r.failed for r in results) else EXIT_OK
+    return worst([code, *(exit_code(r) for r in results)])
+
+
+def host_errors(errors: list[HostError]) -> int:
+    """Print each host that failed, one line each; the exit code they add up to."""
+    for failure in errors:
+        what = "unreachable" if failure.unreachable else "failed"
+        ui.err.print(f"error: {failure.host}: {what}: {failure.error}", soft_wrap=True, style="bold red")
+    return worst(e.exit_code for e in errors)
+
+
+# --- agent ---------------------------------------------------------------------
+
+
+def agent_netcheck(inventory: str | None, agent: str, target: str, port: str | int, *, json: bool) -> int:
+    spec = fleet_api.load(inventory)
+    probes = agent_api.netcheck(spec, fleet_api.targets(spec, bring_up=False), agent, target,
+                                count("--port", port, high=65535) or 443)  # fmt: skip
+    if json:
+        ui.print_json([p.model_dump() for p in probes])
+    else:
+        ui.out.print(ui.probe_table(probes))
+    return worst(p.exit_code for p in probes)
+
+
+def agent_denials(inventory: str | None, agent: str, *, json: bool) -> int:
+    spec = fleet_api.load(inventory)
+    found = agent_api.denials(spec, fleet_api.targets(spec, bring_up=False), agent)
+    if json:
+        ui.print_json(found.model_dump(mode="json"))
+    else:
+        ui.out.print(ui.denials_table(found.denials, agent))
+    return host_errors(found.errors)

@@ -4,6 +4,7 @@
     ├── SpecError (ValueError)   exit 2   an inventory or argument is invalid; nothing was touched
     ├── ConnectError             exit 3   a host could not be reached
     │   └── HostKeyError         exit 3   its host key is not the pinned one (never retried)
+    ├── RemoteCommandError       exit 1   the host answered, but a command on it failed
     ├── LabError                 exit 1   the local lab (Docker engine, image build) failed
     ├── BusyError                exit 1   another run holds the lock
     └── NotImplementedYet        exit 1   a task a later issue owns
@@ -12,6 +13,8 @@ Anything else escaping to the CLI is a bug and may show its traceback.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -51,6 +54,22 @@ class ConnectError(JackinError, ConnectionError):
 
 class HostKeyError(ConnectError):
     exit_code = EXIT_CONNECT
+
+
+class RemoteCommandError(JackinError):
+    """A command ran on a reachable host and failed: a failure (exit 1), never "unreachable"."""
+
+    exit_code = EXIT_FAILED
+
+
+def worst(codes: Iterable[int]) -> int:
+    """The exit code of a task over several hosts, from each host's code: 1 when any
+    host failed otherwise than by connection (a failure outranks an unreachable
+    host), 3 when the only failures are unreachable hosts, 0 when none failed."""
+    failed = set(codes) - {EXIT_OK}
+    if not failed:
+        return EXIT_OK
+    return EXIT_CONNECT if failed == {EXIT_CONNECT} else max(failed - {EXIT_CONNECT})
 
 
 class LabError(JackinError, RuntimeError):

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from jackin import firewall
 from jackin import plan as planning
 from jackin.engine import Event, HostResult, RunResult
-from jackin.errors import ConnectError
+from jackin.errors import JackinError
 from jackin.gc import GC_COMMAND, gc, orphans
 from jackin.ledger import Ledger
 from jackin.paths import private_dir, state_dir
@@ -30,6 +30,7 @@ from jackin.state import HostState, parse_state, state_command
 from jackin.status import FleetStatus, fleet_status
 
 DEFAULT_INVENTORY = Path("inventory/lab.yaml")
+KEPT = ["homes", "workspaces", "uids"]  # what fleet.down --keep-data keeps
 Log = Callable[[str], None]
 OnEvent = Callable[[Event], None]
 
@@ -46,10 +47,12 @@ def targets(inventory: Inventory, *, log: Log = lambda _: None, bring_up: bool =
     return provider_for(inventory).targets(bring_up=bring_up, log=log)
 
 
-def make_plan(inventory: Inventory, ledger: Ledger) -> planning.FleetPlan:
+def make_plan(inventory: Inventory, ledger: Ledger, *, store: bool = True) -> planning.FleetPlan:
+    """The fleet's plan; ``store=False`` previews new uids without allocating them (a dry run)."""
     fleet = inventory.fleet
     names = [instance for _, instance in planning.instances(fleet)]
-    uids = ledger.allocate_uids(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET)
+    assign = ledger.allocate_uids if store else ledger.preview_uids
+    uids = assign(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET)
     return planning.build(fleet, uids)
 
 
@@ -83,23 +86,26 @@ def up(
     """
     fleet = inventory.fleet
     with Ledger() as ledger, ledger.lock(fleet.name, "fleet.up"):
-        hosts = targets(inventory, log=log, bring_up=not dry_run if bring_up is None else bring_up)
+        provider = provider_for(inventory, ledger)
+        hosts = provider.targets(log=log, bring_up=not dry_run if bring_up is None else bring_up)
         if dry_run and not hosts:
             log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
-        plan = make_plan(inventory, ledger)
-        if not dry_run:
-            ledger.record_fleet(fleet.name, fleet.provider, source, "up")
+        plan = make_plan(inventory, ledger, store=not dry_run)
+        if dry_run:  # changes nothing, the ledger included
+            _, result = recorded_run(None, fleet=fleet.name, action="fleet.up --dry-run", deploy="fleet.py",
+                                     hosts=hosts, data=plan.model_dump(mode="json"), dry_run=True, on_event=on_event)  # fmt: skip
+            return UpResult(fleet=fleet.name, run=result, plan=plan)
+        ledger.record_fleet(fleet.name, fleet.provider, source, "up")
+        provider.claim()
 
         def record_host(host: HostResult, target: SshTarget) -> None:
-            if dry_run:
-                return
             ledger.record_host(fleet.name, host.host, target.address, target.port, "ok" if host.ok else "failed")
             if host.ok:
                 ledger.record_agents(fleet.name, host.host, [a.model_dump() for a in plan.agents])
 
-        _, result = recorded_run(ledger, fleet=fleet.name, action="fleet.up --dry-run" if dry_run else "fleet.up",
-                                 deploy="fleet.py", hosts=hosts, data=plan.model_dump(mode="json"), dry_run=dry_run,
-                                 detail={"hosts": [h.name for h in hosts]}, on_event=on_event, on_host=record_host)  # fmt: skip
+        _, result = recorded_run(ledger, fleet=fleet.name, action="fleet.up", deploy="fleet.py", hosts=hosts,
+                                 data=plan.model_dump(mode="json"), detail={"hosts": [h.name for h in hosts]},
+                                 on_event=on_event, on_host=record_host)  # fmt: skip
         return UpResult(fleet=fleet.name, run=result, plan=plan)
 
 
@@ -158,6 +164,7 @@ class DownResult(BaseModel):
     run: RunResult
     checks: list[CleanCheck]
     lab_removed: bool = False
+    lab_note: str | None = None  # why the lab was left in place
 
     @property
     def clean(self) -> bool:
@@ -171,7 +178,7 @@ def clean_check(plan: planning.FleetPlan, hosts: list[SshTarget], *, keep_data: 
     checks = []
     for host in hosts:
         state = found[host.name]
-        if isinstance(state, ConnectError):
+        if isinstance(state, JackinError):
             checks.append(CleanCheck(host=host.name, clean=False, error=state.message))
             continue
         leftovers = _leftovers(plan, state, keep_data=keep_data)
@@ -196,14 +203,15 @@ def down(
 ) -> DownResult:
     """Remove everything of the fleet from every host, check it is gone, and (lab) destroy the lab."""
     fleet = inventory.fleet
-    provider = provider_for(inventory)
     with Ledger() as ledger, ledger.lock(fleet.name, "fleet.down"):
+        provider = provider_for(inventory, ledger)
         hosts = provider.targets(bring_up=False)
         is_lab = isinstance(provider, LabProvider)
         if is_lab and not hosts:
             ledger.forget_fleet(fleet.name)
-            removed = provider.release(keep_hosts=keep_lab, log=log)
-            return DownResult(fleet=fleet.name, run=RunResult(hosts=[]), checks=[], lab_removed=removed)
+            release = provider.release(keep_hosts=keep_lab, log=log)
+            return DownResult(fleet=fleet.name, run=RunResult(hosts=[]), checks=[], lab_removed=release.destroyed,
+                              lab_note=release.note)  # fmt: skip
         plan = make_plan(inventory, ledger)
         run_id, result = recorded_run(ledger, fleet=fleet.name, action="fleet.down", deploy="teardown.py", hosts=hosts,
                                       data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data},
@@ -214,9 +222,12 @@ def down(
                          host=check.host, detail=check.leftovers or check.error)  # fmt: skip
         outcome = DownResult(fleet=fleet.name, run=result, checks=checks)
         if outcome.clean:
-            ledger.forget_fleet(fleet.name, keep_uids=keep_data)
-            if is_lab and not keep_data:  # kept data lives on the lab hosts
-                outcome.lab_removed = provider.release(keep_hosts=keep_lab, log=log)
+            if keep_data:  # recorded as kept: only fleet.gc --purge-kept or this fleet's down removes it
+                ledger.keep_fleet(fleet.name, [(h.name, h.address, h.port) for h in hosts], KEPT)
+            else:
+                ledger.forget_fleet(fleet.name)
+            release = provider.release(keep_hosts=keep_lab, keep_data=keep_data, log=log)
+            outcome.lab_removed, outcome.lab_note = release.destroyed, release.note
         return outcome
 
 

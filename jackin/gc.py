@@ -4,6 +4,10 @@ After a crash or a lost state directory, a fleet's containers, networks, users
 and files may stay on hosts with nothing on this machine that remembers them.
 ``orphans`` finds them by their labels and names; ``gc`` removes them with the
 teardown deploy, one recorded run per fleet.
+
+Data that ``fleet.down --keep-data`` kept is recorded as kept in the ledger: it is
+listed apart and removed only when asked explicitly (``purge_kept``). A host that
+cannot be read is reported, and the other hosts are still collected.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ from collections.abc import Callable
 
 from jackin import plan as planning
 from jackin.engine import Event, RunResult
-from jackin.errors import ConnectError
+from pydantic import BaseModel, ConfigDict, Field
+
+from jackin.errors import JackinError
 from jackin.ledger import Ledger
-from jackin.providers import provider_for
-from jackin.remote import gather
+from jackin.providers import LabProvider, provider_for
+from jackin.remote import HostError, gather
 from jackin.runs import recorded_run
 from jackin.spec import Inventory
 from jackin.spec.models import SLUG
@@ -32,34 +38,58 @@ GC_COMMAND = (
 )
 
 
-def orphans(inventory: Inventory) -> dict[str, list[str]]:
-    """Fleets found on the inventory's hosts that the ledger does not know (or knows as down)."""
+class Orphans(BaseModel):
+    """What ``orphans`` found: per fleet the hosts holding something of it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    leftovers: dict[str, list[str]] = Field(default_factory=dict, description="fleets the ledger does not know as up")
+    kept: dict[str, list[str]] = Field(default_factory=dict, description="data fleet.down --keep-data kept")
+    errors: list[HostError] = Field(default_factory=list, description="hosts that could not be read")
+
+
+def orphans(inventory: Inventory) -> Orphans:
+    """Fleets found on the inventory's hosts that the ledger does not know as up; kept data apart."""
     with Ledger() as ledger:
-        live = {name for name in ledger.fleets() if (ledger.fleet(name) or {}).get("status") == "up"}
+        live = set(ledger.fleets_with_status("up"))
+        kept = set(ledger.fleets_with_status("kept"))
     hosts = provider_for(inventory).targets(bring_up=False)
     found = gather(hosts, GC_COMMAND, lambda out: sorted({line.strip() for line in out.splitlines() if line.strip()}))
-    result: dict[str, list[str]] = {}
+    result = Orphans()
     for host, names in found.items():
-        if isinstance(names, ConnectError):
-            raise names
+        if isinstance(names, JackinError):
+            result.errors.append(HostError.of(host, names))
+            continue
         for name in names:
             if name not in live and re.fullmatch(SLUG, name):  # anything else is not a fleet name of ours
-                result.setdefault(name, []).append(host)
+                (result.kept if name in kept else result.leftovers).setdefault(name, []).append(host)
     return result
 
 
-def gc(inventory: Inventory, fleets: dict[str, list[str]], *, on_event: OnEvent = lambda _: None) -> list[RunResult]:
-    """Remove the leftovers of ``fleets`` ({fleet: [hosts]}) found by ``orphans``."""
-    hosts = {t.name: t for t in provider_for(inventory).targets(bring_up=False)}
+def gc(inventory: Inventory, fleets: dict[str, list[str]], *, purge_kept: bool = False,
+       on_event: OnEvent = lambda _: None) -> list[RunResult]:  # fmt: skip
+    """Remove the leftovers of ``fleets`` ({fleet: [hosts]}) found by ``orphans``.
+
+    A fleet the ledger knows as up is never touched; one recorded as kept only with
+    ``purge_kept``, after which the ledger forgets it (its uids are free again).
+    """
     results = []
     with Ledger() as ledger:
+        provider = provider_for(inventory, ledger)
+        hosts = {t.name: t for t in provider.targets(bring_up=False)}
         for name, host_names in sorted(fleets.items()):
             with ledger.lock(name, "fleet.gc"):
-                if (ledger.fleet(name) or {}).get("status") == "up":
-                    continue  # brought up since it was found: no longer a leftover
+                status = (ledger.fleet(name) or {}).get("status")
+                if status == "up" or (status == "kept" and not purge_kept):
+                    continue  # brought up since it was found, or kept and not asked to purge
                 plan = planning.FleetPlan(fleet=name, uid_min=0, uid_max=-1, agents=[])
                 _, result = recorded_run(ledger, fleet=name, action="fleet.gc", deploy="teardown.py",
                                          hosts=[hosts[h] for h in host_names], on_event=on_event,
+                                         detail={"purge_kept": status == "kept"},
                                          data={"plan": plan.model_dump(mode="json"), "keep_data": False})  # fmt: skip
+                if status == "kept" and not result.failed and not result.error:
+                    ledger.forget_fleet(name)
+                    if isinstance(provider, LabProvider):
+                        ledger.leave_lab(provider.spec.name, name)
                 results.append(result)
     return results

@@ -3,6 +3,11 @@ runs and an audit trail of every action (who, what, when, host, result).
 
 It lives at ``<state>/ledger.sqlite3``. uids are allocated here, once per agent
 instance, so they are stable across runs and unique across the fleets it knows.
+A fleet's status is ``up``, ``down``, or ``kept`` (``fleet.down --keep-data``:
+its homes and workspaces stay on the hosts listed in ``kept``, and nothing but an
+explicit ``fleet.gc --purge-kept`` or the fleet's own ``fleet.down`` removes them).
+Labs record which fleet created them and which fleets use them, so one fleet never
+resizes or destroys a lab another fleet still uses.
 A fleet is changed by one run at a time: ``Ledger.lock`` holds a per-fleet lock
 file and refuses a second run with a clear message.
 """
@@ -43,6 +48,16 @@ CREATE TABLE IF NOT EXISTS agents (
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT, fleet TEXT NOT NULL, action TEXT NOT NULL,
     who TEXT NOT NULL, started REAL NOT NULL, finished REAL, status TEXT NOT NULL, detail TEXT
+);
+CREATE TABLE IF NOT EXISTS kept (
+    fleet TEXT NOT NULL, host TEXT NOT NULL, address TEXT NOT NULL, port INTEGER NOT NULL,
+    what TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (fleet, host)
+);
+CREATE TABLE IF NOT EXISTS labs (
+    name TEXT PRIMARY KEY, created_by TEXT, created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS lab_fleets (
+    lab TEXT NOT NULL, fleet TEXT NOT NULL, since REAL NOT NULL, PRIMARY KEY (lab, fleet)
 );
 CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY AUTOINCREMENT, run INTEGER, at REAL NOT NULL, who TEXT NOT NULL,
@@ -139,6 +154,8 @@ class Ledger:
             "updated = excluded.updated, status = excluded.status",
             (name, provider, inventory, now, now, status),
         )
+        if status == "up":  # kept data is in use again
+            self.db.execute("DELETE FROM kept WHERE fleet = ?", (name,))
 
     def fleet(self, name: str) -> dict[str, Any] | None:
         row = self.db.execute("SELECT * FROM fleets WHERE name = ?", (name,)).fetchone()
@@ -151,25 +168,35 @@ class Ledger:
         """Stable uids: an instance keeps its uid; a new one takes the lowest free uid from ``base``."""
         self.db.execute("BEGIN IMMEDIATE")
         try:
-            known = {r["instance"]: r["uid"] for r in self.db.execute("SELECT * FROM uids WHERE fleet = ?", (fleet,))}
-            taken = {r["uid"] for r in self.db.execute("SELECT uid FROM uids")}
-            candidate = base
-            for instance in instances:
-                if instance in known:
-                    continue
-                while candidate in taken:
-                    candidate += 1
-                if candidate >= base + size:
-                    raise BusyError(f"no free uid left in {base}..{base + size - 1} for fleet {fleet!r}",
-                                    hint="raise fleet.uid_base or remove old fleets (inv fleet.down)")  # fmt: skip
-                self.db.execute("INSERT INTO uids (uid, fleet, instance) VALUES (?, ?, ?)", (candidate, fleet, instance))
-                known[instance] = candidate
-                taken.add(candidate)
+            known, new = self._assign(fleet, instances, base, size)
+            for instance, uid in new.items():
+                self.db.execute("INSERT INTO uids (uid, fleet, instance) VALUES (?, ?, ?)", (uid, fleet, instance))
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
-        return {i: known[i] for i in instances}
+        return {i: known.get(i, new.get(i)) for i in instances}  # type: ignore[misc]
+
+    def preview_uids(self, fleet: str, instances: Sequence[str], base: int, size: int) -> dict[str, int]:
+        """The uids ``allocate_uids`` would give now, stored nowhere (a dry run changes nothing)."""
+        known, new = self._assign(fleet, instances, base, size)
+        return {i: known.get(i, new.get(i)) for i in instances}  # type: ignore[misc]
+
+    def _assign(self, fleet: str, instances: Sequence[str], base: int, size: int) -> tuple[dict[str, int], dict[str, int]]:
+        known = {r["instance"]: r["uid"] for r in self.db.execute("SELECT * FROM uids WHERE fleet = ?", (fleet,))}
+        taken = {r["uid"] for r in self.db.execute("SELECT uid FROM uids")}
+        candidate, new = base, {}
+        for instance in instances:
+            if instance in known or instance in new:
+                continue
+            while candidate in taken:
+                candidate += 1
+            if candidate >= base + size:
+                raise BusyError(f"no free uid left in {base}..{base + size - 1} for fleet {fleet!r}",
+                                hint="raise fleet.uid_base or remove old fleets (inv fleet.down)")  # fmt: skip
+            new[instance] = candidate
+            taken.add(candidate)
+        return known, new
 
     def uids(self, fleet: str) -> dict[str, int]:
         return {r["instance"]: r["uid"] for r in self.db.execute("SELECT * FROM uids WHERE fleet = ?", (fleet,))}
@@ -199,6 +226,52 @@ class Ledger:
 
         ``keep_uids``: data kept on the hosts is owned by these uids; they must not be given to another fleet.
         """
-        for table in ("agents", "hosts") if keep_uids else ("agents", "hosts", "uids"):
+        for table in ("agents", "hosts", "kept") if keep_uids else ("agents", "hosts", "kept", "uids"):
             self.db.execute(f"DELETE FROM {table} WHERE fleet = ?", (fleet,))  # noqa: S608 - fixed names
         self.db.execute("UPDATE fleets SET status = 'down', updated = ? WHERE name = ?", (time.time(), fleet))
+
+    def keep_fleet(self, fleet: str, hosts: Sequence[tuple[str, str, int]], what: Sequence[str]) -> None:
+        """After ``fleet.down --keep-data``: the fleet is ``kept``; its uids stay reserved and each
+        host (name, address, port) records what is kept there, until purged or brought up again."""
+        now = time.time()
+        for table in ("agents", "hosts", "kept"):
+            self.db.execute(f"DELETE FROM {table} WHERE fleet = ?", (fleet,))  # noqa: S608 - fixed names
+        for name, address, port in hosts:
+            self.db.execute("INSERT INTO kept (fleet, host, address, port, what, at) VALUES (?, ?, ?, ?, ?, ?)",
+                            (fleet, name, address, port, json.dumps(list(what)), now))  # fmt: skip
+        self.db.execute("UPDATE fleets SET status = 'kept', updated = ? WHERE name = ?", (now, fleet))
+
+    def kept(self, fleet: str | None = None) -> list[dict[str, Any]]:
+        """What ``fleet.down --keep-data`` kept, per fleet and host (``what`` is a list)."""
+        query = "SELECT * FROM kept" + (" WHERE fleet = ?" if fleet else "") + " ORDER BY fleet, host"
+        return [{**dict(r), "what": json.loads(r["what"])} for r in self.db.execute(query, (fleet,) if fleet else ())]
+
+    def fleets_with_status(self, *statuses: str) -> list[str]:
+        marks = ", ".join("?" for _ in statuses)
+        return [r["name"] for r in self.db.execute(f"SELECT name FROM fleets WHERE status IN ({marks}) ORDER BY name",
+                                                   statuses)]  # fmt: skip
+
+    # --- labs: who created them, who uses them ------------------------------------
+
+    def lab_created(self, lab: str, fleet: str | None) -> None:
+        """A lab was (re)created, by ``fleet`` (None: by hand); earlier users' hosts are gone."""
+        self.db.execute("DELETE FROM lab_fleets WHERE lab = ?", (lab,))
+        self.db.execute("INSERT OR REPLACE INTO labs (name, created_by, created) VALUES (?, ?, ?)",
+                        (lab, fleet, time.time()))  # fmt: skip
+
+    def lab(self, lab: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT * FROM labs WHERE name = ?", (lab,)).fetchone()
+        return {**dict(row), "users": self.lab_users(lab)} if row else None
+
+    def lab_users(self, lab: str) -> list[str]:
+        return [r["fleet"] for r in self.db.execute("SELECT fleet FROM lab_fleets WHERE lab = ? ORDER BY fleet", (lab,))]
+
+    def use_lab(self, lab: str, fleet: str) -> None:
+        self.db.execute("INSERT OR IGNORE INTO lab_fleets (lab, fleet, since) VALUES (?, ?, ?)", (lab, fleet, time.time()))
+
+    def leave_lab(self, lab: str, fleet: str) -> None:
+        self.db.execute("DELETE FROM lab_fleets WHERE lab = ? AND fleet = ?", (lab, fleet))
+
+    def forget_lab(self, lab: str) -> None:
+        self.db.execute("DELETE FROM lab_fleets WHERE lab = ?", (lab,))
+        self.db.execute("DELETE FROM labs WHERE name = ?", (lab,))

@@ -6,18 +6,30 @@
 
 ``provider_for(inventory)`` picks one. ``targets`` resolves the fleet's hosts as
 strict SSH targets, ``addresses`` lists every address of every host (so the
-egress policy can deny agents all of them), ``release`` is called after a clean
-teardown (a lab provider may destroy its lab there). Cloud providers follow
-behind the same interface.
+egress policy can deny agents all of them), ``claim`` records that the fleet now
+has state on its hosts, ``release`` is called after a clean teardown. Cloud
+providers follow behind the same interface.
+
+Lab ownership (in the ledger): a lab that ``fleet.up`` had to create records that
+fleet as its creator; every fleet brought up on a lab is one of its users. A
+fleet's ``up`` never shrinks a lab (it may add hosts, which no other fleet uses)
+and uses the lab's first ``lab.hosts`` hosts. A fleet's ``down`` leaves the lab;
+the lab is destroyed only when a fleet created it and no fleet uses it any more
+(the last to leave removes it). A lab made by ``lab.up`` is the operator's:
+fleets never destroy it.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from pydantic import BaseModel, ConfigDict
 
 from jackin.errors import SpecError
-from jackin.lab import Lab
+from jackin.lab import Lab, LabHost
+from jackin.ledger import Ledger
 from jackin.paths import private_dir, state_dir
 from jackin.spec import Inventory, LabSpec
 from jackin.ssh import SshTarget
@@ -32,9 +44,19 @@ def _quiet(_: str) -> None:
 class Provider:
     """What the fleet tasks need of the hosts' owner."""
 
-    def __init__(self, inventory: Inventory) -> None:
+    def __init__(self, inventory: Inventory, ledger: Ledger | None = None) -> None:
         self.inventory = inventory
         self.fleet = inventory.fleet.name
+        self._ledger = ledger
+
+    @contextmanager
+    def ledger(self) -> Iterator[Ledger]:
+        """The caller's open ledger, else one opened for this call."""
+        if self._ledger is not None:
+            yield self._ledger
+        else:
+            with Ledger() as ledger:
+                yield ledger
 
     def targets(self, *, bring_up: bool = True, log: Log = _quiet) -> list[SshTarget]:
         """The fleet's hosts as strict SSH targets; ``bring_up`` may create them first."""
@@ -44,9 +66,21 @@ class Provider:
         """Every IP address of every host of the fleet's inventory (never creates anything)."""
         raise NotImplementedError
 
-    def release(self, *, keep_hosts: bool = False, log: Log = _quiet) -> bool:
-        """After a clean teardown: give the hosts back. True when something was destroyed."""
-        return False
+    def claim(self) -> None:
+        """The fleet now has state on its hosts (after a real ``fleet.up``)."""
+
+    def release(self, *, keep_hosts: bool = False, keep_data: bool = False, log: Log = _quiet) -> Release:
+        """After a clean teardown: give the hosts back (``keep_data``: the fleet's data stays on them)."""
+        return Release()
+
+
+class Release(BaseModel):
+    """What ``release`` did with the hosts: destroyed them, or why not."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    destroyed: bool = False
+    note: str | None = None
 
 
 # --- static --------------------------------------------------------------------
@@ -111,36 +145,71 @@ def static_targets(inventory: Inventory) -> list[SshTarget]:
 
 
 class LabProvider(Provider):
-    """Lab hosts: the fleet's lab is brought up on demand and destroyed after the fleet."""
+    """Lab hosts: the lab is brought up on demand, shared between fleets, destroyed after the last."""
 
-    def __init__(self, inventory: Inventory) -> None:
-        super().__init__(inventory)
+    def __init__(self, inventory: Inventory, ledger: Ledger | None = None) -> None:
+        super().__init__(inventory, ledger)
         self.spec = inventory.fleet.lab or LabSpec()
         self.lab = Lab(self.spec.name)
+
+    def _mine(self, hosts: list[LabHost]) -> list[LabHost]:
+        wanted = {self.lab.host_name(i) for i in range(1, self.spec.hosts + 1)}
+        return [h for h in hosts if h.name in wanted]
 
     def targets(self, *, bring_up: bool = True, log: Log = _quiet) -> list[SshTarget]:
         spec, lab = self.spec, self.lab
         status = lab.status()
-        ready = len(status.hosts) == spec.hosts and all(h.state == "running" for h in status.hosts)
+        mine = self._mine(status.hosts)
+        ready = len(mine) == spec.hosts and all(h.state == "running" and h.pinned for h in mine)
         if bring_up and (not ready or not lab.known_hosts.exists()):
-            log(f"bringing lab {spec.name!r} up with {spec.hosts} host(s)")
-            status = lab.up(spec.hosts, log=log)
-        return [h.target() for h in status.hosts]
+            size = max(spec.hosts, len(status.hosts))  # never shrink: other fleets may use the hosts beyond ours
+            log(f"bringing lab {spec.name!r} up with {size} host(s)")
+            created = not status.hosts
+            status = lab.up(size, log=log)
+            if created:
+                with self.ledger() as ledger:
+                    ledger.lab_created(spec.name, self.fleet)
+            mine = self._mine(status.hosts)
+        return [h.target() for h in mine]
 
     def addresses(self) -> list[str]:
         status = self.lab.status()
         found = {a for h in status.hosts for a in (h.lab_ip, h.public_ip) if a}
         return sorted(found, key=ipaddress.ip_address)
 
-    def release(self, *, keep_hosts: bool = False, log: Log = _quiet) -> bool:
-        if keep_hosts:
-            return False
-        removed = self.lab.down(log=log)
-        return any(removed.values())
+    def claim(self) -> None:
+        with self.ledger() as ledger:
+            ledger.use_lab(self.spec.name, self.fleet)
+
+    def release(self, *, keep_hosts: bool = False, keep_data: bool = False, log: Log = _quiet) -> Release:
+        name = self.spec.name
+        with self.ledger() as ledger:
+            if keep_data:
+                return Release(note=f"lab {name!r} kept: fleet {self.fleet!r}'s kept data lives on its hosts")
+            ledger.leave_lab(name, self.fleet)
+            record = ledger.lab(name)
+            if keep_hosts:
+                return Release(note=f"lab {name!r} kept (--keep-lab)")
+            if record is None or record["created_by"] is None:
+                return Release(note=f"lab {name!r} kept: no fleet created it (lab.up did); "
+                                    f"inv lab.down --name {name} removes it")  # fmt: skip
+            if record["users"]:
+                return Release(note=f"lab {name!r} kept: still used by fleet(s) {', '.join(record['users'])}")
+            removed = self.lab.down(log=log)
+            ledger.forget_lab(name)
+            return Release(destroyed=any(removed.values()))
 
 
-def provider_for(inventory: Inventory) -> Provider:
-    """The provider that owns the inventory's hosts."""
+def provider_for(inventory: Inventory, ledger: Ledger | None = None) -> Provider:
+    """The provider that owns the inventory's hosts (recording in ``ledger`` when given)."""
     if inventory.fleet.provider == "lab":
-        return LabProvider(inventory)
-    return StaticProvider(inventory)
+        return LabProvider(inventory, ledger)
+    return StaticProvider(inventory, ledger)
+
+
+def destroy_lab(name: str, *, log: Log = _quiet) -> dict[str, list[str]]:
+    """``lab.down`` by hand: remove the lab whoever uses it, and forget its owners in the ledger."""
+    removed = Lab(name).down(log=log)
+    with Ledger() as ledger:
+        ledger.forget_lab(name)
+    return removed

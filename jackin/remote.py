@@ -1,7 +1,8 @@
 """Imperative reads from many hosts at once over strict SSH (Fabric), with bounded timeouts.
 
-A host that does not answer is a result (its error), never a hang and never an
-exception that hides the other hosts.
+A host that does not answer is a result (its ConnectError), never a hang and
+never an exception that hides the other hosts; a command that fails on a host
+that answered is that host's RemoteCommandError.
 """
 
 from __future__ import annotations
@@ -10,10 +11,30 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from jackin.errors import ConnectError
+from pydantic import BaseModel, ConfigDict
+
+from jackin.errors import ConnectError, JackinError, RemoteCommandError
 from jackin.ssh import SshTarget, connect
 
 T = TypeVar("T")
+
+
+class HostError(BaseModel):
+    """One host's failure in a task over several hosts: reported beside the others' results."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str
+    error: str
+    unreachable: bool  # not reached (exit 3), else reached and failed (exit 1)
+
+    @classmethod
+    def of(cls, host: str, error: JackinError) -> HostError:
+        return cls(host=host, error=error.message, unreachable=isinstance(error, ConnectError))
+
+    @property
+    def exit_code(self) -> int:
+        return ConnectError.exit_code if self.unreachable else JackinError.exit_code
 
 
 def gather(
@@ -22,10 +43,11 @@ def gather(
     parse: Callable[[str], T],
     *,
     timeout: float = 10,
-) -> dict[str, T | ConnectError]:
-    """Run ``command`` on every target in parallel; per host the parsed output or the error."""
+) -> dict[str, T | JackinError]:
+    """Run ``command`` on every target in parallel; per host the parsed output or the error
+    (ConnectError: not reached; RemoteCommandError: reached, the command failed)."""
 
-    def one(target: SshTarget) -> T | ConnectError:
+    def one(target: SshTarget) -> T | JackinError:
         try:
             with connect(target, timeout=min(timeout, 10)) as conn:
                 result = conn.run(command, hide=True, warn=True, timeout=timeout)
@@ -34,7 +56,8 @@ def gather(
         except Exception as error:  # noqa: BLE001 - timeouts and SSH faults become that host's error
             return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
         if result.exited != 0:
-            return ConnectError(f"command failed (exit {result.exited}): {result.stderr.strip()[:200]}", host=target.name)
+            return RemoteCommandError(f"command failed (exit {result.exited}): {result.stderr.strip()[:200]}",
+                                      host=target.name)
         return parse(result.stdout)
 
     if not targets:

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.errors import ConnectError
+from jackin.errors import ConnectError, JackinError
 from jackin.firewall import ident
 from jackin.remote import gather
 from jackin.ssh import SshTarget
@@ -152,9 +152,9 @@ def fleet_status(fleet: str, targets: list[SshTarget], *, timeout: float = 8) ->
     hosts = []
     for target in targets:
         result = results[target.name]
-        if isinstance(result, ConnectError):
+        if isinstance(result, JackinError):  # a failed read on a host that answered is not "unreachable"
             hosts.append(HostStatus(host=target.name, address=target.address, port=target.port,
-                                    reachable=False, error=result.message))  # fmt: skip
+                                    reachable=not isinstance(result, ConnectError), error=result.message))  # fmt: skip
         else:
             hosts.append(HostStatus(host=target.name, address=target.address, port=target.port,
                                     reachable=True, agents=result[1], policy_loaded=result[2]))  # fmt: skip

@@ -10,6 +10,7 @@ hosts, replaces broken or outdated ones, and never clashes with a leftover.
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
 import io
@@ -33,11 +34,13 @@ from pydantic import BaseModel, ConfigDict
 from jackin.errors import BusyError, LabError, SpecError
 from jackin.lab import docker as dk
 from jackin.lab.image import ensure_image, image_tag
+from jackin.lab.limits import ensure_inotify
 from jackin.paths import private_dir, state_dir
 from jackin.spec.models import SLUG
 from jackin.ssh import SshTarget, wait_ready
 
 LABEL = "jackin.lab"
+HOSTKEY_LABEL = "jackin.lab.hostkey"  # the SHA256 fingerprint of the host key injected at creation
 SERVICE_PORTS = (8080, 8081)
 SERVICE_PUBLIC_HOST = 200  # the service's host number on the public network, outside the hosts' range
 PUBLIC_RANGE = ipaddress.ip_network("198.18.0.0/15")  # benchmarking range (RFC 2544): not private
@@ -74,6 +77,8 @@ class LabHost(_Model):
     known_hosts: Path
     lab_ip: str | None = None
     public_ip: str | None = None
+    pinned: bool = False  # the container was made with the host key pinned on this machine
+
 
     def target(self) -> SshTarget:
         return SshTarget(
@@ -147,6 +152,13 @@ class Lab:
     def _host_key(self, host: str) -> Path:
         return self.dir / "hosts" / host / "ssh_host_ed25519_key"
 
+    def _fingerprint(self, host: str) -> str | None:
+        """The fingerprint of the host key pinned for ``host`` on this machine (None: no key here)."""
+        try:
+            return fingerprint(self._host_key(host).with_suffix(".pub").read_text())
+        except (OSError, ValueError):
+            return None
+
     # --- status --------------------------------------------------------------
 
     def status(self) -> LabStatus:
@@ -172,6 +184,7 @@ class Lab:
 
     def _host_from(self, info: dict[str, Any]) -> LabHost:
         labels = info["Config"]["Labels"]
+        pinned = self._fingerprint(labels["jackin.lab.host"])
         bindings = (info["HostConfig"].get("PortBindings") or {}).get("22/tcp") or [{}]
         return LabHost(
             name=labels["jackin.lab.host"],
@@ -182,6 +195,7 @@ class Lab:
             known_hosts=self.known_hosts,
             lab_ip=_ip(info, self.network),
             public_ip=_ip(info, self.public_network),
+            pinned=pinned is not None and labels.get(HOSTKEY_LABEL) == pinned,
         )
 
     # --- up ------------------------------------------------------------------
@@ -198,6 +212,8 @@ class Lab:
             current = {h.name: h for h in self.status().hosts}
             want = hosts or len(current) or DEFAULT_HOSTS
             wanted = [self.host_name(i) for i in range(1, want + 1)]
+            starting = sum(1 for n in wanted if n not in current or current[n].state != "running")
+            ensure_inotify(starting, log)
             for name in sorted(set(current) - set(wanted), key=_index):
                 log(f"{name}: removing (the lab now has {want} hosts)")
                 self._remove_host(name)
@@ -240,6 +256,8 @@ class Lab:
             return "it was never started"
         if not self._host_key(name).exists():
             return "its host key is missing on this machine"
+        if (info["Config"]["Labels"] or {}).get(HOSTKEY_LABEL) != self._fingerprint(name):
+            return "it presents a host key other than the one pinned on this machine (made from another state dir)"
         if self.public_network not in (info.get("NetworkSettings", {}).get("Networks") or {}):
             return "it is not on the lab's public network"
         return None
@@ -251,7 +269,7 @@ class Lab:
         private_dir(key.parent)
         _write_keypair(key, comment=f"{name} host key")
         labels = ["--label", self.label, "--label", f"jackin.lab.host={name}",
-                  "--label", f"jackin.lab.port={port}"]  # fmt: skip
+                  "--label", f"jackin.lab.port={port}", "--label", f"{HOSTKEY_LABEL}={self._fingerprint(name)}"]  # fmt: skip
         if not dk.exists("volume", volume):
             dk.docker("volume", "create", *labels[:2], volume)
         dk.docker(
@@ -433,6 +451,12 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def fingerprint(public_key_line: str) -> str:
+    """``SHA256:<base64>`` of an OpenSSH public key line, as ``ssh-keygen -l`` prints it."""
+    blob = base64.b64decode(public_key_line.split()[1], validate=True)
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
 def _write_keypair(path: Path, *, comment: str) -> None:

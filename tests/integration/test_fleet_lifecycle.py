@@ -251,10 +251,10 @@ def test_gc_removes_leftovers_of_a_fleet_the_ledger_forgot(flab, tmp_path):
     finally:
         ledger.close()
     inventory = fleet_api.load(spec)
-    assert "tghost" in fleet_api.orphans(inventory)
+    assert "tghost" in fleet_api.orphans(inventory).leftovers
     done = inv("fleet.gc", "-i", spec, "--yes")
     assert done.returncode == 0, done.stderr
-    assert "tghost" not in fleet_api.orphans(inventory)
+    assert "tghost" not in fleet_api.orphans(inventory).leftovers
     leftovers = sh(flab, 1, "docker ps -aq --filter label=jackin.fleet=tghost; getent passwd | grep jk-tghost- || true").stdout
     assert leftovers.strip() == ""
 

@@ -153,7 +153,7 @@ def test_status_counts_drops_and_labels_enforcement(nlab, net):
     agents = {a["instance"]: a for a in status["hosts"][0]["agents"]}
     assert agents["closed-1"]["egress"] == "none" and agents["closed-1"]["enforcement"] == "full"
     assert agents["closed-1"]["drops"] >= 1
-    denials = agent_api.denials(net["inventory"], [nlab.status().hosts[0].target()], "closed-1")
+    denials = agent_api.denials(net["inventory"], [nlab.status().hosts[0].target()], "closed-1").denials
     assert (net["pub"], 8080) in {(d.destination, d.port) for d in denials}
 
 

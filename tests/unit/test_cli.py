@@ -18,8 +18,12 @@ from jackin.errors import (
     JackinError,
     LabError,
     NotImplementedYet,
+    RemoteCommandError,
     SpecError,
+    worst,
 )
+from jackin.agent import Probe
+from jackin.remote import HostError
 
 OK = HostResult(host="ok", connected=True, ops=3, changed=1)
 UNREACHABLE = HostResult(host="down", connected=False, error="cannot reach root@10.0.0.9:22")
@@ -59,6 +63,7 @@ def err(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
         (SpecError("bad inventory", problems=["f.yaml:1: x: wrong"]), 2),
         (ConnectError("cannot reach root@10.0.0.9:22", host="web-1"), 3),
         (HostKeyError("host key mismatch", host="web-1"), 3),
+        (RemoteCommandError("command failed (exit 1): nft: boom", host="web-1"), 1),
         (LabError("docker import failed", hint="look at the engine"), 1),
         (BusyError("lab 'demo' is being changed by another run"), 1),
         (NotImplementedYet("snapshot.restore is not yet implemented"), 1),
@@ -148,3 +153,38 @@ def test_count_refuses_as_usage_error(value: object, message: str) -> None:
         cli.count("--hosts", value)  # type: ignore[arg-type]
     assert caught.value.message == message
     assert caught.value.exit_code == 2
+
+
+# --- tasks over several hosts: every host reported, one exit code --------------------
+
+
+@pytest.mark.parametrize(
+    ("codes", "code"),
+    [([], 0), ([0, 0], 0), ([0, 3], 3), ([3, 3], 3), ([0, 1], 1), ([3, 1], 1), ([1, 3, 0], 1), ([2, 3], 2)],
+)
+def test_worst_exit_code_over_hosts(codes: list[int], code: int) -> None:
+    assert worst(codes) == code
+
+
+@pytest.mark.parametrize(
+    ("result", "code"),
+    [("reachable", 0), ("refused", 0), ("blocked", 0), ("unreachable", 3), ("error", 1)],
+)
+def test_probe_exit_codes(result: str, code: int) -> None:
+    assert Probe(host="h", instance="c-1", target="10.0.0.1", port=443, result=result).exit_code == code
+
+
+def test_host_errors_tell_unreachable_from_failed() -> None:
+    down = HostError.of("web-1", ConnectError("cannot reach root@10.0.0.9:22", host="web-1"))
+    failed = HostError.of("web-2", RemoteCommandError("command failed (exit 1)", host="web-2"))
+    assert (down.unreachable, down.exit_code, failed.unreachable, failed.exit_code) == (True, 3, False, 1)
+    assert down.error == "cannot reach root@10.0.0.9:22"
+
+
+def test_host_errors_prints_every_host_and_adds_up(err: io.StringIO) -> None:
+    errors = [HostError(host="web-1", error="cannot reach", unreachable=True),
+              HostError(host="web-2", error="command failed (exit 1)", unreachable=False)]  # fmt: skip
+    assert cli.host_errors(errors) == 1
+    assert err.getvalue().splitlines() == ["error: web-1: unreachable: cannot reach",
+                                           "error: web-2: failed: command failed (exit 1)"]  # fmt: skip
+    assert cli.host_errors(errors[:1]) == 3 and cli.host_errors([]) == 0

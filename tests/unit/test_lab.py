@@ -3,7 +3,10 @@ inspect`` output, the tar injected before first boot, and generated keys."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
+import os
 import stat
 import tarfile
 from pathlib import Path
@@ -15,7 +18,8 @@ import pytest
 from jackin.errors import EXIT_SPEC, LabError, SpecError
 from jackin.lab import docker as dk
 from jackin.lab.image import image_tag
-from jackin.lab.lab import SERVICE_PORTS, Lab, LabHost, LabService, _write_keypair
+from jackin.lab.lab import HOSTKEY_LABEL, SERVICE_PORTS, Lab, LabHost, LabService, _write_keypair, fingerprint
+from jackin.lab.limits import ensure_inotify, inotify_in_use, inotify_needed
 
 # --- names ---------------------------------------------------------------------
 
@@ -304,3 +308,106 @@ def test_write_keypair_makes_a_new_key_each_time(tmp_path: Path) -> None:
     _write_keypair(one, comment="c")
     _write_keypair(two, comment="c")
     assert one.with_suffix(".pub").read_text() != two.with_suffix(".pub").read_text()
+
+
+# --- host keys pinned on this machine -----------------------------------------------
+
+
+def test_fingerprint_matches_ssh_keygen(tmp_path: Path) -> None:
+    _write_keypair(tmp_path / "k", comment="c")
+    line = (tmp_path / "k.pub").read_text()
+    key = paramiko.Ed25519Key(data=base64.b64decode(line.split()[1]))
+    expected = "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+    assert fingerprint(line) == expected and len(expected) == 50
+
+
+def pinned_lab(tmp_path: Path) -> tuple[Lab, str]:
+    lab = Lab("demo", root=tmp_path)
+    key = lab._host_key("demo-1")
+    key.parent.mkdir(parents=True)
+    _write_keypair(key, comment="demo-1 host key")
+    return lab, fingerprint(key.with_suffix(".pub").read_text())
+
+
+@pytest.mark.parametrize(("label", "pinned"), [("same", True), (None, False), ("SHA256:other", False)])
+def test_status_says_whether_a_host_has_the_key_pinned_here(label: str | None, pinned: bool, tmp_path: Path) -> None:
+    lab, mine = pinned_lab(tmp_path)
+    info = host_container(1, port="40001")
+    if label is not None:
+        info["Config"]["Labels"][HOSTKEY_LABEL] = mine if label == "same" else label
+    assert lab._host_from(info).pinned is pinned
+
+
+@pytest.mark.parametrize(("label", "reason"), [
+    ("same", None),
+    (None, "it presents a host key other than the one pinned on this machine (made from another state dir)"),
+    ("SHA256:other", "it presents a host key other than the one pinned on this machine (made from another state dir)"),
+])  # fmt: skip
+def test_a_host_with_another_key_is_replaced(label: str | None, reason: str | None, tmp_path: Path) -> None:
+    lab, mine = pinned_lab(tmp_path)
+    info = host_container(1, port="40001", image="img")
+    info["NetworkSettings"]["Networks"][lab.public_network] = {}
+    if label is not None:
+        info["Config"]["Labels"][HOSTKEY_LABEL] = mine if label == "same" else label
+    assert lab._replace_reason("demo-1", info, "img") == reason
+
+
+def test_a_host_whose_key_is_missing_here_is_replaced(tmp_path: Path) -> None:
+    lab = Lab("demo", root=tmp_path)
+    info = host_container(1, port="40001", image="img")
+    assert lab._replace_reason("demo-1", info, "img") == "its host key is missing on this machine"
+    assert lab._host_from(info).pinned is False
+
+
+# --- inotify: room for booting hosts ----------------------------------------------
+
+
+@pytest.mark.parametrize(("used", "limit", "new", "need"), [
+    (50, 128, 0, None),      # nothing boots
+    (50, 128, 1, None),      # 50 + 8 + 64 = 122 fits
+    (50, 128, 2, 130),       # 50 + 16 + 64
+    (100, 8192, 32, None),
+    (100, 128, 32, 420),     # 100 + 256 + 64
+])  # fmt: skip
+def test_inotify_needed(used: int, limit: int, new: int, need: int | None) -> None:
+    assert inotify_needed(used, limit, new) == need
+
+
+def fake_proc(tmp_path: Path, inotify: int, other: int = 2) -> Path:
+    fds = tmp_path / "proc" / "123" / "fd"
+    fds.mkdir(parents=True)
+    for i in range(inotify):
+        (fds / str(i)).symlink_to("anon_inode:inotify")
+    for i in range(other):
+        (fds / str(100 + i)).symlink_to("/dev/null")
+    (tmp_path / "proc" / "self").mkdir()  # not a pid: not counted
+    return tmp_path / "proc"
+
+
+def test_inotify_in_use_counts_inotify_descriptors(tmp_path: Path) -> None:
+    assert inotify_in_use(fake_proc(tmp_path, 5)) == 5
+
+
+def test_ensure_inotify_raises_the_limit_only_upward_and_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    limit, logged = tmp_path / "max_user_instances", []
+    limit.write_text("128\n")
+    proc = fake_proc(tmp_path, 100)
+    ensure_inotify(32, logged.append, limit_file=limit, proc=proc)
+    assert limit.read_text() == "420\n"
+    assert logged == ["raised fs.inotify.max_user_instances from 128 to 420: "
+                      "32 more lab host(s) need about 256 inotify instances"]  # fmt: skip
+    ensure_inotify(2, logged.append, limit_file=limit, proc=proc)  # already enough: never lowered
+    assert limit.read_text() == "420\n" and len(logged) == 1
+
+
+def test_ensure_inotify_says_what_to_run_when_it_cannot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    limit = tmp_path / "max_user_instances"
+    limit.write_text("128\n")
+    with pytest.raises(LabError) as caught:
+        ensure_inotify(16, lambda _: None, limit_file=limit, proc=fake_proc(tmp_path, 40))
+    assert caught.value.message == ("16 more lab host(s) need about 128 inotify instances, beyond root's limit of 128: "
+                                    "only root can raise fs.inotify.max_user_instances")  # fmt: skip
+    assert caught.value.hint == "run as root: sysctl -w fs.inotify.max_user_instances=232"
+    assert limit.read_text() == "128\n"

@@ -204,3 +204,61 @@ def test_forget_fleet_keeps_runs_and_audit(ledger: Ledger) -> None:
     assert len(ledger.agents("other")) == 1
     assert ledger.fleet("other")["status"] == "up"  # type: ignore[index]
     assert ledger.allocate_uids("new", ["a-1"], 60000, 1000) == {"a-1": 60000}
+
+
+# --- dry runs, kept data, labs ----------------------------------------------------
+
+
+def test_preview_uids_stores_nothing(ledger: Ledger) -> None:
+    ledger.allocate_uids("demo", ["coder-1"], 60000, 1000)
+    before = ledger.db.execute("SELECT * FROM uids").fetchall()
+    assert ledger.preview_uids("demo", ["coder-1", "coder-2"], 60000, 1000) == {"coder-1": 60000, "coder-2": 60001}
+    assert ledger.db.execute("SELECT * FROM uids").fetchall() == before
+    assert ledger.allocate_uids("demo", ["coder-1", "coder-2"], 60000, 1000) == {"coder-1": 60000, "coder-2": 60001}
+
+
+def test_preview_uids_refuses_a_full_range_like_allocate(ledger: Ledger) -> None:
+    ledger.allocate_uids("a", ["x-1", "x-2"], 60000, 2)
+    with pytest.raises(BusyError, match=re.escape("no free uid left in 60000..60001 for fleet 'b'")):
+        ledger.preview_uids("b", ["y-1"], 60000, 2)
+
+
+def test_keep_fleet_records_what_is_kept_and_holds_its_uids(ledger: Ledger) -> None:
+    ledger.record_fleet("demo", "lab", None, "up")
+    ledger.allocate_uids("demo", ["coder-1"], 60000, 1000)
+    ledger.record_host("demo", "web-1", "192.0.2.10", 22, "ok")
+    ledger.record_agents("demo", "web-1", [AGENT])
+    ledger.keep_fleet("demo", [("web-1", "192.0.2.10", 22), ("web-2", "192.0.2.11", 2222)], ["homes", "workspaces"])
+    assert ledger.fleet("demo")["status"] == "kept"  # type: ignore[index]
+    assert ledger.fleets_with_status("kept") == ["demo"] and ledger.fleets_with_status("up") == []
+    assert [(k["fleet"], k["host"], k["address"], k["port"], k["what"]) for k in ledger.kept()] == [
+        ("demo", "web-1", "192.0.2.10", 22, ["homes", "workspaces"]),
+        ("demo", "web-2", "192.0.2.11", 2222, ["homes", "workspaces"]),
+    ]  # fmt: skip
+    assert ledger.agents("demo") == [] and ledger.uids("demo") == {"coder-1": 60000}
+    assert ledger.allocate_uids("other", ["a-1"], 60000, 1000) == {"a-1": 60001}  # the kept data's uid stays taken
+
+
+def test_kept_data_is_cleared_by_up_or_a_full_forget(ledger: Ledger) -> None:
+    ledger.keep_fleet("demo", [("web-1", "192.0.2.10", 22)], ["homes"])
+    ledger.keep_fleet("other", [("web-1", "192.0.2.10", 22)], ["homes"])
+    ledger.record_fleet("demo", "lab", None, "up")
+    assert [k["fleet"] for k in ledger.kept()] == ["other"]
+    ledger.forget_fleet("other")
+    assert ledger.kept() == []
+
+
+def test_labs_record_creator_and_users(ledger: Ledger) -> None:
+    assert ledger.lab("lab1") is None
+    ledger.lab_created("lab1", "alpha")
+    ledger.use_lab("lab1", "alpha")
+    ledger.use_lab("lab1", "beta")
+    ledger.use_lab("lab1", "beta")  # once per fleet
+    record = ledger.lab("lab1")
+    assert record is not None and (record["created_by"], record["users"]) == ("alpha", ["alpha", "beta"])
+    ledger.leave_lab("lab1", "alpha")
+    assert ledger.lab_users("lab1") == ["beta"]
+    ledger.lab_created("lab1", None)  # recreated by hand: earlier users' hosts are gone
+    assert (ledger.lab("lab1")["created_by"], ledger.lab_users("lab1")) == (None, [])  # type: ignore[index]
+    ledger.forget_lab("lab1")
+    assert ledger.lab("lab1") is None
