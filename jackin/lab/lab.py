@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict
 
-from jackin.errors import BusyError, LabError, SpecError
+from jackin.errors import BusyError, ConnectError, JackinError, LabError, SpecError
 from jackin.lab import docker as dk
 from jackin.lab.image import ensure_image, image_tag
 from jackin.lab.limits import ensure_inotify
@@ -358,13 +358,23 @@ class Lab:
         """Wait until every host has booted: sshd answers with its pinned key and systemd is up."""
         started = time.monotonic()
 
-        def ready(host: LabHost) -> None:
-            out = wait_ready(host.target(), timeout=timeout, command="systemctl is-system-running --wait")
+        def ready(host: LabHost) -> JackinError | None:
+            try:
+                out = wait_ready(host.target(), timeout=timeout, command="systemctl is-system-running --wait")
+            except JackinError as error:
+                return error
             if out.strip() not in ("running", "degraded"):
-                raise LabError(f"{host.name}: systemd says {out.strip()!r}", host=host.name)
+                return LabError(f"systemd says {out.strip()!r}", host=host.name)
+            return None
 
         with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-            list(pool.map(ready, hosts))
+            errors = [e for e in pool.map(ready, hosts) if e is not None]
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:  # every host that failed, not only the first
+            kind = ConnectError if all(isinstance(e, ConnectError) for e in errors) else LabError
+            raise kind(f"{len(errors)} of {len(hosts)} lab hosts are not ready: " + "; ".join(map(str, errors)),
+                       hint="inv lab.up again replaces broken hosts; inv lab.status shows each host")  # fmt: skip
         log(f"{len(hosts)} host(s) ready in {time.monotonic() - started:.1f}s")
 
     # --- down ----------------------------------------------------------------

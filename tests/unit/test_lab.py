@@ -411,3 +411,28 @@ def test_ensure_inotify_says_what_to_run_when_it_cannot(tmp_path: Path, monkeypa
                                     "only root can raise fs.inotify.max_user_instances")  # fmt: skip
     assert caught.value.hint == "run as root: sysctl -w fs.inotify.max_user_instances=232"
     assert limit.read_text() == "128\n"
+
+
+def test_wait_reports_every_host_that_is_not_ready(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jackin.errors import ConnectError
+    from jackin.lab import lab as lab_module
+
+    answers = {40001: "running", 40002: ConnectError("cannot reach root@127.0.0.1:40002", host="demo-2"),
+               40003: "starting"}  # fmt: skip
+
+    def wait_ready(target, **_: Any) -> str:
+        answer = answers[target.port]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(lab_module, "wait_ready", wait_ready)
+    lab = Lab("demo", root=tmp_path)
+    hosts = [LabHost(name=f"demo-{i}", container=f"c{i}", state="running", port=40000 + i,
+                     key_file=lab.key_file, known_hosts=lab.known_hosts) for i in (1, 2, 3)]  # fmt: skip
+    with pytest.raises(LabError) as caught:
+        lab._wait(hosts, 1, lambda _: None)
+    assert caught.value.message == ("2 of 3 lab hosts are not ready: demo-2: cannot reach root@127.0.0.1:40002; "
+                                    "demo-3: systemd says 'starting'")  # fmt: skip
+    with pytest.raises(ConnectError):
+        lab._wait(hosts[:2], 1, lambda _: None)  # one host: its own error, as it was
