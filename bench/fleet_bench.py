@@ -20,6 +20,7 @@ Each lab host's systemd holds about 8 inotify instances: ``Lab.up`` raises root'
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import shlex
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 STATE = tempfile.mkdtemp(prefix="jackin-bench-")
+atexit.register(shutil.rmtree, STATE, True)  # also after --help or an error
 os.environ["JACKIN_STATE_DIR"] = STATE  # before jackin is imported
 
 from jackin import firewall  # noqa: E402
