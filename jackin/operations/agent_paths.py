@@ -44,7 +44,7 @@ def home_commands(home: str, gid: int) -> list[str]:
     return [
         f"{{ [ -d {p} ] && [ ! -L {p} ]; }} || mkdir -m {HOME_MODE} -- {p}",
         q("chown", "-h", f"0:{gid}", "--", home),  # first: from here on the agent cannot chmod it
-        q("chmod", HOME_MODE, "--", home),
+        q("chmod", "0" + HOME_MODE, "--", home),  # 00750: also clears a directory's setuid/setgid bits
     ]
 
 
@@ -60,7 +60,7 @@ def workspace_commands(workspace: str, uid: int) -> list[str]:
         f"if [ -L {p} ]; then rm -f -- {p}; fi",
         f"[ -d {p} ] || mkdir -m {WORKSPACE_MODE} -- {p}",
         q("chown", "-h", f"{uid}:{uid}", "--", workspace),
-        q("chmod", WORKSPACE_MODE, "--", workspace),
+        q("chmod", "0" + WORKSPACE_MODE, "--", workspace),
     ]
 
 

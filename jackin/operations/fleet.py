@@ -13,7 +13,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import OperationError, operation
 
-from jackin.facts.fleet import FleetState, HostState, User
+from jackin.facts.fleet import FleetState, HostState, PathInfo, User
 from jackin.operations.agent_paths import home_commands, workspace_commands
 from jackin.operations.firewall import remove_commands
 from jackin.operations.script import script
@@ -34,18 +34,21 @@ def fleet_state(plan: FleetPlan) -> HostState:
 # --- command builders (pure) ---------------------------------------------------
 
 
-def _dirs(agent: AgentPlan, state: HostState) -> list[str]:
-    """Home (root:agent 0750) and workspace (the agent's 0700), never following a link (see agent_paths).
-    A home to fix (an older release's, the agent's own) means its workspace is checked again too:
-    the agent could have swapped it after the state read."""
+def _dirs(agent: AgentPlan, state: HostState) -> tuple[list[str], bool]:
+    """Commands for the home (root:agent 0750) and workspace (the agent's, 0700), never following a
+    link (see agent_paths); and whether the container must be recreated because its mount may have
+    gone through a link (the workspace was not a real directory, or the home was not root's).
+
+    A home to fix (an older release's, the agent's own) means the workspace is redone too: the
+    agent could have swapped it after the state read. A workspace whose mode the agent changed
+    (it owns it) is only chmodded: its container keeps running."""
     home, workspace = state.paths.get(agent.home), state.paths.get(agent.workspace)
-    commands = []
-    if home is None or (home.kind, home.mode, home.uid, home.gid) != ("d", "0750", 0, agent.uid):
-        commands += home_commands(agent.home, agent.uid)
-    if commands or workspace is None or (workspace.kind, workspace.mode, workspace.uid, workspace.gid) != (
-        "d", "0700", agent.uid, agent.uid):  # fmt: skip
+    home_ok = home == PathInfo(kind="d", mode="0750", uid=0, gid=agent.uid)
+    real = workspace is not None and workspace.kind == "d"
+    commands = [] if home_ok else home_commands(agent.home, agent.uid)
+    if commands or workspace != PathInfo(kind="d", mode="0700", uid=agent.uid, gid=agent.uid):
         commands += workspace_commands(agent.workspace, agent.uid)
-    return commands
+    return commands, not (home_ok and real)
 
 
 def agent_commands(agent: AgentPlan, state: HostState) -> list[str]:
@@ -67,7 +70,7 @@ def agent_commands(agent: AgentPlan, state: HostState) -> list[str]:
     elif (user.home, user.shell, user.comment, user.gid) != (agent.home, NOLOGIN, comment, agent.uid):
         commands.append(q("usermod", "--gid", str(agent.uid), "--home", agent.home, "--shell", NOLOGIN,
                           "--comment", comment, agent.user))  # fmt: skip
-    dirs = _dirs(agent, state)
+    dirs, remount = _dirs(agent, state)
     commands += dirs
 
     network = state.networks.get(agent.network)
@@ -80,7 +83,7 @@ def agent_commands(agent: AgentPlan, state: HostState) -> list[str]:
 
     container = state.containers.get(agent.container)
     # Home or workspace were not as planned: the container may have mounted the workspace through a link.
-    if container is not None and (dirs or container.labels.get("jackin.config") != agent.config_hash):
+    if container is not None and (remount or container.labels.get("jackin.config") != agent.config_hash):
         commands.append(q("docker", "rm", "-f", agent.container))
         container = None
     if container is None:

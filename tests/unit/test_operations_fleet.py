@@ -74,11 +74,11 @@ USERMOD = ("usermod --gid 60000 --home /srv/jackin/demo/coder-1 --shell /usr/sbi
 HOME = [
     "{ [ -d /srv/jackin/demo/coder-1 ] && [ ! -L /srv/jackin/demo/coder-1 ]; } || mkdir -m 0750 -- /srv/jackin/demo/coder-1",
     "chown -h 0:60000 -- /srv/jackin/demo/coder-1",
-    "chmod 0750 -- /srv/jackin/demo/coder-1",
+    "chmod 00750 -- /srv/jackin/demo/coder-1",
 ]
 WS = "/srv/jackin/demo/coder-1/workspace"
 WORKSPACE = [f"if [ -L {WS} ]; then rm -f -- {WS}; fi", f"[ -d {WS} ] || mkdir -m 0700 -- {WS}",
-             f"chown -h 60000:60000 -- {WS}", f"chmod 0700 -- {WS}"]  # fmt: skip
+             f"chown -h 60000:60000 -- {WS}", f"chmod 00700 -- {WS}"]  # fmt: skip
 NETWORK = (f"docker network create --driver bridge --opt com.docker.network.bridge.name={CODER.bridge} "
            "--opt com.docker.network.bridge.enable_icc=false --label jackin.fleet=demo --label jackin.agent=coder-1 "
            "jk-demo--coder-1")  # fmt: skip
@@ -126,9 +126,14 @@ AGENT_CASES = {
         replaced(ONE, "paths", CODER.home, PathInfo(mode="0700", uid=60000, gid=60000)),
         [*HOME, *WORKSPACE, RM, RUN]),
     "workspace owned by root": (replaced(ONE, "paths", CODER.workspace, PathInfo(mode="0700", uid=0, gid=0)),
-                                [*WORKSPACE, RM, RUN]),
+                                WORKSPACE),
     "workspace with another group": (
-        replaced(ONE, "paths", CODER.workspace, PathInfo(mode="0700", uid=60000, gid=0)), [*WORKSPACE, RM, RUN]),
+        replaced(ONE, "paths", CODER.workspace, PathInfo(mode="0700", uid=60000, gid=0)), WORKSPACE),
+    "workspace the agent made 0755 keeps its container": (
+        replaced(ONE, "paths", CODER.workspace, PathInfo(mode="0755", uid=60000, gid=60000)), WORKSPACE),
+    "workspace with the setgid bit": (
+        replaced(ONE, "paths", CODER.workspace, PathInfo(mode="2700", uid=60000, gid=60000)), WORKSPACE),
+    "workspace gone": (without(ONE, "paths", CODER.workspace), [*WORKSPACE, RM, RUN]),
     "workspace is a symlink": (
         replaced(ONE, "paths", CODER.workspace, PathInfo(kind="l", mode="0777", uid=60000, gid=60000)),
         [*WORKSPACE, RM, RUN]),
