@@ -163,8 +163,10 @@ def _sections(lines: list[str]) -> dict[str, list[str]]:
         if line.startswith("##"):
             current = line[2:].strip()
             if current in sections:
-                raise StateError(f"the host's state read has section {current!r} twice",
-                                 hint="something on the host forged it, or its shell printed it; nothing was changed")  # fmt: skip
+                raise StateError(
+                    f"the host's state read has section {current!r} twice",
+                    hint="something on the host forged it, or its shell printed it; nothing was changed",
+                )
             sections[current] = []
         elif current is not None and line.strip():
             sections[current].append(line)

@@ -160,7 +160,7 @@ def fleet_root(plan: FleetPlan, state: HostState):
 
 @operation()
 def agent(agent: AgentPlan, state: HostState):
-    """One agent: its Unix user and group, home and workspace (0700), network and hardened container."""
+    """One agent: its Unix user and group, home (root's) and workspace (its own), network and hardened container."""
     yield from script(agent_commands(agent, state), noop=f"agent {agent.instance} is up to date")
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import secrets
-import shlex
 
 import pytest
 
 from jackin.lab import Lab
+from jackin.operations import agent_paths
 from jackin.ssh import connect
 
 from .conftest import _engine_or_skip, inv, new_lab_name
@@ -41,9 +41,10 @@ def sh(lab: Lab, command: str, *, warn: bool = False):
 
 
 def as_agent(lab: Lab, user: str, script: str, *, warn: bool = False):
-    """``script`` run on the host with the agent's uid and gid only (what a process of that user could do)."""
-    uid = sh(lab, f"id -u {user}").stdout.strip()
-    return sh(lab, f"setpriv --reuid={uid} --regid={uid} --clear-groups sh -c {shlex.quote(script)}", warn=warn)
+    """``script`` run on the host with the agent's uid and gid only (what a process of that user could do),
+    through the helper later tasks use for work inside a workspace."""
+    uid = int(sh(lab, f"id -u {user}").stdout.strip())
+    return sh(lab, agent_paths.as_agent(uid, uid, "sh", "-c", script), warn=warn)
 
 
 def give_home_to_agent(lab: Lab, fleet: str, instance: str) -> None:
@@ -87,6 +88,9 @@ def test_up_makes_the_home_roots_and_the_workspace_the_agents_so_the_agent_canno
     home, a = f"/srv/jackin/{name}/coder-1", f"jk-{name}--coder-1"
     out = sh(plab, f"stat -c '%F %a %U %G' {home} {home}/workspace").stdout.splitlines()
     assert out == [f"directory 750 root {a}", f"directory 700 {a} {a}"]
+    uid = sh(plab, f"id -u {a}").stdout.strip()
+    ids = as_agent(plab, a, "id -u; id -g; id -G; grep CapEff /proc/self/status").stdout.split()
+    assert ids == [uid, uid, uid, "CapEff:", "0000000000000000"]  # the helper: agent's ids only, no capabilities
     # Positive control: the agent writes its workspace (setpriv works, the uid is the owner) ...
     assert as_agent(plab, a, f"touch {home}/workspace/ok && ls {home}").stdout.split() == ["workspace"]
     # ... and cannot replace it with a link any more.
@@ -106,7 +110,8 @@ def test_a_symlinked_workspace_is_replaced_and_its_targets_are_untouched(plab, f
     sh(plab, f"docker exec jk-{name}--coder-3 sh -c 'echo mine > /workspace/data'")
     for instance, target in (("coder-1", "/etc"), ("coder-2", third)):
         give_home_to_agent(plab, name, instance)
-        as_agent(plab, f"jk-{name}--{instance}", f"cd {base}/{instance} && rm -rf workspace && ln -s {target} workspace")
+        plant = f"cd {base}/{instance} && rm -rf workspace && ln -s {target} workspace"
+        as_agent(plab, f"jk-{name}--{instance}", plant)
     sh(plab, f"docker restart jk-{name}--coder-1 jk-{name}--coder-2")
     # The hole being closed: Docker (root) followed the links at the restart (coder-3's files stay
     # unreadable to coder-2 only thanks to their modes).
@@ -162,8 +167,8 @@ def test_file_names_with_newlines_forge_nothing_and_down_deletes_only_the_fleets
         names = [f"x\\n##users{forged}", f"y\\n##paths\\n##users{forged}\\n##marker\\nyes", "z ##groups \\377\\376"]
         give_home_to_agent(plab, name, "coder-1")
         for directory in (f"{base}/coder-1", f"{base}/coder-1/workspace"):
-            made = as_agent(plab, f"jk-{name}--coder-1",
-                            "; ".join(f"touch \"{directory}/$(printf '{n}')\"" for n in names) + f"; ls {directory} | wc -l")
+            touch = "; ".join(f"touch \"{directory}/$(printf '{n}')\"" for n in names)
+            made = as_agent(plab, f"jk-{name}--coder-1", f"{touch}; ls {directory} | wc -l")
             assert int(made.stdout.strip()) >= 8  # each name spans lines: the names are there
         up(spec)  # the read with those names in place: the home is taken back, nothing else changes
 

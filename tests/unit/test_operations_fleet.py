@@ -72,7 +72,8 @@ USERADD = ("useradd --uid 60000 --gid 60000 --no-create-home --home-dir /srv/jac
 USERMOD = ("usermod --gid 60000 --home /srv/jackin/demo/coder-1 --shell /usr/sbin/nologin "
            "--comment jackin/demo/coder-1 jk-demo--coder-1")  # fmt: skip
 HOME = [
-    "{ [ -d /srv/jackin/demo/coder-1 ] && [ ! -L /srv/jackin/demo/coder-1 ]; } || mkdir -m 0750 -- /srv/jackin/demo/coder-1",
+    "{ [ -d /srv/jackin/demo/coder-1 ] && [ ! -L /srv/jackin/demo/coder-1 ]; } "
+    "|| mkdir -m 0750 -- /srv/jackin/demo/coder-1",
     "chown -h 0:60000 -- /srv/jackin/demo/coder-1",
     "chmod 00750 -- /srv/jackin/demo/coder-1",
 ]
