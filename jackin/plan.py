@@ -7,7 +7,7 @@ commands; nothing here touches a host. Naming is deterministic:
     instance   <agent>-<i>                 e.g. coder-1
     user       jk-<fleet>--<instance>      also the group, the container and the network
     bridge     jk<8 hex>                   the agent network's Linux bridge (nftables matches it)
-    home       /srv/jackin/<fleet>/<instance>            mode 0700, owned by the agent
+    home       /srv/jackin/<fleet>/<instance>            mode 0750, root:<agent group> (see operations/agent_paths)
     workspace  /srv/jackin/<fleet>/<instance>/workspace  mode 0700, mounted at /workspace
     labels     jackin.fleet=<fleet>, jackin.agent=<instance>
 

@@ -3,18 +3,34 @@
 Pure: no pyinfra here, so the CLI process can read and parse host state (status,
 the clean check, plans) without loading pyinfra and gevent. ``jackin.facts.fleet``
 wraps the same command and parser as a pyinfra fact for deploys.
+
+The read is a list of ``##<section>`` headers, each followed by its lines. No
+line carries a name an agent chose: paths (the only such names) are listed
+NUL-terminated and hex-encoded by ``od``, so the output is hex digits whatever
+bytes a file name holds (newlines, ``##``, non-UTF-8), and cannot forge a section
+or a user. The parser is strict: a section that appears twice is an error, a
+malformed line is dropped, never read as something to act on.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin.errors import JackinError
 from jackin.firewall import NFT_DIR, owned_paths
-from jackin.plan import ROOT, STATE_DIR
+from jackin.plan import ROOT, STATE_DIR, user_name
+
+# One path record before hex encoding: type (find's %y: d, f, l...), octal mode, uid, gid, path, NUL.
+PATH_FORMAT = "%y %m %U %G %p\\0"
+
+
+class StateError(JackinError, ValueError):
+    """The host's state read is malformed (a repeated section): someone forged it, or the host is broken."""
 
 
 class User(BaseModel):
@@ -32,6 +48,7 @@ class PathInfo(BaseModel):
     mode: str
     uid: int
     gid: int
+    kind: str = "d"  # find's %y: d directory, l symlink, f file...
 
 
 class Container(BaseModel):
@@ -79,7 +96,11 @@ class HostState(BaseModel):
         return next((u for u in self.users.values() if u.uid == uid), None)
 
     def fleet_users(self, fleet: str) -> list[User]:
-        return [u for u in self.users.values() if u.comment.startswith(f"jackin/{fleet}/")]
+        """Users of ``fleet``: the comment ``jackin/<fleet>/<instance>`` and the name jackin gives that
+        instance, both. (Teardown also checks the uid range, which only the plan knows.)"""
+        prefix = f"jackin/{fleet}/"
+        return [u for u in self.users.values() if u.comment.startswith(prefix) and
+                u.name == user_name(fleet, u.comment[len(prefix):])]  # fmt: skip
 
     def fleet_groups(self, fleet: str) -> list[str]:
         return sorted(g for g in self.groups if g.startswith(f"jk-{fleet}--"))
@@ -104,6 +125,7 @@ def state_command(fleet: str, uid_min: int, uid_max: int, images: list[str] = ()
     f = shlex.quote(fleet)
     label = shlex.quote(f"label=jackin.fleet={fleet}")
     image_list = " ".join(shlex.quote(i) for i in images)
+    paths = _paths_command(f"{root}/{f}")
     return f"""
 echo '##fleet'; echo {f}
 echo '##host'; echo "hostname=$(hostname)"; (. /etc/os-release 2>/dev/null; echo "distro=${{NAME%% GNU/Linux}} $VERSION_ID")
@@ -111,7 +133,7 @@ echo "kernel=$(uname -r)"; echo "arch=$(uname -m)"; echo "dockerd=$(command -v d
 echo "docker_active=$(systemctl is-active docker 2>/dev/null)"; echo "docker_enabled=$(systemctl is-enabled docker 2>/dev/null)"
 echo '##users'; getent passwd | awk -F: -v c={shlex.quote(f"jackin/{fleet}/")} 'index($5, c) == 1 || ($3 >= {int(uid_min)} && $3 <= {int(uid_max)})'
 echo '##groups'; getent group | awk -F: '$3 >= {int(uid_min)} && $3 <= {int(uid_max)} {{print $1 ":" $3}}'
-echo '##paths'; [ -d {root}/{f} ] && find {root}/{f} -maxdepth 2 -printf '%m %U %G %p\\n'
+echo '##paths'; {paths}
 echo '##docker'; command -v docker >/dev/null 2>&1 && docker version --format ok 2>/dev/null
 if command -v docker >/dev/null 2>&1; then
 echo '##containers'; c=$(docker ps -aq --filter {label}); [ -z "$c" ] || docker inspect --format '{{{{json .}}}}' $c
@@ -126,27 +148,79 @@ true
 """.strip()
 
 
-def parse_state(lines: list[str]) -> HostState:
+def _paths_command(fleet_dir: str) -> str:
+    """The fleet dir, its entries (homes: names root made, in a dir only root writes) and each
+    home's ``workspace``; nothing else of what agents own. Hex, so no name can forge a line."""
+    fmt = shlex.quote(PATH_FORMAT)
+    return (f"[ -d {fleet_dir} ] && {{ find {fleet_dir} -maxdepth 1 -printf {fmt}; "
+            f"find {fleet_dir} -mindepth 2 -maxdepth 2 -name workspace -printf {fmt}; }} | od -An -v -tx1")
+
+
+def _sections(lines: list[str]) -> dict[str, list[str]]:
     sections: dict[str, list[str]] = {}
     current = None
     for line in lines:
         if line.startswith("##"):
             current = line[2:].strip()
+            if current in sections:
+                raise StateError(
+                    f"the host's state read has section {current!r} twice",
+                    hint="something on the host forged it, or its shell printed it; nothing was changed",
+                )
             sections[current] = []
         elif current is not None and line.strip():
             sections[current].append(line)
-    data: dict[str, Any] = {"users": {}, "groups": {}, "paths": {}, "containers": {}, "networks": {}}
-    for line in sections.get("users", []):
+    return sections
+
+
+def _number(text: str) -> bool:
+    return re.fullmatch(r"[0-9]{1,10}", text) is not None
+
+
+def _users(lines: list[str]) -> dict[str, User]:
+    """``getent passwd`` lines; anything but seven fields with numeric ids is dropped."""
+    users = {}
+    for line in lines:
         parts = line.split(":")
-        if len(parts) >= 7:
-            data["users"][parts[0]] = User(name=parts[0], uid=int(parts[2]), gid=int(parts[3]),
-                                           comment=parts[4], home=parts[5], shell=parts[6])  # fmt: skip
-    for line in sections.get("groups", []):
-        name, _, gid = line.rpartition(":")
-        data["groups"][name] = int(gid)
-    for line in sections.get("paths", []):
-        mode, uid, gid, path = line.split(" ", 3)
-        data["paths"][path] = PathInfo(mode=mode.zfill(4), uid=int(uid), gid=int(gid))
+        if len(parts) == 7 and parts[0] and _number(parts[2]) and _number(parts[3]):
+            users[parts[0]] = User(name=parts[0], uid=int(parts[2]), gid=int(parts[3]),
+                                   comment=parts[4], home=parts[5], shell=parts[6])  # fmt: skip
+    return users
+
+
+def _groups(lines: list[str]) -> dict[str, int]:
+    groups = {}
+    for line in lines:
+        name, _, gid = line.partition(":")
+        if name and _number(gid):
+            groups[name] = int(gid)
+    return groups
+
+
+def _paths(lines: list[str]) -> dict[str, PathInfo]:
+    """``od -An -tx1`` of NUL-terminated records: hex digits only, else the section is ignored."""
+    try:
+        raw = bytes.fromhex("".join(lines))
+    except ValueError:
+        return {}
+    paths = {}
+    for record in raw.split(b"\0")[:-1]:
+        fields = record.split(b" ", 4)
+        if len(fields) != 5 or not all(f.isdigit() for f in fields[1:4]) or len(fields[0]) != 1:
+            continue
+        kind, mode, uid, gid = (f.decode("ascii") for f in fields[:4])
+        paths[fields[4].decode("utf-8", "backslashreplace")] = PathInfo(
+            kind=kind, mode=mode.zfill(4), uid=int(uid), gid=int(gid))  # fmt: skip
+    return paths
+
+
+def parse_state(lines: list[str]) -> HostState:
+    """The state read's output lines (as pyinfra gives them, or a string split on newlines) as a HostState."""
+    sections = _sections(lines)
+    data: dict[str, Any] = {"containers": {}, "networks": {}}
+    data["users"] = _users(sections.get("users", []))
+    data["groups"] = _groups(sections.get("groups", []))
+    data["paths"] = _paths(sections.get("paths", []))
     for line in sections.get("containers", []):
         info = json.loads(line)
         name = info["Name"].lstrip("/")

@@ -13,7 +13,8 @@ import shlex
 from pyinfra import host
 from pyinfra.api import OperationError, operation
 
-from jackin.facts.fleet import FleetState, HostState
+from jackin.facts.fleet import FleetState, HostState, PathInfo, User
+from jackin.operations.agent_paths import home_commands, workspace_commands
 from jackin.operations.firewall import remove_commands
 from jackin.operations.script import script
 from jackin.plan import ROOT, STATE_DIR, AgentPlan, FleetPlan
@@ -33,11 +34,21 @@ def fleet_state(plan: FleetPlan) -> HostState:
 # --- command builders (pure) ---------------------------------------------------
 
 
-def _dir(path: str, mode: str, uid: int, state: HostState) -> list[str]:
-    have = state.paths.get(path)
-    if have and have.mode == mode and have.uid == uid and have.gid == uid:
-        return []
-    return [q("install", "-d", "-m", mode, "-o", str(uid), "-g", str(uid), path)]
+def _dirs(agent: AgentPlan, state: HostState) -> tuple[list[str], bool]:
+    """Commands for the home (root:agent 0750) and workspace (the agent's, 0700), never following a
+    link (see agent_paths); and whether the container must be recreated because its mount may have
+    gone through a link (the workspace was not a real directory, or the home was not root's).
+
+    A home to fix (an older release's, the agent's own) means the workspace is redone too: the
+    agent could have swapped it after the state read. A workspace whose mode the agent changed
+    (it owns it) is only chmodded: its container keeps running."""
+    home, workspace = state.paths.get(agent.home), state.paths.get(agent.workspace)
+    home_ok = home == PathInfo(kind="d", mode="0750", uid=0, gid=agent.uid)
+    real = workspace is not None and workspace.kind == "d"
+    commands = [] if home_ok else home_commands(agent.home, agent.uid)
+    if commands or workspace != PathInfo(kind="d", mode="0700", uid=agent.uid, gid=agent.uid):
+        commands += workspace_commands(agent.workspace, agent.uid)
+    return commands, not (home_ok and real)
 
 
 def agent_commands(agent: AgentPlan, state: HostState) -> list[str]:
@@ -59,8 +70,8 @@ def agent_commands(agent: AgentPlan, state: HostState) -> list[str]:
     elif (user.home, user.shell, user.comment, user.gid) != (agent.home, NOLOGIN, comment, agent.uid):
         commands.append(q("usermod", "--gid", str(agent.uid), "--home", agent.home, "--shell", NOLOGIN,
                           "--comment", comment, agent.user))  # fmt: skip
-    commands += _dir(agent.home, "0700", agent.uid, state)
-    commands += _dir(agent.workspace, "0700", agent.uid, state)
+    dirs, remount = _dirs(agent, state)
+    commands += dirs
 
     network = state.networks.get(agent.network)
     if network is None:
@@ -71,7 +82,8 @@ def agent_commands(agent: AgentPlan, state: HostState) -> list[str]:
                           agent.network))  # fmt: skip
 
     container = state.containers.get(agent.container)
-    if container is not None and container.labels.get("jackin.config") != agent.config_hash:
+    # Home or workspace were not as planned: the container may have mounted the workspace through a link.
+    if container is not None and (remount or container.labels.get("jackin.config") != agent.config_hash):
         commands.append(q("docker", "rm", "-f", agent.container))
         container = None
     if container is None:
@@ -105,12 +117,19 @@ def fleet_commands(plan: FleetPlan, state: HostState) -> list[str]:
     return commands
 
 
+def _own_users(plan: FleetPlan, state: HostState) -> list[User]:
+    """The users teardown may delete: named and commented as this fleet's (``fleet_users``) and in its
+    uid range. fleet.gc does not know the range (its plan's is empty): then any non-system uid."""
+    low, high = (plan.uid_min, plan.uid_max) if plan.uid_min <= plan.uid_max else (1000, 2**32 - 2)
+    return sorted((u for u in state.fleet_users(plan.fleet) if low <= u.uid <= high), key=lambda u: u.name)
+
+
 def teardown_commands(plan: FleetPlan, state: HostState, *, keep_data: bool) -> list[str]:
     """Remove everything of the fleet that is on the host (containers first, then what they used)."""
     commands = [q("docker", "rm", "-f", *sorted(state.containers))] if state.containers else []
     if state.networks:
         commands.append(q("docker", "network", "rm", *sorted(state.networks)))
-    for user in sorted(state.fleet_users(plan.fleet), key=lambda u: u.name):
+    for user in _own_users(plan, state):
         commands.append(q("userdel", user.name))
     # userdel removes a same-named primary group on most systems; make sure of it, and remove
     # a group whose useradd failed (it has no user).
@@ -141,7 +160,7 @@ def fleet_root(plan: FleetPlan, state: HostState):
 
 @operation()
 def agent(agent: AgentPlan, state: HostState):
-    """One agent: its Unix user and group, home and workspace (0700), network and hardened container."""
+    """One agent: its Unix user and group, home (root's) and workspace (its own), network and hardened container."""
     yield from script(agent_commands(agent, state), noop=f"agent {agent.instance} is up to date")
 
 

@@ -105,14 +105,14 @@ def test_agents_are_isolated_from_each_other_and_the_host(flab, fleet):
     assert info["HostConfig"]["Memory"] == 256 * 1024**2 and info["HostConfig"]["PidsLimit"] == 128
     assert info["Config"]["Labels"]["jackin.fleet"] == name and info["Config"]["Labels"]["jackin.agent"] == "coder-1"
 
-    # The user: no password, no login shell, not in the docker group; home and workspace 0700.
+    # The user: no password, no login shell, not in the docker group; home root's 0750, workspace the agent's 0700.
     user = sh(flab, 0, f"getent passwd {a}; getent shadow {a} | cut -d: -f2; id -nG {a}; "
                        f"stat -c '%a %U' /srv/jackin/{name}/coder-1 /srv/jackin/{name}/coder-1/workspace").stdout  # fmt: skip
     lines = user.splitlines()
     assert lines[0].endswith(":/usr/sbin/nologin")
     assert lines[1] in ("!", "!*", "*")
     assert "docker" not in lines[2].split() and "sudo" not in lines[2].split()
-    assert lines[3:] == [f"700 {a}", f"700 {a}"]
+    assert lines[3:] == ["750 root", f"700 {a}"]
     assert b in sh(flab, 0, "getent passwd").stdout
 
 

@@ -4,6 +4,7 @@ that produces it (quoted, scoped to the fleet's uid range, valid POSIX sh)."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from jackin import fleet as lifecycle
 from jackin.facts.fleet import Container, FleetState, HostState, Network, PathInfo, User, parse_state, state_command
+from jackin.state import StateError
 from jackin.plan import FleetPlan
 from jackin.ssh import SshTarget
 
@@ -43,6 +45,12 @@ def network_json(name: str, instance: str, bridge: str, subnet: str | None) -> s
     })  # fmt: skip
 
 
+def hex_paths(*records: bytes | str) -> list[str]:
+    """What the read's ``find -printf '%y %m %U %G %p\\0' | od -An -v -tx1`` prints for ``records``."""
+    raw = b"".join((r.encode() if isinstance(r, str) else r) + b"\0" for r in records)
+    return [" " + " ".join(f"{b:02x}" for b in raw[i:i + 16]) for i in range(0, len(raw), 16)]
+
+
 FULL = [
     "##users",
     "jk-demo--coder-1:x:60000:60000:jackin/demo/coder-1:/srv/jackin/demo/coder-1:/usr/sbin/nologin",
@@ -51,9 +59,8 @@ FULL = [
     "jk-demo--coder-1:60000",
     "jk-demo--coder-2:60001",
     "##paths",
-    "711 0 0 /srv/jackin/demo",
-    "700 60000 60000 /srv/jackin/demo/coder-1",
-    "700 60000 60000 /srv/jackin/demo/coder-1/workspace",
+    *hex_paths("d 711 0 0 /srv/jackin/demo", "d 750 0 60000 /srv/jackin/demo/coder-1",
+               "d 700 60000 60000 /srv/jackin/demo/coder-1/workspace"),
     "##docker",
     "ok",
     "##containers",
@@ -87,7 +94,7 @@ def test_parse_full_state() -> None:
     assert state.groups == {"jk-demo--coder-1": 60000, "jk-demo--coder-2": 60001}
     assert state.paths == {
         "/srv/jackin/demo": PathInfo(mode="0711", uid=0, gid=0),
-        "/srv/jackin/demo/coder-1": PathInfo(mode="0700", uid=60000, gid=60000),
+        "/srv/jackin/demo/coder-1": PathInfo(mode="0750", uid=0, gid=60000),
         "/srv/jackin/demo/coder-1/workspace": PathInfo(mode="0700", uid=60000, gid=60000),
     }
     assert state.docker is True
@@ -133,10 +140,42 @@ def test_parse_ignores_noise_before_the_first_section_and_blank_lines() -> None:
     assert parse_state(lines) == parse_state(FULL)
 
 
-def test_parse_zero_pads_modes() -> None:
-    state = parse_state(["##paths", "2755 0 0 /srv/jackin/demo", "0 1 2 /srv/jackin/demo/odd name"])
+def test_parse_zero_pads_modes_and_keeps_the_type() -> None:
+    state = parse_state(["##paths", *hex_paths("d 2755 0 0 /srv/jackin/demo", "l 777 1 2 /srv/jackin/demo/odd name")])
     assert state.paths == {"/srv/jackin/demo": PathInfo(mode="2755", uid=0, gid=0),
-                           "/srv/jackin/demo/odd name": PathInfo(mode="0000", uid=1, gid=2)}  # fmt: skip
+                           "/srv/jackin/demo/odd name": PathInfo(kind="l", mode="0777", uid=1, gid=2)}  # fmt: skip
+
+
+FORGED = "x\n##users\njk-demo--coder-9:x:60009:60009:jackin/demo/coder-9:/:/bin/sh\n##marker\nyes\n700 0 0 /etc"
+
+
+def test_a_file_name_cannot_forge_the_read() -> None:
+    """Newlines, '##', spaces, NUL-free non-UTF-8: in hex they are only a path, and exactly that path."""
+    names = [f"/srv/jackin/demo/coder-1/{FORGED}".encode(), b"/srv/jackin/demo/coder-1/\xff\xfe ##x"]
+    lines = ["##users", "##paths", *hex_paths(*(b"f 644 60000 60000 " + n for n in names)), "##marker"]
+    assert all(set(line) <= set(" 0123456789abcdef") for line in lines[2:-1])
+    state = parse_state(lines)
+    assert (state.users, state.marker) == ({}, False)
+    assert set(state.paths) == {f"/srv/jackin/demo/coder-1/{FORGED}", "/srv/jackin/demo/coder-1/\\xff\\xfe ##x"}
+
+
+def test_old_style_plain_listing_with_a_forged_section_is_an_error() -> None:
+    """Defence in depth: a section twice (what a forged name did to the old plain listing) stops the read."""
+    lines = ["##users", "##paths", *f"f 644 60000 60000 /srv/jackin/demo/coder-1/{FORGED}".split("\n")]
+    with pytest.raises(StateError, match="section 'users' twice"):
+        parse_state(lines)
+
+
+@pytest.mark.parametrize("records", [
+    ["d 700 x 0 /srv/jackin/demo"], ["dd 700 0 0 /srv/jackin/demo"], ["d 700 0 /srv/jackin/demo"],
+], ids=["uid not a number", "type not one letter", "a field short"])  # fmt: skip
+def test_parse_drops_malformed_path_records(records: list[str]) -> None:
+    assert parse_state(["##paths", *hex_paths(*records, "d 711 0 0 /srv/jackin/demo")]).paths == {
+        "/srv/jackin/demo": PathInfo(mode="0711", uid=0, gid=0)}  # fmt: skip
+
+
+def test_parse_ignores_a_paths_section_that_is_not_hex() -> None:
+    assert parse_state(["##paths", "700 0 0 /srv/jackin/demo"]).paths == {}
 
 
 def test_parse_container_without_labels_and_network_without_ipam() -> None:
@@ -151,8 +190,13 @@ def test_parse_container_without_labels_and_network_without_ipam() -> None:
     assert state.networks["jk-demo--x-1"] == Network(name="jk-demo--x-1")
 
 
-def test_parse_user_with_a_short_line_is_skipped() -> None:
-    assert parse_state(["##users", "broken:x:1", "##groups"]).users == {}
+@pytest.mark.parametrize("line", [
+    "broken:x:1", "jk-demo--a-1:x:60000:60000:jackin/demo/a-1:/h:/bin/sh:extra", "jk-demo--a-1:x:6e4:60000:c:/h:/s",
+    "jk-demo--a-1:x:６0000:60000:c:/h:/s", ":x:60000:60000:jackin/demo/a-1:/h:/s",
+], ids=["short", "long", "uid not decimal", "uid with a non-ASCII digit", "no name"])  # fmt: skip
+def test_parse_drops_a_malformed_user_line(line: str) -> None:
+    assert parse_state(["##users", line, "##groups", "g:x", "##paths"]).users == {}
+    assert parse_state(["##groups", "g:x", "h:1:2"]).groups == {}
 
 
 # --- HostState helpers -----------------------------------------------------------
@@ -170,10 +214,11 @@ def test_fleet_users_are_found_by_comment() -> None:
             User(name="jk-demo--a-1", uid=60000, gid=60000, comment="jackin/demo/a-1", home="/h", shell=NOLOGIN),
             User(name="jk-demo-2--a-1", uid=60001, gid=60001, comment="jackin/demo-2/a-1", home="/h", shell=NOLOGIN),
             User(name="backup", uid=60002, gid=60002, comment="backup jackin/demo/", home="/h", shell="/bin/sh"),
-            User(name="jk-old", uid=50000, gid=50000, comment="jackin/demo/old-1", home="/h", shell=NOLOGIN),
+            User(name="jk-demo--old-1", uid=50000, gid=50000, comment="jackin/demo/old-1", home="/h", shell=NOLOGIN),
+            User(name="decoy", uid=60003, gid=60003, comment="jackin/demo/x", home="/", shell="/bin/sh"),
         ]
     })  # fmt: skip
-    assert sorted(u.name for u in state.fleet_users("demo")) == ["jk-demo--a-1", "jk-old"]
+    assert sorted(u.name for u in state.fleet_users("demo")) == ["jk-demo--a-1", "jk-demo--old-1"]
     assert [u.name for u in state.fleet_users("demo-2")] == ["jk-demo-2--a-1"]
     assert state.fleet_users("other") == []
 
@@ -216,7 +261,9 @@ def test_state_command_scopes_to_the_fleet_and_its_uid_range() -> None:
     command = state_command("demo", 60000, 60999, ["jackin/agent:busybox", "jackin/agent:v2"])
     assert "$3 >= 60000 && $3 <= 60999" in command
     assert command.count("--filter label=jackin.fleet=demo") == 2
-    assert "find /srv/jackin/demo -maxdepth 2" in command
+    assert "find /srv/jackin/demo -maxdepth 1 -printf '%y %m %U %G %p\\0'" in command
+    assert "find /srv/jackin/demo -mindepth 2 -maxdepth 2 -name workspace" in command
+    assert "| od -An -v -tx1" in command
     assert "for i in jackin/agent:busybox jackin/agent:v2; do" in command
     assert "[ -e /var/lib/jackin/fleet-demo.json ]" in command
     assert "nft list table inet jackin-demo" in command
@@ -281,3 +328,24 @@ def test_shlex_round_trip_of_the_quoted_label() -> None:
     line = next(line for line in state_command("my fleet", 1, 2).splitlines() if "##containers" in line)
     inner = line.split("c=$(", 1)[1].split(")", 1)[0]
     assert shlex.split(inner) == ["docker", "ps", "-aq", "--filter", "label=jackin.fleet=my fleet"]
+
+
+def test_the_paths_read_run_locally_lists_only_homes_and_workspaces_by_their_exact_names(tmp_path: Path) -> None:
+    """The real find | od on a local tree: agent-made names at depth 2 are not listed, a hostile
+    depth-1 name comes back byte-exact, a symlinked workspace is reported as a link."""
+    fleet_dir = tmp_path / "demo"
+    (fleet_dir / "coder-1" / "workspace").mkdir(parents=True)
+    (fleet_dir / "coder-1" / FORGED.replace("/", "_")).write_text("")
+    (fleet_dir / "coder-2").mkdir()
+    (fleet_dir / "coder-2" / "workspace").symlink_to("/etc")
+    odd = os.fsencode(str(fleet_dir)) + b"/x\n##users\n\xff"
+    os.mkdir(odd)
+    command = state_command("demo", 60000, 60999, root=str(tmp_path))
+    script = next(line for line in command.splitlines() if line.startswith("echo '##paths'"))
+    out = subprocess.run(["sh", "-c", script], capture_output=True, timeout=10).stdout.decode()
+    state = parse_state(out.split("\n"))
+    assert set(state.paths) == {str(fleet_dir), f"{fleet_dir}/coder-1", f"{fleet_dir}/coder-2",
+                                f"{fleet_dir}/coder-1/workspace", f"{fleet_dir}/coder-2/workspace",
+                                f"{fleet_dir}/x\n##users\n\\xff"}  # fmt: skip
+    assert state.paths[f"{fleet_dir}/coder-2/workspace"].kind == "l"
+    assert state.paths[f"{fleet_dir}/coder-1/workspace"].kind == "d"

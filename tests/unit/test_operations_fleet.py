@@ -4,12 +4,17 @@ a ``HostState`` in, the exact ordered commands out, nothing when all is in place
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import stat
+import subprocess
+from pathlib import Path
 
 import pytest
 from pyinfra.api import OperationError
 
 from jackin.facts.fleet import Container, HostState, Network, PathInfo, User
+from jackin.operations.agent_paths import as_agent, home_commands, workspace_commands
 from jackin.operations.fleet import agent_commands, fleet_commands, teardown_commands
 from jackin.plan import AgentPlan, FleetPlan, build
 from jackin.spec import parse_inventory
@@ -49,7 +54,7 @@ def present(*agents: AgentPlan, **change: object) -> HostState:
         "groups": {a.user: a.uid for a in agents},
         "paths": {
             "/srv/jackin/demo": PathInfo(mode="0711", uid=0, gid=0),
-            **{a.home: PathInfo(mode="0700", uid=a.uid, gid=a.uid) for a in agents},
+            **{a.home: PathInfo(mode="0750", uid=0, gid=a.uid) for a in agents},
             **{a.workspace: PathInfo(mode="0700", uid=a.uid, gid=a.uid) for a in agents},
         },
         "docker": True,
@@ -66,8 +71,15 @@ USERADD = ("useradd --uid 60000 --gid 60000 --no-create-home --home-dir /srv/jac
            "--shell /usr/sbin/nologin --comment jackin/demo/coder-1 jk-demo--coder-1")  # fmt: skip
 USERMOD = ("usermod --gid 60000 --home /srv/jackin/demo/coder-1 --shell /usr/sbin/nologin "
            "--comment jackin/demo/coder-1 jk-demo--coder-1")  # fmt: skip
-HOME = "install -d -m 0700 -o 60000 -g 60000 /srv/jackin/demo/coder-1"
-WORKSPACE = "install -d -m 0700 -o 60000 -g 60000 /srv/jackin/demo/coder-1/workspace"
+HOME = [
+    "{ [ -d /srv/jackin/demo/coder-1 ] && [ ! -L /srv/jackin/demo/coder-1 ]; } "
+    "|| mkdir -m 0750 -- /srv/jackin/demo/coder-1",
+    "chown -h 0:60000 -- /srv/jackin/demo/coder-1",
+    "chmod 00750 -- /srv/jackin/demo/coder-1",
+]
+WS = "/srv/jackin/demo/coder-1/workspace"
+WORKSPACE = [f"if [ -L {WS} ]; then rm -f -- {WS}; fi", f"[ -d {WS} ] || mkdir -m 0700 -- {WS}",
+             f"chown -h 60000:60000 -- {WS}", f"chmod 00700 -- {WS}"]  # fmt: skip
 NETWORK = (f"docker network create --driver bridge --opt com.docker.network.bridge.name={CODER.bridge} "
            "--opt com.docker.network.bridge.enable_icc=false --label jackin.fleet=demo --label jackin.agent=coder-1 "
            "jk-demo--coder-1")  # fmt: skip
@@ -88,7 +100,7 @@ def replaced(state: HostState, field: str, key: str, value: object) -> HostState
 # --- agent_commands --------------------------------------------------------------
 
 AGENT_CASES = {
-    "empty host": (HostState(), [GROUPADD, USERADD, HOME, WORKSPACE, NETWORK, RUN]),
+    "empty host": (HostState(), [GROUPADD, USERADD, *HOME, *WORKSPACE, NETWORK, RUN]),
     "everything in place": (ONE, []),
     "other agents do not matter": (present(CODER, PLAN.agents[1]), []),
     "container has another config": (replaced(ONE, "containers", CODER.container, container(CODER, config="0" * 12)),
@@ -109,14 +121,28 @@ AGENT_CASES = {
     "user with another comment": (replaced(ONE, "users", CODER.user, user(CODER, comment="x")), [USERMOD]),
     "user with another home": (replaced(ONE, "users", CODER.user, user(CODER, home="/home/x")), [USERMOD]),
     "user with another primary group": (replaced(ONE, "users", CODER.user, user(CODER, gid=100)), [USERMOD]),
-    "home with a loose mode": (replaced(ONE, "paths", CODER.home, PathInfo(mode="0755", uid=60000, gid=60000)),
-                               [HOME]),
+    "home with a loose mode": (replaced(ONE, "paths", CODER.home, PathInfo(mode="0755", uid=0, gid=60000)),
+                               [*HOME, *WORKSPACE, RM, RUN]),
+    "home of an older release (the agent's, 0700)": (
+        replaced(ONE, "paths", CODER.home, PathInfo(mode="0700", uid=60000, gid=60000)),
+        [*HOME, *WORKSPACE, RM, RUN]),
     "workspace owned by root": (replaced(ONE, "paths", CODER.workspace, PathInfo(mode="0700", uid=0, gid=0)),
-                                [WORKSPACE]),
+                                WORKSPACE),
     "workspace with another group": (
-        replaced(ONE, "paths", CODER.workspace, PathInfo(mode="0700", uid=60000, gid=0)), [WORKSPACE]),
+        replaced(ONE, "paths", CODER.workspace, PathInfo(mode="0700", uid=60000, gid=0)), WORKSPACE),
+    "workspace the agent made 0755 keeps its container": (
+        replaced(ONE, "paths", CODER.workspace, PathInfo(mode="0755", uid=60000, gid=60000)), WORKSPACE),
+    "workspace with the setgid bit": (
+        replaced(ONE, "paths", CODER.workspace, PathInfo(mode="2700", uid=60000, gid=60000)), WORKSPACE),
+    "workspace gone": (without(ONE, "paths", CODER.workspace), [*WORKSPACE, RM, RUN]),
+    "workspace is a symlink": (
+        replaced(ONE, "paths", CODER.workspace, PathInfo(kind="l", mode="0777", uid=60000, gid=60000)),
+        [*WORKSPACE, RM, RUN]),
     "home and workspace gone": (without(without(ONE, "paths", CODER.home), "paths", CODER.workspace),
-                                [HOME, WORKSPACE]),
+                                [*HOME, *WORKSPACE, RM, RUN]),
+    "home and workspace gone, no container": (
+        without(without(without(ONE, "paths", CODER.home), "paths", CODER.workspace), "containers", CODER.container),
+        [*HOME, *WORKSPACE, RUN]),
 }  # fmt: skip
 
 
@@ -231,16 +257,29 @@ def test_teardown_only_what_is_there() -> None:
     assert teardown_commands(PLAN, state, keep_data=False) == ["userdel jk-demo--coder-1"]
 
 
-def test_teardown_removes_users_by_comment_not_by_uid_range() -> None:
+def test_teardown_removes_only_users_of_the_fleet_by_range_comment_and_name() -> None:
+    """A user is deleted only when its uid is in the fleet's range, its comment is jackin/<fleet>/<instance>
+    and its name is the one jackin gives that instance: any one of them alone names a stranger."""
     users = {
         "jk-demo--coder-1": user(CODER),
-        "jk-demo--old-1": user(CODER, name="jk-demo--old-1", uid=59000, gid=59000, comment="jackin/demo/old-1"),
+        "jk-demo--old-1": user(CODER, name="jk-demo--old-1", uid=60100, gid=60100, comment="jackin/demo/old-1"),
+        "jk-demo--out-1": user(CODER, name="jk-demo--out-1", uid=59000, gid=59000, comment="jackin/demo/out-1"),
         "jk-demo-2--coder-1": user(CODER, name="jk-demo-2--coder-1", uid=60005, gid=60005,
                                    comment="jackin/demo-2/coder-1"),
         "backup": user(CODER, name="backup", uid=60010, gid=60010, comment="backup"),
+        "decoy": user(CODER, name="decoy", uid=60999, gid=60999, comment="jackin/demo/x"),
+        "jk-demo--x": user(CODER, name="jk-demo--x", uid=60998, gid=60998, comment="jackin/demo/y"),
+        "jk-demo--z": user(CODER, name="jk-demo--z", uid=60997, gid=60997, comment="jackin/demo/z/.."),
     }  # fmt: skip
     commands = teardown_commands(PLAN, HostState(users=users), keep_data=False)
     assert commands == ["userdel jk-demo--coder-1", "userdel jk-demo--old-1"]
+
+
+def test_teardown_of_a_gc_plan_takes_any_non_system_uid_of_the_fleet() -> None:
+    users = {"jk-demo--out-1": user(CODER, name="jk-demo--out-1", uid=59000, gid=59000, comment="jackin/demo/out-1"),
+             "jk-demo--sys-1": user(CODER, name="jk-demo--sys-1", uid=999, gid=999, comment="jackin/demo/sys-1")}
+    gc = FleetPlan(fleet="demo", uid_min=0, uid_max=-1, agents=[])
+    assert teardown_commands(gc, HostState(users=users), keep_data=False) == ["userdel jk-demo--out-1"]
 
 
 def test_teardown_removes_every_group_named_for_the_fleet() -> None:
@@ -280,3 +319,55 @@ def test_teardown_of_a_gc_plan_removes_by_state_alone() -> None:
     commands = teardown_commands(gc, FULL.model_copy(update={"groups": {}}), keep_data=False)
     assert commands == [CONTAINERS_RM, NETWORKS_RM, "userdel jk-demo--coder-1", "userdel jk-demo--coder-2",
                         *DATA_RM, *MARKER_RM]  # fmt: skip
+
+
+# --- agent_paths -----------------------------------------------------------------
+
+
+def run_sh(script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["sh", "-ec", script], capture_output=True, text=True, timeout=10)
+
+
+def test_workspace_commands_replace_a_symlink_without_following_it(tmp_path: Path) -> None:
+    """Run for real (as this test's user, with its uid): the link goes, its target keeps its mode."""
+    target = tmp_path / "target"
+    target.mkdir(mode=0o755)
+    workspace = tmp_path / "workspace"
+    workspace.symlink_to(target)
+    uid = os.getuid()
+    result = run_sh("\n".join(c.replace(f"{uid}:{uid}", f"{uid}:{os.getgid()}")
+                               for c in workspace_commands(str(workspace), uid)))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert not workspace.is_symlink() and workspace.is_dir()
+    assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755
+
+
+def test_workspace_commands_refuse_a_file(tmp_path: Path) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.write_text("the agent's")
+    result = run_sh("\n".join(workspace_commands(str(workspace), os.getuid())))
+    assert result.returncode != 0 and "File exists" in result.stderr
+    assert workspace.read_text() == "the agent's"
+
+
+def test_home_commands_refuse_a_symlink(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.mkdir(mode=0o755)
+    home = tmp_path / "home"
+    home.symlink_to(target)
+    result = run_sh("\n".join(home_commands(str(home), os.getgid())))
+    assert result.returncode != 0 and "File exists" in result.stderr
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755
+
+
+def test_path_commands_quote_the_path() -> None:
+    commands = home_commands("/srv/jackin/a b/x;y", 60000) + workspace_commands("/srv/jackin/a b/x;y/workspace", 60000)
+    assert all(run_sh(f"exit 0; {c}").returncode == 0 for c in commands)  # valid sh
+    assert all("'/srv/jackin/a b/x;y" in c for c in commands)
+
+
+def test_as_agent_drops_to_the_agents_ids() -> None:
+    assert as_agent(60000, 60000, "mkdir", "-p", "a b") == (
+        "setpriv --reuid=60000 --regid=60000 --clear-groups -- mkdir -p 'a b'"
+    )
