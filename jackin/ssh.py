@@ -99,8 +99,8 @@ def reported(hop: SshTarget, *, target: SshTarget) -> Iterator[None]:
         yield
     except paramiko.BadHostKeyException as error:
         raise HostKeyError(
-            f"{via}host key mismatch for {hop.endpoint}: got {error.key.get_name()} "
-            f"{error.key.get_base64()[:24]}..., not the key pinned in {hop.known_hosts}",
+            f"{via}host key mismatch for {hop.endpoint}: got {error.key.get_name()} {error.key.fingerprint}, "
+            f"not the key pinned in {hop.known_hosts}",
             host=target.name,
             hint="if the host was rebuilt on purpose, update its pinned key; otherwise do not connect",
         ) from None
