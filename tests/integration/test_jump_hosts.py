@@ -89,6 +89,7 @@ def jump_lab() -> Iterator[JumpLab]:
             "add table inet jumptest\n"
             "add chain inet jumptest input { type filter hook input priority -50; policy accept; }\n"
             f"add rule inet jumptest input tcp dport 22 ip saddr != {gate.lab_ip} counter drop\n"
+            "add rule inet jumptest input tcp dport 2222 drop\n"  # a black hole: a hop that never answers
         )
         dk.docker("exec", "-i", inner.container, "nft", "-f", "-", input=rules.encode())
         yield JumpLab(lab, gate, inner)
@@ -182,6 +183,10 @@ def test_fleet_up_status_down_on_a_host_behind_a_jump_host(jump_lab: JumpLab, tm
         assert row["reachable"] and [a["state"] for a in row["agents"]] == ["running"]
         after_status = jump_lab.accepted_since(since, at_least=len(after_up) + 1)
         assert len(after_status) > len(after_up) and set(after_status) == {jump_lab.gate_ip}  # Fabric too
+
+        probe = cli(home, "agent.netcheck", "coder-1", jump_lab.gate_ip, "--port", "22", "-i", spec, "--json")
+        assert probe.returncode == 0, probe.stdout + probe.stderr
+        assert [(p["host"], p["result"]) for p in json.loads(probe.stdout)] == [("inner", "blocked")]  # mode none
     finally:
         down = cli(home, "fleet.down", "-i", spec, "--yes")
     assert down.returncode == 0, down.stdout + down.stderr
@@ -202,6 +207,25 @@ def test_engine_commands_run_with_gate_as_their_source(jump_lab: JumpLab, tmp_pa
     assert result.hosts[0].ok, result.hosts[0].error
     seen = dk.docker("exec", jump_lab.inner.container, "cat", "/run/jackin-jump-test").split()
     assert seen[0] == jump_lab.gate_ip and seen[2:] == [jump_lab.inner.lab_ip, "22"]
+
+
+def test_a_target_the_jump_host_cannot_reach_fails_within_the_timeout(jump_lab: JumpLab, tmp_path: Path) -> None:
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[127.0.0.1]:{jump_lab.gate.port} {jump_lab.host_key(jump_lab.gate)}\n")
+    hole = jump_lab.inner_via_gate(kh).model_copy(update={"port": 2222})  # dropped silently by inner
+    started = time.monotonic()
+    with pytest.raises(ConnectError) as caught:
+        connect(hole, timeout=3)
+    assert time.monotonic() - started < 8
+    assert caught.value.host == "inner"
+    assert caught.value.message.startswith(f"through jump host gate: cannot reach root@{jump_lab.inner.lab_ip}:2222: ")
+
+    started = time.monotonic()
+    result = run(EngineRequest(deploy=str(ROOT / "deploys" / "fleet.py"), targets=[hole], connect_timeout=3))
+    assert time.monotonic() - started < 15
+    (host,) = result.hosts
+    assert not host.connected
+    assert host.error == f"through jump host gate: cannot reach root@{jump_lab.inner.lab_ip}:2222: Timeout opening channel."
 
 
 # --- every hop is pinned -----------------------------------------------------------
