@@ -225,7 +225,8 @@ def test_a_target_the_jump_host_cannot_reach_fails_within_the_timeout(jump_lab: 
     assert time.monotonic() - started < 15
     (host,) = result.hosts
     assert not host.connected
-    assert host.error == f"through jump host gate: cannot reach root@{jump_lab.inner.lab_ip}:2222: Timeout opening channel."
+    assert host.error == (f"through jump host gate: cannot reach root@{jump_lab.inner.lab_ip}:2222: "
+                          "Timeout opening channel.")
 
 
 # --- every hop is pinned -----------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from jackin.engine import EngineRequest
+from jackin.engine import EngineRequest, run
 from jackin.ssh import SshTarget
 
 REPO = Path(__file__).resolve().parents[2]
@@ -199,3 +199,21 @@ def test_operator_ssh_config_would_apply_to_pyinfra_defaults(operator_home: Path
         "policy": "StrictPolicy",
     }  # fmt: skip
     assert resolved["b"] == {"error": "NoValidConnectionsError"}  # it tried the ProxyJump hop
+
+
+def test_engine_reports_an_unreachable_jump_host_for_its_target(tmp_path: Path) -> None:
+    """The connector opens the jump host itself: its failure is the target's connect error, naming the hop."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text("")
+    bastion = SshTarget(name="bastion", address="127.0.0.1", port=closed, known_hosts=known_hosts)
+    deploy = tmp_path / "noop.py"
+    deploy.write_text("")
+    request = EngineRequest(deploy=str(deploy), connect_timeout=2,
+                            targets=[SshTarget(name="a", address="10.0.0.4", known_hosts=known_hosts, jump=bastion)])
+    (host,) = run(request, timeout=60).hosts
+    assert not host.connected
+    assert host.error is not None
+    assert host.error.startswith(f"through jump host bastion: cannot reach root@127.0.0.1:{closed}: ")
