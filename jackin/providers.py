@@ -110,13 +110,11 @@ def static_targets(inventory: Inventory) -> list[SshTarget]:
         for name in inventory.groups.get(entry, [entry]):
             if name not in selected:
                 selected.append(name)
-    jumping = [n for n in selected if by_name[n].jump]
-    if jumping:
-        raise SpecError(
-            f"jump hosts are not supported by the fleet tasks yet: {', '.join(jumping)}",
-            hint="reach these hosts directly (a VPN, or an SSH config the operator manages) for now",
-        )
-    unpinned = [n for n in selected if not by_name[n].host_keys]
+    needed = list(selected)  # the selected hosts and every jump host on their way: each hop is pinned
+    for name in needed:
+        if by_name[name].jump and by_name[name].jump not in needed:
+            needed.append(by_name[name].jump)
+    unpinned = [n for n in needed if not by_name[n].host_keys]
     if unpinned:
         raise SpecError(
             f"no pinned host key for: {', '.join(unpinned)}",

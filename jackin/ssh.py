@@ -1,7 +1,12 @@
-"""Strict SSH for imperative one-off work (Fabric), and the resolved SSH target.
+"""Strict SSH: the resolved target, the tunnel through its jump hosts, and Fabric
+connections for imperative one-off work (status, the clean check, netcheck).
 
-Fabric's ``Connection`` accepts any host key by default; ``connect`` loads only
-the fleet's pinned known_hosts and rejects every key not in it.
+The inventory is the whole truth. Nothing here reads the operator's
+``~/.ssh/config``, ``~/.fabric.yaml`` or ``~/.ssh/known_hosts``: a config there
+could send a pinned name elsewhere or add a jump host nobody pinned. Every hop,
+each jump host and the target itself, is checked against the fleet's pinned
+known_hosts and refused when its key is not there; nothing is ever added to it.
+The engine (pyinfra) opens its jump hosts with the same ``open_tunnel``.
 """
 
 from __future__ import annotations
@@ -9,6 +14,8 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import paramiko
@@ -24,7 +31,8 @@ logging.getLogger("paramiko").propagate = False
 
 
 class SshTarget(BaseModel):
-    """A host resolved for connection: where it is and how it is trusted."""
+    """A host resolved for connection: where it is, how it is trusted, and the
+    jump host (itself a target, checked the same way) it is reached through."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -40,49 +48,166 @@ class SshTarget(BaseModel):
     def endpoint(self) -> str:
         return f"{self.user}@{self.address}:{self.port}"
 
+    @property
+    def hops(self) -> list[SshTarget]:
+        """The jump hosts on the way to this target, outermost (reached first) first."""
+        chain: list[SshTarget] = []
+        hop = self.jump
+        while hop is not None:
+            chain.insert(0, hop)
+            hop = hop.jump
+        return chain
 
-def connect(target: SshTarget, *, timeout: float = 10) -> Connection:
-    """An open Fabric connection that refuses any host key not pinned for ``target``."""
-    gateway = connect(target.jump, timeout=timeout) if target.jump else None
-    kwargs: dict[str, object] = {"look_for_keys": False, "allow_agent": target.key_file is None}
+
+def auth_kwargs(target: SshTarget, *, timeout: float) -> dict[str, object]:
+    """paramiko ``connect`` arguments: only the inventory's key (or the agent when it
+    names none), never the operator's default keys; every phase bounded by ``timeout``."""
+    kwargs: dict[str, object] = {
+        "look_for_keys": False,
+        "allow_agent": target.key_file is None,
+        "banner_timeout": timeout,
+        "auth_timeout": timeout,
+    }
     if target.key_file is not None:
         kwargs["key_filename"] = str(target.key_file.expanduser())
-    conn = Connection(
-        host=target.address,
-        port=target.port,
-        user=target.user,
-        connect_timeout=int(timeout),
-        connect_kwargs=kwargs,
-        gateway=gateway,
-        config=Config(overrides={"load_ssh_configs": False, "run": {"in_stream": False}}),
-    )
-    conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    return kwargs
+
+
+def pin(client: paramiko.SSHClient, hop: SshTarget, *, target: SshTarget) -> None:
+    """Make ``client`` accept only the keys pinned for ``hop``: no key is ever learned."""
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
     try:
-        conn.client.load_host_keys(str(target.known_hosts))
+        client.load_host_keys(str(hop.known_hosts))
     except OSError as error:
         raise HostKeyError(
-            f"cannot read the pinned host keys for {target.endpoint}: {error.strerror}: {target.known_hosts}",
+            f"{_via(hop, target)}cannot read the pinned host keys for {hop.endpoint}: "
+            f"{error.strerror}: {hop.known_hosts}",
             host=target.name,
         ) from None
+
+
+def _via(hop: SshTarget, target: SshTarget) -> str:
+    return "" if hop is target else f"through jump host {hop.name}: "
+
+
+@contextmanager
+def reported(hop: SshTarget, *, target: SshTarget) -> Iterator[None]:
+    """Turn paramiko's failures while connecting to ``hop`` (on the way to ``target``)
+    into our errors: reported for ``target``, naming the hop that failed."""
+    via = _via(hop, target)
     try:
-        conn.open()
+        yield
     except paramiko.BadHostKeyException as error:
         raise HostKeyError(
-            f"host key mismatch for {target.endpoint}: got {error.key.get_name()} "
-            f"{error.key.get_base64()[:24]}..., not the key pinned in {target.known_hosts}",
+            f"{via}host key mismatch for {hop.endpoint}: got {error.key.get_name()} {error.key.fingerprint}, "
+            f"not the key pinned in {hop.known_hosts}",
             host=target.name,
             hint="if the host was rebuilt on purpose, update its pinned key; otherwise do not connect",
         ) from None
     except paramiko.SSHException as error:
         if "not found in known_hosts" in str(error):
             raise HostKeyError(
-                f"no pinned host key for {target.endpoint} in {target.known_hosts}",
+                f"{via}no pinned host key for {hop.endpoint} in {hop.known_hosts}",
                 host=target.name,
                 hint="pin the host's public key (host_keys in the inventory)",
             ) from None
-        raise ConnectError(f"SSH to {target.endpoint} failed: {error}", host=target.name) from None
+        raise ConnectError(f"{via}SSH to {hop.endpoint} failed: {error}", host=target.name) from None
     except (OSError, socket.timeout, EOFError) as error:
-        raise ConnectError(f"cannot reach {target.endpoint}: {error}", host=target.name) from None
+        raise ConnectError(f"{via}cannot reach {hop.endpoint}: {error}", host=target.name) from None
+
+
+class Tunnel:
+    """Open connections to a target's jump hosts and the channel through the last
+    of them to the target; close it once the target's connection is closed."""
+
+    def __init__(self) -> None:
+        self.clients: list[paramiko.SSHClient] = []
+        self.sock: paramiko.Channel | None = None
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        for client in reversed(self.clients):
+            client.close()
+        self.clients.clear()
+
+
+def open_tunnel(target: SshTarget, *, timeout: float = 10) -> Tunnel:
+    """Connect to each of ``target``'s jump hosts in turn, each through the one
+    before and each checked against its pinned key, and open a channel from the
+    last one to ``target``. Every step is bounded by ``timeout``."""
+    tunnel = Tunnel()
+    hops = target.hops
+    try:
+        for hop, after in zip(hops, [*hops[1:], target]):
+            client = paramiko.SSHClient()
+            tunnel.clients.append(client)
+            pin(client, hop, target=target)
+            with reported(hop, target=target):
+                client.connect(hop.address, hop.port, hop.user, sock=tunnel.sock, timeout=timeout,
+                               **auth_kwargs(hop, timeout=timeout))  # type: ignore[arg-type]  # fmt: skip
+            tunnel.sock = _channel(client, hop, after, target=target, timeout=timeout)
+    except BaseException:
+        tunnel.close()
+        raise
+    return tunnel
+
+
+def _channel(client: paramiko.SSHClient, hop: SshTarget, to: SshTarget, *, target: SshTarget,
+             timeout: float) -> paramiko.Channel:  # fmt: skip
+    transport = client.get_transport()
+    try:
+        assert transport is not None, "connected clients have a transport"
+        return transport.open_channel("direct-tcpip", (to.address, to.port), ("", 0), timeout=timeout)
+    except (paramiko.SSHException, OSError, EOFError) as error:
+        raise ConnectError(
+            f"through jump host {hop.name}: cannot reach {to.endpoint}: {str(error) or type(error).__name__}",
+            host=target.name,
+        ) from None
+
+
+class _Connection(Connection):
+    """A Fabric connection that also closes the tunnel it was opened through."""
+
+    tunnel: Tunnel | None = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.tunnel is not None:
+                self.tunnel.close()
+
+
+def connection(target: SshTarget, *, timeout: float = 10, sock: paramiko.Channel | None = None) -> Connection:
+    """A Fabric connection to ``target``, not yet open, built from the target alone.
+
+    Its config is lazy: no ssh config, no ``~/.fabric.yaml`` or ``/etc/fabric.yaml``
+    (which could set a gateway, forward the agent or add keys).
+    """
+    config = Config(ssh_config=paramiko.SSHConfig(), lazy=True,
+                    overrides={"load_ssh_configs": False, "run": {"in_stream": False}})  # fmt: skip
+    kwargs = auth_kwargs(target, timeout=timeout)
+    if sock is not None:
+        kwargs["sock"] = sock
+    return _Connection(host=target.address, port=target.port, user=target.user, config=config,
+                       connect_timeout=max(1, round(timeout)), connect_kwargs=kwargs, forward_agent=False)  # fmt: skip
+
+
+def connect(target: SshTarget, *, timeout: float = 10) -> Connection:
+    """An open Fabric connection that refuses any host key not pinned for ``target``,
+    and for each jump host on the way."""
+    tunnel = open_tunnel(target, timeout=timeout) if target.jump else None
+    try:
+        conn = connection(target, timeout=timeout, sock=tunnel.sock if tunnel else None)
+        conn.tunnel = tunnel
+        pin(conn.client, target, target=target)
+        with reported(target, target=target):
+            conn.open()
+    except BaseException:
+        if tunnel is not None:
+            tunnel.close()
+        raise
     return conn
 
 

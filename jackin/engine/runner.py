@@ -24,6 +24,7 @@ from pyinfra.api.operations import run_ops  # noqa: E402
 from pyinfra.api.state import BaseStateCallback, StateStage  # noqa: E402
 from pyinfra.context import ctx_config, ctx_host, ctx_inventory, ctx_state  # noqa: E402
 
+from jackin.engine.connector import NO_SSH_CONFIG, TARGET_DATA, PinnedSSHConnector  # noqa: E402
 from jackin.engine.protocol import EngineRequest, HostResult, PlannedChange  # noqa: E402
 
 _out = None
@@ -71,27 +72,34 @@ def _one_line(error: object) -> str:
 
 
 def _inventory(request: EngineRequest) -> Inventory:
+    """Each target as a pyinfra host: strict keys from the pinned known_hosts only, no
+    ssh config (the inventory is the whole truth), jump hosts opened by our connector."""
     hosts = []
     for target in request.targets:
-        if target.jump is not None:
-            raise PyinfraError(f"{target.name}: jump hosts are not supported by the engine yet")
+        timeout = request.connect_timeout
         data: dict[str, Any] = {
             "ssh_hostname": target.address,
             "ssh_port": target.port,
             "ssh_user": target.user,
+            "ssh_config_file": NO_SSH_CONFIG,
             "ssh_known_hosts_file": str(target.known_hosts),
             "ssh_strict_host_key_checking": "yes",
+            "ssh_forward_agent": False,
             "ssh_connect_retries": 0,
             "ssh_allow_agent": target.key_file is None,
             "ssh_look_for_keys": False,
-            "ssh_paramiko_connect_kwargs": {"timeout": request.connect_timeout, "banner_timeout": request.connect_timeout},
+            "ssh_paramiko_connect_kwargs": {"timeout": timeout, "banner_timeout": timeout, "auth_timeout": timeout},
+            TARGET_DATA: target.model_dump(mode="json"),
             "jackin": request.data,
             "_timeout": request.command_timeout,
         }
         if target.key_file is not None:
             data["ssh_key"] = str(target.key_file.expanduser())
         hosts.append((target.name, data))
-    return Inventory((hosts, {}))
+    inventory = Inventory((hosts, {}))
+    for host in inventory:
+        host.connector_cls = PinnedSSHConnector  # before State.init, which creates each host's connector
+    return inventory
 
 
 def _load_deploy(state: State, filename: str) -> None:

@@ -9,6 +9,8 @@ and prints the host data as JSON.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from jackin.engine import EngineRequest
+from jackin.engine import EngineRequest, run
 from jackin.ssh import SshTarget
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,10 +33,43 @@ out = {}
 for name, text in json.loads(sys.stdin.read()).items():
     try:
         inventory = _inventory(EngineRequest.model_validate_json(text))
-        out[name] = {"hosts": {h.name: h.data.dict() for h in inventory}}
+        out[name] = {"hosts": {h.name: {**h.data.dict(), "connector": h.connector_cls.__name__} for h in inventory}}
     except PyinfraError as error:
         out[name] = {"error": f"{type(error).__name__}: {error}"}
 print(json.dumps(out, default=str))
+"""
+
+# What pyinfra's SSH client would connect to for each host, as its connect() resolves it:
+# the connector's paramiko arguments, then the ssh config pass (HostName, Port, User,
+# IdentityFile, ProxyJump, ForwardAgent). With ``control``, pyinfra's default config path.
+_RESOLVE = """
+import json, sys
+from pyinfra.api import Config, State
+from pyinfra.connectors.sshuserclient.client import SSHClient
+from jackin.engine.protocol import EngineRequest
+from jackin.engine.runner import _inventory
+
+request = EngineRequest.model_validate_json(sys.stdin.read())
+inventory = _inventory(request)
+State(inventory, Config(CONNECT_TIMEOUT=request.connect_timeout))
+out = {}
+for host in inventory:
+    kwargs = host.connector.make_paramiko_kwargs()
+    hostname = kwargs.pop("hostname")
+    private = {k: kwargs.pop(k) for k in list(kwargs) if k.startswith("_pyinfra_")}
+    config_file = None if sys.argv[1] == "control" else private["_pyinfra_ssh_config_file"]
+    try:
+        resolved, cfg, forward, policy, *_ = SSHClient().parse_config(
+            hostname, kwargs, ssh_config_file=config_file,
+            strict_host_key_checking=private["_pyinfra_ssh_strict_host_key_checking"])
+    except OSError as error:
+        out[host.name] = {"error": type(error).__name__}
+        continue
+    out[host.name] = {"hostname": resolved, "port": cfg["port"], "username": cfg.get("username"),
+                      "key_filename": cfg.get("key_filename"), "sock": "sock" in cfg,
+                      "forward_agent": forward or bool(private["_pyinfra_ssh_forward_agent"]),
+                      "policy": type(policy).__name__}
+print(json.dumps(out))
 """
 
 
@@ -84,7 +119,7 @@ def test_host_data(inventories: dict[str, Any]) -> None:
         assert data["ssh_known_hosts_file"] == "/state/fleets/demo/known_hosts"
         assert data["ssh_connect_retries"] == 0
         assert data["ssh_look_for_keys"] is False
-        assert data["ssh_paramiko_connect_kwargs"] == {"timeout": 7, "banner_timeout": 7}
+        assert data["ssh_paramiko_connect_kwargs"] == {"timeout": 7, "banner_timeout": 7, "auth_timeout": 7}
         assert data["jackin"] == {"fleet": "demo", "agents": [{"name": "coder"}]}
     assert (web1["ssh_hostname"], web1["ssh_port"], web1["ssh_user"]) == ("127.0.0.1", 40001, "root")
     assert web1["ssh_key"] == "/state/labs/demo/id_ed25519"
@@ -100,5 +135,85 @@ def test_key_path_is_expanded(inventories: dict[str, Any]) -> None:
     assert not key.startswith("~")
 
 
-def test_jump_hosts_are_refused(inventories: dict[str, Any]) -> None:
-    assert inventories["jump"] == {"error": "PyinfraError: a: jump hosts are not supported by the engine yet"}
+def test_every_host_uses_the_pinned_connector_and_no_ssh_config(inventories: dict[str, Any]) -> None:
+    for request in ("two", "home_key", "jump"):
+        for data in inventories[request]["hosts"].values():
+            assert data["connector"] == "PinnedSSHConnector"
+            assert data["ssh_config_file"] == os.devnull
+            assert data["ssh_forward_agent"] is False
+
+
+def test_jump_host_travels_with_its_target(inventories: dict[str, Any]) -> None:
+    data = inventories["jump"]["hosts"]["a"]
+    assert (data["ssh_hostname"], data["ssh_port"]) == ("10.0.0.4", 22)
+    target = SshTarget.model_validate(data["jackin_ssh_target"])
+    assert target == REQUESTS["jump"].targets[0]
+    assert target.jump is not None and (target.jump.name, target.jump.address) == ("bastion", "10.0.0.254")
+
+
+# --- the operator's ~/.ssh/config changes nothing ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def operator_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A HOME whose ~/.ssh/config redirects 10.0.0.7 and sends 10.0.0.8 through a jump host
+    on a closed loopback port, if anything reads it."""
+    home = tmp_path_factory.mktemp("home")
+    (home / ".ssh").mkdir()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    (home / ".ssh" / "config").write_text(
+        "Host 10.0.0.7\n  HostName 10.9.9.9\n  Port 2222\n  User mallory\n"
+        f"  IdentityFile {home}/.ssh/id_mallory\n  ForwardAgent yes\n  StrictHostKeyChecking no\n"
+        f"Host 10.0.0.8\n  ProxyJump mallory@127.0.0.1:{closed}\n"
+    )
+    return home
+
+
+def _resolve(home: Path, mode: str) -> dict[str, Any]:
+    request = EngineRequest(deploy="d.py", targets=[target("a", "10.0.0.7"), target("b", "10.0.0.8", user="ops")])
+    done = subprocess.run(
+        [sys.executable, "-c", _RESOLVE, mode], input=request.model_dump_json(),
+        capture_output=True, text=True, cwd=REPO, timeout=120, check=False, env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_operator_ssh_config_changes_no_connection(operator_home: Path) -> None:
+    resolved = _resolve(operator_home, "engine")
+    plain = {"key_filename": None, "sock": False, "forward_agent": False, "policy": "StrictPolicy", "port": 22}
+    assert resolved == {
+        "a": {"hostname": "10.0.0.7", "username": "root", **plain},
+        "b": {"hostname": "10.0.0.8", "username": "ops", **plain},
+    }
+
+
+def test_operator_ssh_config_would_apply_to_pyinfra_defaults(operator_home: Path) -> None:
+    """Control: pyinfra's default config path does read that HOME's config."""
+    resolved = _resolve(operator_home, "control")
+    assert resolved["a"] == {
+        "hostname": "10.9.9.9", "port": 2222, "username": "mallory",
+        "key_filename": [f"{operator_home}/.ssh/id_mallory"], "sock": False, "forward_agent": True,
+        "policy": "StrictPolicy",
+    }  # fmt: skip
+    assert resolved["b"] == {"error": "NoValidConnectionsError"}  # it tried the ProxyJump hop
+
+
+def test_engine_reports_an_unreachable_jump_host_for_its_target(tmp_path: Path) -> None:
+    """The connector opens the jump host itself: its failure is the target's connect error, naming the hop."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text("")
+    bastion = SshTarget(name="bastion", address="127.0.0.1", port=closed, known_hosts=known_hosts)
+    deploy = tmp_path / "noop.py"
+    deploy.write_text("")
+    request = EngineRequest(deploy=str(deploy), connect_timeout=2,
+                            targets=[SshTarget(name="a", address="10.0.0.4", known_hosts=known_hosts, jump=bastion)])
+    (host,) = run(request, timeout=60).hosts
+    assert not host.connected
+    assert host.error is not None
+    assert host.error.startswith(f"through jump host bastion: cannot reach root@127.0.0.1:{closed}: ")
