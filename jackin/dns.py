@@ -4,9 +4,11 @@ An agent resolves names only through its own filter, which listens on the agent'
 bridge and nowhere else. The filter answers for the agent's allowlisted names only,
 exactly those names and not their subdomains (``github.com`` allows ``github.com``,
 not ``<data>.github.com``), forwarding them to the spec's ``dns`` servers, or to the
-host's own resolvers (``/etc/resolv.conf``) when the spec names none. Every other
-query is answered NXDOMAIN on the host and never forwarded: nothing an agent writes
-into a name reaches any upstream. Every IPv4 address the filter answers goes into
+host's own resolvers when the spec names none (the ``nameserver`` lines of
+``/etc/resolv.conf``, read when the policy is applied: ``servers_command``; dnsmasq
+itself never reads resolv.conf, since its servers would then answer every name).
+Every other query is answered NXDOMAIN on the host and never forwarded: nothing
+an agent writes into a name reaches any upstream. Every IPv4 address the filter answers goes into
 that entry's nftables set (dnsmasq's ``nftset``), so a domain entry allows exactly
 the addresses the agent was given, at once. The filter caches nothing, so every
 answer passes through the set again (after the table is reloaded, too), and the
@@ -15,6 +17,7 @@ TTL it hands out is at most ``MAX_TTL`` seconds so clients come back soon.
 Files (all from the plan, pure text here):
 
     /etc/jackin/dns/<fleet>/<instance>.conf            the agent's dnsmasq configuration
+    /etc/jackin/dns/<fleet>/<instance>.servers         its upstreams, from the host (no dns in the spec)
     /etc/systemd/system/jackin-dns-<fleet>@.service    one filter per agent: @<instance>
     /etc/systemd/system/jackin-dns-<fleet>.target      wants every filter of the fleet; enabled
 
@@ -43,6 +46,10 @@ def conf_path(agent: AgentPlan) -> str:
     return f"{conf_dir(agent.fleet)}/{agent.instance}.conf"
 
 
+def servers_path(agent: AgentPlan) -> str:
+    return f"{conf_dir(agent.fleet)}/{agent.instance}.servers"
+
+
 def template(fleet: str) -> str:
     return f"jackin-dns-{fleet}@.service"
 
@@ -60,13 +67,18 @@ def filtered(plan: FleetPlan) -> list[AgentPlan]:
     return [a for a in plan.agents if a.dns_filter]
 
 
-def config(agent: AgentPlan) -> str:
-    """The dnsmasq configuration of one agent's filter."""
+def _names(agent: AgentPlan) -> dict[str, list[str]]:
+    """Each allowlisted name of the agent, with its sets (a name with several ports has several)."""
     sets: dict[str, list[str]] = {}
     for set_name, name in firewall.domain_sets(agent):
         sets.setdefault(name, []).append(set_name)
+    return sets
+
+
+def config(agent: AgentPlan) -> str:
+    """The dnsmasq configuration of one agent's filter."""
+    sets = _names(agent)
     table = firewall.table_name(agent.fleet)
-    upstreams = list(agent.policy.dns) or ["#"]  # '#': the servers of the host's resolv.conf
     lines = [
         f"# jackin fleet {agent.fleet}, agent {agent.instance}: the only resolver this agent can reach.",
         "# Answers the allowlisted names below (exactly these names), puts every address it answers",
@@ -75,14 +87,16 @@ def config(agent: AgentPlan) -> str:
         "except-interface=lo",
         "bind-dynamic",
         "no-hosts",
-        "no-resolv" if agent.policy.dns else f"resolv-file={HOST_RESOLV}",
+        "no-resolv",  # no default servers: only the names below are ever forwarded
         "cache-size=0",
         f"max-ttl={MAX_TTL}",
         "log-queries",
         "log-facility=-",
     ]
+    if not agent.policy.dns:
+        lines.append(f"servers-file={servers_path(agent)}")  # server=/<name>/<host resolver> lines
     for name, set_names in sets.items():
-        lines += [f"server=/{name}/{upstream}" for upstream in upstreams]
+        lines += [f"server=/{name}/{upstream}" for upstream in agent.policy.dns]
         lines.append(f"local=/*.{name}/")  # subdomains are not the allowlisted name
         lines.append(f"nftset=/{name}/" + ",".join(f"4#inet#{table}#{s}" for s in set_names))
     lines.append("address=/#/")
@@ -115,6 +129,16 @@ WantedBy=multi-user.target
     return {f"{UNIT_DIR}/{template(fleet)}": service, f"{UNIT_DIR}/{target(fleet)}": fleet_target}
 
 
+def servers_command(agent: AgentPlan) -> str:
+    """Shell: write the agent's servers file from the host's resolv.conf (each allowlisted name to
+    each ``nameserver``), for an agent whose spec names no dns servers."""
+    program = ('FNR == NR { if ($1 == "nameserver") ns[++k] = $2; next } '
+               '{ for (i = 1; i <= k; i++) print "server=/" $0 "/" ns[i] }')  # fmt: skip
+    names = " ".join(shlex.quote(name) for name in _names(agent))
+    path = servers_path(agent)
+    return f"printf '%s\\n' {names} | awk {shlex.quote(program)} {HOST_RESOLV} - > {path}.tmp && mv {path}.tmp {path}"
+
+
 def files(plan: FleetPlan) -> dict[str, str]:
     """Every file of the fleet's filters, by path (part of the firewall bundle)."""
     return {**{conf_path(a): config(a) for a in filtered(plan)}, **units(plan)}
@@ -145,14 +169,15 @@ def apply_commands(plan: FleetPlan, present: list[str]) -> list[str]:
             "rmdir /usr/local/lib/jackin 2>/dev/null || true",
             "systemctl daemon-reload",
         ]
-    stale = "".join(f" ! -name {shlex.quote(i + '.conf')}" for i in keep)
+    stale = "".join(f" ! -name {shlex.quote(i + '.conf')} ! -name {shlex.quote(i + '.servers')}" for i in keep)
     running = "|".join(instance_unit(a) for a in filtered(plan))
     commands += [
-        f"[ ! -d {conf_dir(fleet)} ] || find {conf_dir(fleet)} -maxdepth 1 -type f -name '*.conf'{stale} -delete",
+        f"[ ! -d {conf_dir(fleet)} ] || find {conf_dir(fleet)} -maxdepth 1 -type f{stale} -delete",
         f"for u in $(systemctl list-units --all --plain --no-legend {pattern} | awk '{{print $1}}'); do "
         f'case "$u" in {running + ") ;; " if running else ""}*) systemctl stop "$u" ;; esac; done',
         f"systemctl enable --quiet {target(fleet)}",
     ]
+    commands += [servers_command(a) for a in filtered(plan) if not a.policy.dns]
     if keep:
         commands.append("systemctl restart " + " ".join(instance_unit(a) for a in filtered(plan)))
     commands.append(f"systemctl start {target(fleet)}")

@@ -98,6 +98,12 @@ def _network_and_container(agent: AgentPlan, state: HostState, pools: Sequence[A
     problem = _network_problem(agent, network, pools) if network is not None else None
     create = network is None or problem is not None
     commands: list[str] = []
+    if network is None:  # a network of this name that the state read did not list is not ours: never reuse it
+        foreign = (f"network {agent.network} exists but is not labelled jackin.fleet={agent.fleet}, "
+                   f"jackin.agent={agent.instance}: it is not jackin's to delete; remove or rename it "
+                   f"(docker network rm {agent.network}), then run fleet.up again")  # fmt: skip
+        commands.append(f"if docker network inspect {shlex.quote(agent.network)} >/dev/null 2>&1; then "
+                        f"echo {shlex.quote(foreign)} >&2; exit 1; fi")  # fmt: skip
     if container is not None and (create or container.labels.get("jackin.config") != agent.config_hash
                                   or container.networks not in (None, [agent.network])):  # fmt: skip
         commands.append(q("docker", "rm", "-f", agent.container))  # a container on a network that goes goes too
@@ -106,12 +112,6 @@ def _network_and_container(agent: AgentPlan, state: HostState, pools: Sequence[A
         commands.append(f"echo {shlex.quote(f'replacing network {agent.network}: {problem}')} >&2")
         commands.append(q("docker", "network", "rm", agent.network))
     if create:
-        # A network of this name that the state read did not list is not labelled ours: never reuse it.
-        foreign = (f"network {agent.network} exists but is not labelled jackin.fleet={agent.fleet}, "
-                   f"jackin.agent={agent.instance}: it is not jackin's to delete; remove or rename it "
-                   f"(docker network rm {agent.network}), then run fleet.up again")  # fmt: skip
-        commands.append(f"if docker network inspect {shlex.quote(agent.network)} >/dev/null 2>&1; then "
-                        f"echo {shlex.quote(foreign)} >&2; exit 1; fi")  # fmt: skip
         commands.append(q("docker", "network", "create", "--driver", "bridge",
                           "--opt", f"com.docker.network.bridge.name={agent.bridge}",
                           "--opt", "com.docker.network.bridge.enable_icc=false",

@@ -96,11 +96,12 @@ def test_config_is_exact_names_forwarded_to_the_specs_resolvers_everything_else_
     assert dns.config(PICKY) == PICKY_CONF
 
 
-def test_config_without_dns_servers_forwards_to_the_hosts_resolvers() -> None:
+def test_config_without_dns_servers_forwards_to_the_hosts_resolvers_from_a_servers_file() -> None:
     conf = dns.config(HOST).splitlines()
-    assert "resolv-file=/etc/resolv.conf" in conf and "no-resolv" not in conf
+    # Never resolv.conf as dnsmasq's default servers: those would answer every name, not only these.
+    assert "no-resolv" in conf and not any(line.startswith("resolv-file") for line in conf)
     assert conf[-4:] == [
-        "server=/pypi.org/#",  # '#': the standard servers, from the resolv-file
+        "servers-file=/etc/jackin/dns/demo/host-1.servers",
         "local=/*.pypi.org/",
         "nftset=/pypi.org/4#inet#jackin-demo#dom_host_1_0",
         "address=/#/",
@@ -153,10 +154,14 @@ STOP_OTHERS = ("for u in $(systemctl list-units --all --plain --no-legend 'jacki
                'do case "$u" in jackin-dns-demo@picky-1.service|jackin-dns-demo@host-1.service) ;; '
                '*) systemctl stop "$u" ;; esac; done')  # fmt: skip
 APPLY = [
-    "[ ! -d /etc/jackin/dns/demo ] || find /etc/jackin/dns/demo -maxdepth 1 -type f -name '*.conf' "
-    "! -name picky-1.conf ! -name host-1.conf -delete",
+    "[ ! -d /etc/jackin/dns/demo ] || find /etc/jackin/dns/demo -maxdepth 1 -type f "
+    "! -name picky-1.conf ! -name picky-1.servers ! -name host-1.conf ! -name host-1.servers -delete",
     STOP_OTHERS,
     "systemctl enable --quiet jackin-dns-demo.target",
+    "printf '%s\\n' pypi.org | awk 'FNR == NR { if ($1 == \"nameserver\") ns[++k] = $2; next } "
+    "{ for (i = 1; i <= k; i++) print \"server=/\" $0 \"/\" ns[i] }' /etc/resolv.conf - "
+    "> /etc/jackin/dns/demo/host-1.servers.tmp && mv /etc/jackin/dns/demo/host-1.servers.tmp "
+    "/etc/jackin/dns/demo/host-1.servers",
     "systemctl restart jackin-dns-demo@picky-1.service jackin-dns-demo@host-1.service",
     "systemctl start jackin-dns-demo.target",
 ]
@@ -170,7 +175,7 @@ def test_apply_restarts_the_plans_filters_and_stops_the_rest() -> None:
 def test_apply_without_filters_stops_every_filter_of_the_fleet() -> None:
     none = make_plan(SPEC.split("    - name: picky")[0])
     assert dns.apply_commands(none, []) == [
-        "[ ! -d /etc/jackin/dns/demo ] || find /etc/jackin/dns/demo -maxdepth 1 -type f -name '*.conf' -delete",
+        "[ ! -d /etc/jackin/dns/demo ] || find /etc/jackin/dns/demo -maxdepth 1 -type f -delete",
         "for u in $(systemctl list-units --all --plain --no-legend 'jackin-dns-demo@*' | awk '{print $1}'); "
         'do case "$u" in *) systemctl stop "$u" ;; esac; done',
         "systemctl enable --quiet jackin-dns-demo.target",
@@ -206,15 +211,30 @@ def test_stale_config_removal_in_a_shell(tmp_path: Path) -> None:
     """The find line keeps exactly the plan's configurations (and tolerates a missing directory)."""
     conf = tmp_path / "demo"
     conf.mkdir()
-    for name in ("picky-1.conf", "host-1.conf", "gone-1.conf", "notes.txt"):
+    for name in ("picky-1.conf", "host-1.conf", "host-1.servers", "gone-1.conf", "gone-1.servers", "x.tmp"):
         (conf / name).write_text("")
     line = dns.apply_commands(PLAN, [])[0].replace("/etc/jackin/dns/demo", str(conf))
     for _ in range(2):
         done = subprocess.run(["sh", "-ec", line], capture_output=True, text=True, timeout=10)
         assert done.returncode == 0, done.stderr
-        assert sorted(p.name for p in conf.iterdir()) == ["host-1.conf", "notes.txt", "picky-1.conf"]
+        assert sorted(p.name for p in conf.iterdir()) == ["host-1.conf", "host-1.servers", "picky-1.conf"]
     missing = subprocess.run(["sh", "-ec", line.replace(str(conf), str(tmp_path / "none"))], timeout=10)
     assert missing.returncode == 0
+
+
+def test_servers_file_from_the_hosts_resolv_conf_in_a_shell(tmp_path: Path) -> None:
+    """Every allowlisted name to every nameserver of resolv.conf (comments and options ignored)."""
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("# generated\nsearch lab\nnameserver 192.0.2.1\noptions ndots:1\nnameserver 2001:db8::1\n")
+    spec = SPEC.replace('allow: ["pypi.org:443"]', 'allow: ["pypi.org:443", "files.pythonhosted.org", "pypi.org:80"]')
+    agent = make_plan(spec).agents[2]
+    line = dns.servers_command(agent).replace("/etc/jackin/dns/demo", str(tmp_path)).replace("/etc/resolv.conf", str(resolv))
+    done = subprocess.run(["sh", "-ec", line], capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "host-1.servers").read_text() == (
+        "server=/pypi.org/192.0.2.1\nserver=/pypi.org/2001:db8::1\n"
+        "server=/files.pythonhosted.org/192.0.2.1\nserver=/files.pythonhosted.org/2001:db8::1\n"
+    )
 
 
 DNSMASQ = shutil.which("dnsmasq") or shutil.which("dnsmasq", path="/usr/sbin:/tmp/dnsm/usr/sbin")

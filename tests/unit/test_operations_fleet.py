@@ -119,7 +119,7 @@ AGENT_CASES = {
         [RM, *CHECK, RUN]),
     "container gone": (without(ONE, "containers", CODER.container), [*CHECK, RUN]),
     # The container was attached to the network that is gone: both are made anew.
-    "network gone": (without(ONE, "networks", CODER.network), [RM, FOREIGN, NETWORK, *CHECK, RUN]),
+    "network gone": (without(ONE, "networks", CODER.network), [FOREIGN, RM, NETWORK, *CHECK, RUN]),
     "network gone, container too": (without(without(ONE, "networks", CODER.network), "containers", CODER.container),
                                     [FOREIGN, NETWORK, *CHECK, RUN]),
     "container on its own network": (replaced(ONE, "containers", CODER.container,
@@ -132,11 +132,11 @@ AGENT_CASES = {
     "our network on another bridge": (
         replaced(ONE, "networks", CODER.network, network(CODER, bridge="br-0123456789ab")),
         [RM, "echo 'replacing network jk-demo--coder-1: its bridge is br-0123456789ab, not jk668ccdd6' >&2", NETRM,
-         FOREIGN, NETWORK, *CHECK, RUN]),
+         NETWORK, *CHECK, RUN]),
     "our network with no bridge name, no container": (
         without(replaced(ONE, "networks", CODER.network, network(CODER, bridge=None)), "containers", CODER.container),
         ["echo 'replacing network jk-demo--coder-1: its bridge is a name Docker chose, not jk668ccdd6' >&2", NETRM,
-         FOREIGN, NETWORK, *CHECK, RUN]),
+         NETWORK, *CHECK, RUN]),
     "group gone": (without(ONE, "groups", CODER.user), [GROUPADD]),
     "user gone": (without(ONE, "users", CODER.user), [USERADD]),
     "user with a login shell": (replaced(ONE, "users", CODER.user, user(CODER, shell="/bin/bash")), [USERMOD]),
@@ -197,7 +197,7 @@ def test_agent_commands_network_outside_the_address_pools_is_replaced(subnets: l
     pools = [AddressPool(base="10.200.0.0/16", size=24)]
     state = replaced(ONE, "networks", CODER.network, network(CODER, subnets=subnets))
     expected = [RM, f"echo 'replacing network jk-demo--coder-1: its subnet {subnets[0]} is outside the fleet'\"'\"'s "
-                "address pools' >&2", NETRM, FOREIGN, NETWORK, *CHECK, RUN] if replace else []  # fmt: skip
+                "address pools' >&2", NETRM, NETWORK, *CHECK, RUN] if replace else []  # fmt: skip
     assert agent_commands(CODER, state, pools) == expected
     assert agent_commands(CODER, state) == []  # without pools, any subnet Docker chose
 
