@@ -5,12 +5,14 @@ bridge and nowhere else. The filter answers for the agent's allowlisted names on
 exactly those names and not their subdomains (``github.com`` allows ``github.com``,
 not ``<data>.github.com``), forwarding them to the spec's ``dns`` servers, or to the
 host's own resolvers when the spec names none (the ``nameserver`` lines of
-``/etc/resolv.conf``, read when the policy is applied: ``servers_command``; dnsmasq
-itself never reads resolv.conf, since its servers would then answer every name).
-Every other query is answered NXDOMAIN on the host and never forwarded: nothing
-an agent writes into a name reaches any upstream. Every IPv4 address the filter answers goes into
-that entry's nftables set (dnsmasq's ``nftset``), so a domain entry allows exactly
-the addresses the agent was given, at once. The filter caches nothing, so every
+``/etc/resolv.conf``, read when the policy is applied: ``servers_command``). dnsmasq
+never gets default servers (``no-resolv``): with them, it forwarded every name.
+Every other query is answered NXDOMAIN on the host and never forwarded, so
+nothing an agent writes into a name reaches any upstream.
+
+Every IPv4 address the filter answers (CNAME chains included) goes into that
+entry's nftables set (dnsmasq's ``nftset``), so a domain entry allows exactly the
+addresses the agent was given, at once. The filter caches nothing, so every
 answer passes through the set again (after the table is reloaded, too), and the
 TTL it hands out is at most ``MAX_TTL`` seconds so clients come back soon.
 

@@ -163,10 +163,40 @@ def test_status_says_what_a_domain_entry_allows(dlab, dns):
     assert filt["enforcement"].startswith("partial: domain entries allow the addresses the agent's filtering resolver")
 
 
+LEGACY = {  # what the previous version left on a host: its resolver script, units and domains list
+    "/usr/local/lib/jackin/nft-resolve": "#!/bin/sh\n",
+    f"/etc/jackin/nft/{FLEET}.domains": "dom_filt_1_0 allowed.lab.test\n",
+    f"/etc/systemd/system/jackin-nft-resolve-{FLEET}.service": "[Service]\nType=oneshot\nExecStart=/bin/true\n",
+    f"/etc/systemd/system/jackin-nft-resolve-{FLEET}.timer":
+        "[Timer]\nOnUnitActiveSec=5min\n[Install]\nWantedBy=timers.target\n",
+}  # fmt: skip
+
+
+def plant_legacy(lab: Lab) -> None:
+    for path, text in LEGACY.items():
+        sh(lab, f"install -d {path.rsplit('/', 1)[0]} && printf '%s' {json.dumps(text)} > {path}")
+    sh(lab, f"systemctl daemon-reload && systemctl enable --now --quiet jackin-nft-resolve-{FLEET}.timer")
+
+
+def test_an_upgraded_host_loses_the_old_resolver_and_its_timer(dlab, dns):
+    plant_legacy(dlab)
+    sh(dlab, f"echo 0 > /etc/jackin/nft/{FLEET}.sha")  # as a bundle of the previous version would differ
+    assert sh(dlab, f"systemctl is-active jackin-nft-resolve-{FLEET}.timer", warn=True).stdout.strip() == "active"
+    done = json.loads(inv("fleet.up", "-i", dns["spec"], "--yes", "--json", check=True).stdout)
+    assert done["run"]["hosts"][0]["changed"] == 1
+    assert sh(dlab, "ls -d " + " ".join(LEGACY) + " 2>/dev/null", warn=True).stdout.strip() == ""
+    assert sh(dlab, f"systemctl is-active jackin-nft-resolve-{FLEET}.timer", warn=True).stdout.strip() != "active"
+    assert lookup(dlab, "filt-1", "allowed.lab.test")[0]  # the filters were restarted and answer
+    again = json.loads(inv("fleet.up", "-i", dns["spec"], "--yes", "--json", check=True).stdout)
+    assert [h["changed"] for h in again["run"]["hosts"]] == [0, 0]
+    plant_legacy(dlab)  # and a teardown removes them too (below)
+
+
 def test_down_removes_every_filter(dlab, dns):
     result = fleet_api.down(dns["inventory"], keep_lab=True)
     assert result.clean, result.checks
     assert sh(dlab, "pgrep -a dnsmasq | grep jackin", warn=True).stdout == ""
-    left = sh(dlab, "ls -d /etc/jackin /etc/systemd/system/jackin-dns-* 2>/dev/null", warn=True)
+    left = sh(dlab, "ls -d /etc/jackin /usr/local/lib/jackin /etc/systemd/system/jackin-dns-* "
+                    "/etc/systemd/system/jackin-nft-* 2>/dev/null", warn=True)  # fmt: skip
     assert left.stdout.strip() == ""
     assert "dnsmasq" in sh(dlab, "pgrep -a dnsmasq", host=1).stdout  # the upstream (not ours) is untouched
