@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 import time
 
 import pytest
@@ -174,7 +175,7 @@ LEGACY = {  # what the previous version left on a host: its resolver script, uni
 
 def plant_legacy(lab: Lab) -> None:
     for path, text in LEGACY.items():
-        sh(lab, f"install -d {path.rsplit('/', 1)[0]} && printf '%s' {json.dumps(text)} > {path}")
+        sh(lab, f"install -d {path.rsplit('/', 1)[0]} && printf '%s' {shlex.quote(text)} > {path}")
     sh(lab, f"systemctl daemon-reload && systemctl enable --now --quiet jackin-nft-resolve-{FLEET}.timer")
 
 
