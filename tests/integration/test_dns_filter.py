@@ -19,6 +19,7 @@ import pytest
 from jackin import agent as agent_api
 from jackin import fleet as fleet_api
 from jackin.lab import Lab
+from jackin.lab import docker as dk
 from jackin.plan import user_name
 from jackin.ssh import connect
 
@@ -162,6 +163,30 @@ def test_status_says_what_a_domain_entry_allows(dlab, dns):
     status = json.loads(inv("fleet.status", "-i", dns["spec"], "--json").stdout)
     filt = next(a for a in status["hosts"][0]["agents"] if a["instance"] == "filt-1")
     assert filt["enforcement"].startswith("partial: domain entries allow the addresses the agent's filtering resolver")
+
+
+def test_the_filters_come_back_after_a_host_reboot(dlab, dns):
+    host = dlab.status().hosts[0]
+    dk.docker("restart", "-t", "5", host.container)  # a reboot of the lab host
+    dlab.up()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        running = sh(dlab, f"docker ps -q --filter label=jackin.fleet={FLEET} --filter status=running | wc -l", warn=True)
+        if running.ok and running.stdout.strip() == "3":
+            break
+        time.sleep(1)
+    assert sh(dlab, f"systemctl is-active jackin-dns-{FLEET}.target jackin-dns-{FLEET}@filt-1").stdout.split() == [
+        "active", "active"]  # fmt: skip
+    for _ in range(20):  # the agent's first lookups may race the filter binding its new bridge address
+        if lookup(dlab, "filt-1", "allowed.lab.test")[0]:
+            break
+        time.sleep(1)
+    assert dns["pub"] in domain_set(dlab, "filt-1", 0)
+    assert reach(dns, dlab, "filt-1", dns["pub"], 8080) == "reachable"
+    assert reach(dns, dlab, "filt-1", dns["pub"], 8081) == "blocked"
+    payload = secrets.token_hex(8)
+    assert not lookup(dlab, "filt-1", f"{payload}.evil.lab.test")[0]
+    assert payload not in upstream_log(dlab)
 
 
 LEGACY = {  # what the previous version left on a host: its resolver script, units and domains list
