@@ -39,7 +39,7 @@ STATE = tempfile.mkdtemp(prefix="jackin-bench-")
 atexit.register(shutil.rmtree, STATE, True)  # also after --help or an error
 os.environ["JACKIN_STATE_DIR"] = STATE  # before jackin is imported
 
-from jackin import firewall  # noqa: E402
+from jackin import dns, firewall  # noqa: E402
 from jackin import fleet as fleet_api  # noqa: E402
 from jackin import plan as planning  # noqa: E402
 from jackin.errors import JackinError  # noqa: E402
@@ -133,9 +133,8 @@ def plain_scripts(plan: planning.FleetPlan) -> dict[str, str]:
     f, nft = plan.fleet, f"{firewall.NFT_DIR}/{plan.fleet}"  # the egress policy, before any agent starts
     cold += [f"install -d -m 0755 {path.rsplit('/', 1)[0]} && printf '%s' {shlex.quote(text)} > {path}"
              for path, text in sorted(firewall.bundle(plan).items())]  # fmt: skip
-    cold += [f"chmod 0755 {firewall.RESOLVER}", f"nft -c -f {nft}.nft && nft -f {nft}.nft", "systemctl daemon-reload",
-             f"systemctl enable --quiet jackin-nft-{f}.service jackin-nft-resolve-{f}.timer",
-             f"systemctl start jackin-nft-resolve-{f}.timer", f"{firewall.RESOLVER} {f} || true",
+    cold += [f"nft -c -f {nft}.nft && nft -f {nft}.nft", "systemctl daemon-reload",
+             f"systemctl enable --quiet jackin-nft-{f}.service", *dns.apply_commands(plan, []),
              f"echo {firewall.bundle_hash(plan)} > {nft}.sha"]  # fmt: skip
     for a in plan.agents:
         uid = str(a.uid)
@@ -155,7 +154,8 @@ def plain_scripts(plan: planning.FleetPlan) -> dict[str, str]:
             q("rm", "-rf", "--one-file-system", plan.fleet_dir), f"rmdir {planning.ROOT} 2>/dev/null || true",
             q("rm", "-f", plan.marker),
             f"systemctl disable --now --quiet jackin-nft-{f}.service jackin-nft-resolve-{f}.timer "
-            f"jackin-nft-resolve-{f}.service 2>/dev/null || true", f"nft delete table inet jackin-{f}",
+            f"jackin-nft-resolve-{f}.service 2>/dev/null || true", *dns.remove_commands(f, dns.owned_paths(f)),
+            f"nft delete table inet jackin-{f}",
             q("rm", "-f", *firewall.owned_paths(f)), "systemctl daemon-reload",
             f"ls {firewall.NFT_DIR}/*.nft >/dev/null 2>&1 || {{ rm -f {firewall.RESOLVER}; "
             f"rmdir {firewall.NFT_DIR} /etc/jackin /usr/local/lib/jackin 2>/dev/null; true; }}", check]  # fmt: skip

@@ -5,6 +5,7 @@ By hand: pyinfra --data jackin='<FleetPlan JSON>' INVENTORY deploys/fleet.py
 """
 
 from pyinfra import host
+from pyinfra.facts.server import Which
 from pyinfra.operations import apt, systemd
 
 from jackin.engine import report
@@ -19,6 +20,9 @@ report.facts(host, **{k: state.host.get(k) for k in ("hostname", "distro", "kern
 missing = [pkg for pkg, command in (("docker.io", "dockerd"), ("nftables", "nft")) if not state.host.get(command)]
 if missing:
     apt.packages(name="install the Docker engine and nftables", packages=missing, update=True)
+if any(a.dns_filter for a in plan.agents) and not host.get_fact(Which, command="dnsmasq"):
+    # The agents' filtering resolvers (jackin/dns.py); dnsmasq-base has no system unit of its own.
+    apt.packages(name="install dnsmasq (the agents' filtering resolvers)", packages=["dnsmasq-base"], update=True)
 if missing or (state.host.get("docker_active"), state.host.get("docker_enabled")) != ("active", "enabled"):
     systemd.service(name="Docker engine running and enabled", service="docker", running=True, enabled=True)
 if plan.address_pools:
@@ -30,4 +34,4 @@ fleet.fleet_root(name=f"fleet {plan.fleet}", plan=plan, state=state)
 # The egress policy is in place before any agent container starts (fail closed).
 firewall.egress_policy(name=f"egress policy of fleet {plan.fleet}", plan=plan, state=state)
 for agent in plan.agents:
-    fleet.agent(name=f"agent {agent.instance}", agent=agent, state=state)
+    fleet.agent(name=f"agent {agent.instance}", agent=agent, state=state, pools=plan.address_pools)

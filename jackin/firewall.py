@@ -14,16 +14,20 @@ Order of an agent's egress chain:
 
     replies to inbound (published) connections     accept
     link-local (metadata), other agents' bridges   deny   (always)
+    allowlist: the spec's dns servers               deny   (the filter's upstreams only)
     explicit CIDR and address entries (:port)       accept
-    DNS to the allowed resolvers                    accept
+    open: DNS to the spec's dns servers             accept
     private and reserved ranges                     deny   (unless allowed above)
-    domain entries (addresses resolved on the host) accept (never private: see above)
+    allowlist: domain entries (addresses the agent's accept (never private: see above)
+      filtering resolver answered it, jackin/dns.py)
     mode open: any other IPv4                       accept
     everything else (IPv6 unless allowed)           deny
 
 Traffic from an agent to the host itself (sshd, the Docker API, any service)
-is dropped in the input hook. Denials are counted per agent and the denied
-destinations kept for an hour in a set (``agent.denials``).
+is dropped in the input hook, except DNS to its own filtering resolver: port 53
+on an address of the agent's own bridge (``fib daddr . iif type local``).
+Denials are counted per agent and the denied destinations kept for an hour in
+a set (``agent.denials``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from jackin import dns
 from jackin.plan import AgentPlan, FleetPlan
 from jackin.spec.models import NetworkPolicy
 
@@ -43,10 +48,8 @@ PRIVATE_V4 = (
 )  # fmt: skip
 LINK_LOCAL_V4 = "169.254.0.0/16"
 LINK_LOCAL_V6 = "fe80::/10"
-DOMAIN_TIMEOUT = "15m"
-RESOLVE_EVERY = "5min"
 NFT_DIR = "/etc/jackin/nft"
-RESOLVER = "/usr/local/lib/jackin/nft-resolve"
+RESOLVER = "/usr/local/lib/jackin/nft-resolve"  # earlier versions' host-side resolver: removed when found
 UNIT_DIR = "/etc/systemd/system"
 
 
@@ -88,9 +91,9 @@ def enforcement(policy: NetworkPolicy) -> tuple[str, list[str]]:
     """What is enforced for an agent with ``policy``: ("full", []) or ("partial", [reasons])."""
     reasons = []
     entries = [parse_entry(e) for e in policy.allow]
-    if any(e.family == "domain" for e in entries):
-        reasons.append("domain entries allow the addresses a name resolves to on the host, so other "
-                       "services at those addresses are reachable too")  # fmt: skip
+    if policy.mode == "allowlist" and any(e.family == "domain" for e in entries):  # open allows more anyway
+        reasons.append("domain entries allow the addresses the agent's filtering resolver gave it for "
+                       "those names, so other services at those addresses (shared CDNs) are reachable too")  # fmt: skip
     if policy.publish:
         reasons.append("published ports accept inbound connections on their bind address")
     return ("partial", reasons) if reasons else ("full", [])
@@ -98,6 +101,10 @@ def enforcement(policy: NetworkPolicy) -> tuple[str, list[str]]:
 
 def _port(port: int | None) -> str:
     return f" meta l4proto {{ tcp, udp }} th dport {port}" if port else ""
+
+
+def _family(address: str) -> str:
+    return "ip" if ipaddress.ip_address(address).version == 4 else "ip6"
 
 
 def _agent_rules(agent: AgentPlan) -> tuple[list[str], list[str], list[tuple[str, str]]]:
@@ -113,17 +120,22 @@ def _agent_rules(agent: AgentPlan) -> tuple[list[str], list[str], list[tuple[str
         f'oifname "jk*" {deny}',
     ]
     domain_rules = []
+    open_mode = agent.policy.mode == "open"
+    if agent.policy.mode == "allowlist":  # the spec's resolvers are the filter's upstreams, never the agent's
+        body += [f"{_family(resolver)} daddr {resolver} {deny}" for resolver in agent.policy.dns]
     for i, entry in enumerate(parse_entry(e) for e in agent.policy.allow):
         if entry.family == "domain":
+            if open_mode:
+                continue  # open already allows every public address; the filter runs in allowlist mode
             set_name = f"dom_{name}_{i}"
-            sets.append(f"set {set_name} {{ type ipv4_addr; flags timeout; }}")
+            # Filled by the agent's filtering resolver with every address it answers (jackin/dns.py).
+            sets.append(f"set {set_name} {{ type ipv4_addr; }}")
             domains.append((set_name, entry.target))
             domain_rules.append(f"ip daddr @{set_name}{_port(entry.port)} accept")
         else:
             body.append(f"{entry.family} daddr {entry.target}{_port(entry.port)} accept")
-    for resolver in agent.policy.dns:
-        family = "ip" if ipaddress.ip_address(resolver).version == 4 else "ip6"
-        body.append(f"{family} daddr {resolver}{_port(53)} accept")
+    if open_mode:
+        body += [f"{_family(resolver)} daddr {resolver}{_port(53)} accept" for resolver in agent.policy.dns]
     body.append(f"ip daddr @private_v4 {deny}")
     # After the private-range deny: a name that resolves to a private address (DNS rebinding)
     # must not open an internal network. Only CIDR entries name private ranges.
@@ -150,6 +162,9 @@ def render(plan: FleetPlan) -> str:
         lines += [f"\t{s}" for s in sets]
         forward.append(f'iifname "{agent.bridge}" jump egress_{name}')
         inp.append(f'iifname "{agent.bridge}" ct direction reply accept')
+        if agent.dns_filter:  # its filtering resolver, on its own bridge's address and nowhere else
+            inp.append(f'iifname "{agent.bridge}" meta l4proto {{ tcp, udp }} th dport 53 '
+                       "fib daddr . iif type local accept")
         inp.append(f'iifname "{agent.bridge}" goto deny_{name}')
         output.append(f"meta skuid {agent.uid} jump user_{name}")
         chains.append((f"egress_{name}", body))
@@ -186,34 +201,9 @@ def render_lockdown(plan: FleetPlan) -> str:
     return "\n".join([f"table inet {table}", f"delete table inet {table}", f"table inet {table} {{", *body, "}"]) + "\n"
 
 
-def domains(plan: FleetPlan) -> list[tuple[str, str]]:
-    """(set, domain) for every domain entry of every agent."""
-    return [d for agent in plan.agents for d in _agent_rules(agent)[2]]
-
-
-RESOLVE_SCRIPT = """#!/bin/sh
-# Resolve a fleet's domain entries into its nftables sets (jackin). Usage: nft-resolve FLEET
-# A name that does not resolve is logged and skipped: the rest of the policy holds.
-fleet=$1
-list=/etc/jackin/nft/$fleet.domains
-[ -r "$list" ] || exit 0
-status=0
-while read -r set name; do
-    [ -n "$set" ] || continue
-    addrs=$(getent ahostsv4 "$name" 2>/dev/null | awk '{print $1}' | sort -u)
-    if [ -z "$addrs" ]; then
-        logger -t jackin-nft "fleet $fleet: cannot resolve $name; its entry allows nothing until it does"
-        status=1
-        continue
-    fi
-    elements=$(printf '%s timeout {timeout}, ' $addrs)
-    # Flush and refill in one transaction: no window, stale addresses go, timeouts restart.
-    printf 'flush set inet jackin-%s %s\nadd element inet jackin-%s %s { %s }\n' \\
-        "$fleet" "$set" "$fleet" "$set" "${elements%, }" | nft -f - \\
-        || logger -t jackin-nft "fleet $fleet: cannot update set $set for $name"
-done < "$list"
-exit $status
-""".replace("{timeout}", DOMAIN_TIMEOUT)
+def domain_sets(agent: AgentPlan) -> list[tuple[str, str]]:
+    """(set, domain) for each domain entry of an agent, in spec order (its filter fills the sets)."""
+    return _agent_rules(agent)[2]
 
 
 def units(plan: FleetPlan) -> dict[str, str]:
@@ -233,35 +223,12 @@ Wants=network-pre.target
 Type=oneshot
 RemainAfterExit=yes
 ExecStart=/bin/sh -c 'nft -f {NFT_DIR}/{fleet}.nft || nft -f {NFT_DIR}/{fleet}.lockdown.nft'
-ExecStartPost=-{RESOLVER} {fleet}
-ExecReload=/bin/sh -c 'nft -f {NFT_DIR}/{fleet}.nft || nft -f {NFT_DIR}/{fleet}.lockdown.nft; {RESOLVER} {fleet} || true'
+ExecReload=/bin/sh -c 'nft -f {NFT_DIR}/{fleet}.nft || nft -f {NFT_DIR}/{fleet}.lockdown.nft'
 
 [Install]
 WantedBy=multi-user.target docker.service nftables.service
 """
-    resolve = f"""[Unit]
-Description=jackin fleet {fleet}: resolve domain entries into the egress policy
-After=jackin-nft-{fleet}.service
-
-[Service]
-Type=oneshot
-ExecStart={RESOLVER} {fleet}
-"""
-    timer = f"""[Unit]
-Description=jackin fleet {fleet}: refresh domain entries every {RESOLVE_EVERY}
-
-[Timer]
-OnBootSec=1min
-OnUnitActiveSec={RESOLVE_EVERY}
-
-[Install]
-WantedBy=timers.target
-"""
-    return {
-        f"jackin-nft-{fleet}.service": load,
-        f"jackin-nft-resolve-{fleet}.service": resolve,
-        f"jackin-nft-resolve-{fleet}.timer": timer,
-    }
+    return {f"jackin-nft-{fleet}.service": load}
 
 
 def bundle(plan: FleetPlan) -> dict[str, str]:
@@ -269,10 +236,9 @@ def bundle(plan: FleetPlan) -> dict[str, str]:
     files = {
         f"{NFT_DIR}/{plan.fleet}.nft": render(plan),
         f"{NFT_DIR}/{plan.fleet}.lockdown.nft": render_lockdown(plan),
-        f"{NFT_DIR}/{plan.fleet}.domains": "".join(f"{s} {d}\n" for s, d in domains(plan)),
-        RESOLVER: RESOLVE_SCRIPT,
     }
     files.update({f"{UNIT_DIR}/{name}": text for name, text in units(plan).items()})
+    files.update(dns.files(plan))
     return files
 
 
@@ -284,9 +250,11 @@ def bundle_hash(plan: FleetPlan) -> str:
 
 
 def owned_paths(fleet: str) -> list[str]:
-    """Files a fleet's firewall writes (the shared resolver script is removed with the last fleet)."""
+    """Files a fleet's firewall writes, and those earlier versions wrote (the resolver service and
+    timer, the domains list; their shared resolver script is removed with the last fleet)."""
     return [
         f"{NFT_DIR}/{fleet}.nft", f"{NFT_DIR}/{fleet}.lockdown.nft", f"{NFT_DIR}/{fleet}.domains",
         f"{NFT_DIR}/{fleet}.sha", *(f"{UNIT_DIR}/{name}" for name in (
             f"jackin-nft-{fleet}.service", f"jackin-nft-resolve-{fleet}.service", f"jackin-nft-resolve-{fleet}.timer")),
+        *dns.owned_paths(fleet),
     ]  # fmt: skip

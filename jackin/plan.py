@@ -17,6 +17,7 @@ Names longer than Linux allows (32 characters) are shortened with a hash.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 from collections.abc import Mapping
 
@@ -29,6 +30,8 @@ DEFAULT_IMAGE = "jackin/agent:busybox"
 MAX_NAME = 32
 UIDS_PER_FLEET = 1000
 STATE_DIR = "/var/lib/jackin"
+# Stands for the agent network's gateway in the run line (and its hash): known only on the host.
+BRIDGE_GATEWAY = "@bridge-gateway"
 
 # The demo role idles until stopped; real roles arrive with the roles issue.
 IDLE = ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
@@ -58,12 +61,22 @@ class AgentPlan(_Model):
     policy: NetworkPolicy = NetworkPolicy()
 
     @property
+    def dns_filter(self) -> bool:
+        """Whether the agent resolves through its own filtering resolver (jackin/dns.py): allowlist
+        mode with at least one domain entry."""
+        return self.policy.mode == "allowlist" and any(_is_domain(entry) for entry in self.policy.allow)
+
+    @property
     def dns(self) -> list[str]:
-        """Resolvers the container uses: the policy's, none at all for none/allowlist without any
-        (a loopback address nothing answers on), Docker's default for open."""
-        if self.policy.dns:
+        """Resolvers the container uses. allowlist with domain entries: its filter on the bridge
+        gateway (``BRIDGE_GATEWAY``, filled in on the host when the container is created); open:
+        the policy's, or Docker's default; otherwise none at all (a loopback address nothing
+        answers on: the spec's ``dns`` servers are only ever the filter's upstreams)."""
+        if self.dns_filter:
+            return [BRIDGE_GATEWAY]
+        if self.policy.mode == "open":
             return list(self.policy.dns)
-        return [] if self.policy.mode == "open" else ["127.0.0.1"]
+        return ["127.0.0.1"]
 
     @property
     def labels(self) -> dict[str, str]:
@@ -128,6 +141,18 @@ def user_name(fleet: str, instance: str) -> str:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:6]
     return f"{name[: MAX_NAME - 7]}-{digest}"
+
+
+def _is_domain(entry: str) -> bool:
+    """An allow entry names a domain (not an address or CIDR, with or without a port)."""
+    if entry.startswith("["):
+        return False
+    target = entry.split(":")[0] if entry.count(":") == 1 else entry
+    try:
+        ipaddress.ip_network(target, strict=False)
+    except ValueError:
+        return True
+    return False
 
 
 def bridge_name(fleet: str, instance: str) -> str:

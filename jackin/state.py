@@ -60,6 +60,7 @@ class Container(BaseModel):
     restarts: int = 0
     started: str | None = None
     error: str | None = None
+    networks: list[str] | None = None  # the networks it is attached to (None: not read)
 
     @property
     def instance(self) -> str | None:
@@ -229,6 +230,7 @@ def parse_state(lines: list[str]) -> HostState:
             name=name, labels=info["Config"].get("Labels") or {}, status=state["Status"],
             running=state["Running"], restarts=info.get("RestartCount", 0),
             started=state.get("StartedAt"), error=state.get("Error") or None,
+            networks=sorted(info["NetworkSettings"].get("Networks") or {}) if "NetworkSettings" in info else None,
         )  # fmt: skip
     for line in sections.get("networks", []):
         info = json.loads(line)

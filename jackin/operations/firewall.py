@@ -12,7 +12,7 @@ import shlex
 
 from pyinfra.api import operation
 
-from jackin import firewall
+from jackin import dns, firewall
 from jackin.state import HostState
 from jackin.operations.script import script
 from jackin.plan import FleetPlan
@@ -38,9 +38,8 @@ def apply_commands(plan: FleetPlan, state: HostState) -> list[str]:
         f"if nft -c -f {base}.nft && nft -f {base}.nft; then :; else nft -f {base}.lockdown.nft; "
         f"echo 'egress policy rejected by nft: agents of fleet {fleet} are locked down' >&2; exit 1; fi",
         "systemctl daemon-reload",
-        f"systemctl enable --quiet jackin-nft-{fleet}.service jackin-nft-resolve-{fleet}.timer",
-        f"systemctl start jackin-nft-resolve-{fleet}.timer",
-        f"{firewall.RESOLVER} {fleet} || true",  # a name that does not resolve is logged; the rest holds
+        f"systemctl enable --quiet jackin-nft-{fleet}.service",
+        *dns.apply_commands(plan, state.files),  # the filtering resolvers fill the table's domain sets
         f"echo {digest} > {base}.sha",
     ]
     return commands
@@ -52,6 +51,7 @@ def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
     if any(p.endswith(".service") or p.endswith(".timer") for p in state.files):
         commands.append(f"systemctl disable --now --quiet jackin-nft-{fleet}.service "
                         f"jackin-nft-resolve-{fleet}.timer jackin-nft-resolve-{fleet}.service 2>/dev/null || true")  # fmt: skip
+    commands += dns.remove_commands(fleet, state.files)
     if state.nft_table:
         commands.append(f"nft delete table inet {firewall.table_name(fleet)}")
     if state.files:

@@ -7,17 +7,20 @@ command builders are plain functions of (plan, state), tested without a host.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shlex
+from collections.abc import Sequence
 
 from pyinfra import host
 from pyinfra.api import OperationError, operation
 
-from jackin.facts.fleet import FleetState, HostState, PathInfo, User
+from jackin.facts.fleet import FleetState, HostState, Network, PathInfo, User
 from jackin.operations.agent_paths import home_commands, workspace_commands
 from jackin.operations.firewall import remove_commands
 from jackin.operations.script import script
-from jackin.plan import ROOT, STATE_DIR, AgentPlan, FleetPlan
+from jackin.plan import BRIDGE_GATEWAY, ROOT, STATE_DIR, AgentPlan, FleetPlan
+from jackin.spec.models import AddressPool
 
 NOLOGIN = "/usr/sbin/nologin"
 
@@ -51,7 +54,7 @@ def _dirs(agent: AgentPlan, state: HostState) -> tuple[list[str], bool]:
     return commands, not (home_ok and real)
 
 
-def agent_commands(agent: AgentPlan, state: HostState) -> list[str]:
+def agent_commands(agent: AgentPlan, state: HostState, pools: Sequence[AddressPool] = ()) -> list[str]:
     """Commands that bring one agent's user, home, workspace, network and container to the plan."""
     commands: list[str] = []
     owner = state.user_by_uid(agent.uid)
@@ -73,24 +76,85 @@ def agent_commands(agent: AgentPlan, state: HostState) -> list[str]:
     dirs, remount = _dirs(agent, state)
     commands += dirs
 
+    commands += _network_and_container(agent, state, pools, remount=remount)
+    return commands
+
+
+def _network_problem(agent: AgentPlan, network: Network, pools: Sequence[AddressPool]) -> str | None:
+    """Why the agent's existing network is not the one the plan wants (None: it is)."""
+    if network.bridge != agent.bridge:
+        return f"its bridge is {network.bridge or 'a name Docker chose'}, not {agent.bridge}"
+    nets = [ipaddress.ip_network(p.base) for p in pools]
+    outside = [s for s in network.subnets if nets and not any(_within(s, n) for n in nets)]
+    if outside:
+        return f"its subnet {outside[0]} is outside the fleet's address pools"
+    return None
+
+
+def _within(subnet: str, pool: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    net = ipaddress.ip_network(subnet, strict=False)
+    return net.version == pool.version and net.subnet_of(pool)  # type: ignore[arg-type]
+
+
+def _network_and_container(agent: AgentPlan, state: HostState, pools: Sequence[AddressPool], *,
+                           remount: bool = False) -> list[str]:
+    """The agent's network (created, or replaced when it is ours but not as planned: never reused)
+    and its container, started only after the same script checked the network's bridge. ``remount``:
+    the home or workspace was not as planned, so the container may have mounted the workspace
+    through a link and is recreated."""
     network = state.networks.get(agent.network)
-    if network is None:
+    container = state.containers.get(agent.container)
+    if network is not None and network.labels.get("jackin.agent") != agent.instance:
+        raise OperationError(f"network {agent.network!r} is labelled jackin.agent="
+                             f"{network.labels.get('jackin.agent')!r}, not {agent.instance!r}: it is not this "
+                             f"agent's to replace; remove it (docker network rm {agent.network}) "
+                             "and run fleet.up again")  # fmt: skip
+    problem = _network_problem(agent, network, pools) if network is not None else None
+    create = network is None or problem is not None
+    commands: list[str] = []
+    if network is None:  # a network of this name that the state read did not list is not ours: never reuse it
+        foreign = (f"network {agent.network} exists but is not labelled jackin.fleet={agent.fleet}, "
+                   f"jackin.agent={agent.instance}: it is not jackin's to delete; remove or rename it "
+                   f"(docker network rm {agent.network}), then run fleet.up again")  # fmt: skip
+        commands.append(f"if docker network inspect {shlex.quote(agent.network)} >/dev/null 2>&1; then "
+                        f"echo {shlex.quote(foreign)} >&2; exit 1; fi")  # fmt: skip
+    if container is not None and (create or remount or container.labels.get("jackin.config") != agent.config_hash
+                                  or container.networks not in (None, [agent.network])):  # fmt: skip
+        commands.append(q("docker", "rm", "-f", agent.container))  # a container on a network that goes goes too
+        container = None
+    if problem is not None:
+        commands.append(f"echo {shlex.quote(f'replacing network {agent.network}: {problem}')} >&2")
+        commands.append(q("docker", "network", "rm", agent.network))
+    if create:
         commands.append(q("docker", "network", "create", "--driver", "bridge",
                           "--opt", f"com.docker.network.bridge.name={agent.bridge}",
                           "--opt", "com.docker.network.bridge.enable_icc=false",
                           "--label", f"jackin.fleet={agent.fleet}", "--label", f"jackin.agent={agent.instance}",
                           agent.network))  # fmt: skip
-
-    container = state.containers.get(agent.container)
-    # Home or workspace were not as planned: the container may have mounted the workspace through a link.
-    if container is not None and (remount or container.labels.get("jackin.config") != agent.config_hash):
-        commands.append(q("docker", "rm", "-f", agent.container))
-        container = None
     if container is None:
-        commands.append(q("docker", "run", "-d", *agent.run_args()))
+        commands += [*_own_bridge_check(agent), _run(agent)]
     elif not container.running:
-        commands.append(q("docker", "start", agent.container))
+        commands += [*_own_bridge_check(agent), q("docker", "start", agent.container)]
     return commands
+
+
+def _own_bridge_check(agent: AgentPlan) -> list[str]:
+    """Shell lines that stop the script unless the agent's network is on the agent's own bridge
+    (the egress rules match that bridge: on any other, the agent would not be filtered)."""
+    wrong = f"network {agent.network} is not on bridge {agent.bridge}: refusing to start agent {agent.instance}"
+    fmt = '{{index .Options "com.docker.network.bridge.name"}} {{range .IPAM.Config}}{{.Gateway}} {{end}}'
+    return [
+        f"set -- $(docker network inspect -f {shlex.quote(fmt)} {shlex.quote(agent.network)})",
+        f'[ "${{1:-}}" = {agent.bridge} ] || {{ echo {shlex.quote(wrong + " (found ")}"${{1:-none}})" >&2; exit 1; }}',
+    ]
+
+
+def _run(agent: AgentPlan) -> str:
+    """``docker run`` of the agent; its filtering resolver's address is the network's gateway ($2 of
+    the bridge check), filled in here so the plan and its hash do not depend on it."""
+    gateway = '"${2:?no gateway on the agent network}"'
+    args = [gateway if a == BRIDGE_GATEWAY else shlex.quote(a) for a in agent.run_args()]
+    return " ".join(["docker", "run", "-d", *args])
 
 
 def fleet_commands(plan: FleetPlan, state: HostState) -> list[str]:
@@ -159,9 +223,9 @@ def fleet_root(plan: FleetPlan, state: HostState):
 
 
 @operation()
-def agent(agent: AgentPlan, state: HostState):
+def agent(agent: AgentPlan, state: HostState, pools: Sequence[AddressPool] = ()):
     """One agent: its Unix user and group, home (root's) and workspace (its own), network and hardened container."""
-    yield from script(agent_commands(agent, state), noop=f"agent {agent.instance} is up to date")
+    yield from script(agent_commands(agent, state, pools), noop=f"agent {agent.instance} is up to date")
 
 
 @operation()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jackin import firewall
+from jackin import dns, firewall
 from jackin.state import HostState
 from jackin.firewall import Entry, enforcement, parse_entry, render, render_lockdown
 from jackin.operations.firewall import _write, apply_commands, remove_commands
@@ -96,7 +96,7 @@ table inet jackin-demo {
 \tset private_v4 { type ipv4_addr; flags interval; elements = { 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 172.16.0.0/12, 192.0.0.0/24, 192.168.0.0/16, 224.0.0.0/4, 240.0.0.0/4 } }
 \tcounter drops_quiet_1 { }
 \tset denied_quiet_1 { type ipv4_addr . inet_service; flags dynamic, timeout; timeout 1h; size 4096; }
-\tset dom_picky_1_3 { type ipv4_addr; flags timeout; }
+\tset dom_picky_1_3 { type ipv4_addr; }
 \tcounter drops_picky_1 { }
 \tset denied_picky_1 { type ipv4_addr . inet_service; flags dynamic, timeout; timeout 1h; size 4096; }
 \tcounter drops_roam_1 { }
@@ -112,6 +112,7 @@ table inet jackin-demo {
 \t\tiifname "jkd03d2047" ct direction reply accept
 \t\tiifname "jkd03d2047" goto deny_quiet_1
 \t\tiifname "jkd3945584" ct direction reply accept
+\t\tiifname "jkd3945584" meta l4proto { tcp, udp } th dport 53 fib daddr . iif type local accept
 \t\tiifname "jkd3945584" goto deny_picky_1
 \t\tiifname "jkcbcfd268" ct direction reply accept
 \t\tiifname "jkcbcfd268" goto deny_roam_1
@@ -143,10 +144,10 @@ table inet jackin-demo {
 \t\tip daddr 169.254.0.0/16 goto deny_picky_1
 \t\tip6 daddr fe80::/10 goto deny_picky_1
 \t\toifname "jk*" goto deny_picky_1
+\t\tip daddr 9.9.9.9 goto deny_picky_1
 \t\tip daddr 10.1.0.0/16 meta l4proto { tcp, udp } th dport 5432 accept
 \t\tip daddr 1.2.3.4/32 accept
 \t\tip6 daddr 2001:db8::1/128 meta l4proto { tcp, udp } th dport 443 accept
-\t\tip daddr 9.9.9.9 meta l4proto { tcp, udp } th dport 53 accept
 \t\tip daddr @private_v4 goto deny_picky_1
 \t\tip daddr @dom_picky_1_3 meta l4proto { tcp, udp } th dport 443 accept
 \t\tgoto deny_picky_1
@@ -227,6 +228,7 @@ def egress_kinds(rules: list[str], name: str, policy: NetworkPolicy) -> list[int
     deny = f"goto deny_{name}"
     port53 = "meta l4proto { tcp, udp } th dport 53 accept"
     dns = {f"{'ip6' if ':' in r else 'ip'} daddr {r} {port53}" for r in policy.dns}
+    upstreams = {f"{'ip6' if ':' in r else 'ip'} daddr {r} {deny}" for r in policy.dns}
     kinds = []
     for rule in rules:
         if rule == "ct direction reply accept":
@@ -237,7 +239,9 @@ def egress_kinds(rules: list[str], name: str, policy: NetworkPolicy) -> list[int
             kinds.append(2)
         elif rule == f'oifname "jk*" {deny}':
             kinds.append(3)
-        elif rule in dns:
+        elif rule in upstreams and policy.mode == "allowlist":
+            kinds.append(3.5)  # the filter's upstreams, never the agent's
+        elif rule in dns and policy.mode == "open":
             kinds.append(5)
         elif re.fullmatch(r"ip6? daddr [0-9a-f.:]+/\d+( meta l4proto \{ tcp, udp \} th dport \d+)? accept", rule):
             kinds.append(4)
@@ -276,9 +280,11 @@ def test_egress_chain_order(key: str) -> None:
         assert kinds == sorted(kinds), f"egress_{name} out of order: {kinds}"
         assert kinds[:4] == [0, 1, 2, 3] and kinds[-1] == 9
         assert kinds.count(4) == sum(e.family != "domain" for e in entries)
-        assert kinds.count(5) == len(agent.policy.dns)
+        allowlist = agent.policy.mode == "allowlist"
+        assert kinds.count(3.5) == len(agent.policy.dns) * allowlist
+        assert kinds.count(5) == len(agent.policy.dns) * (agent.policy.mode == "open")
         assert kinds.count(6) == 1
-        assert kinds.count(7) == sum(e.family == "domain" for e in entries)  # after the private deny
+        assert kinds.count(7) == sum(e.family == "domain" for e in entries) * allowlist  # after the private deny
         assert kinds.count(8) == (agent.policy.mode == "open")
         assert kinds.count(9) == 1
 
@@ -294,21 +300,26 @@ def test_hooks_input_output_and_user_chains(key: str) -> None:
     assert found["output"][1:] == [f"meta skuid {a.uid} jump user_{firewall.ident(a.instance)}" for a in plan.agents]
     for agent in plan.agents:
         name = firewall.ident(agent.instance)
-        # From the agent's bridge to the host itself: replies only, everything else denied.
+        # From the agent's bridge to the host itself: replies and DNS to its own filter (on its own
+        # bridge's address only), everything else denied.
         from_bridge = [r for r in found["input"] if r.startswith(f'iifname "{agent.bridge}" ')]
+        dns = [f'iifname "{agent.bridge}" meta l4proto {{ tcp, udp }} th dport 53 fib daddr . iif type local accept']
         assert from_bridge == [f'iifname "{agent.bridge}" ct direction reply accept',
+                               *(dns if agent.dns_filter else []),
                                f'iifname "{agent.bridge}" goto deny_{name}']  # fmt: skip
         assert found[f"user_{name}"] == [f'oifname "lo" goto deny_{name}', f"jump egress_{name}"]
         assert found[f"deny_{name}"][-1] == f'counter name "drops_{name}" drop'
-    assert len(found["input"]) == 1 + 2 * len(plan.agents)
+    assert len(found["input"]) == 1 + 2 * len(plan.agents) + sum(a.dns_filter for a in plan.agents)
 
 
-def test_domain_sets_match_the_domains_list() -> None:
+def test_domain_sets_are_the_allowlist_agents_domain_entries() -> None:
     plan = PLANS["mixed"]
-    sets = re.findall(r"^\tset (dom_\S+) \{ type ipv4_addr; flags timeout; \}$", render(plan), re.MULTILINE)
-    assert [s for s, _ in firewall.domains(plan)] == sets
-    assert firewall.domains(PLAN) == [("dom_picky_1_3", "github.com")]
-    assert firewall.bundle(PLAN)["/etc/jackin/nft/demo.domains"] == "dom_picky_1_3 github.com\n"
+    sets = re.findall(r"^\tset (dom_\S+) \{ type ipv4_addr; \}$", render(plan), re.MULTILINE)
+    assert [s for a in plan.agents for s, _ in firewall.domain_sets(a)] == sets
+    assert [firewall.domain_sets(a) for a in PLAN.agents] == [[], [("dom_picky_1_3", "github.com")], []]
+    # open mode allows every public address already: its domain entries need no set and no filter.
+    roam = next(a for a in plan.agents if a.agent == "roam")
+    assert roam.policy.allow[-1] == "pypi.org:443" and firewall.domain_sets(roam) == []
 
 
 # --- render_lockdown ---------------------------------------------------------------
@@ -359,8 +370,8 @@ def test_nft_accepts_the_rendered_file(nft_check: str, tmp_path: Path, key: str,
 
 # --- enforcement ---------------------------------------------------------------------
 
-DOMAIN_REASON = ("domain entries allow the addresses a name resolves to on the host, so other services "
-                 "at those addresses are reachable too")  # fmt: skip
+DOMAIN_REASON = ("domain entries allow the addresses the agent's filtering resolver gave it for those names, "
+                 "so other services at those addresses (shared CDNs) are reachable too")  # fmt: skip
 PUBLISH_REASON = "published ports accept inbound connections on their bind address"
 
 
@@ -372,7 +383,7 @@ PUBLISH_REASON = "published ports accept inbound connections on their bind addre
          ("full", [])),
         (NetworkPolicy(mode="open"), ("full", [])),
         (NetworkPolicy(mode="allowlist", allow=["1.2.3.4", "github.com:443"]), ("partial", [DOMAIN_REASON])),
-        (NetworkPolicy(mode="open", allow=["pypi.org"]), ("partial", [DOMAIN_REASON])),
+        (NetworkPolicy(mode="open", allow=["pypi.org"]), ("full", [])),  # open allows every public address
         (NetworkPolicy(publish=[{"port": 8080}]), ("partial", [PUBLISH_REASON])),
         (NetworkPolicy(mode="allowlist", allow=["github.com"], publish=[{"port": 80}]),
          ("partial", [DOMAIN_REASON, PUBLISH_REASON])),
@@ -410,20 +421,19 @@ def test_parse_entry(value: str, entry: Entry) -> None:
 
 def test_bundle_paths() -> None:
     assert sorted(firewall.bundle(PLAN)) == [
-        "/etc/jackin/nft/demo.domains",
+        "/etc/jackin/dns/demo/picky-1.conf",
         "/etc/jackin/nft/demo.lockdown.nft",
         "/etc/jackin/nft/demo.nft",
+        "/etc/systemd/system/jackin-dns-demo.target",
+        "/etc/systemd/system/jackin-dns-demo@.service",
         "/etc/systemd/system/jackin-nft-demo.service",
-        "/etc/systemd/system/jackin-nft-resolve-demo.service",
-        "/etc/systemd/system/jackin-nft-resolve-demo.timer",
-        "/usr/local/lib/jackin/nft-resolve",
     ]
     bundle = firewall.bundle(PLAN)
     assert bundle["/etc/jackin/nft/demo.nft"] == EXPECTED
     assert bundle["/etc/jackin/nft/demo.lockdown.nft"] == EXPECTED_LOCKDOWN
-    assert bundle["/usr/local/lib/jackin/nft-resolve"] == firewall.RESOLVE_SCRIPT
-    # Everything a fleet writes is known to teardown (the shared resolver goes with the last fleet).
-    assert set(bundle) - {firewall.RESOLVER} <= set(firewall.owned_paths("demo"))
+    # Everything a fleet writes is known to teardown (the filters' configurations as their directory).
+    owned = firewall.owned_paths("demo")
+    assert all(path in owned or path.rsplit("/", 1)[0] in owned for path in bundle)
 
 
 def with_picky(policy: str) -> FleetPlan:
@@ -467,55 +477,10 @@ def test_load_unit_before_docker_part_of_nftables_falls_back_to_lockdown() -> No
     assert {"docker.service", "nftables.service"} <= set(load["Install"]["WantedBy"].split())
 
 
-def test_timer_runs_the_resolver() -> None:
-    units = firewall.units(PLAN)
-    timer = unit(units["jackin-nft-resolve-demo.timer"])
-    assert "Unit" not in timer["Timer"]  # so it starts the service of the same name
-    assert timer["Timer"]["OnUnitActiveSec"] == "5min"
-    assert timer["Install"]["WantedBy"] == "timers.target"
-    resolve = unit(units["jackin-nft-resolve-demo.service"])
-    assert resolve["Service"]["ExecStart"] == "/usr/local/lib/jackin/nft-resolve demo"
-    assert resolve["Service"]["Type"] == "oneshot"
-
-
-# --- the resolver script -----------------------------------------------------------------------
-
-
-def test_resolve_script_syntax() -> None:
-    done = subprocess.run(["sh", "-n"], input=firewall.RESOLVE_SCRIPT, capture_output=True, text=True, timeout=10)
-    assert done.returncode == 0, done.stderr
-
-
 def stub(directory: Path, name: str, body: str) -> None:
     path = directory / name
     path.write_text(f"#!/bin/sh\n{body}\n")
     path.chmod(0o755)
-
-
-def test_resolve_script_fills_sets_and_skips_names_that_do_not_resolve(tmp_path: Path) -> None:
-    """With stub getent/nft/logger: addresses deduplicated, one nft transaction per set that flushes
-    and refills it (a timeout on every element), an unresolvable name logged and the exit status 1."""
-    bin_dir, nft_dir = tmp_path / "bin", tmp_path / "nft"
-    bin_dir.mkdir(), nft_dir.mkdir()
-    log = tmp_path / "calls"
-    stub(bin_dir, "getent", 'case "$2" in github.com) printf "140.82.1.4 STREAM github.com\\n140.82.1.4 DGRAM\\n'
-                            '140.82.1.3 RAW\\n";; *) exit 2;; esac')  # fmt: skip
-    stub(bin_dir, "nft", f'printf "nft|%s\\n" "$*" >> {log}; cat >> {log}')
-    stub(bin_dir, "logger", f'printf "logger|%s\\n" "$*" >> {log}')
-    (nft_dir / "demo.domains").write_text("dom_a_1 github.com\n\ndom_a_2 nowhere.invalid\n")
-    script = tmp_path / "nft-resolve"
-    script.write_text(firewall.RESOLVE_SCRIPT.replace("/etc/jackin/nft", str(nft_dir)))
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
-    done = subprocess.run(["sh", str(script), "demo"], env=env, capture_output=True, text=True, timeout=10)
-    assert done.returncode == 1, done.stderr
-    assert log.read_text().splitlines() == [
-        "nft|-f -",
-        "flush set inet jackin-demo dom_a_1",
-        "add element inet jackin-demo dom_a_1 { 140.82.1.3 timeout 15m, 140.82.1.4 timeout 15m }",
-        "logger|-t jackin-nft fleet demo: cannot resolve nowhere.invalid; its entry allows nothing until it does",
-    ]
-    missing = subprocess.run(["sh", str(script), "other"], env=env, capture_output=True, text=True, timeout=10)
-    assert missing.returncode == 0  # a fleet without a domains list has nothing to resolve
 
 
 # --- apply_commands ----------------------------------------------------------------------------
@@ -540,16 +505,15 @@ def test_apply_writes_the_bundle_then_checks_applies_and_records_the_hash(state:
     commands = apply_commands(PLAN, state)
     writes, rest = commands[: len(bundle)], commands[len(bundle) :]
     for command, (path, text) in zip(writes, sorted(bundle.items()), strict=True):
-        mode = "0755" if path == firewall.RESOLVER else "0644"
+        mode = "0644"
         directory = path.rsplit("/", 1)[0]
         assert command == (f"install -d -m 0755 {directory} && printf '%s' {shlex.quote(text)} > {path}.tmp"
                            f" && chmod {mode} {path}.tmp && mv {path}.tmp {path}")  # fmt: skip
     assert rest == [
         APPLY,
         "systemctl daemon-reload",
-        "systemctl enable --quiet jackin-nft-demo.service jackin-nft-resolve-demo.timer",
-        "systemctl start jackin-nft-resolve-demo.timer",
-        "/usr/local/lib/jackin/nft-resolve demo || true",
+        "systemctl enable --quiet jackin-nft-demo.service",
+        *dns.apply_commands(PLAN, state.files),
         f"echo {firewall.bundle_hash(PLAN)} > /etc/jackin/nft/demo.sha",
     ]
 
@@ -617,6 +581,7 @@ def test_remove_everything() -> None:
     assert remove_commands(PLAN, HostState(nft_table=True, files=files)) == [
         "systemctl disable --now --quiet jackin-nft-demo.service jackin-nft-resolve-demo.timer "
         "jackin-nft-resolve-demo.service 2>/dev/null || true",
+        *dns.remove_commands("demo", files),
         "nft delete table inet jackin-demo",
         "rm -f " + " ".join(files),
         "systemctl daemon-reload",
@@ -637,7 +602,7 @@ def run_cleanup(tmp_path: Path, files: list[str]) -> tuple[subprocess.CompletedP
     """The resolver cleanup under ``set -e`` (as the teardown script runs it), in a scratch tree."""
     etc, lib = tmp_path / "etc" / "jackin", tmp_path / "lib" / "jackin"
     (etc / "nft").mkdir(parents=True), lib.mkdir(parents=True)
-    (lib / "nft-resolve").write_text(firewall.RESOLVE_SCRIPT)
+    (lib / "nft-resolve").write_text("#!/bin/sh\n")  # earlier versions' resolver
     for name in files:
         (etc / name).write_text("") if name != "-nft" else (etc / "nft").rmdir()
     command = CLEANUP.replace("/etc/jackin", str(etc)).replace("/usr/local/lib/jackin", str(lib))

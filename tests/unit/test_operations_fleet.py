@@ -16,8 +16,9 @@ from pyinfra.api import OperationError
 from jackin.facts.fleet import Container, HostState, Network, PathInfo, User
 from jackin.operations.agent_paths import as_agent, home_commands, workspace_commands
 from jackin.operations.fleet import agent_commands, fleet_commands, teardown_commands
-from jackin.plan import AgentPlan, FleetPlan, build
+from jackin.plan import BRIDGE_GATEWAY, AgentPlan, FleetPlan, build
 from jackin.spec import parse_inventory
+from jackin.spec.models import AddressPool
 
 INVENTORY = """\
 fleet:
@@ -38,13 +39,16 @@ def user(agent: AgentPlan, **change: object) -> User:
     return User(**{**fields, **change})
 
 
-def container(agent: AgentPlan, *, running: bool = True, config: str | None = None) -> Container:
+def container(agent: AgentPlan, *, running: bool = True, config: str | None = None,
+              networks: list[str] | None = None) -> Container:  # fmt: skip
     labels = {**agent.labels, "jackin.config": config or agent.config_hash}
-    return Container(name=agent.container, labels=labels, status="running" if running else "exited", running=running)
+    return Container(name=agent.container, labels=labels, status="running" if running else "exited", running=running,
+                     networks=networks)  # fmt: skip
 
 
-def network(agent: AgentPlan) -> Network:
-    return Network(name=agent.network, labels=agent.labels, bridge=agent.bridge, subnets=["172.20.0.0/16"])
+def network(agent: AgentPlan, **change: object) -> Network:
+    fields = {"name": agent.network, "labels": agent.labels, "bridge": agent.bridge, "subnets": ["172.20.0.0/16"]}
+    return Network(**{**fields, **change})
 
 
 def present(*agents: AgentPlan, **change: object) -> HostState:
@@ -83,9 +87,19 @@ WORKSPACE = [f"if [ -L {WS} ]; then rm -f -- {WS}; fi", f"[ -d {WS} ] || mkdir -
 NETWORK = (f"docker network create --driver bridge --opt com.docker.network.bridge.name={CODER.bridge} "
            "--opt com.docker.network.bridge.enable_icc=false --label jackin.fleet=demo --label jackin.agent=coder-1 "
            "jk-demo--coder-1")  # fmt: skip
+FOREIGN = ("if docker network inspect jk-demo--coder-1 >/dev/null 2>&1; then echo 'network jk-demo--coder-1 exists "
+           "but is not labelled jackin.fleet=demo, jackin.agent=coder-1: it is not jackin'\"'\"'s to delete; remove or "
+           "rename it (docker network rm jk-demo--coder-1), then run fleet.up again' >&2; exit 1; fi")  # fmt: skip
+CHECK = [
+    "set -- $(docker network inspect -f '{{index .Options \"com.docker.network.bridge.name\"}} "
+    "{{range .IPAM.Config}}{{.Gateway}} {{end}}' jk-demo--coder-1)",
+    f'[ "${{1:-}}" = {CODER.bridge} ] || {{ echo \'network jk-demo--coder-1 is not on bridge {CODER.bridge}: '
+    'refusing to start agent coder-1 (found \'"${1:-none})" >&2; exit 1; }',
+]  # fmt: skip
 RUN = "docker run -d " + " ".join(shlex.quote(a) for a in CODER.run_args())
 RM = "docker rm -f jk-demo--coder-1"
 START = "docker start jk-demo--coder-1"
+NETRM = "docker network rm jk-demo--coder-1"
 ONE = present(CODER)
 
 
@@ -100,21 +114,40 @@ def replaced(state: HostState, field: str, key: str, value: object) -> HostState
 # --- agent_commands --------------------------------------------------------------
 
 AGENT_CASES = {
-    "empty host": (HostState(), [GROUPADD, USERADD, *HOME, *WORKSPACE, NETWORK, RUN]),
+    "empty host": (HostState(), [GROUPADD, USERADD, *HOME, *WORKSPACE, FOREIGN, NETWORK, *CHECK, RUN]),
     "everything in place": (ONE, []),
     "other agents do not matter": (present(CODER, PLAN.agents[1]), []),
     "container has another config": (replaced(ONE, "containers", CODER.container, container(CODER, config="0" * 12)),
-                                     [RM, RUN]),
+                                     [RM, *CHECK, RUN]),
     "container without a config label": (
         replaced(ONE, "containers", CODER.container,
                  Container(name=CODER.container, labels=CODER.labels, status="running", running=True)),
-        [RM, RUN]),
+        [RM, *CHECK, RUN]),
     "stopped container with the right config": (
-        replaced(ONE, "containers", CODER.container, container(CODER, running=False)), [START]),
+        replaced(ONE, "containers", CODER.container, container(CODER, running=False)), [*CHECK, START]),
     "stopped container with another config": (
-        replaced(ONE, "containers", CODER.container, container(CODER, running=False, config="0" * 12)), [RM, RUN]),
-    "container gone": (without(ONE, "containers", CODER.container), [RUN]),
-    "network gone": (without(ONE, "networks", CODER.network), [NETWORK]),
+        replaced(ONE, "containers", CODER.container, container(CODER, running=False, config="0" * 12)),
+        [RM, *CHECK, RUN]),
+    "container gone": (without(ONE, "containers", CODER.container), [*CHECK, RUN]),
+    # The container was attached to the network that is gone: both are made anew.
+    "network gone": (without(ONE, "networks", CODER.network), [FOREIGN, RM, NETWORK, *CHECK, RUN]),
+    "network gone, container too": (without(without(ONE, "networks", CODER.network), "containers", CODER.container),
+                                    [FOREIGN, NETWORK, *CHECK, RUN]),
+    "container on its own network": (replaced(ONE, "containers", CODER.container,
+                                              container(CODER, networks=[CODER.network])), []),
+    "container also on another network": (
+        replaced(ONE, "containers", CODER.container, container(CODER, networks=["bridge", CODER.network])),
+        [RM, *CHECK, RUN]),
+    "container on another network only": (
+        replaced(ONE, "containers", CODER.container, container(CODER, networks=["bridge"])), [RM, *CHECK, RUN]),
+    "our network on another bridge": (
+        replaced(ONE, "networks", CODER.network, network(CODER, bridge="br-0123456789ab")),
+        [RM, "echo 'replacing network jk-demo--coder-1: its bridge is br-0123456789ab, not jk668ccdd6' >&2", NETRM,
+         NETWORK, *CHECK, RUN]),
+    "our network with no bridge name, no container": (
+        without(replaced(ONE, "networks", CODER.network, network(CODER, bridge=None)), "containers", CODER.container),
+        ["echo 'replacing network jk-demo--coder-1: its bridge is a name Docker chose, not jk668ccdd6' >&2", NETRM,
+         NETWORK, *CHECK, RUN]),
     "group gone": (without(ONE, "groups", CODER.user), [GROUPADD]),
     "user gone": (without(ONE, "users", CODER.user), [USERADD]),
     "user with a login shell": (replaced(ONE, "users", CODER.user, user(CODER, shell="/bin/bash")), [USERMOD]),
@@ -122,10 +155,10 @@ AGENT_CASES = {
     "user with another home": (replaced(ONE, "users", CODER.user, user(CODER, home="/home/x")), [USERMOD]),
     "user with another primary group": (replaced(ONE, "users", CODER.user, user(CODER, gid=100)), [USERMOD]),
     "home with a loose mode": (replaced(ONE, "paths", CODER.home, PathInfo(mode="0755", uid=0, gid=60000)),
-                               [*HOME, *WORKSPACE, RM, RUN]),
+                               [*HOME, *WORKSPACE, RM, *CHECK, RUN]),
     "home of an older release (the agent's, 0700)": (
         replaced(ONE, "paths", CODER.home, PathInfo(mode="0700", uid=60000, gid=60000)),
-        [*HOME, *WORKSPACE, RM, RUN]),
+        [*HOME, *WORKSPACE, RM, *CHECK, RUN]),
     "workspace owned by root": (replaced(ONE, "paths", CODER.workspace, PathInfo(mode="0700", uid=0, gid=0)),
                                 WORKSPACE),
     "workspace with another group": (
@@ -134,15 +167,15 @@ AGENT_CASES = {
         replaced(ONE, "paths", CODER.workspace, PathInfo(mode="0755", uid=60000, gid=60000)), WORKSPACE),
     "workspace with the setgid bit": (
         replaced(ONE, "paths", CODER.workspace, PathInfo(mode="2700", uid=60000, gid=60000)), WORKSPACE),
-    "workspace gone": (without(ONE, "paths", CODER.workspace), [*WORKSPACE, RM, RUN]),
+    "workspace gone": (without(ONE, "paths", CODER.workspace), [*WORKSPACE, RM, *CHECK, RUN]),
     "workspace is a symlink": (
         replaced(ONE, "paths", CODER.workspace, PathInfo(kind="l", mode="0777", uid=60000, gid=60000)),
-        [*WORKSPACE, RM, RUN]),
+        [*WORKSPACE, RM, *CHECK, RUN]),
     "home and workspace gone": (without(without(ONE, "paths", CODER.home), "paths", CODER.workspace),
-                                [*HOME, *WORKSPACE, RM, RUN]),
+                                [*HOME, *WORKSPACE, RM, *CHECK, RUN]),
     "home and workspace gone, no container": (
         without(without(without(ONE, "paths", CODER.home), "paths", CODER.workspace), "containers", CODER.container),
-        [*HOME, *WORKSPACE, RUN]),
+        [*HOME, *WORKSPACE, *CHECK, RUN]),
 }  # fmt: skip
 
 
@@ -169,6 +202,61 @@ def test_agent_commands_user_exists_with_another_uid() -> None:
     with pytest.raises(OperationError) as caught:
         agent_commands(CODER, HostState(users={CODER.user: user(CODER, uid=60007)}))
     assert str(caught.value) == "user 'jk-demo--coder-1' exists with uid 60007, expected 60000"
+
+
+def test_agent_commands_network_labelled_for_another_agent() -> None:
+    other = replaced(ONE, "networks", CODER.network, network(CODER, labels={"jackin.fleet": "demo", "jackin.agent": "x-1"}))
+    with pytest.raises(OperationError) as caught:
+        agent_commands(CODER, other)
+    assert str(caught.value) == (
+        "network 'jk-demo--coder-1' is labelled jackin.agent='x-1', not 'coder-1': it is not this agent's to replace; "
+        "remove it (docker network rm jk-demo--coder-1) and run fleet.up again"
+    )
+
+
+@pytest.mark.parametrize(
+    ("subnets", "replace"),
+    [(["10.200.3.0/24"], False), (["172.20.0.0/16"], True), (["10.200.0.0/15"], True), ([], False)],
+)
+def test_agent_commands_network_outside_the_address_pools_is_replaced(subnets: list[str], replace: bool) -> None:
+    pools = [AddressPool(base="10.200.0.0/16", size=24)]
+    state = replaced(ONE, "networks", CODER.network, network(CODER, subnets=subnets))
+    expected = [RM, f"echo 'replacing network jk-demo--coder-1: its subnet {subnets[0]} is outside the fleet'\"'\"'s "
+                "address pools' >&2", NETRM, NETWORK, *CHECK, RUN] if replace else []  # fmt: skip
+    assert agent_commands(CODER, state, pools) == expected
+    assert agent_commands(CODER, state) == []  # without pools, any subnet Docker chose
+
+
+def test_filtered_agent_runs_with_its_bridge_gateway_as_resolver() -> None:
+    spec = INVENTORY.replace("      count: 2\n", "      network: {mode: allowlist, allow: [github.com:443], dns: [9.9.9.9]}\n")
+    agent = build(parse_inventory(spec, "f.yaml").fleet, {"coder-1": 60000}).agents[0]
+    commands = agent_commands(agent, present(agent))
+    assert commands == []
+    run = agent_commands(agent, without(present(agent), "containers", agent.container))[-1]
+    args = ["docker", "run", "-d", *agent.run_args()]
+    at = args.index("--dns") + 1
+    assert args[at] == BRIDGE_GATEWAY and "9.9.9.9" not in args
+    # The gateway the bridge check read ($2), quoted, and failing the script when there is none.
+    assert run == " ".join([*map(shlex.quote, args[:at]), '"${2:?no gateway on the agent network}"',
+                            *map(shlex.quote, args[at + 1 :])])  # fmt: skip
+
+
+def test_bridge_check_and_gateway_in_a_shell(tmp_path) -> None:
+    """The check and the run line under ``set -e`` with a stub docker: the run only on the agent's bridge."""
+    spec = INVENTORY.replace("      count: 2\n", "      network: {mode: allowlist, allow: [github.com:443]}\n")
+    agent = build(parse_inventory(spec, "f.yaml").fleet, {"coder-1": 60000}).agents[0]
+    script = "\n".join(agent_commands(agent, without(present(agent), "containers", agent.container)))
+    stub = tmp_path / "docker"
+    for inspect, ran in ((f"{agent.bridge} 172.30.0.1 ", True), ("br-x 172.30.0.1 ", False), ("", False),
+                         (f"{agent.bridge} ", False)):  # fmt: skip
+        stub.write_text(f'#!/bin/sh\n[ "$1" = run ] && echo "RUN $*" && exit 0\necho "{inspect}"\n')
+        stub.chmod(0o755)
+        done = subprocess.run(["sh", "-c", "set -e\n" + script], capture_output=True, text=True, timeout=10,
+                              env={"PATH": f"{tmp_path}:/usr/bin:/bin"})  # fmt: skip
+        assert (done.returncode == 0) == ran, done.stderr
+        assert ("--dns 172.30.0.1 " in done.stdout) == ran
+        if not ran:
+            assert done.stdout == "" and done.stderr.strip()
 
 
 # --- fleet_commands --------------------------------------------------------------

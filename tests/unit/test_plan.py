@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
 from jackin import plan
-from jackin.plan import AgentPlan, FleetPlan, bridge_name, build, instances, user_name
+from jackin.plan import BRIDGE_GATEWAY, AgentPlan, FleetPlan, bridge_name, build, instances, user_name
 from jackin.spec import parse_inventory
 
 FLEET = """\
@@ -271,3 +272,24 @@ def test_config_hash_follows_a_fleet_resources_change_in_the_spec() -> None:
     unchanged = agent("reviewer-1", FLEET.replace("memory: 2g", "memory: 3g"))
     assert after.config_hash != before.config_hash
     assert unchanged.config_hash == agent("reviewer-1").config_hash
+
+
+@pytest.mark.parametrize(
+    ("network", "dns", "filtered"),
+    [
+        ({"mode": "none"}, ["127.0.0.1"], False),
+        ({"mode": "none", "dns": ["9.9.9.9"]}, ["127.0.0.1"], False),
+        ({"mode": "allowlist", "allow": ["1.2.3.4:443"], "dns": ["9.9.9.9"]}, ["127.0.0.1"], False),  # nothing to resolve
+        ({"mode": "allowlist", "allow": ["github.com:443"], "dns": ["9.9.9.9"]}, [BRIDGE_GATEWAY], True),
+        ({"mode": "allowlist", "allow": ["[2001:db8::1]:443", "GitHub.com"]}, [BRIDGE_GATEWAY], True),
+        ({"mode": "open"}, [], False),  # Docker's default, as before
+        ({"mode": "open", "allow": ["pypi.org"], "dns": ["9.9.9.9"]}, ["9.9.9.9"], False),
+    ],
+)
+def test_dns_is_the_filter_on_the_gateway_for_domain_entries_only(network: dict, dns: list[str], filtered: bool) -> None:
+    """The spec's dns servers are never the container's resolvers in allowlist mode: only its filter's upstreams."""
+    spec = parse_inventory(FLEET.replace("fleet:\n", f"fleet:\n  network: {json.dumps(network)}\n", 1), "f.yaml").fleet
+    agent = build(spec, {i: 60000 + n for n, (_, i) in enumerate(instances(spec))}).agents[0]
+    assert (agent.dns, agent.dns_filter) == (dns, filtered)
+    args = agent.run_args()
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--dns"] == dns

@@ -1,0 +1,228 @@
+"""Agents resolve only through their own filtering resolver, on a real 2-host lab.
+
+Lab host 2 runs the upstream resolver (a dnsmasq on its lab address that answers
+every test name and logs every query it gets), and is the spec's ``dns`` server.
+The fleet runs on both hosts; the checks look at host 1. Every "blocked" is paired
+with a control from the host itself, every "refused" with an allowed name that
+does resolve, and the upstream's own log shows what reached it.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shlex
+import time
+
+import pytest
+
+from jackin import agent as agent_api
+from jackin import fleet as fleet_api
+from jackin.lab import Lab
+from jackin.lab import docker as dk
+from jackin.plan import user_name
+from jackin.ssh import connect
+
+from .conftest import _engine_or_skip, inv, new_lab_name
+
+FLEET = "dns"
+UPSTREAM_LOG = "/var/log/upstream-dns.log"
+
+
+def sh(lab: Lab, command: str, *, host: int = 0, warn: bool = False):
+    with connect(lab.status().hosts[host].target()) as conn:
+        return conn.run(command, hide=True, warn=warn)
+
+
+@pytest.fixture(scope="module")
+def dlab():
+    _engine_or_skip()
+    lab = Lab(new_lab_name("d"))
+    try:
+        lab.up(2)
+        yield lab
+    finally:
+        lab.down()
+
+
+@pytest.fixture(scope="module")
+def dns(dlab, tmp_path_factory):
+    status = dlab.status()
+    pub, upstream = status.service.public_address, status.hosts[1].lab_ip
+    names = ("allowed.lab.test", "other.lab.test", "evil.lab.test", "nothing-here.lab.test")
+    sh(dlab, f"dnsmasq --listen-address={upstream} --bind-interfaces --no-resolv --no-hosts --log-queries "
+             f"--log-facility={UPSTREAM_LOG} " + " ".join(f"--address=/{n}/{pub}" for n in names[:3]), host=1)  # fmt: skip
+    # Host 1's own resolver is the upstream too: the agent without dns servers forwards there.
+    sh(dlab, f"echo 'nameserver {upstream}' > /etc/resolv.conf")
+    spec = tmp_path_factory.mktemp("dns") / "dns.yaml"
+    spec.write_text(json.dumps({"fleet": {
+        "name": FLEET, "provider": "lab", "lab": {"name": dlab.name, "hosts": 2},
+        "agents": [
+            {"name": "filt", "network": {"mode": "allowlist", "dns": [upstream],
+                                         "allow": ["allowed.lab.test:8080", "nothing-here.lab.test:443"]}},
+            {"name": "other", "network": {"mode": "allowlist", "allow": ["other.lab.test:8081"], "dns": [upstream]}},
+            {"name": "hostdns", "network": {"mode": "allowlist", "allow": ["allowed.lab.test:8080"]}},
+        ],
+        "resources": {"memory": "128m", "cpus": 0.5, "pids": 64},
+    }}))  # fmt: skip
+    first = inv("fleet.up", "-i", str(spec), "--yes", "--json")
+    assert first.returncode == 0, first.stdout + first.stderr
+    second = json.loads(inv("fleet.up", "-i", str(spec), "--yes", "--json", check=True).stdout)
+    assert [h["changed"] for h in second["run"]["hosts"]] == [0, 0]
+    gateway = sh(dlab, f"docker network inspect -f '{{{{(index .IPAM.Config 0).Gateway}}}}' {user_name(FLEET, 'filt-1')}")
+    yield {"spec": str(spec), "inventory": fleet_api.load(str(spec)), "pub": pub, "upstream": upstream,
+           "gateway": gateway.stdout.strip()}  # fmt: skip
+
+
+def lookup(lab: Lab, agent: str, name: str, server: str = "") -> tuple[bool, str]:
+    """busybox nslookup inside the agent's container: (answered with an address, output)."""
+    done = sh(lab, f"docker exec {user_name(FLEET, agent)} timeout 10 nslookup -type=a {name} {server}", warn=True)
+    out = done.stdout + done.stderr
+    return done.ok and "Name:" in out and "Address" in out.split("Name:", 1)[1], out
+
+
+def reach(dns: dict, lab: Lab, agent: str, target: str, port: int) -> str:
+    probes = agent_api.netcheck(dns["inventory"], [lab.status().hosts[0].target()], agent, target, port, timeout=2)
+    return probes[0].result
+
+
+def host_reaches(lab: Lab, target: str, port: int) -> bool:
+    return sh(lab, f"echo | timeout 5 busybox nc -w 2 {target} {port} >/dev/null", warn=True).ok
+
+
+def upstream_log(lab: Lab) -> str:
+    return sh(lab, f"cat {UPSTREAM_LOG}", host=1).stdout
+
+
+def domain_set(lab: Lab, agent: str, index: int) -> str:
+    return sh(lab, f"nft list set inet jackin-{FLEET} dom_{agent.replace('-', '_')}_{index}").stdout
+
+
+def test_an_allowlisted_name_resolves_and_opens_exactly_its_port(dlab, dns):
+    pub = dns["pub"]
+    assert host_reaches(dlab, pub, 8080) and host_reaches(dlab, pub, 8081)
+    sh(dlab, f"nft flush set inet jackin-{FLEET} dom_filt_1_0")  # as after a fresh load of the table
+    assert reach(dns, dlab, "filt-1", pub, 8080) == "blocked"  # nothing resolved yet: nothing allowed
+    answered, out = lookup(dlab, "filt-1", "allowed.lab.test")
+    assert answered and pub in out, out
+    assert pub in domain_set(dlab, "filt-1", 0)  # the filter put what it answered into the set, at once
+    assert reach(dns, dlab, "filt-1", pub, 8080) == "reachable"
+    assert reach(dns, dlab, "filt-1", pub, 8081) == "blocked"  # the entry's port only
+
+
+def test_a_payload_in_a_name_is_refused_and_never_reaches_the_upstream(dlab, dns):
+    payload = secrets.token_hex(8)
+    allowed, out = lookup(dlab, "filt-1", "allowed.lab.test")  # the control: this one goes upstream
+    assert allowed, out
+    for name in (f"{payload}.evil.lab.test", f"{payload}x.allowed.lab.test", f"{payload}y.lab.test"):
+        answered, out = lookup(dlab, "filt-1", name)
+        assert not answered, out
+    sh(dlab, f"docker exec {user_name(FLEET, 'filt-1')} nslookup -type=txt {payload}z.evil.lab.test", warn=True)
+    time.sleep(0.5)
+    log = upstream_log(dlab)
+    assert f"allowed.lab.test from {dlab.status().hosts[0].lab_ip}" in log
+    assert payload not in log
+    # The agent's filter logged the refusals, under its own tag.
+    journal = sh(dlab, f"journalctl -t jackin-dns-{FLEET}-filt-1 --no-pager").stdout
+    assert f"config {payload}.evil.lab.test is NXDOMAIN" in journal
+
+
+def test_the_agent_cannot_reach_the_upstream_directly(dlab, dns):
+    upstream = dns["upstream"]
+    assert host_reaches(dlab, upstream, 53)  # control: the host reaches the upstream (TCP)
+    assert sh(dlab, f"busybox nslookup -type=a allowed.lab.test {upstream}", warn=True).ok  # control: and it answers
+    assert reach(dns, dlab, "filt-1", upstream, 53) == "blocked"
+    payload = secrets.token_hex(8)
+    answered, out = lookup(dlab, "filt-1", f"{payload}.evil.lab.test", upstream)
+    assert not answered, out
+    assert payload not in upstream_log(dlab)
+
+
+def test_each_agent_has_its_own_filter(dlab, dns):
+    answered, out = lookup(dlab, "other-1", "other.lab.test")  # control: its own name, through its own filter
+    assert answered, out
+    answered, out = lookup(dlab, "other-1", "allowed.lab.test")  # filt-1's name: not in other-1's allowlist
+    assert not answered, out
+    answered, out = lookup(dlab, "other-1", "allowed.lab.test", dns["gateway"])  # filt-1's filter, directly
+    assert not answered, out
+    assert reach(dns, dlab, "other-1", dns["gateway"], 53) == "blocked"
+
+
+def test_without_dns_servers_the_filter_forwards_to_the_hosts_resolvers(dlab, dns):
+    answered, out = lookup(dlab, "hostdns-1", "allowed.lab.test")
+    assert answered and dns["pub"] in out, out
+    assert reach(dns, dlab, "hostdns-1", dns["pub"], 8080) == "reachable"
+    payload = secrets.token_hex(8)
+    answered, out = lookup(dlab, "hostdns-1", f"{payload}.evil.lab.test")
+    assert not answered, out
+    sh(dlab, f"docker exec {user_name(FLEET, 'hostdns-1')} nslookup -type=txt {payload}.lab.test", warn=True)
+    assert payload not in upstream_log(dlab)
+
+
+def test_status_says_what_a_domain_entry_allows(dlab, dns):
+    status = json.loads(inv("fleet.status", "-i", dns["spec"], "--json").stdout)
+    filt = next(a for a in status["hosts"][0]["agents"] if a["instance"] == "filt-1")
+    assert filt["enforcement"].startswith("partial: domain entries allow the addresses the agent's filtering resolver")
+
+
+def test_the_filters_come_back_after_a_host_reboot(dlab, dns):
+    host = dlab.status().hosts[0]
+    dk.docker("restart", "-t", "5", host.container)  # a reboot of the lab host
+    dlab.up()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        running = sh(dlab, f"docker ps -q --filter label=jackin.fleet={FLEET} --filter status=running | wc -l", warn=True)
+        if running.ok and running.stdout.strip() == "3":
+            break
+        time.sleep(1)
+    assert sh(dlab, f"systemctl is-active jackin-dns-{FLEET}.target jackin-dns-{FLEET}@filt-1").stdout.split() == [
+        "active", "active"]  # fmt: skip
+    for _ in range(20):  # the agent's first lookups may race the filter binding its new bridge address
+        if lookup(dlab, "filt-1", "allowed.lab.test")[0]:
+            break
+        time.sleep(1)
+    assert dns["pub"] in domain_set(dlab, "filt-1", 0)
+    assert reach(dns, dlab, "filt-1", dns["pub"], 8080) == "reachable"
+    assert reach(dns, dlab, "filt-1", dns["pub"], 8081) == "blocked"
+    payload = secrets.token_hex(8)
+    assert not lookup(dlab, "filt-1", f"{payload}.evil.lab.test")[0]
+    assert payload not in upstream_log(dlab)
+
+
+LEGACY = {  # what the previous version left on a host: its resolver script, units and domains list
+    "/usr/local/lib/jackin/nft-resolve": "#!/bin/sh\n",
+    f"/etc/jackin/nft/{FLEET}.domains": "dom_filt_1_0 allowed.lab.test\n",
+    f"/etc/systemd/system/jackin-nft-resolve-{FLEET}.service": "[Service]\nType=oneshot\nExecStart=/bin/true\n",
+    f"/etc/systemd/system/jackin-nft-resolve-{FLEET}.timer":
+        "[Timer]\nOnUnitActiveSec=5min\n[Install]\nWantedBy=timers.target\n",
+}  # fmt: skip
+
+
+def plant_legacy(lab: Lab) -> None:
+    for path, text in LEGACY.items():
+        sh(lab, f"install -d {path.rsplit('/', 1)[0]} && printf '%s' {shlex.quote(text)} > {path}")
+    sh(lab, f"systemctl daemon-reload && systemctl enable --now --quiet jackin-nft-resolve-{FLEET}.timer")
+
+
+def test_an_upgraded_host_loses_the_old_resolver_and_its_timer(dlab, dns):
+    plant_legacy(dlab)
+    sh(dlab, f"echo 0 > /etc/jackin/nft/{FLEET}.sha")  # as a bundle of the previous version would differ
+    assert sh(dlab, f"systemctl is-active jackin-nft-resolve-{FLEET}.timer", warn=True).stdout.strip() == "active"
+    done = json.loads(inv("fleet.up", "-i", dns["spec"], "--yes", "--json", check=True).stdout)
+    assert done["run"]["hosts"][0]["changed"] == 1
+    assert sh(dlab, "ls -d " + " ".join(LEGACY) + " 2>/dev/null", warn=True).stdout.strip() == ""
+    assert sh(dlab, f"systemctl is-active jackin-nft-resolve-{FLEET}.timer", warn=True).stdout.strip() != "active"
+    assert lookup(dlab, "filt-1", "allowed.lab.test")[0]  # the filters were restarted and answer
+    again = json.loads(inv("fleet.up", "-i", dns["spec"], "--yes", "--json", check=True).stdout)
+    assert [h["changed"] for h in again["run"]["hosts"]] == [0, 0]
+    plant_legacy(dlab)  # and a teardown removes them too (below)
+
+
+def test_down_removes_every_filter(dlab, dns):
+    result = fleet_api.down(dns["inventory"], keep_lab=True)
+    assert result.clean, result.checks
+    assert sh(dlab, "pgrep -a dnsmasq | grep jackin", warn=True).stdout == ""
+    left = sh(dlab, "ls -d /etc/jackin /usr/local/lib/jackin /etc/systemd/system/jackin-dns-* "
+                    "/etc/systemd/system/jackin-nft-* 2>/dev/null", warn=True)  # fmt: skip
+    assert left.stdout.strip() == ""
+    assert "dnsmasq" in sh(dlab, "pgrep -a dnsmasq", host=1).stdout  # the upstream (not ours) is untouched
