@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from importlib import resources
 
 from pyinfra import host
@@ -71,11 +72,32 @@ def daemon_config(current: str | None, pools: list[AddressPool] | None) -> str |
     return json.dumps({**config, **wanted}, indent=2, sort_keys=True) + "\n"
 
 
-def daemon_commands(current: str | None, live_restore: bool | None, pools: list[AddressPool] | None) -> list[Command]:
+def _flag(key: str) -> str:
+    return "--default-address-pool" if key == "default-address-pools" else f"--{key}"
+
+
+def _check_flags(args: Sequence[str], wanted: dict) -> None:
+    """dockerd refuses to start when a setting is both a flag and in daemon.json: say so before writing."""
+    flags = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    both = sorted(_flag(key) for key in wanted if _flag(key) in flags)
+    if both:
+        raise ValueError(f"dockerd is started with {', '.join(both)}, which jackin sets in {DAEMON_JSON}, and dockerd "
+                         "refuses a setting given both ways: remove the flag (systemctl cat docker), then run again")  # fmt: skip
+    files = [a.split("=", 1)[1] for a in args if a.startswith("--config-file=")]
+    files += [b for a, b in zip(args, args[1:]) if a == "--config-file"]
+    if files and files[-1] != DAEMON_JSON:
+        raise ValueError(f"dockerd reads {files[-1]}, not {DAEMON_JSON}, so jackin's settings would not apply: "
+                         "remove its --config-file, then run again")  # fmt: skip
+
+
+def daemon_commands(
+    current: str | None, live_restore: bool | None, pools: list[AddressPool] | None, args: Sequence[str] = ()
+) -> list[Command]:
     """Write daemon.json if it differs (by SFTP), make live-restore effective, then restart Docker
     once if any key that needs a restart changed. Nothing when the file is as wanted and the
-    daemon runs with it (live-restore on)."""
+    daemon runs with it (live-restore on). ``args``: the running dockerd's command line."""
     config, wanted = _parse(current), wanted_settings(pools)
+    _check_flags(args, wanted)
     changed = {key for key, value in wanted.items() if config.get(key) != value}
     # The file is right but the daemon never took it (an earlier run stopped between write and restart).
     pending = not changed and live_restore is False
@@ -97,7 +119,7 @@ def daemon_settings(pools: list[AddressPool] | None = None):
     running agents survive it (live-restore is made effective first)."""
     daemon = host.get_fact(DockerDaemon)
     try:
-        commands = daemon_commands(daemon.config, daemon.live_restore, pools)
+        commands = daemon_commands(daemon.config, daemon.live_restore, pools, daemon.args)
     except ValueError as error:
         raise OperationError(str(error)) from None
     yield from script(commands, noop="docker daemon settings are in place")

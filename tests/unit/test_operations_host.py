@@ -188,18 +188,43 @@ def test_ensure_live_restore_fails_when_a_reload_does_not_take(tmp_path) -> None
 # --- the DockerDaemon fact's parser -------------------------------------------------------------
 
 
+LIVE, ARGS = "##jackin-live-restore", "##jackin-dockerd-args"
+
+
 def test_parse_daemon() -> None:
-    assert parse_daemon(["{", '  "dns": ["127.0.0.1"]', "}", "", "##jackin-live-restore", "true"]) == DaemonState(
-        config='{\n  "dns": ["127.0.0.1"]\n}\n', live_restore=True)
-    assert parse_daemon(["##jackin-live-restore", "false"]) == DaemonState(config=None, live_restore=False)
-    assert parse_daemon(["##jackin-live-restore"]) == DaemonState(config=None, live_restore=None)
-    assert parse_daemon(["", "##jackin-live-restore", ""]) == DaemonState(config="", live_restore=None)
+    lines = [LIVE, "true", ARGS, "/usr/sbin/dockerd", "-H", "fd://", "", "##jackin-file", "{", '  "dns": ["127.0.0.1"]', "}"]
+    assert parse_daemon(lines) == DaemonState(config='{\n  "dns": ["127.0.0.1"]\n}', live_restore=True,
+                                              args=["/usr/sbin/dockerd", "-H", "fd://"])  # fmt: skip
+    assert parse_daemon([LIVE, "false", ARGS, "##jackin-no-file"]) == DaemonState(config=None, live_restore=False)
+    assert parse_daemon([LIVE, ARGS, "##jackin-no-file"]) == DaemonState(config=None, live_restore=None)
+    assert parse_daemon([LIVE, "", ARGS, "##jackin-file"]) == DaemonState(config="", live_restore=None)
     assert parse_daemon([]) == DaemonState()
 
 
-def test_parse_daemon_takes_the_last_mark() -> None:
-    lines = ['{"x": "', "##jackin-live-restore", '"}', "", "##jackin-live-restore", "true"]
-    assert parse_daemon(lines) == DaemonState(config='{"x": "\n##jackin-live-restore\n"}\n', live_restore=True)
+def test_parse_daemon_reads_the_file_whatever_it_holds() -> None:
+    lines = [LIVE, "true", ARGS, "##jackin-file", '{"x": "', LIVE, "false", ARGS, "##jackin-file", '"}']
+    assert parse_daemon(lines) == DaemonState(config=f'{{"x": "\n{LIVE}\nfalse\n{ARGS}\n##jackin-file\n"}}',
+                                              live_restore=True)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "pools", "message"),
+    [(["dockerd", "--icc=false"], [], "dockerd is started with --icc"),
+     (["dockerd", "--live-restore", "--userland-proxy=false"], [], "dockerd is started with --live-restore, --userland-proxy"),
+     (["dockerd", "--default-address-pool", "base=10.0.0.0/8,size=24"], POOLS, "dockerd is started with --default-address-pool"),
+     (["dockerd", "--config-file=/etc/other.json"], [], "dockerd reads /etc/other.json, not /etc/docker/daemon.json"),
+     (["dockerd", "--config-file", "/etc/other.json"], [], "dockerd reads /etc/other.json, not /etc/docker/daemon.json")],
+)  # fmt: skip
+def test_a_conflicting_dockerd_flag_is_refused_before_writing(args: list[str], pools: list, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        daemon_commands(LAB, False, pools, args)
+    assert str(caught.value).startswith(message)
+
+
+def test_harmless_flags_and_our_own_config_file_pass() -> None:
+    args = ["/usr/sbin/dockerd", "-H", "fd://", "--containerd=/run/containerd/containerd.sock",
+            "--config-file=/etc/docker/daemon.json", "--default-address-pool", "base=10.0.0.0/8,size=24"]  # fmt: skip
+    assert daemon_commands(json.dumps(HARDENED), True, [], args) == []  # pools not ours to set: no conflict
 
 
 def test_daemon_command_is_valid_sh() -> None:
