@@ -12,6 +12,8 @@ and renames it into place atomically.
 from __future__ import annotations
 
 import hashlib
+import hmac
+import secrets
 import shlex
 from collections.abc import Mapping, Sequence
 from io import BytesIO
@@ -21,6 +23,9 @@ from pyinfra.api.command import FileUploadCommand, PyinfraCommand, StringCommand
 
 # Where uploads wait, root-only (0700), until installed: tmpfs, so nothing is left on disk after a crash.
 UPLOAD_DIR = "/run/jackin-upload"
+# Staging names are keyed hashes of the content: the same within one process (pyinfra runs an operation's
+# generator twice), different across runs, and no clue to a secret's content when shown in a preview.
+_KEY = secrets.token_bytes(16)
 
 Command = str | StringCommand | PyinfraCommand
 
@@ -55,8 +60,8 @@ def write_files(
 ) -> list[Command]:
     """Commands that put ``files`` (absolute path -> content) on the host, root-owned, byte-exact.
 
-    A fresh root-only staging directory (named after the content, so the two runs of an
-    operation's generator agree), one SFTP upload per file, then per file: ``install`` (copies
+    A fresh root-only staging directory (named by a keyed hash of the content, so the two
+    runs of an operation's generator agree), one SFTP upload per file, then per file: ``install`` (copies
     with 0600 first, then owner and mode) next to the target and ``mv -T`` over it, an atomic
     rename in the target's own directory. Missing parent directories are made 0755; existing
     ones are left as they are. The staging directory is removed at the end.
@@ -64,7 +69,7 @@ def write_files(
     if not files:
         return []
     blobs = {path: data.encode() if isinstance(data, str) else data for path, data in sorted(files.items())}
-    digest = hashlib.sha256()
+    digest = hmac.new(_KEY, digestmod=hashlib.sha256)
     for path, data in blobs.items():
         digest.update(f"{path}\0{len(data)}\0".encode() + data)
     staging = f"{upload_dir}/{digest.hexdigest()[:16]}"
