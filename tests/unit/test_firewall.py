@@ -542,7 +542,7 @@ def test_apply_writes_the_bundle_then_checks_applies_and_records_the_hash(state:
     rest = commands[len(writes) :]
     assert commands[: len(writes)] == writes  # every file by SFTP (tested in test_operations_script)
     uploads = {c.target: (c.data.decode(), c.mode) for c in writes if isinstance(c, Upload)}
-    assert uploads == {p: (t, "0755" if p == firewall.RESOLVER else "0644") for p, t in bundle.items()}
+    assert uploads == {p: (t, "0755" if t.startswith("#!") else "0644") for p, t in bundle.items()}
     assert rest == [
         APPLY,
         "systemctl daemon-reload",
