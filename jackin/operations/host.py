@@ -31,6 +31,9 @@ from jackin.spec.models import AddressPool
 HARDENING = {"icc": False, "live-restore": True, "no-new-privileges": True, "userland-proxy": False}
 RELOADABLE = {"live-restore"}  # applied by SIGHUP; every other key of ours needs a restart
 
+# A deliberate restart is not held back by systemd's start rate limit (docker.service: 3 starts a minute).
+RESTART = ["systemctl reset-failed docker", "systemctl restart docker"]
+
 _LIVE = "docker info --format '{{.LiveRestoreEnabled}}' 2>/dev/null"
 # Reload until the running daemon reports live-restore; never restart without it (that would stop the agents).
 ENSURE_LIVE_RESTORE = (
@@ -108,7 +111,7 @@ def daemon_commands(
         commands += write_files({DAEMON_JSON: daemon_config(current, pools) or ""}, modes={DAEMON_JSON: "0644"})
     commands.append(ENSURE_LIVE_RESTORE)
     if pending or changed - RELOADABLE:
-        commands.append("systemctl restart docker")
+        commands += RESTART
     return commands
 
 

@@ -8,6 +8,7 @@ Docker only when needed, and the agents survive it thanks to live-restore.
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
 import time
@@ -15,21 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from jackin import firewall
-from jackin.engine.client import run
-from jackin.engine.protocol import EngineRequest
-from jackin.fleet import deploys_dir
 from jackin.lab import Lab
-from jackin.plan import build, instances, user_name
-from jackin.spec import parse_inventory
+from jackin.plan import user_name
 from jackin.ssh import connect
 
 from .conftest import _engine_or_skip, inv, new_lab_name
 
-HERE = Path(__file__).resolve().parent
 LAB_DAEMON_JSON = {"dns": ["127.0.0.1"]}  # the lab image's own daemon.json (jackin/lab/recipe/customize.sh)
 HARDENED = {"icc": False, "live-restore": True, "no-new-privileges": True, "userland-proxy": False}
-FLEET = "tr"
+FLEET = "xpd"
 AGENTS = [user_name(FLEET, "a-1"), user_name(FLEET, "a-2")]
 
 
@@ -117,7 +112,7 @@ def test_daemon_json_is_hardened_keeping_the_labs_keys_and_a_rerun_does_not_rest
 
 def test_agents_survive_a_forced_docker_restart(tlab, small):
     pids, daemon = agent_pids(tlab), dockerd(tlab)  # running before: agent_pids asserts it
-    sh(tlab, "systemctl restart docker")
+    sh(tlab, "systemctl reset-failed docker; systemctl restart docker")
     assert dockerd(tlab)[0] != daemon[0]  # the restart did happen
     assert agent_pids(tlab) == pids  # same processes, never stopped
 
@@ -133,7 +128,7 @@ def test_first_hardening_reloads_live_restore_before_the_restart_so_running_agen
     assert live_restore(tlab) == "false"
     # Control: without live-restore a Docker restart does stop the agents (they come back as new processes).
     pids = agent_pids(tlab)
-    sh(tlab, "systemctl restart docker")
+    sh(tlab, "systemctl reset-failed docker; systemctl restart docker")
     wait_running(tlab)
     restarted = agent_pids(tlab)
     assert all(restarted[name] != pids[name] for name in AGENTS)
@@ -162,10 +157,10 @@ def test_a_daemon_json_that_is_not_an_object_fails_the_host_clearly_and_is_left_
         sh(tlab, "cp /root/daemon.json.good /etc/docker/daemon.json")
 
 
-# --- 150 agents' policy on one host -----------------------------------------------------------
+# --- 150 agents on one host --------------------------------------------------------------------
 
 SAMPLER = """
-import json, os, sys
+import json, os, sys, time
 out, stop = sys.argv[1], sys.argv[2]
 largest, command, apply_seen, samples = 0, "", 0, 0
 while not os.path.exists(stop):
@@ -178,31 +173,33 @@ while not os.path.exists(stop):
                 data = f.read()
         except OSError:
             continue
-        if b"nft -c -f /etc/jackin/nft/big.nft" in data:
+        if b"nft -c -f /etc/jackin/nft/xport.nft" in data:
             apply_seen = max(apply_seen, len(data))
         if len(data) > largest:
             largest, command = len(data), data[:120].decode(errors="replace")
+    time.sleep(0.01)
 with open(out, "w") as f:
     json.dump({"largest": largest, "command": command, "apply_seen": apply_seen, "samples": samples}, f)
 """
 
 
-def big_plan():
-    spec = parse_inventory(json.dumps({"fleet": {
-        "name": "big", "provider": "lab",
+def big_spec(lab: Lab, path: Path) -> str:
+    path.write_text(json.dumps({"fleet": {
+        "name": "xport", "provider": "lab", "lab": {"name": lab.name, "hosts": 1}, "uid_base": 62000,
+        "address_pools": [{"base": "10.213.0.0/16", "size": 24}],  # Docker's default pools hold ~30 networks
         "network": {"mode": "allowlist", "dns": ["9.9.9.9"],
                     "allow": ["10.1.0.0/16:5432", "1.2.3.4", "203.0.113.0/24:443"]},
         "agents": [{"name": "a", "count": 64}, {"name": "b", "count": 64}, {"name": "c", "count": 22}],
-    }}), "big.yaml")  # fmt: skip
-    fleet = spec.fleet
-    return build(fleet, {instance: 61000 + n for n, (_, instance) in enumerate(instances(fleet))})
+        "resources": {"memory": "16m", "cpus": 0.1, "pids": 16},
+    }}))  # fmt: skip
+    return str(path)
 
 
 def sampled(lab: Lab, action) -> dict:
     """Run ``action`` while a sampler on the host records the largest command line of any process."""
     with connect(lab.status().hosts[0].target()) as conn:
         conn.run("rm -f /root/argv.out /root/argv.stop", hide=True)
-        conn.put(__import__("io").StringIO(SAMPLER), "/root/argv-sampler.py")
+        conn.put(io.StringIO(SAMPLER), "/root/argv-sampler.py")
         conn.run("setsid python3 /root/argv-sampler.py /root/argv.out /root/argv.stop </dev/null >/dev/null 2>&1 &",
                  hide=True)  # fmt: skip
         time.sleep(1)
@@ -214,36 +211,32 @@ def sampled(lab: Lab, action) -> dict:
         return json.loads(conn.run("cat /root/argv.out", hide=True).stdout)
 
 
-def test_a_150_agent_policy_past_the_argv_limit_applies_by_sftp_and_no_process_carries_it(tlab):
-    plan = big_plan()
-    policy = firewall.render(plan)
-    assert len(plan.agents) == 150 and len(policy) > 128 * 1024  # one argument may not exceed 128 KiB
-    target = tlab.status().hosts[0].target()
-    # Control: the policy as a command-line argument (the old printf) cannot even be executed.
-    assert not sh(tlab, f"printf '%s' {shlex.quote(policy)} > /dev/null", warn=True).ok
+def chains(ruleset: str) -> set[str]:
+    return {line.split()[1] for line in ruleset.splitlines() if line.strip().startswith("chain ")}
 
-    request = EngineRequest(deploy=str(HERE / "deploys" / "egress_policy.py"), targets=[target],
-                            data=plan.model_dump(mode="json"))  # fmt: skip
-    results: list = []
-    seen = sampled(tlab, lambda: results.append(run(request)))
-    print("argv sampler:", seen)  # shown with pytest -rP
-    [host] = results[0].hosts
-    assert host.ok and host.changed == 1, host.error
-    assert seen["samples"] > 10 and seen["apply_seen"] > 0, seen  # the sampler watched the apply's script
-    assert seen["largest"] < 16 * 1024, seen  # no command line near the policy's size (143 KB)
 
-    def chains(text: str) -> set[str]:
-        return {line.split()[1] for line in text.splitlines() if line.strip().startswith("chain ")}
+def test_150_agents_on_one_host_come_up_with_their_policy_and_no_process_carries_it(tlab, tmp_path):
+    spec = big_spec(tlab, tmp_path / "xport.yaml")
+    results: list[dict] = []
+    try:
+        seen = sampled(tlab, lambda: results.append(up(spec)))
+        print("argv sampler:", seen)  # shown with pytest -rP
+        assert results[0]["failed"] == 0
+        policy = sh(tlab, "cat /etc/jackin/nft/xport.nft").stdout
+        assert len(policy) > 128 * 1024  # past what one command-line argument may hold
+        # Control: that policy as a command-line argument (the old printf) cannot even be executed.
+        assert not sh(tlab, f"printf '%s' {shlex.quote(policy)} > /dev/null", warn=True).ok
+        assert seen["samples"] > 10 and seen["apply_seen"] > 0, seen  # the sampler watched the apply's script
+        assert seen["largest"] < 16 * 1024, seen  # no command line anywhere near the policy's size
 
-    wanted, loaded = chains(policy), chains(sh(tlab, "nft list table inet jackin-big").stdout)
-    assert len(wanted) == 3 + 3 * 150 and loaded == wanted  # every agent's chains: the policy, not the lockdown
-    on_host = sh(tlab, "cat /etc/jackin/nft/big.nft").stdout
-    assert on_host == policy
+        loaded = chains(sh(tlab, "nft list table inet jackin-xport").stdout)
+        assert len(chains(policy)) == 3 + 3 * 150 and loaded == chains(policy)  # every agent's: not the lockdown
+        running = sh(tlab, "docker ps -q --filter label=jackin.fleet=xport --filter status=running | wc -l").stdout
+        assert running.strip() == "150"
 
-    again = run(request).hosts[0]
-    assert again.ok and again.changed == 0
-
-    down = run(EngineRequest(deploy=str(deploys_dir() / "teardown.py"), targets=[target],
-                             data={"plan": plan.model_dump(mode="json"), "keep_data": False}))  # fmt: skip
-    assert down.hosts[0].ok, down.hosts[0].error
-    assert "jackin-big" not in sh(tlab, "nft list tables").stdout
+        again = up(spec)
+        assert (again["changed"], again["failed"]) == (0, 0)
+    finally:
+        down = inv("fleet.down", "-i", spec, "--yes", "--keep-lab")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "jackin-xport" not in sh(tlab, "nft list tables").stdout

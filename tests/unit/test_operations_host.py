@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from jackin.facts.docker import DaemonState, daemon_command, parse_daemon
-from jackin.operations.host import DAEMON_JSON, ENSURE_LIVE_RESTORE, HARDENING, daemon_commands, daemon_config
+from jackin.operations.host import DAEMON_JSON, ENSURE_LIVE_RESTORE, HARDENING, RESTART, daemon_commands, daemon_config
 from jackin.operations.script import Upload, write_files
 from jackin.spec.models import AddressPool
 
@@ -17,7 +17,6 @@ POOLS = [AddressPool(base="10.213.0.0/16", size=24), AddressPool(base="10.214.0.
 WANTED = [{"base": "10.213.0.0/16", "size": 24}, {"base": "10.214.0.0/16", "size": 26}]
 LAB = '{\n  "dns": ["127.0.0.1"]\n}\n'  # the lab image's own daemon.json
 HARDENED = {"icc": False, "live-restore": True, "no-new-privileges": True, "userland-proxy": False}
-RESTART = "systemctl restart docker"
 
 
 @pytest.mark.parametrize("current", [None, "", "  \n", "{}"], ids=["missing", "empty", "blank", "empty-object"])
@@ -124,10 +123,14 @@ def test_in_place_and_in_effect_is_nothing() -> None:
     assert daemon_commands(current, None, []) == []  # the daemon did not answer: nothing to tell
 
 
+def test_restart_is_not_held_back_by_the_start_rate_limit() -> None:
+    assert RESTART == ["systemctl reset-failed docker", "systemctl restart docker"]
+
+
 def test_first_time_writes_once_reloads_for_live_restore_then_restarts_once() -> None:
     new = daemon_config(LAB, POOLS) or ""
     commands = daemon_commands(LAB, False, POOLS)
-    assert commands == [*_write(new), ENSURE_LIVE_RESTORE, RESTART]
+    assert commands == [*_write(new), ENSURE_LIVE_RESTORE, *RESTART]
     assert [c for c in commands if isinstance(c, Upload)][0].data == new.encode()
     assert all(new not in c for c in commands if isinstance(c, str))  # the body goes by SFTP only
 
@@ -141,16 +144,16 @@ def test_only_live_restore_changed_is_a_reload_without_restart() -> None:
 def test_a_key_that_needs_a_restart_restarts_once_after_live_restore() -> None:
     current = json.dumps({**HARDENED, "icc": True, "userland-proxy": True})
     commands = daemon_commands(current, True, [])
-    assert commands[-2:] == [ENSURE_LIVE_RESTORE, RESTART] and commands.count(RESTART) == 1
+    assert commands[-3:] == [ENSURE_LIVE_RESTORE, *RESTART] and commands.count("systemctl restart docker") == 1
 
 
 def test_new_pools_restart() -> None:
-    assert daemon_commands(json.dumps(HARDENED), True, POOLS)[-1] == RESTART
+    assert daemon_commands(json.dumps(HARDENED), True, POOLS)[-2:] == RESTART
 
 
 def test_a_file_the_daemon_never_took_is_applied_without_rewriting() -> None:
     # An earlier run wrote the file and stopped before the reload: live-restore is off in the daemon.
-    assert daemon_commands(json.dumps(HARDENED), False, []) == [ENSURE_LIVE_RESTORE, RESTART]
+    assert daemon_commands(json.dumps(HARDENED), False, []) == [ENSURE_LIVE_RESTORE, *RESTART]
 
 
 def _ensure(tmp_path, live_after_reload: bool) -> tuple[subprocess.CompletedProcess[str], list[str]]:
