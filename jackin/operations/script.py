@@ -97,7 +97,8 @@ def script(commands: Sequence[Command], *, noop: str) -> list[PyinfraCommand]:
     pyinfra's "no change" note with ``noop`` when there is nothing to do.
 
     Shell commands stay ``StringCommand`` pieces: build a secret into a command as
-    ``StringCommand("tool", MaskString(secret))``, never by formatting it into a plain string.
+    ``StringCommand("tool", HiddenValue(secret))`` (or pyinfra's deprecated ``MaskString``),
+    never by formatting it into a plain string.
     """
     if not commands:
         host.noop(noop)
