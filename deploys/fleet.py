@@ -25,8 +25,8 @@ if any(a.dns_filter for a in plan.agents) and not host.get_fact(Which, command="
     apt.packages(name="install dnsmasq (the agents' filtering resolvers)", packages=["dnsmasq-base"], update=True)
 if missing or (state.host.get("docker_active"), state.host.get("docker_enabled")) != ("active", "enabled"):
     systemd.service(name="Docker engine running and enabled", service="docker", running=True, enabled=True)
-if plan.address_pools:
-    host_ops.address_pools(name="Docker address pools", pools=plan.address_pools)
+# Hardening (CIS Docker section 2) and address pools; agents survive a needed restart (live-restore).
+host_ops.daemon_settings(name="Docker daemon settings", pools=plan.address_pools)
 for image in sorted({a.image for a in plan.agents}):
     host_ops.agent_image(name=f"agent image {image}", image=image, present_images=tuple(state.images))
 

@@ -14,25 +14,18 @@ from pyinfra.api import operation
 
 from jackin import dns, firewall
 from jackin.state import HostState
-from jackin.operations.script import script
+from jackin.operations.script import Command, script, write_files
 from jackin.plan import FleetPlan
 
 
-def _write(path: str, text: str, mode: str) -> str:
-    directory = path.rsplit("/", 1)[0]
-    return f"install -d -m 0755 {directory} && printf '%s' {shlex.quote(text)} > {path}.tmp && chmod {mode} {path}.tmp && mv {path}.tmp {path}"
-
-
-def apply_commands(plan: FleetPlan, state: HostState) -> list[str]:
+def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     digest = firewall.bundle_hash(plan)
     if state.nft_table and state.nft_hash == digest:
         return []
     fleet = plan.fleet
     base = f"{firewall.NFT_DIR}/{fleet}"
-    commands = [
-        _write(path, text, "0755" if path == firewall.RESOLVER else "0644")
-        for path, text in sorted(firewall.bundle(plan).items())
-    ]
+    # Every file of the bundle by SFTP (a 150-agent policy is past Linux's 128 KiB argv limit).
+    commands = write_files(firewall.bundle(plan))
     commands += [
         # Check, then apply in one transaction; on any failure the lockdown table drops all agent traffic.
         f"if nft -c -f {base}.nft && nft -f {base}.nft; then :; else nft -f {base}.lockdown.nft; "

@@ -18,7 +18,7 @@ from pyinfra.api import OperationError, operation
 from jackin.facts.fleet import FleetState, HostState, Network, PathInfo, User
 from jackin.operations.agent_paths import home_commands, workspace_commands
 from jackin.operations.firewall import remove_commands
-from jackin.operations.script import script
+from jackin.operations.script import Command, script, write_files
 from jackin.plan import BRIDGE_GATEWAY, ROOT, STATE_DIR, AgentPlan, FleetPlan
 from jackin.spec.models import AddressPool
 
@@ -157,13 +157,13 @@ def _run(agent: AgentPlan) -> str:
     return " ".join(["docker", "run", "-d", *args])
 
 
-def fleet_commands(plan: FleetPlan, state: HostState) -> list[str]:
+def fleet_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     """The fleet's root directory and marker, and removal of agents no longer in the plan.
 
     A removed agent's container and network go; its user, home and workspace stay
     (nothing lost) until ``fleet.down``.
     """
-    commands: list[str] = []
+    commands: list[Command] = []
     if ROOT not in state.paths and plan.fleet_dir not in state.paths:
         commands.append(q("install", "-d", "-m", "0755", "-o", "root", "-g", "root", ROOT))
     have = state.paths.get(plan.fleet_dir)
@@ -177,7 +177,8 @@ def fleet_commands(plan: FleetPlan, state: HostState) -> list[str]:
         commands.append(q("docker", "network", "rm", name))
     if not state.marker:
         marker = json.dumps({"fleet": plan.fleet, "managed_by": "jackin", "root": plan.fleet_dir}, sort_keys=True)
-        commands.append(f"install -d -m 0700 {STATE_DIR} && printf '%s\\n' {shlex.quote(marker)} > {plan.marker}")
+        commands.append(f"install -d -m 0700 {STATE_DIR}")
+        commands += write_files({plan.marker: marker + "\n"})  # by SFTP, never in a command line
     return commands
 
 

@@ -1,49 +1,131 @@
-"""Host bootstrap operations: the Docker daemon's address pools and the agent image."""
+"""Host bootstrap operations: the Docker daemon's settings (hardening, address pools) and the agent image.
+
+Docker daemon settings (CIS Docker Benchmark, section 2) are merged into
+/etc/docker/daemon.json, keeping every other key of the operator's. Applying
+them without killing running agents takes an order: ``live-restore`` is the one
+key dockerd reloads live (SIGHUP, ``systemctl reload docker``), so it is made
+effective first and checked in ``docker info``; only then, and only when a key
+that needs it changed, is Docker restarted once, and the agents' containers
+keep running through it.
+"""
 
 from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from importlib import resources
 
 from pyinfra import host
-from pyinfra.api import operation
-from pyinfra.facts.files import File, FileContents
+from pyinfra.api import OperationError, operation
+from pyinfra.facts.files import File
 
+from jackin.facts.docker import DAEMON_JSON, DockerDaemon
+from jackin.operations.script import Command, script, write_files
 from jackin.plan import DEFAULT_IMAGE
 from jackin.spec.models import AddressPool
 
-DAEMON_JSON = "/etc/docker/daemon.json"
+# icc: no traffic between containers on the default bridge; no-new-privileges: no setuid gains in any
+# container; live-restore: containers outlive a daemon restart; userland-proxy: published ports by
+# NAT rules, no docker-proxy process per port.
+HARDENING = {"icc": False, "live-restore": True, "no-new-privileges": True, "userland-proxy": False}
+RELOADABLE = {"live-restore"}  # applied by SIGHUP; every other key of ours needs a restart
+
+# A deliberate restart is not held back by systemd's start rate limit (docker.service: 3 starts a minute).
+RESTART = ["systemctl reset-failed docker", "systemctl restart docker"]
+
+_LIVE = "docker info --format '{{.LiveRestoreEnabled}}' 2>/dev/null"
+# Reload until the running daemon reports live-restore; never restart without it (that would stop the agents).
+ENSURE_LIVE_RESTORE = (
+    f'if [ "$({_LIVE})" != true ]; then systemctl reload docker; fi; n=0; '
+    f'until [ "$({_LIVE})" = true ]; do n=$((n+1)); if [ $n -gt 60 ]; then '
+    "echo 'docker live-restore is not in effect after a reload; Docker was not restarted' >&2; exit 1; fi; "
+    "sleep 0.5; done"
+)
 
 
-def daemon_config(current: str | None, pools: list[AddressPool]) -> str | None:
-    """daemon.json with our address pools merged in, or None when nothing changes."""
+def _parse(current: str | None) -> dict:
     try:
         config = json.loads(current) if current and current.strip() else {}
-    except json.JSONDecodeError:
-        config = None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{DAEMON_JSON} is not valid JSON (line {error.lineno} column {error.colno}: {error.msg}); "
+                         "jackin merges its settings into it: fix or remove it by hand, then run again") from None  # fmt: skip
     if not isinstance(config, dict):
-        raise ValueError(f"{DAEMON_JSON} is not a JSON object; fix it by hand first")
-    wanted = [{"base": p.base, "size": p.size} for p in pools]
-    if config.get("default-address-pools") == wanted:
+        raise ValueError(f"{DAEMON_JSON} is a JSON {type(config).__name__}, not an object; "
+                         "jackin merges its settings into it: fix or remove it by hand, then run again")  # fmt: skip
+    return config
+
+
+def wanted_settings(pools: list[AddressPool] | None) -> dict:
+    """Our keys: the hardening, and the address pools when the spec names them (else the host's stay)."""
+    wanted: dict = dict(HARDENING)
+    if pools:
+        wanted["default-address-pools"] = [{"base": p.base, "size": p.size} for p in pools]
+    return wanted
+
+
+def daemon_config(current: str | None, pools: list[AddressPool] | None) -> str | None:
+    """daemon.json with our settings merged in (other keys kept), or None when nothing changes.
+
+    Raises ValueError when the current file is not a JSON object.
+    """
+    config, wanted = _parse(current), wanted_settings(pools)
+    if all(config.get(key) == value for key, value in wanted.items()):
         return None
-    config["default-address-pools"] = wanted
-    return json.dumps(config, indent=2, sort_keys=True) + "\n"
+    return json.dumps({**config, **wanted}, indent=2, sort_keys=True) + "\n"
+
+
+def _flag(key: str) -> str:
+    return "--default-address-pool" if key == "default-address-pools" else f"--{key}"
+
+
+def _check_flags(args: Sequence[str], wanted: dict) -> None:
+    """dockerd refuses to start when a setting is both a flag and in daemon.json: say so before writing."""
+    flags = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    both = sorted(_flag(key) for key in wanted if _flag(key) in flags)
+    if both:
+        raise ValueError(f"dockerd is started with {', '.join(both)}, which jackin sets in {DAEMON_JSON}, and dockerd "
+                         "refuses a setting given both ways: remove the flag (systemctl cat docker), then run again")  # fmt: skip
+    files = [a.split("=", 1)[1] for a in args if a.startswith("--config-file=")]
+    files += [b for a, b in zip(args, args[1:]) if a == "--config-file"]
+    if files and files[-1] != DAEMON_JSON:
+        raise ValueError(f"dockerd reads {files[-1]}, not {DAEMON_JSON}, so jackin's settings would not apply: "
+                         "remove its --config-file, then run again")  # fmt: skip
+
+
+def daemon_commands(
+    current: str | None, live_restore: bool | None, pools: list[AddressPool] | None, args: Sequence[str] = ()
+) -> list[Command]:
+    """Write daemon.json if it differs (by SFTP), make live-restore effective, then restart Docker
+    once if any key that needs a restart changed. Nothing when the file is as wanted and the
+    daemon runs with it (live-restore on). ``args``: the running dockerd's command line."""
+    config, wanted = _parse(current), wanted_settings(pools)
+    _check_flags(args, wanted)
+    changed = {key for key, value in wanted.items() if config.get(key) != value}
+    # The file is right but the daemon never took it (an earlier run stopped between write and restart).
+    pending = not changed and live_restore is False
+    if not changed and not pending:
+        return []
+    commands: list[Command] = []
+    if changed:
+        commands += write_files({DAEMON_JSON: daemon_config(current, pools) or ""}, modes={DAEMON_JSON: "0644"})
+    commands.append(ENSURE_LIVE_RESTORE)
+    if pending or changed - RELOADABLE:
+        commands += RESTART
+    return commands
 
 
 @operation()
-def address_pools(pools: list[AddressPool]):
-    """Docker allocates agent networks from these pools, so they never clash with the host's networks.
-
-    Changing them restarts the Docker engine (containers with a restart policy come back).
-    """
-    current = "\n".join(host.get_fact(FileContents, path=DAEMON_JSON) or [])
-    new = daemon_config(current, pools)
-    if new is None:
-        host.noop("docker address pools are up to date")
-        return
-    yield f"install -d -m 0755 /etc/docker && printf '%s' {shlex.quote(new)} > {DAEMON_JSON}"
-    yield "systemctl restart docker"
+def daemon_settings(pools: list[AddressPool] | None = None):
+    """Docker's hardening (icc off, no-new-privileges, live-restore, no userland proxy) and address
+    pools, merged into daemon.json; Docker restarts only when a key that needs it changed, and the
+    running agents survive it (live-restore is made effective first)."""
+    daemon = host.get_fact(DockerDaemon)
+    try:
+        commands = daemon_commands(daemon.config, daemon.live_restore, pools, daemon.args)
+    except ValueError as error:
+        raise OperationError(str(error)) from None
+    yield from script(commands, noop="docker daemon settings are in place")
 
 
 @operation()
@@ -53,10 +135,8 @@ def agent_image(image: str = DEFAULT_IMAGE, present_images: tuple[str, ...] = ()
         host.noop(f"image {image} is present")
         return
     if image != DEFAULT_IMAGE:
-        from pyinfra.api import OperationError
-
         raise OperationError(f"image {image} is not on the host; load it there first (no registry is used)")
-    script = resources.files("jackin.lab").joinpath("recipe/agent-image.sh").read_text()
+    recipe = resources.files("jackin.lab").joinpath("recipe/agent-image.sh").read_text()
     if host.get_fact(File, path="/bin/busybox") is None:
         yield "DEBIAN_FRONTEND=noninteractive apt-get install -y -q busybox-static"
-    yield f"sh -c {shlex.quote(script)} agent-image import {shlex.quote(image)}"
+    yield f"sh -c {shlex.quote(recipe)} agent-image import {shlex.quote(image)}"  # a fixed 1 KiB script

@@ -7,7 +7,6 @@ from __future__ import annotations
 import configparser
 import os
 import re
-import shlex
 import subprocess
 from pathlib import Path
 
@@ -16,7 +15,8 @@ import pytest
 from jackin import dns, firewall
 from jackin.state import HostState
 from jackin.firewall import Entry, enforcement, parse_entry, render, render_lockdown
-from jackin.operations.firewall import _write, apply_commands, remove_commands
+from jackin.operations.firewall import apply_commands, remove_commands
+from jackin.operations.script import Upload, write_files
 from jackin.plan import FleetPlan, build, instances
 from jackin.spec import NetworkPolicy, parse_inventory
 
@@ -503,12 +503,11 @@ def test_apply_nothing_when_loaded_and_up_to_date() -> None:
 def test_apply_writes_the_bundle_then_checks_applies_and_records_the_hash(state: HostState) -> None:
     bundle = firewall.bundle(PLAN)
     commands = apply_commands(PLAN, state)
-    writes, rest = commands[: len(bundle)], commands[len(bundle) :]
-    for command, (path, text) in zip(writes, sorted(bundle.items()), strict=True):
-        mode = "0644"
-        directory = path.rsplit("/", 1)[0]
-        assert command == (f"install -d -m 0755 {directory} && printf '%s' {shlex.quote(text)} > {path}.tmp"
-                           f" && chmod {mode} {path}.tmp && mv {path}.tmp {path}")  # fmt: skip
+    writes = write_files(bundle)
+    rest = commands[len(writes) :]
+    assert commands[: len(writes)] == writes  # every file by SFTP (tested in test_operations_script)
+    uploads = {c.target: (c.data.decode(), c.mode) for c in writes if isinstance(c, Upload)}
+    assert uploads == {p: (t, "0755" if t.startswith("#!") else "0644") for p, t in bundle.items()}
     assert rest == [
         APPLY,
         "systemctl daemon-reload",
@@ -516,16 +515,6 @@ def test_apply_writes_the_bundle_then_checks_applies_and_records_the_hash(state:
         *dns.apply_commands(PLAN, state.files),
         f"echo {firewall.bundle_hash(PLAN)} > /etc/jackin/nft/demo.sha",
     ]
-
-
-def test_write_is_atomic_and_byte_exact(tmp_path: Path) -> None:
-    path = tmp_path / "deep" / "dir" / "file"
-    text = "it's \"quoted\" $(echo no) `no` \\n %s %% \\\\\n\ttabs\nno final newline"
-    done = subprocess.run(["sh", "-ec", _write(str(path), text, "0640")], capture_output=True, text=True, timeout=10)
-    assert done.returncode == 0, done.stderr
-    assert path.read_text() == text
-    assert oct(path.stat().st_mode & 0o777) == "0o640"
-    assert sorted(p.name for p in path.parent.iterdir()) == ["file"]  # no .tmp left behind
 
 
 def run_apply(tmp_path: Path, nft_body: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:

@@ -16,6 +16,7 @@ from pyinfra.api import OperationError
 from jackin.facts.fleet import Container, HostState, Network, PathInfo, User
 from jackin.operations.agent_paths import as_agent, home_commands, workspace_commands
 from jackin.operations.fleet import agent_commands, fleet_commands, teardown_commands
+from jackin.operations.script import Upload, write_files
 from jackin.plan import BRIDGE_GATEWAY, AgentPlan, FleetPlan, build
 from jackin.spec import parse_inventory
 from jackin.spec.models import AddressPool
@@ -261,9 +262,8 @@ def test_bridge_check_and_gateway_in_a_shell(tmp_path) -> None:
 
 # --- fleet_commands --------------------------------------------------------------
 
-MARKER = ("install -d -m 0700 /var/lib/jackin && printf '%s\\n' "
-          + shlex.quote(json.dumps({"fleet": "demo", "managed_by": "jackin", "root": "/srv/jackin/demo"}, sort_keys=True))
-          + " > /var/lib/jackin/fleet-demo.json")  # fmt: skip
+MARKER_TEXT = json.dumps({"fleet": "demo", "managed_by": "jackin", "root": "/srv/jackin/demo"}, sort_keys=True) + "\n"
+MARKER = ["install -d -m 0700 /var/lib/jackin", *write_files({"/var/lib/jackin/fleet-demo.json": MARKER_TEXT})]
 ROOT_DIR = "install -d -m 0755 -o root -g root /srv/jackin"
 FLEET_DIR = "install -d -m 0711 -o root -g root /srv/jackin/demo"
 BOTH = present(*PLAN.agents)
@@ -271,9 +271,9 @@ GONE = PLAN.model_copy(update={"agents": [CODER]})  # coder-2 left the plan
 CODER_2 = PLAN.agents[1]
 
 FLEET_CASES = {
-    "empty host": (PLAN, HostState(), [ROOT_DIR, FLEET_DIR, MARKER]),
+    "empty host": (PLAN, HostState(), [ROOT_DIR, FLEET_DIR, *MARKER]),
     "everything in place": (PLAN, BOTH, []),
-    "marker missing": (PLAN, BOTH.model_copy(update={"marker": False}), [MARKER]),
+    "marker missing": (PLAN, BOTH.model_copy(update={"marker": False}), MARKER),
     "fleet dir with a loose mode": (PLAN, replaced(BOTH, "paths", "/srv/jackin/demo",
                                                    PathInfo(mode="0755", uid=0, gid=0)), [FLEET_DIR]),
     "fleet dir owned by an agent": (PLAN, replaced(BOTH, "paths", "/srv/jackin/demo",
@@ -304,11 +304,11 @@ def test_fleet_commands_keep_the_removed_agents_user_and_data() -> None:
     assert not any(c.startswith(("userdel", "groupdel", "rm -rf")) for c in commands)
 
 
-def test_marker_command_is_valid_sh() -> None:
-    import subprocess
-
-    result = subprocess.run(["sh", "-n", "-c", MARKER], capture_output=True, text=True, timeout=10)
-    assert result.returncode == 0, result.stderr
+def test_the_marker_goes_by_sftp() -> None:
+    commands = fleet_commands(PLAN, BOTH.model_copy(update={"marker": False}))
+    [upload] = [c for c in commands if isinstance(c, Upload)]
+    assert (upload.target, upload.data, upload.mode) == ("/var/lib/jackin/fleet-demo.json", MARKER_TEXT.encode(), "0644")
+    assert not any("managed_by" in c for c in commands if isinstance(c, str))
 
 
 # --- teardown_commands -----------------------------------------------------------
