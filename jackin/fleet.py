@@ -174,7 +174,7 @@ class DownResult(BaseModel):
 def clean_check(plan: planning.FleetPlan, hosts: list[SshTarget], *, keep_data: bool = False) -> list[CleanCheck]:
     """From a fresh connection: prove nothing of the fleet is left on each host."""
     command = state_command(plan.fleet, plan.uid_min, plan.uid_max)
-    found = gather(hosts, command, lambda out: parse_state(out.splitlines()), timeout=15)
+    found = gather(hosts, command, lambda out: parse_state(out.split("\n")), timeout=15)
     checks = []
     for host in hosts:
         state = found[host.name]

@@ -58,7 +58,11 @@ def gather(
         if result.exited != 0:
             return RemoteCommandError(f"command failed (exit {result.exited}): {result.stderr.strip()[:200]}",
                                       host=target.name)
-        return parse(result.stdout)
+        try:
+            return parse(result.stdout)
+        except JackinError as error:  # output that does not parse (a forged or broken read) fails that host alone
+            error.host = error.host or target.name
+            return error
 
     if not targets:
         return {}
