@@ -102,11 +102,20 @@ def _static_targets(inventory: Inventory) -> list[SshTarget]:
     return [target(n) for n in selected]
 
 
-def make_plan(inventory: Inventory, ledger: Ledger) -> planning.FleetPlan:
+def make_plan(inventory: Inventory, ledger: Ledger, fleet_hosts: list[str] | None = None) -> planning.FleetPlan:
     fleet = inventory.fleet
     names = [instance for _, instance in planning.instances(fleet)]
     uids = ledger.allocate_uids(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET)
-    return planning.build(fleet, uids)
+    return planning.build(fleet, uids, firewall.host_addresses(fleet_hosts or []))
+
+
+def host_addresses(inventory: Inventory) -> list[str]:
+    """Every address of every fleet host, always denied to agents: lab hosts on both lab networks;
+    a static inventory's addresses (IP literals only: names are not resolved)."""
+    if inventory.fleet.provider == "lab":
+        hosts = Lab((inventory.fleet.lab or LabSpec()).name).status().hosts
+        return [a for h in hosts for a in (h.lab_ip, h.public_ip) if a]
+    return [h.address for h in inventory.hosts]
 
 
 # --- up ----------------------------------------------------------------------
@@ -142,7 +151,7 @@ def up(
         hosts = targets(inventory, log=log, bring_up=not dry_run if bring_up is None else bring_up)
         if dry_run and not hosts:
             log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
-        plan = make_plan(inventory, ledger)
+        plan = make_plan(inventory, ledger, host_addresses(inventory) if hosts else [])
         action = "fleet.up --dry-run" if dry_run else "fleet.up"
         run_id = ledger.start_run(fleet.name, action, {"hosts": [h.name for h in hosts]})
         if not dry_run:
@@ -194,9 +203,8 @@ def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
                 level, reasons = firewall.enforcement(policy)
                 agent.egress = policy.mode
                 agent.enforcement = level + (": " + "; ".join(reasons) if reasons else "")
-                if host.policy_loaded is False:
-                    agent.enforcement = (f"NOT ENFORCED: table {firewall.table_name(spec.name)} is not loaded "
-                                         "(run fleet.up to restore it)")  # fmt: skip
+                if host.not_enforced:
+                    agent.enforcement = f"NOT ENFORCED: {host.not_enforced}"
             if agent.drops is not None:
                 before = seen.get(host.host, {}).get(agent.instance, 0)
                 agent.drops_new = agent.drops - before if agent.drops >= before else agent.drops

@@ -73,6 +73,7 @@ class LabHost(_Model):
     key_file: Path
     known_hosts: Path
     lab_ip: str | None = None
+    public_ip: str | None = None  # on the lab's public network
 
     def target(self) -> SshTarget:
         return SshTarget(
@@ -180,6 +181,7 @@ class Lab:
             key_file=self.key_file,
             known_hosts=self.known_hosts,
             lab_ip=_ip(info, self.network),
+            public_ip=_ip(info, self.public_network),
         )
 
     # --- up ------------------------------------------------------------------
