@@ -29,6 +29,7 @@ from __future__ import annotations
 NFT_DIR = "/etc/jackin/nft"  # as jackin.firewall (which imports this module)
 UNIT_DIR = "/etc/systemd/system"
 GUARD = "/usr/local/lib/jackin/nft-guard"
+RESOLVER = "/usr/local/lib/jackin/nft-resolve"  # as jackin.firewall
 RUN_DIR = "/run/jackin/nft"  # what the guard loaded, and its event flags (runtime state)
 DROPIN_DIR = "/etc/systemd/system/docker.service.d"
 CHECK_EVERY = "10s"
@@ -98,6 +99,8 @@ load() {  # load [quiet]
     if err=$(nft -f "$dir/$fleet.nft" 2>&1); then
         record policy
         log "egress policy loaded (table jackin-$fleet)"
+        # The reload emptied the sets filled at runtime: refill the domain sets, without waiting.
+        [ ! -x @RESOLVER@ ] || (@RESOLVER@ "$fleet" > /dev/null 2>&1 < /dev/null &)
         return 0
     fi
     [ -n "${1:-}" ] || log "the egress policy does not load: $(printf '%s' "$err" | head -n 2 | tr '\n' ' ')"
@@ -169,7 +172,7 @@ stopped)
     rm -f "$pending" "$lock" ;;
 *) echo "usage: nft-guard watch|check|load|verify|record|stopped FLEET" >&2; exit 2 ;;
 esac
-""".replace("@NFT_DIR@", NFT_DIR).replace("@RUN_DIR@", RUN_DIR)
+""".replace("@NFT_DIR@", NFT_DIR).replace("@RUN_DIR@", RUN_DIR).replace("@RESOLVER@", RESOLVER)
 
 
 def guard_units(fleet: str) -> dict[str, str]:

@@ -36,6 +36,8 @@ def apply_commands(plan: FleetPlan, state: HostState) -> list[str]:
     ]
     guard = f"jackin-nft-guard-{fleet}.service jackin-nft-check-{fleet}.timer"
     commands += [
+        # The guard rests while the table is replaced (it would take our load for an alteration); restarted below.
+        f"systemctl stop {guard} jackin-nft-check-{fleet}.service 2>/dev/null || true",
         # Check, then apply in one transaction; on any failure the lockdown table drops all agent traffic.
         f"if nft -c -f {base}.nft && nft -f {base}.nft; then :; else nft -f {base}.lockdown.nft "
         f"&& {firewall.GUARD} record {fleet} lockdown || true; "

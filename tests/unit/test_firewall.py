@@ -651,6 +651,8 @@ def test_apply_writes_the_bundle_then_checks_applies_and_records_the_hash(state:
         assert command == (f"install -d -m 0755 {directory} && printf '%s' {shlex.quote(text)} > {path}.tmp"
                            f" && chmod {mode} {path}.tmp && mv {path}.tmp {path}")  # fmt: skip
     assert rest == [
+        "systemctl stop jackin-nft-guard-demo.service jackin-nft-check-demo.timer jackin-nft-check-demo.service "
+        "2>/dev/null || true",
         APPLY,
         "/usr/local/lib/jackin/nft-guard record demo policy",
         "systemctl daemon-reload",

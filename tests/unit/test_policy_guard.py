@@ -161,3 +161,11 @@ def test_stopped_forgets_the_applied_hash_except_at_shutdown(guard, tmp_path: Pa
     stub(bin_dir, "systemctl", 'echo running')
     guard(f"$G stopped {FLEET}")
     assert not sha.exists()  # stopped by hand: the next fleet.up starts the guard again
+
+
+def test_guard_paths_agree_with_the_firewall() -> None:
+    from jackin import policy_guard
+
+    assert (policy_guard.NFT_DIR, policy_guard.UNIT_DIR, policy_guard.RESOLVER) == (
+        firewall.NFT_DIR, firewall.UNIT_DIR, firewall.RESOLVER)
+    assert f"[ ! -x {firewall.RESOLVER} ] || ({firewall.RESOLVER} \"$fleet\"" in GUARD_SCRIPT  # refill after a reload
