@@ -92,8 +92,14 @@ def status(grd: dict):
     return done.returncode, json.loads(done.stdout)
 
 
-def journal(lab: Lab) -> str:
-    return sh(lab, "journalctl -t jackin-nft --no-pager -o cat", warn=True).stdout
+def journal(lab: Lab, since: str = "") -> str:
+    """The guard's log (since a host time from ``clock``, if given)."""
+    after = f" --since @{since}" if since else ""
+    return sh(lab, f"journalctl -t jackin-nft --no-pager -o cat{after}", warn=True).stdout
+
+
+def clock(lab: Lab) -> str:
+    return sh(lab, "date +%s").stdout.strip()
 
 
 def test_guard_runs_and_the_policy_is_enforced(glab, grd):
@@ -114,6 +120,7 @@ def test_guard_runs_and_the_policy_is_enforced(glab, grd):
     ids=["nftables-conf", "flush-ruleset", "stop-nftables"],
 )
 def test_a_removed_table_is_back_within_seconds(glab, grd, command):
+    since = clock(glab)
     sh(glab, command)
     took = wait_policy(glab)
     assert took < BACK_WITHIN
@@ -124,16 +131,17 @@ def test_a_removed_table_is_back_within_seconds(glab, grd, command):
         assert reach(grd, glab, target) == "blocked"
     # Docker was not stopped with nftables (it requires the load unit, which is not part of nftables).
     assert sh(glab, "systemctl is-active docker").stdout.strip() == "active"
-    assert "is missing: loading it again" in journal(glab)
+    assert "is missing: loading it again" in journal(glab, since)
 
 
 def test_an_altered_table_is_repaired(glab, grd):
+    since = clock(glab)
     rule = sh(glab, f"nft -a list chain inet {TABLE} egress_probe_1 | grep '@always_v4'").stdout
     handle = rule.rsplit("# handle", 1)[1].strip()
     sh(glab, f"nft delete rule inet {TABLE} egress_probe_1 handle {handle}")
     wait_policy(glab)
     assert "@always_v4" in sh(glab, f"nft list chain inet {TABLE} egress_probe_1").stdout
-    assert "is altered: loading it again" in journal(glab)
+    assert "is altered: loading it again" in journal(glab, since)
 
 
 def test_runtime_set_elements_and_counters_are_not_alterations(glab, grd):
@@ -178,14 +186,15 @@ def test_when_nothing_loads_the_agents_are_stopped(glab, grd):
     base = f"/etc/jackin/nft/{FLEET}"
     assert running_agents(glab) == 2
     sh(glab, f"cp {base}.nft /root/keep.nft && cp {base}.lockdown.nft /root/keep.lockdown.nft")
+    since = clock(glab)
     try:
         sh(glab, f"echo 'not nft' > {base}.nft; echo 'not nft either' > {base}.lockdown.nft; nft flush ruleset")
         deadline = time.monotonic() + BACK_WITHIN + 10
         while running_agents(glab) and time.monotonic() < deadline:
             time.sleep(0.3)
         assert running_agents(glab) == 0
-        assert "neither the egress policy nor the lockdown table loads" in journal(glab)
-        assert "stopped the fleet's agent containers: 2" in journal(glab)
+        assert "neither the egress policy nor the lockdown table loads" in journal(glab, since)
+        assert "stopped the fleet's agent containers: 2" in journal(glab, since)
         assert policy(glab) == "missing"
         assert inv("fleet.status", "-i", grd["spec"]).returncode == 4
     finally:
@@ -227,6 +236,29 @@ def test_after_a_reboot_the_table_is_loaded_before_docker_starts_agents(glab, gr
     assert reach(grd, glab, grd["gateway"]) == "blocked" and host_reaches(glab, grd["gateway"])
     again = json.loads(inv("fleet.up", "-i", grd["spec"], "--yes", "--json").stdout)
     assert again["run"]["hosts"][0]["changed"] == 0  # a reboot does not make the policy stale
+
+
+def test_a_boot_where_nothing_loads_starts_no_docker_and_no_agent(glab, grd):
+    """Fail closed at boot: with neither the policy nor the lockdown loadable, Docker (which requires
+    the load unit) does not start, so no agent runs; once the files are good, Docker starts."""
+    base = f"/etc/jackin/nft/{FLEET}"
+    sh(glab, f"cp {base}.nft /root/keep.nft && cp {base}.lockdown.nft /root/keep.lockdown.nft")
+    sh(glab, f"echo 'not nft' > {base}.nft; echo 'not nft either' > {base}.lockdown.nft")
+    since = clock(glab)
+    dk.docker("restart", "-t", "5", glab.status().hosts[0].container)
+    glab.up()
+    try:
+        time.sleep(3)  # boot settles: give Docker every chance to (wrongly) start
+        assert sh(glab, f"systemctl is-failed jackin-nft-{FLEET}.service", warn=True).stdout.strip() == "failed"
+        assert sh(glab, "systemctl is-active docker.service", warn=True).stdout.strip() != "active"
+        assert sh(glab, "pgrep -x dockerd", warn=True).failed  # no engine, so no agent container
+        assert "neither the egress policy nor the lockdown table loads" in journal(glab, since)
+    finally:
+        sh(glab, f"cp /root/keep.nft {base}.nft && cp /root/keep.lockdown.nft {base}.lockdown.nft")
+    sh(glab, "systemctl start docker.service")  # pulls the load unit in again: now it loads
+    _wait_agents(glab)
+    assert policy(glab) == "enforced"
+    assert reach(grd, glab, grd["gateway"]) == "blocked" and host_reaches(glab, grd["gateway"])
 
 
 def test_down_removes_the_guard_and_leaves_docker_running(glab, grd):
