@@ -219,6 +219,18 @@ def _wait_agents(lab: Lab, count: int = 2, timeout: float = 60) -> None:
     raise AssertionError("agent containers did not come back")
 
 
+def _wait_booted(lab: Lab, timeout: float = 120) -> str:
+    """Wait until sshd answers and systemd has finished booting; returns its state (running, degraded...)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return sh(lab, "systemctl is-system-running --wait", warn=True).stdout.strip()
+        except Exception:  # noqa: BLE001 - sshd is not up yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 def monotonic(lab: Lab, unit: str, prop: str) -> int:
     return int(sh(lab, f"systemctl show {unit} -p {prop} --value").stdout.strip())
 
@@ -246,9 +258,8 @@ def test_a_boot_where_nothing_loads_starts_no_docker_and_no_agent(glab, grd):
     sh(glab, f"echo 'not nft' > {base}.nft; echo 'not nft either' > {base}.lockdown.nft")
     since = clock(glab)
     dk.docker("restart", "-t", "5", glab.status().hosts[0].container)
-    glab.up()
     try:
-        time.sleep(3)  # boot settles: give Docker every chance to (wrongly) start
+        _wait_booted(glab)  # not lab.up(): it waits for a healthy boot, and this one is degraded on purpose
         assert sh(glab, f"systemctl is-failed jackin-nft-{FLEET}.service", warn=True).stdout.strip() == "failed"
         assert sh(glab, "systemctl is-active docker.service", warn=True).stdout.strip() != "active"
         assert sh(glab, "pgrep -x dockerd", warn=True).failed  # no engine, so no agent container
