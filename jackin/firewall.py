@@ -37,7 +37,7 @@ after the private deny, so it opens its public part and nothing private.
 
 A guard on each host keeps the table loaded (``jackin.policy_guard``):
 ``nft monitor`` wakes it within a moment of any change to the table, a timer
-checks every CHECK_EVERY as the backstop; a missing or altered table is loaded
+checks every 10 s as the backstop; a missing or altered table is loaded
 again, else the lockdown table, else the fleet's agent containers are stopped.
 
 Traffic from an agent to the host itself (sshd, the Docker API, any service)
