@@ -67,19 +67,10 @@ def fleet_up(c, inventory=None, yes=False, json=False, dry_run=False):
 
 @task(help={"inventory": INVENTORY, "watch": "refresh in place until Ctrl-C", "json": "print JSON"})
 def fleet_status(c, inventory=None, watch=False, json=False):
-    """Show hosts × agents: container state, uptime, CPU, memory, restarts, last error."""
+    """Show hosts × agents: container state, uptime, CPU, memory, restarts, last error, egress policy.
+    Exit 3: a host is unreachable; exit 4: an agent's egress policy is not enforced (wins over 3)."""
     with guard():
-        spec = fleet_api.load(inventory)
-        if watch:
-            ui.watch(lambda: ui.status_table(fleet_api.status(spec)))
-            return
-        status = fleet_api.status(spec)
-        if json:
-            ui.print_json(status.model_dump(mode="json"))
-        else:
-            ui.out.print(ui.status_table(status))
-        if any(not h.reachable for h in status.hosts):
-            raise Exit(code=3)
+        raise Exit(code=cli.fleet_status(inventory, watch=watch, json=json))
 
 
 @task(help={"inventory": INVENTORY, "yes": "do not ask for confirmation",

@@ -1,7 +1,8 @@
 """The CLI edge: turn our errors into one clear message and a documented exit code.
 
 Exit codes: 0 ok · 1 a host or operation failed · 2 invalid spec or usage ·
-3 connection or host key. Anything else escaping is a bug and keeps its traceback.
+3 connection or host key · 4 (fleet.status) an agent's egress policy is not enforced on a
+reachable host. Anything else escaping is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from jackin import agent as agent_api
 from jackin import fleet as fleet_api
 from jackin import ui
 from jackin.engine import RunResult
-from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, JackinError, NotImplementedYet, SpecError, worst
+from jackin.errors import (EXIT_CONNECT, EXIT_FAILED, EXIT_NOT_ENFORCED, EXIT_OK, JackinError, NotImplementedYet,
+                           SpecError, worst)  # fmt: skip
 from jackin.remote import HostError
+from jackin.status import FleetStatus
 
 
 @contextmanager
@@ -100,6 +103,31 @@ def _up(spec, inventory: str | None, *, dry_run: bool, bring_up: bool, json: boo
         title = f"fleet {spec.fleet.name}: {'plan' if dry_run else 'up'}"
         ui.out.print(ui.up_table(result.run, title=title, agents=len(result.plan.agents)))
     return result
+
+
+def fleet_status(inventory: str | None, *, watch: bool, json: bool) -> int:
+    """Show the fleet's status; the exit code says whether every agent's policy is enforced."""
+    spec = fleet_api.load(inventory)
+    if watch:
+        ui.watch(lambda: ui.status_table(fleet_api.status(spec)))
+        return EXIT_OK
+    status = fleet_api.status(spec)
+    if json:
+        ui.print_json(status.model_dump(mode="json"))
+    else:
+        ui.out.print(ui.status_table(status))
+    return status_exit(status)
+
+
+def status_exit(status: FleetStatus) -> int:
+    """4 when any agent's egress policy is not enforced on a reachable host (a script or cron job
+    must notice a silent security fault first); else 1 when a host answered but its read failed;
+    else 3 when a host is unreachable; else 0."""
+    return worst(
+        EXIT_NOT_ENFORCED if h.not_enforced else EXIT_CONNECT if not h.reachable else EXIT_FAILED if h.error
+        else EXIT_OK
+        for h in status.hosts
+    )  # fmt: skip
 
 
 def fleet_down(inventory: str | None, *, yes: bool, keep_data: bool, keep_lab: bool) -> int:

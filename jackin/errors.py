@@ -10,6 +10,9 @@
     └── NotImplementedYet        exit 1   a task a later issue owns
 
 Anything else escaping to the CLI is a bug and may show its traceback.
+
+Exit 4 (EXIT_NOT_ENFORCED) is not an error but a finding of ``fleet.status``: an agent's egress
+policy is not enforced on a reachable host. It wins over 3 when a host is also unreachable.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_SPEC = 2
 EXIT_CONNECT = 3
+EXIT_NOT_ENFORCED = 4  # fleet.status: an agent's egress policy is not enforced on a reachable host
 
 
 class JackinError(Exception):

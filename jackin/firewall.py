@@ -13,15 +13,34 @@ input hooks, and processes of its Unix user on the host by ``meta skuid``.
 Order of an agent's egress chain:
 
     replies to inbound (published) connections     accept
-    link-local (metadata), other agents' bridges   deny   (always)
-    allowlist: the spec's dns servers               deny   (the filter's upstreams only)
-    explicit CIDR and address entries (:port)       accept
-    open: DNS to the spec's dns servers             accept
-    private and reserved ranges                     deny   (unless allowed above)
+    always denied (sets always_v4, always_v6)      deny   (whatever the entries say)
+    other agents' bridges                          deny   (always)
+    allowlist: the spec's dns servers              deny   (the filter's upstreams only)
+    CIDR entries inside a private range (:port)    accept
+    open: DNS to the spec's dns servers            accept
+    private and reserved ranges (v4 and v6)        deny   (unless allowed above)
+    all other CIDR and address entries (:port)     accept (never private: see below)
     allowlist: domain entries (addresses the agent's accept (never private: see above)
       filtering resolver answered it, jackin/dns.py)
-    mode open: any other IPv4                       accept
-    everything else (IPv6 unless allowed)           deny
+    mode open: any other IPv4                      accept
+    everything else (IPv6 unless allowed)          deny
+
+Always denied: link-local (169.254.0.0/16 with the metadata address 169.254.169.254,
+fe80::/10), the other clouds' metadata addresses (168.63.129.16, 100.100.100.200,
+fd00:ec2::254), and every address of every host in the fleet (the plan's
+``fleet_hosts``), so an agent reaches neither the sshd nor a published port of
+another fleet host. The agent's Unix user on the host is also denied loopback
+and IPv6 unique-local addresses (fc00::/7).
+
+The private-range rule: a private destination opens only through an entry that
+lies inside a private range (``10.1.0.0/16:5432``). An entry that covers private
+ranges only by being wider than them (``0.0.0.0/0:443``, ``8.0.0.0/6``) comes
+after the private deny, so it opens its public part and nothing private.
+
+A guard on each host keeps the table loaded (``jackin.policy_guard``):
+``nft monitor`` wakes it within a moment of any change to the table, a timer
+checks every 10 s as the backstop; a missing or altered table is loaded
+again, else the lockdown table, else the fleet's agent containers are stopped.
 
 Traffic from an agent to the host itself (sshd, the Docker API, any service)
 is dropped in the input hook, except DNS to its own filtering resolver: port 53
@@ -39,6 +58,7 @@ from dataclasses import dataclass
 
 from jackin import dns
 from jackin.plan import AgentPlan, FleetPlan
+from jackin.policy_guard import GUARD, GUARD_SCRIPT, guard_units, runtime_paths
 from jackin.spec.models import NetworkPolicy
 
 PRIORITY = "filter - 5"  # before Docker's own filter chains; a drop anywhere is final
@@ -46,8 +66,12 @@ PRIVATE_V4 = (
     "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "172.16.0.0/12",
     "192.0.0.0/24", "192.168.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
 )  # fmt: skip
+PRIVATE_V6 = ("::1/128", "fc00::/7", "fec0::/10", "ff00::/8")
 LINK_LOCAL_V4 = "169.254.0.0/16"
 LINK_LOCAL_V6 = "fe80::/10"
+METADATA_V4 = ("168.63.129.16", "100.100.100.200")  # Azure, Alibaba (169.254.169.254 is link-local)
+METADATA_V6 = ("fd00:ec2::254",)  # AWS over IPv6
+UNIQUE_LOCAL_V6 = "fc00::/7"
 NFT_DIR = "/etc/jackin/nft"
 RESOLVER = "/usr/local/lib/jackin/nft-resolve"  # earlier versions' host-side resolver: removed when found
 UNIT_DIR = "/etc/systemd/system"
@@ -107,6 +131,13 @@ def _family(address: str) -> str:
     return "ip" if ipaddress.ip_address(address).version == 4 else "ip6"
 
 
+def is_private(entry: Entry) -> bool:
+    """Is a CIDR entry inside a private range? Only such entries open private destinations."""
+    network = ipaddress.ip_network(entry.target)
+    ranges = PRIVATE_V4 if network.version == 4 else PRIVATE_V6
+    return any(network.subnet_of(ipaddress.ip_network(r)) for r in ranges)  # type: ignore[arg-type]
+
+
 def _agent_rules(agent: AgentPlan) -> tuple[list[str], list[str], list[tuple[str, str]]]:
     """(sets, chain body, domain sets) for one agent."""
     name = ident(agent.instance)
@@ -115,11 +146,11 @@ def _agent_rules(agent: AgentPlan) -> tuple[list[str], list[str], list[tuple[str
     domains: list[tuple[str, str]] = []
     body = [
         "ct direction reply accept",
-        f"ip daddr {LINK_LOCAL_V4} {deny}",
-        f"ip6 daddr {LINK_LOCAL_V6} {deny}",
+        f"ip daddr @always_v4 {deny}",
+        f"ip6 daddr @always_v6 {deny}",
         f'oifname "jk*" {deny}',
     ]
-    domain_rules = []
+    domain_rules, wide_rules = [], []
     open_mode = agent.policy.mode == "open"
     if agent.policy.mode == "allowlist":  # the spec's resolvers are the filter's upstreams, never the agent's
         body += [f"{_family(resolver)} daddr {resolver} {deny}" for resolver in agent.policy.dns]
@@ -133,10 +164,14 @@ def _agent_rules(agent: AgentPlan) -> tuple[list[str], list[str], list[tuple[str
             domains.append((set_name, entry.target))
             domain_rules.append(f"ip daddr @{set_name}{_port(entry.port)} accept")
         else:
-            body.append(f"{entry.family} daddr {entry.target}{_port(entry.port)} accept")
+            rule = f"{entry.family} daddr {entry.target}{_port(entry.port)} accept"
+            (body if is_private(entry) else wide_rules).append(rule)
     if open_mode:
         body += [f"{_family(resolver)} daddr {resolver}{_port(53)} accept" for resolver in agent.policy.dns]
     body.append(f"ip daddr @private_v4 {deny}")
+    body.append(f"ip6 daddr @private_v6 {deny}")
+    # After the private-range deny: an entry wider than a private range opens only its public part.
+    body += wide_rules
     # After the private-range deny: a name that resolves to a private address (DNS rebinding)
     # must not open an internal network. Only CIDR entries name private ranges.
     body += domain_rules
@@ -150,11 +185,45 @@ def _agent_rules(agent: AgentPlan) -> tuple[list[str], list[str], list[tuple[str
     return sets, body, domains
 
 
+def _addresses(values: list[str], version: int) -> list[str]:
+    """Addresses and networks of one IP version, merged where they overlap (nft refuses overlaps)."""
+    networks = [n for n in (ipaddress.ip_network(v, strict=False) for v in values) if n.version == version]
+    merged = ipaddress.collapse_addresses(networks)  # type: ignore[type-var]
+    return [str(n.network_address) if n.prefixlen == n.max_prefixlen else str(n) for n in merged]
+
+
+def _static_sets(plan: FleetPlan) -> list[tuple[str, str, list[str]]]:
+    """(name, type, elements) of the table's static sets: the always-denied and the private ranges.
+
+    Their names start with always_ or private_: the guard's digest keeps their elements (any
+    other set is filled at runtime, and its elements are not part of the digest)."""
+    hosts = list(plan.fleet_hosts)
+    return [
+        ("always_v4", "ipv4_addr", _addresses([LINK_LOCAL_V4, *METADATA_V4, *hosts], 4)),
+        ("always_v6", "ipv6_addr", _addresses([LINK_LOCAL_V6, *METADATA_V6, *hosts], 6)),
+        ("private_v4", "ipv4_addr", list(PRIVATE_V4)),
+        ("private_v6", "ipv6_addr", list(PRIVATE_V6)),
+    ]
+
+
+def host_addresses(addresses: list[str]) -> list[str]:
+    """The IP literals among a fleet's host addresses, deduplicated and sorted (names are not
+    resolved: the operator's resolver may not see what the hosts see)."""
+    found = set()
+    for address in addresses:
+        try:
+            found.add(ipaddress.ip_address(address))
+        except ValueError:
+            continue
+    return [str(a) for a in sorted(found, key=lambda a: (a.version, a))]
+
+
 def render(plan: FleetPlan) -> str:
     """The whole table, as an atomic replace: declare, delete, re-create."""
     table = table_name(plan.fleet)
     lines = [f"table inet {table}", f"delete table inet {table}", f"table inet {table} {{"]
-    lines.append(f"\tset private_v4 {{ type ipv4_addr; flags interval; elements = {{ {', '.join(PRIVATE_V4)} }} }}")
+    for name, kind, elements in _static_sets(plan):
+        lines.append(f"\tset {name} {{ type {kind}; flags interval; elements = {{ {', '.join(elements)} }} }}")
     forward, inp, output, chains = [], [], [], []
     for agent in plan.agents:
         name = ident(agent.instance)
@@ -168,7 +237,8 @@ def render(plan: FleetPlan) -> str:
         inp.append(f'iifname "{agent.bridge}" goto deny_{name}')
         output.append(f"meta skuid {agent.uid} jump user_{name}")
         chains.append((f"egress_{name}", body))
-        chains.append((f"user_{name}", [f'oifname "lo" goto deny_{name}', f"jump egress_{name}"]))
+        chains.append((f"user_{name}", [f'oifname "lo" goto deny_{name}', f"ip6 daddr {UNIQUE_LOCAL_V6} goto deny_{name}",
+                                        f"jump egress_{name}"]))  # fmt: skip
         chains.append((f"deny_{name}", [
             f"meta nfproto ipv4 meta l4proto {{ tcp, udp }} update @denied_{name} {{ ip daddr . th dport }}",
             f'counter name "drops_{name}" drop',
@@ -214,19 +284,19 @@ Description=jackin fleet {fleet}: agent egress policy (nftables table {table_nam
 DefaultDependencies=no
 After=nftables.service local-fs.target
 Before=docker.service network-pre.target
-# nftables.service flushes the whole ruleset when restarted or reloaded: load our table again after it.
-PartOf=nftables.service
+# Docker requires this unit (docker.service.d/jackin-nft-{fleet}.conf). Not PartOf=nftables.service:
+# stopping nftables would then stop Docker; the guard (jackin-nft-guard-{fleet}) restores the table.
 ReloadPropagatedFrom=nftables.service
 Wants=network-pre.target
 
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-ExecStart=/bin/sh -c 'nft -f {NFT_DIR}/{fleet}.nft || nft -f {NFT_DIR}/{fleet}.lockdown.nft'
-ExecReload=/bin/sh -c 'nft -f {NFT_DIR}/{fleet}.nft || nft -f {NFT_DIR}/{fleet}.lockdown.nft'
+ExecStart={GUARD} load {fleet}
+ExecReload={GUARD} load {fleet}
 
 [Install]
-WantedBy=multi-user.target docker.service nftables.service
+WantedBy=multi-user.target
 """
     return {f"jackin-nft-{fleet}.service": load}
 
@@ -239,6 +309,8 @@ def bundle(plan: FleetPlan) -> dict[str, str]:
     }
     files.update({f"{UNIT_DIR}/{name}": text for name, text in units(plan).items()})
     files.update(dns.files(plan))
+    files[GUARD] = GUARD_SCRIPT
+    files.update(guard_units(plan.fleet))
     return files
 
 
@@ -251,10 +323,11 @@ def bundle_hash(plan: FleetPlan) -> str:
 
 def owned_paths(fleet: str) -> list[str]:
     """Files a fleet's firewall writes, and those earlier versions wrote (the resolver service and
-    timer, the domains list; their shared resolver script is removed with the last fleet)."""
+    timer, the domains list); the shared guard script (and an earlier version's resolver script)
+    go with the last fleet."""
     return [
         f"{NFT_DIR}/{fleet}.nft", f"{NFT_DIR}/{fleet}.lockdown.nft", f"{NFT_DIR}/{fleet}.domains",
         f"{NFT_DIR}/{fleet}.sha", *(f"{UNIT_DIR}/{name}" for name in (
             f"jackin-nft-{fleet}.service", f"jackin-nft-resolve-{fleet}.service", f"jackin-nft-resolve-{fleet}.timer")),
-        *dns.owned_paths(fleet),
+        *dns.owned_paths(fleet), *guard_units(fleet), *runtime_paths(fleet),
     ]  # fmt: skip

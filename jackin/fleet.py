@@ -47,13 +47,15 @@ def targets(inventory: Inventory, *, log: Log = lambda _: None, bring_up: bool =
     return provider_for(inventory).targets(bring_up=bring_up, log=log)
 
 
-def make_plan(inventory: Inventory, ledger: Ledger, *, store: bool = True) -> planning.FleetPlan:
-    """The fleet's plan; ``store=False`` previews new uids without allocating them (a dry run)."""
+def make_plan(inventory: Inventory, ledger: Ledger, *, store: bool = True,
+              fleet_hosts: list[str] | None = None) -> planning.FleetPlan:
+    """The fleet's plan; ``store=False`` previews new uids without allocating them (a dry run).
+    ``fleet_hosts``: every address of the fleet's hosts, always denied to its agents."""
     fleet = inventory.fleet
     names = [instance for _, instance in planning.instances(fleet)]
     assign = ledger.allocate_uids if store else ledger.preview_uids
     uids = assign(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET)
-    return planning.build(fleet, uids)
+    return planning.build(fleet, uids, firewall.host_addresses(fleet_hosts or []))
 
 
 # --- up ----------------------------------------------------------------------
@@ -90,7 +92,7 @@ def up(
         hosts = provider.targets(log=log, bring_up=not dry_run if bring_up is None else bring_up)
         if dry_run and not hosts:
             log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
-        plan = make_plan(inventory, ledger, store=not dry_run)
+        plan = make_plan(inventory, ledger, store=not dry_run, fleet_hosts=provider.addresses() if hosts else [])
         if dry_run:  # changes nothing, the ledger included
             _, result = recorded_run(None, fleet=fleet.name, action="fleet.up --dry-run", deploy="fleet.py",
                                      hosts=hosts, data=plan.model_dump(mode="json"), dry_run=True, on_event=on_event)  # fmt: skip
@@ -134,9 +136,8 @@ def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
                 level, reasons = firewall.enforcement(policy)
                 agent.egress = policy.mode
                 agent.enforcement = level + (": " + "; ".join(reasons) if reasons else "")
-                if host.policy_loaded is False:
-                    agent.enforcement = (f"NOT ENFORCED: table {firewall.table_name(spec.name)} is not loaded "
-                                         "(run fleet.up to restore it)")  # fmt: skip
+                if host.not_enforced:
+                    agent.enforcement = f"NOT ENFORCED: {host.not_enforced}"
             if agent.drops is not None:
                 before = seen.get(host.host, {}).get(agent.instance, 0)
                 agent.drops_new = agent.drops - before if agent.drops >= before else agent.drops

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -125,6 +125,7 @@ class FleetPlan(_Model):
     uid_max: int
     agents: list[AgentPlan]
     address_pools: list[AddressPool] = Field(default_factory=list)
+    fleet_hosts: list[str] = Field(default_factory=list)  # every fleet host's IP addresses: always denied to agents
 
     @property
     def fleet_dir(self) -> str:
@@ -164,8 +165,9 @@ def instances(spec: FleetSpec) -> list[tuple[str, str]]:
     return [(a.name, f"{a.name}-{i}") for a in spec.agents for i in range(1, a.count + 1)]
 
 
-def build(spec: FleetSpec, uids: Mapping[str, int]) -> FleetPlan:
-    """The plan for ``spec``, with each instance's uid taken from ``uids`` (the ledger)."""
+def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] = ()) -> FleetPlan:
+    """The plan for ``spec``, with each instance's uid taken from ``uids`` (the ledger) and the
+    fleet's host addresses (always denied to its agents)."""
     agents = []
     by_name = {a.name: a for a in spec.agents}
     for agent_name, instance in instances(spec):
@@ -189,4 +191,5 @@ def build(spec: FleetSpec, uids: Mapping[str, int]) -> FleetPlan:
         uid_max=spec.uid_base + UIDS_PER_FLEET - 1,
         agents=agents,
         address_pools=spec.address_pools,
+        fleet_hosts=list(fleet_hosts),
     )

@@ -98,7 +98,7 @@ class StaticProvider(Provider):
             try:
                 found.append(str(ipaddress.ip_address(host.address)))
             except ValueError:
-                continue  # a DNS name: resolved on the host, not here
+                continue  # a DNS name is not resolved here: give fleet hosts as IP addresses
         return sorted(set(found))
 
 

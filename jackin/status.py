@@ -14,7 +14,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import ConnectError, JackinError
-from jackin.firewall import ident
+from jackin.firewall import GUARD, ident
 from jackin.remote import gather
 from jackin.ssh import SshTarget
 
@@ -50,6 +50,10 @@ class HostStatus(_Model):
     reachable: bool
     error: str | None = None
     policy_loaded: bool | None = None  # is the fleet's nftables table in the kernel?
+    policy: str | None = None  # enforced, lockdown, missing, altered, unverified, failed; unknown: no guard
+    guard: str | None = None  # the guard service (systemctl is-active): active, inactive, failed...
+    guard_timer: str | None = None  # its backstop timer
+    not_enforced: str | None = None  # why the agents' egress policy is not enforced here; None if it is
     agents: list[AgentStatus] = Field(default_factory=list)
 
 
@@ -63,7 +67,10 @@ def status_command(fleet: str) -> str:
     table = shlex.quote(f"jackin-{fleet}")
     drops = (f"echo '##drops'; nft list counters table inet {table} 2>/dev/null | "
              "awk '/counter drops_/{n=$2} /packets/{print n, $2}'; "
-             f"echo '##table'; nft list table inet {table} >/dev/null 2>&1 && echo loaded; ")  # fmt: skip
+             f"echo '##table'; nft list table inet {table} >/dev/null 2>&1 && echo loaded; "
+             f"echo '##guard'; systemctl is-active {shlex.quote(f'jackin-nft-guard-{fleet}.service')} "
+             f"{shlex.quote(f'jackin-nft-check-{fleet}.timer')} 2>/dev/null; "
+             f"echo '##policy'; [ -x {GUARD} ] && {GUARD} verify {shlex.quote(fleet)} 2>/dev/null; ")  # fmt: skip
     label = shlex.quote(f"label=jackin.fleet={fleet}")
     fmt = (
         "{{.Id}}|{{.Name}}|{{.State.Status}}|{{.State.StartedAt}}|{{.RestartCount}}|"
@@ -90,9 +97,50 @@ def status_command(fleet: str) -> str:
     )
 
 
-def parse_host_status(output: str) -> tuple[float, list[AgentStatus], bool]:
+POLICY_STATES = ("enforced", "lockdown", "missing", "altered", "unverified", "failed")
+WHY = {
+    "lockdown": "the lockdown table is loaded instead of the policy (it did not load)",
+    "missing": "table {table} is not loaded",
+    "altered": "table {table} differs from the one loaded (a rule or chain changed)",
+    "unverified": "table {table} was not loaded by jackin (nothing to compare it with)",
+    "failed": "neither the policy nor the lockdown table loads",
+    "unknown": "the guard is not installed",
+}
+
+
+def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, object]]:
+    """(host time, agents, the host's policy fields of HostStatus)."""
     now, agents = parse_status(output)
-    return now, agents, "\n##table\nloaded" in output
+    sections = _sections(output)
+    guard = sections.get("guard", [])
+    policy = next((s for s in sections.get("policy", []) if s in POLICY_STATES), "unknown")
+    return now, agents, {
+        "policy_loaded": "\n##table\nloaded" in output, "policy": policy,
+        "guard": guard[0] if guard else "unknown", "guard_timer": guard[1] if len(guard) > 1 else "unknown",
+    }  # fmt: skip
+
+
+def not_enforced(fleet: str, host: HostStatus) -> str | None:
+    """Why the egress policy of this host's agents is not enforced, or None (also with no agents)."""
+    if not host.reachable or not host.agents:
+        return None
+    reasons = []
+    if host.policy != "enforced":
+        reasons.append(WHY.get(host.policy or "unknown", WHY["unknown"]).format(table=f"jackin-{fleet}"))
+    if host.guard != "active":
+        reasons.append(f"the guard (jackin-nft-guard-{fleet}) is {host.guard or 'unknown'}")
+    return "; ".join(reasons) + " (run fleet.up to restore it)" if reasons else None
+
+
+def _sections(output: str) -> dict[str, list[str]]:
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in output.splitlines():
+        if line.startswith("##"):
+            current = sections.setdefault(line[2:].strip(), [])
+        elif current is not None and line.strip():
+            current.append(line.strip())
+    return sections
 
 
 def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
@@ -156,6 +204,8 @@ def fleet_status(fleet: str, targets: list[SshTarget], *, timeout: float = 8) ->
             hosts.append(HostStatus(host=target.name, address=target.address, port=target.port,
                                     reachable=not isinstance(result, ConnectError), error=result.message))  # fmt: skip
         else:
-            hosts.append(HostStatus(host=target.name, address=target.address, port=target.port,
-                                    reachable=True, agents=result[1], policy_loaded=result[2]))  # fmt: skip
+            host = HostStatus(host=target.name, address=target.address, port=target.port,
+                              reachable=True, agents=result[1], **result[2])  # fmt: skip
+            host.not_enforced = not_enforced(fleet, host)
+            hosts.append(host)
     return FleetStatus(fleet=fleet, at=time.time(), hosts=hosts)

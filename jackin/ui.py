@@ -201,6 +201,11 @@ def status_table(status: FleetStatus) -> Table:
     running = sum(a.state == "running" for h in status.hosts for a in h.agents)
     total = sum(len(h.agents) for h in status.hosts)
     table.caption = f"{reachable}/{len(status.hosts)} hosts reachable, {running}/{total} agents running"
+    guards = [f"{h.host} {h.guard}" for h in status.hosts if h.guard]  # the egress policy's guard, per host
+    if guards:
+        table.caption += "\npolicy guard: " + ", ".join(guards)
+    for host in (h for h in status.hosts if h.not_enforced):
+        table.caption += f"\n{host.host}: egress policy NOT ENFORCED: {host.not_enforced}"
     return table
 
 

@@ -1,6 +1,6 @@
 """pyinfra operation for a fleet's egress policy (pyinfra has no nftables operation).
 
-The whole bundle (table, lockdown table, domain list, resolver, systemd units)
+The whole bundle (table, lockdown table, domain list, resolver, guard, systemd units)
 is written and applied only when its hash differs from the one on the host or
 the table is not loaded. Applying checks first (``nft -c -f``) and falls back
 to the lockdown table, so a failure leaves agents with less access, never more.
@@ -16,6 +16,7 @@ from jackin import dns, firewall
 from jackin.state import HostState
 from jackin.operations.script import Command, script, write_files
 from jackin.plan import FleetPlan
+from jackin.policy_guard import DROPIN_DIR, RUN_DIR
 
 
 def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
@@ -26,12 +27,18 @@ def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     base = f"{firewall.NFT_DIR}/{fleet}"
     # Every file of the bundle by SFTP (a 150-agent policy is past Linux's 128 KiB argv limit).
     commands = write_files(firewall.bundle(plan))
+    guard = f"jackin-nft-guard-{fleet}.service jackin-nft-check-{fleet}.timer"
     commands += [
+        # The guard rests while the table is replaced (it would take our load for an alteration); restarted below.
+        f"systemctl stop {guard} jackin-nft-check-{fleet}.service 2>/dev/null || true",
         # Check, then apply in one transaction; on any failure the lockdown table drops all agent traffic.
-        f"if nft -c -f {base}.nft && nft -f {base}.nft; then :; else nft -f {base}.lockdown.nft; "
+        f"if nft -c -f {base}.nft && nft -f {base}.nft; then :; else nft -f {base}.lockdown.nft "
+        f"&& {firewall.GUARD} record {fleet} lockdown || true; "
         f"echo 'egress policy rejected by nft: agents of fleet {fleet} are locked down' >&2; exit 1; fi",
+        f"{firewall.GUARD} record {fleet} policy",  # what the guard compares the loaded table with
         "systemctl daemon-reload",
-        f"systemctl enable --quiet jackin-nft-{fleet}.service",
+        f"systemctl enable --quiet jackin-nft-{fleet}.service {guard}",
+        f"systemctl restart {guard}",  # the guard runs the script just written
         *dns.apply_commands(plan, state.files),  # the filtering resolvers fill the table's domain sets
         f"echo {digest} > {base}.sha",
     ]
@@ -41,18 +48,27 @@ def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
 def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
     fleet = plan.fleet
     commands = []
+    dropin = f"{DROPIN_DIR}/jackin-nft-{fleet}.conf"
+    if dropin in state.files:
+        # First, so that stopping the load unit below does not stop Docker (which requires it).
+        commands.append(f"rm -f {dropin} && systemctl daemon-reload")
     if any(p.endswith(".service") or p.endswith(".timer") for p in state.files):
-        commands.append(f"systemctl disable --now --quiet jackin-nft-{fleet}.service "
+        # The guard and its timer before the table goes, or they would load it again.
+        commands.append(f"systemctl disable --now --quiet jackin-nft-guard-{fleet}.service "
+                        f"jackin-nft-check-{fleet}.timer jackin-nft-check-{fleet}.service jackin-nft-{fleet}.service "
                         f"jackin-nft-resolve-{fleet}.timer jackin-nft-resolve-{fleet}.service 2>/dev/null || true")  # fmt: skip
     commands += dns.remove_commands(fleet, state.files)
     if state.nft_table:
         commands.append(f"nft delete table inet {firewall.table_name(fleet)}")
-    if state.files:
-        commands.append("rm -f " + " ".join(shlex.quote(p) for p in state.files))
+    files = [p for p in state.files if p != dropin]
+    if files:
+        commands.append("rm -f " + " ".join(shlex.quote(p) for p in files))
         commands.append("systemctl daemon-reload")
-        # The shared resolver and directories go with the last fleet on the host.
+    if state.files:
+        # The shared scripts and directories go with the last fleet on the host.
         commands.append(f"ls {firewall.NFT_DIR}/*.nft >/dev/null 2>&1 || "
-                        f"{{ rm -f {firewall.RESOLVER}; rmdir {firewall.NFT_DIR} /etc/jackin /usr/local/lib/jackin 2>/dev/null || true; }}")  # fmt: skip
+                        f"{{ rm -f {firewall.RESOLVER} {firewall.GUARD}; rmdir {firewall.NFT_DIR} /etc/jackin "
+                        f"/usr/local/lib/jackin {RUN_DIR} /run/jackin {DROPIN_DIR} 2>/dev/null || true; }}")  # fmt: skip
     return commands
 
 

@@ -74,18 +74,32 @@ fleet:
 ))  # fmt: skip
 
 
-def make_plan(text: str, uid_base: int = 60000) -> FleetPlan:
+HOSTS = ["192.0.2.10", "198.51.100.7", "2001:db8::10"]  # the fleet's hosts: always denied
+
+
+def make_plan(text: str, uid_base: int = 60000, hosts: list[str] = HOSTS) -> FleetPlan:
     spec = parse_inventory(text, "f.yaml").fleet
-    return build(spec, {instance: uid_base + n for n, (_, instance) in enumerate(instances(spec))})
+    return build(spec, {instance: uid_base + n for n, (_, instance) in enumerate(instances(spec))}, hosts)
 
 
 def empty_plan(fleet: str = "demo") -> FleetPlan:
     return FleetPlan(fleet=fleet, uid_min=60000, uid_max=60999, agents=[])
 
 
+WIDE = """\
+fleet:
+  name: wide
+  provider: lab
+  agents:
+    - name: wide
+      network:
+        mode: allowlist
+        allow: ["0.0.0.0/0:443", "8.0.0.0/6", "10.0.0.0/8:5432", "[::/0]:443", "[fd00::/8]:22", "100.64.0.0/10"]
+"""
+
 PLAN = make_plan(SMALL)
-PLANS = {"one": make_plan(SMALL.split("    - name: picky")[0]), "small": PLAN,
-         "mixed": make_plan(MIXED), "many": make_plan(MANY), "empty": empty_plan()}  # fmt: skip
+PLANS = {"one": make_plan(SMALL.split("    - name: picky")[0]), "small": PLAN, "mixed": make_plan(MIXED),
+         "many": make_plan(MANY), "wide": make_plan(WIDE, hosts=[]), "empty": empty_plan()}  # fmt: skip
 
 # --- render: the exact ruleset ----------------------------------------------------
 
@@ -93,7 +107,10 @@ EXPECTED = """\
 table inet jackin-demo
 delete table inet jackin-demo
 table inet jackin-demo {
+\tset always_v4 { type ipv4_addr; flags interval; elements = { 100.100.100.200, 168.63.129.16, 169.254.0.0/16, 192.0.2.10, 198.51.100.7 } }
+\tset always_v6 { type ipv6_addr; flags interval; elements = { 2001:db8::10, fd00:ec2::254, fe80::/10 } }
 \tset private_v4 { type ipv4_addr; flags interval; elements = { 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 172.16.0.0/12, 192.0.0.0/24, 192.168.0.0/16, 224.0.0.0/4, 240.0.0.0/4 } }
+\tset private_v6 { type ipv6_addr; flags interval; elements = { ::1/128, fc00::/7, fec0::/10, ff00::/8 } }
 \tcounter drops_quiet_1 { }
 \tset denied_quiet_1 { type ipv4_addr . inet_service; flags dynamic, timeout; timeout 1h; size 4096; }
 \tset dom_picky_1_3 { type ipv4_addr; }
@@ -125,14 +142,16 @@ table inet jackin-demo {
 \t}
 \tchain egress_quiet_1 {
 \t\tct direction reply accept
-\t\tip daddr 169.254.0.0/16 goto deny_quiet_1
-\t\tip6 daddr fe80::/10 goto deny_quiet_1
+\t\tip daddr @always_v4 goto deny_quiet_1
+\t\tip6 daddr @always_v6 goto deny_quiet_1
 \t\toifname "jk*" goto deny_quiet_1
 \t\tip daddr @private_v4 goto deny_quiet_1
+\t\tip6 daddr @private_v6 goto deny_quiet_1
 \t\tgoto deny_quiet_1
 \t}
 \tchain user_quiet_1 {
 \t\toifname "lo" goto deny_quiet_1
+\t\tip6 daddr fc00::/7 goto deny_quiet_1
 \t\tjump egress_quiet_1
 \t}
 \tchain deny_quiet_1 {
@@ -141,19 +160,21 @@ table inet jackin-demo {
 \t}
 \tchain egress_picky_1 {
 \t\tct direction reply accept
-\t\tip daddr 169.254.0.0/16 goto deny_picky_1
-\t\tip6 daddr fe80::/10 goto deny_picky_1
+\t\tip daddr @always_v4 goto deny_picky_1
+\t\tip6 daddr @always_v6 goto deny_picky_1
 \t\toifname "jk*" goto deny_picky_1
 \t\tip daddr 9.9.9.9 goto deny_picky_1
 \t\tip daddr 10.1.0.0/16 meta l4proto { tcp, udp } th dport 5432 accept
+\t\tip daddr @private_v4 goto deny_picky_1
+\t\tip6 daddr @private_v6 goto deny_picky_1
 \t\tip daddr 1.2.3.4/32 accept
 \t\tip6 daddr 2001:db8::1/128 meta l4proto { tcp, udp } th dport 443 accept
-\t\tip daddr @private_v4 goto deny_picky_1
 \t\tip daddr @dom_picky_1_3 meta l4proto { tcp, udp } th dport 443 accept
 \t\tgoto deny_picky_1
 \t}
 \tchain user_picky_1 {
 \t\toifname "lo" goto deny_picky_1
+\t\tip6 daddr fc00::/7 goto deny_picky_1
 \t\tjump egress_picky_1
 \t}
 \tchain deny_picky_1 {
@@ -162,16 +183,18 @@ table inet jackin-demo {
 \t}
 \tchain egress_roam_1 {
 \t\tct direction reply accept
-\t\tip daddr 169.254.0.0/16 goto deny_roam_1
-\t\tip6 daddr fe80::/10 goto deny_roam_1
+\t\tip daddr @always_v4 goto deny_roam_1
+\t\tip6 daddr @always_v6 goto deny_roam_1
 \t\toifname "jk*" goto deny_roam_1
 \t\tip daddr 192.168.5.0/24 accept
 \t\tip daddr @private_v4 goto deny_roam_1
+\t\tip6 daddr @private_v6 goto deny_roam_1
 \t\tmeta nfproto ipv4 accept
 \t\tgoto deny_roam_1
 \t}
 \tchain user_roam_1 {
 \t\toifname "lo" goto deny_roam_1
+\t\tip6 daddr fc00::/7 goto deny_roam_1
 \t\tjump egress_roam_1
 \t}
 \tchain deny_roam_1 {
@@ -199,6 +222,49 @@ def test_render_small_fleet_is_the_exact_ruleset() -> None:
 
 def test_render_lockdown_small_fleet_is_the_exact_ruleset() -> None:
     assert render_lockdown(PLAN) == EXPECTED_LOCKDOWN
+
+
+def test_entries_wider_than_a_private_range_come_after_the_private_deny() -> None:
+    """Private destinations open only through an entry inside a private range: 0.0.0.0/0:443 and
+    8.0.0.0/6 open their public part, never 10.0.0.0/8; the metadata and fleet hosts never open."""
+    assert chains(render(PLANS["wide"]))["egress_wide_1"] == [
+        "ct direction reply accept",
+        "ip daddr @always_v4 goto deny_wide_1",
+        "ip6 daddr @always_v6 goto deny_wide_1",
+        'oifname "jk*" goto deny_wide_1',
+        "ip daddr 10.0.0.0/8 meta l4proto { tcp, udp } th dport 5432 accept",
+        "ip6 daddr fd00::/8 meta l4proto { tcp, udp } th dport 22 accept",
+        "ip daddr 100.64.0.0/10 accept",  # but not 100.100.100.200 (always denied above)
+        "ip daddr @private_v4 goto deny_wide_1",
+        "ip6 daddr @private_v6 goto deny_wide_1",
+        "ip daddr 0.0.0.0/0 meta l4proto { tcp, udp } th dport 443 accept",
+        "ip daddr 8.0.0.0/6 accept",
+        "ip6 daddr ::/0 meta l4proto { tcp, udp } th dport 443 accept",
+        "goto deny_wide_1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "private"),
+    [("10.0.0.0/8", True), ("10.1.2.3", True), ("192.168.5.0/24", True), ("100.64.0.0/10", True),
+     ("0.0.0.0/0", False), ("8.0.0.0/6", False), ("10.0.0.0/7", False), ("1.2.3.4", False),
+     ("[fd00::1]", True), ("fc00::/7", True), ("::/0", False), ("2001:db8::/32", False), ("[::1]", True)],
+)  # fmt: skip
+def test_is_private(value: str, private: bool) -> None:
+    assert firewall.is_private(parse_entry(value)) is private
+
+
+def test_always_denied_sets_merge_the_fleet_hosts() -> None:
+    hosts = ["10.9.0.5", "169.254.7.7", "100.100.100.200", "fd00:ec2::254", "2001:db8::1", "10.9.0.5"]
+    sets = {name: elements for name, _, elements in firewall._static_sets(make_plan(SMALL, hosts=hosts))}
+    # Overlaps are merged (nft refuses overlapping intervals): 169.254.7.7 lies in 169.254.0.0/16.
+    assert sets["always_v4"] == ["10.9.0.5", "100.100.100.200", "168.63.129.16", "169.254.0.0/16"]
+    assert sets["always_v6"] == ["2001:db8::1", "fd00:ec2::254", "fe80::/10"]
+
+
+def test_host_addresses_keeps_ip_literals_only() -> None:
+    given = ["web-1.example.com", "198.51.100.7", "2001:DB8::10", "192.0.2.10", "198.51.100.7", "localhost"]
+    assert firewall.host_addresses(given) == ["192.0.2.10", "198.51.100.7", "2001:db8::10"]
 
 
 def test_render_is_deterministic() -> None:
@@ -229,13 +295,14 @@ def egress_kinds(rules: list[str], name: str, policy: NetworkPolicy) -> list[int
     port53 = "meta l4proto { tcp, udp } th dport 53 accept"
     dns = {f"{'ip6' if ':' in r else 'ip'} daddr {r} {port53}" for r in policy.dns}
     upstreams = {f"{'ip6' if ':' in r else 'ip'} daddr {r} {deny}" for r in policy.dns}
+    cidr = r"(ip6? daddr ([0-9a-f.:]+/\d+))( meta l4proto \{ tcp, udp \} th dport \d+)? accept"
     kinds = []
     for rule in rules:
         if rule == "ct direction reply accept":
             kinds.append(0)
-        elif rule == f"ip daddr 169.254.0.0/16 {deny}":
+        elif rule == f"ip daddr @always_v4 {deny}":
             kinds.append(1)
-        elif rule == f"ip6 daddr fe80::/10 {deny}":
+        elif rule == f"ip6 daddr @always_v6 {deny}":
             kinds.append(2)
         elif rule == f'oifname "jk*" {deny}':
             kinds.append(3)
@@ -243,16 +310,20 @@ def egress_kinds(rules: list[str], name: str, policy: NetworkPolicy) -> list[int
             kinds.append(3.5)  # the filter's upstreams, never the agent's
         elif rule in dns and policy.mode == "open":
             kinds.append(5)
-        elif re.fullmatch(r"ip6? daddr [0-9a-f.:]+/\d+( meta l4proto \{ tcp, udp \} th dport \d+)? accept", rule):
-            kinds.append(4)
+        elif (m := re.fullmatch(cidr, rule)) and firewall.is_private(Entry("ip", m.group(2), None)):
+            kinds.append(4)  # inside a private range: before the private deny
         elif rule == f"ip daddr @private_v4 {deny}":
             kinds.append(6)
-        elif re.fullmatch(rf"ip daddr @dom_{name}_\d+( meta l4proto \{{ tcp, udp \}} th dport \d+)? accept", rule):
+        elif rule == f"ip6 daddr @private_v6 {deny}":
             kinds.append(7)
-        elif rule == "meta nfproto ipv4 accept":
-            kinds.append(8)
-        elif rule == deny:
+        elif re.fullmatch(cidr, rule):
+            kinds.append(8)  # public, or wider than a private range: after the private deny
+        elif re.fullmatch(rf"ip daddr @dom_{name}_\d+( meta l4proto \{{ tcp, udp \}} th dport \d+)? accept", rule):
             kinds.append(9)
+        elif rule == "meta nfproto ipv4 accept":
+            kinds.append(10)
+        elif rule == deny:
+            kinds.append(11)
         else:
             pytest.fail(f"unexpected rule in egress_{name}: {rule}")
     return kinds
@@ -278,15 +349,16 @@ def test_egress_chain_order(key: str) -> None:
         kinds = egress_kinds(found[f"egress_{name}"], name, agent.policy)
         entries = [parse_entry(e) for e in agent.policy.allow]
         assert kinds == sorted(kinds), f"egress_{name} out of order: {kinds}"
-        assert kinds[:4] == [0, 1, 2, 3] and kinds[-1] == 9
-        assert kinds.count(4) == sum(e.family != "domain" for e in entries)
-        allowlist = agent.policy.mode == "allowlist"
+        assert kinds[:4] == [0, 1, 2, 3] and kinds[-1] == 11
+        allowlist, open_mode = agent.policy.mode == "allowlist", agent.policy.mode == "open"
         assert kinds.count(3.5) == len(agent.policy.dns) * allowlist
-        assert kinds.count(5) == len(agent.policy.dns) * (agent.policy.mode == "open")
-        assert kinds.count(6) == 1
-        assert kinds.count(7) == sum(e.family == "domain" for e in entries) * allowlist  # after the private deny
-        assert kinds.count(8) == (agent.policy.mode == "open")
-        assert kinds.count(9) == 1
+        assert kinds.count(4) == sum(e.family != "domain" and firewall.is_private(e) for e in entries)
+        assert kinds.count(5) == len(agent.policy.dns) * open_mode
+        assert kinds.count(6) == kinds.count(7) == 1
+        assert kinds.count(8) == sum(e.family != "domain" and not firewall.is_private(e) for e in entries)
+        assert kinds.count(9) == sum(e.family == "domain" for e in entries) * allowlist  # after the private deny
+        assert kinds.count(10) == open_mode
+        assert kinds.count(11) == 1
 
 
 @pytest.mark.parametrize("key", list(PLANS))
@@ -307,7 +379,9 @@ def test_hooks_input_output_and_user_chains(key: str) -> None:
         assert from_bridge == [f'iifname "{agent.bridge}" ct direction reply accept',
                                *(dns if agent.dns_filter else []),
                                f'iifname "{agent.bridge}" goto deny_{name}']  # fmt: skip
-        assert found[f"user_{name}"] == [f'oifname "lo" goto deny_{name}', f"jump egress_{name}"]
+        # The agent's Unix user on the host: no loopback, no IPv6 unique-local, then its egress policy.
+        assert found[f"user_{name}"] == [f'oifname "lo" goto deny_{name}', f"ip6 daddr fc00::/7 goto deny_{name}",
+                                         f"jump egress_{name}"]  # fmt: skip
         assert found[f"deny_{name}"][-1] == f'counter name "drops_{name}" drop'
     assert len(found["input"]) == 1 + 2 * len(plan.agents) + sum(a.dns_filter for a in plan.agents)
 
@@ -424,16 +498,25 @@ def test_bundle_paths() -> None:
         "/etc/jackin/dns/demo/picky-1.conf",
         "/etc/jackin/nft/demo.lockdown.nft",
         "/etc/jackin/nft/demo.nft",
+        "/etc/systemd/system/docker.service.d/jackin-nft-demo.conf",
         "/etc/systemd/system/jackin-dns-demo.target",
         "/etc/systemd/system/jackin-dns-demo@.service",
+        "/etc/systemd/system/jackin-nft-check-demo.service",
+        "/etc/systemd/system/jackin-nft-check-demo.timer",
         "/etc/systemd/system/jackin-nft-demo.service",
+        "/etc/systemd/system/jackin-nft-guard-demo.service",
+        "/usr/local/lib/jackin/nft-guard",
     ]
     bundle = firewall.bundle(PLAN)
     assert bundle["/etc/jackin/nft/demo.nft"] == EXPECTED
     assert bundle["/etc/jackin/nft/demo.lockdown.nft"] == EXPECTED_LOCKDOWN
-    # Everything a fleet writes is known to teardown (the filters' configurations as their directory).
+    assert bundle["/usr/local/lib/jackin/nft-guard"] == firewall.GUARD_SCRIPT
+    # Everything a fleet writes is known to teardown (the filters' configurations as their directory;
+    # the shared guard script goes with the last fleet), and so is what its guard keeps under /run.
     owned = firewall.owned_paths("demo")
-    assert all(path in owned or path.rsplit("/", 1)[0] in owned for path in bundle)
+    assert all(path in owned or path.rsplit("/", 1)[0] in owned for path in set(bundle) - {firewall.GUARD})
+    assert {"/run/jackin/nft/demo.loaded", "/run/jackin/nft/demo.pending",
+            "/run/jackin/nft/demo.worker"} <= set(owned)  # fmt: skip
 
 
 def with_picky(policy: str) -> FleetPlan:
@@ -450,6 +533,7 @@ def test_bundle_hash_is_stable_and_follows_the_policy() -> None:
         "mode": make_plan(SMALL.replace("mode: open", "mode: allowlist")),
         "uid": make_plan(SMALL, uid_base=61000),
         "fleet": make_plan(SMALL.replace("name: demo", "name: demo2")),
+        "fleet hosts": make_plan(SMALL, hosts=HOSTS[:1]),
     }
     for what, plan in changed.items():
         assert firewall.bundle_hash(plan) != digest, what
@@ -465,16 +549,38 @@ def unit(text: str) -> configparser.ConfigParser:
     return parser
 
 
-def test_load_unit_before_docker_part_of_nftables_falls_back_to_lockdown() -> None:
+def test_load_unit_before_docker_not_part_of_nftables_loads_through_the_guard() -> None:
     load = unit(firewall.units(PLAN)["jackin-nft-demo.service"])
-    assert load["Unit"]["PartOf"] == "nftables.service"
+    # Not PartOf=nftables.service: Docker requires this unit, so stopping nftables would stop Docker.
+    assert "PartOf" not in load["Unit"]
+    assert load["Unit"]["ReloadPropagatedFrom"] == "nftables.service"
     assert "docker.service" in load["Unit"]["Before"].split()
-    assert "nftables.service" in load["Unit"]["After"].split()
+    assert "nftables.service" in load["Unit"]["After"].split()  # nftables.conf flushes the ruleset first
     assert load["Service"]["Type"] == "oneshot" and load["Service"]["RemainAfterExit"] == "yes"
-    assert load["Service"]["ExecStart"] == (
-        "/bin/sh -c 'nft -f /etc/jackin/nft/demo.nft || nft -f /etc/jackin/nft/demo.lockdown.nft'"
-    )
-    assert {"docker.service", "nftables.service"} <= set(load["Install"]["WantedBy"].split())
+    assert load["Service"]["ExecStart"] == "/usr/local/lib/jackin/nft-guard load demo"  # policy, else lockdown
+    assert load["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_docker_requires_the_load_unit() -> None:
+    dropin = unit(firewall.bundle(PLAN)["/etc/systemd/system/docker.service.d/jackin-nft-demo.conf"])
+    assert dict(dropin["Unit"]) == {"Requires": "jackin-nft-demo.service", "After": "jackin-nft-demo.service"}
+
+
+def test_guard_service_and_its_backstop_timer() -> None:
+    bundle = firewall.bundle(PLAN)
+    guard = unit(bundle["/etc/systemd/system/jackin-nft-guard-demo.service"])
+    assert guard["Service"]["Type"] == "simple" and guard["Service"]["Restart"] == "always"
+    assert guard["Service"]["ExecStart"] == "/usr/local/lib/jackin/nft-guard watch demo"
+    assert guard["Service"]["ExecStopPost"] == "/usr/local/lib/jackin/nft-guard stopped demo"
+    assert guard["Install"]["WantedBy"] == "multi-user.target"
+    assert "PartOf" not in guard["Unit"] and "Requires" not in guard["Unit"]
+    timer = unit(bundle["/etc/systemd/system/jackin-nft-check-demo.timer"])
+    assert "Unit" not in timer["Timer"]  # so it starts the service of the same name
+    assert (timer["Timer"]["OnUnitActiveSec"], timer["Timer"]["AccuracySec"]) == ("10s", "1s")
+    assert timer["Install"]["WantedBy"] == "timers.target"
+    check = unit(bundle["/etc/systemd/system/jackin-nft-check-demo.service"])
+    assert check["Service"]["ExecStart"] == "/usr/local/lib/jackin/nft-guard check demo"
+    assert check["Service"]["Type"] == "oneshot"
 
 
 def stub(directory: Path, name: str, body: str) -> None:
@@ -486,7 +592,7 @@ def stub(directory: Path, name: str, body: str) -> None:
 # --- apply_commands ----------------------------------------------------------------------------
 
 APPLY = ("if nft -c -f /etc/jackin/nft/demo.nft && nft -f /etc/jackin/nft/demo.nft; then :; "
-         "else nft -f /etc/jackin/nft/demo.lockdown.nft; "
+         "else nft -f /etc/jackin/nft/demo.lockdown.nft && /usr/local/lib/jackin/nft-guard record demo lockdown || true; "
          "echo 'egress policy rejected by nft: agents of fleet demo are locked down' >&2; exit 1; fi")  # fmt: skip
 
 
@@ -509,9 +615,13 @@ def test_apply_writes_the_bundle_then_checks_applies_and_records_the_hash(state:
     uploads = {c.target: (c.data.decode(), c.mode) for c in writes if isinstance(c, Upload)}
     assert uploads == {p: (t, "0755" if t.startswith("#!") else "0644") for p, t in bundle.items()}
     assert rest == [
+        "systemctl stop jackin-nft-guard-demo.service jackin-nft-check-demo.timer jackin-nft-check-demo.service "
+        "2>/dev/null || true",
         APPLY,
+        "/usr/local/lib/jackin/nft-guard record demo policy",
         "systemctl daemon-reload",
-        "systemctl enable --quiet jackin-nft-demo.service",
+        "systemctl enable --quiet jackin-nft-demo.service jackin-nft-guard-demo.service jackin-nft-check-demo.timer",
+        "systemctl restart jackin-nft-guard-demo.service jackin-nft-check-demo.timer",
         *dns.apply_commands(PLAN, state.files),
         f"echo {firewall.bundle_hash(PLAN)} > /etc/jackin/nft/demo.sha",
     ]
@@ -524,8 +634,10 @@ def run_apply(tmp_path: Path, nft_body: str) -> tuple[subprocess.CompletedProces
     log = tmp_path / "calls"
     log.touch()
     stub(bin_dir, "nft", f'echo "$*" >> {log}\n{nft_body}')
+    stub(bin_dir, "nft-guard", f'echo "guard $*" >> {log}')
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
-    done = subprocess.run(["sh", "-c", f"set -e\n{APPLY}\necho after"], env=env, capture_output=True,
+    apply = APPLY.replace(firewall.GUARD, str(bin_dir / "nft-guard"))
+    done = subprocess.run(["sh", "-c", f"set -e\n{apply}\necho after"], env=env, capture_output=True,
                           text=True, timeout=10)  # fmt: skip
     return done, log.read_text().splitlines()
 
@@ -535,11 +647,13 @@ def run_apply(tmp_path: Path, nft_body: str) -> tuple[subprocess.CompletedProces
     [
         ("exit 0", ["-c -f /etc/jackin/nft/demo.nft", "-f /etc/jackin/nft/demo.nft"], 0),
         ('[ "$1" = -c ] && exit 1; exit 0',
-         ["-c -f /etc/jackin/nft/demo.nft", "-f /etc/jackin/nft/demo.lockdown.nft"], 1),
+         ["-c -f /etc/jackin/nft/demo.nft", "-f /etc/jackin/nft/demo.lockdown.nft", "guard record demo lockdown"], 1),
         ('case "$2" in *lockdown*) exit 0;; esac; [ "$1" = -c ] && exit 0; exit 1',
-         ["-c -f /etc/jackin/nft/demo.nft", "-f /etc/jackin/nft/demo.nft", "-f /etc/jackin/nft/demo.lockdown.nft"], 1),
+         ["-c -f /etc/jackin/nft/demo.nft", "-f /etc/jackin/nft/demo.nft", "-f /etc/jackin/nft/demo.lockdown.nft",
+          "guard record demo lockdown"], 1),
+        ("exit 1", ["-c -f /etc/jackin/nft/demo.nft", "-f /etc/jackin/nft/demo.lockdown.nft"], 1),
     ],
-    ids=["accepted", "check-fails", "apply-fails"],
+    ids=["accepted", "check-fails", "apply-fails", "nothing-loads"],
 )  # fmt: skip
 def test_apply_checks_first_and_falls_back_to_lockdown(
     tmp_path: Path, nft_body: str, calls: list[str], rc: int
@@ -553,8 +667,9 @@ def test_apply_checks_first_and_falls_back_to_lockdown(
 
 # --- remove_commands ---------------------------------------------------------------------------
 
-CLEANUP = ("ls /etc/jackin/nft/*.nft >/dev/null 2>&1 || { rm -f /usr/local/lib/jackin/nft-resolve; "
-           "rmdir /etc/jackin/nft /etc/jackin /usr/local/lib/jackin 2>/dev/null || true; }")  # fmt: skip
+CLEANUP = ("ls /etc/jackin/nft/*.nft >/dev/null 2>&1 || { rm -f /usr/local/lib/jackin/nft-resolve "
+           "/usr/local/lib/jackin/nft-guard; rmdir /etc/jackin/nft /etc/jackin /usr/local/lib/jackin /run/jackin/nft "
+           "/run/jackin /etc/systemd/system/docker.service.d 2>/dev/null || true; }")  # fmt: skip
 
 
 def test_remove_nothing_when_nothing_is_there() -> None:
@@ -566,13 +681,18 @@ def test_remove_table_only_when_loaded() -> None:
 
 
 def test_remove_everything() -> None:
+    """Docker's drop-in goes first (stopping the load unit must not stop Docker, which requires it),
+    then the guard and its timer (they would load the table again), then the table and the files."""
     files = firewall.owned_paths("demo")
+    dropin = "/etc/systemd/system/docker.service.d/jackin-nft-demo.conf"
     assert remove_commands(PLAN, HostState(nft_table=True, files=files)) == [
-        "systemctl disable --now --quiet jackin-nft-demo.service jackin-nft-resolve-demo.timer "
+        f"rm -f {dropin} && systemctl daemon-reload",
+        "systemctl disable --now --quiet jackin-nft-guard-demo.service jackin-nft-check-demo.timer "
+        "jackin-nft-check-demo.service jackin-nft-demo.service jackin-nft-resolve-demo.timer "
         "jackin-nft-resolve-demo.service 2>/dev/null || true",
         *dns.remove_commands("demo", files),
         "nft delete table inet jackin-demo",
-        "rm -f " + " ".join(files),
+        "rm -f " + " ".join(f for f in files if f != dropin),
         "systemctl daemon-reload",
         CLEANUP,
     ]
@@ -594,7 +714,8 @@ def run_cleanup(tmp_path: Path, files: list[str]) -> tuple[subprocess.CompletedP
     (lib / "nft-resolve").write_text("#!/bin/sh\n")  # earlier versions' resolver
     for name in files:
         (etc / name).write_text("") if name != "-nft" else (etc / "nft").rmdir()
-    command = CLEANUP.replace("/etc/jackin", str(etc)).replace("/usr/local/lib/jackin", str(lib))
+    command = (CLEANUP.replace("/etc/jackin", str(etc)).replace("/usr/local/lib/jackin", str(lib))
+               .replace("/run/jackin", str(tmp_path / "run")).replace("/etc/systemd", str(tmp_path / "systemd")))  # fmt: skip
     done = subprocess.run(["sh", "-c", f"set -e\n{command}\necho after"], capture_output=True, text=True, timeout=10)
     return done, etc, lib
 

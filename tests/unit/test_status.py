@@ -135,3 +135,98 @@ def test_status_command_writes_no_temp_file() -> None:
     command = status_command("demo")
     assert "/tmp/" not in command
     assert ">" not in command.replace("2>/dev/null", "").replace(">/dev/null", "").replace("2>&1", "").replace("$10 > 0", "")
+
+
+# --- the egress policy and its guard, per host -------------------------------------------
+
+from jackin.cli import status_exit  # noqa: E402
+from jackin.status import FleetStatus, HostStatus, not_enforced, parse_host_status  # noqa: E402
+
+
+def host_output(*, table: bool = True, guard: str = "active\nactive", policy: str = "enforced") -> str:
+    """What status_command prints before the rows: drops, table, guard (service, timer), policy."""
+    return "\n".join(["100", "##drops", "##table", "loaded" if table else "", "##guard", guard, "##policy", policy,
+                      "##rows", row("c", "running", "1970-01-01T00:00:01Z", 0, "a-1", "1:1", 0, 9)])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("output", "fields"),
+    [
+        (host_output(), (True, "enforced", "active", "active")),
+        (host_output(guard="inactive\nactive"), (True, "enforced", "inactive", "active")),
+        (host_output(table=False, policy="missing"), (False, "missing", "active", "active")),
+        (host_output(policy="lockdown"), (True, "lockdown", "active", "active")),
+        (host_output(policy="altered"), (True, "altered", "active", "active")),
+        (host_output(guard="", policy=""), (True, "unknown", "unknown", "unknown")),  # no guard installed
+        (host_output(policy="garbage"), (True, "unknown", "active", "active")),
+    ],
+    ids=["enforced", "guard-stopped", "missing", "lockdown", "altered", "no-guard", "unexpected"],
+)
+def test_parse_host_status_reads_the_policy_and_the_guard(output: str, fields: tuple) -> None:
+    _, agents, found = parse_host_status(output)
+    assert [a.instance for a in agents] == ["a-1"]
+    assert (found["policy_loaded"], found["policy"], found["guard"], found["guard_timer"]) == fields
+
+
+def policy_host(policy: str = "enforced", guard: str = "active", *, agents: bool = True,
+                reachable: bool = True) -> HostStatus:  # fmt: skip
+    listed = [AgentStatus(instance="a-1", container="c", state="running")] if agents else []
+    return HostStatus(host="h", address="192.0.2.1", port=22, reachable=reachable, policy=policy, guard=guard,
+                      agents=listed)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        (policy_host(), None),
+        (policy_host(agents=False, policy="missing", guard="inactive"), None),  # no agent here: nothing to enforce
+        (policy_host(reachable=False), None),  # unreachable: exit 3's business
+        (policy_host("missing"), "table jackin-demo is not loaded (run fleet.up to restore it)"),
+        (policy_host("lockdown"),
+         "the lockdown table is loaded instead of the policy (it did not load) (run fleet.up to restore it)"),
+        (policy_host("altered"),
+         "table jackin-demo differs from the one loaded (a rule or chain changed) (run fleet.up to restore it)"),
+        (policy_host(guard="inactive"), "the guard (jackin-nft-guard-demo) is inactive (run fleet.up to restore it)"),
+        (policy_host("missing", "failed"), "table jackin-demo is not loaded; the guard (jackin-nft-guard-demo) "
+                                           "is failed (run fleet.up to restore it)"),
+        (policy_host("unknown", "unknown"), "the guard is not installed; the guard (jackin-nft-guard-demo) is "
+                                            "unknown (run fleet.up to restore it)"),
+    ],
+    ids=["enforced", "no-agents", "unreachable", "missing", "lockdown", "altered", "guard-stopped", "both",
+         "no-guard"],
+)  # fmt: skip
+def test_not_enforced(host: HostStatus, reason: str | None) -> None:
+    assert not_enforced("demo", host) == reason
+
+
+def fleet(*hosts: HostStatus) -> FleetStatus:
+    for host in hosts:
+        host.not_enforced = not_enforced("demo", host)
+    return FleetStatus(fleet="demo", at=0, hosts=list(hosts))
+
+
+def test_status_exit_codes() -> None:
+    """0 all enforced; 3 a host unreachable; 4 a policy not enforced on a reachable host (wins over 3)."""
+    assert status_exit(fleet(policy_host(), policy_host(agents=False))) == 0
+    assert status_exit(fleet(policy_host(), policy_host(reachable=False))) == 3
+    assert status_exit(fleet(policy_host(), policy_host("missing"))) == 4
+    assert status_exit(fleet(policy_host(guard="inactive"), policy_host(reachable=False))) == 4
+    assert status_exit(fleet()) == 0
+
+
+def test_status_table_shows_the_guard_per_host_and_what_is_not_enforced() -> None:
+    import io
+
+    from rich.console import Console
+
+    from jackin import ui
+
+    ok, bad = policy_host(), policy_host("missing", "inactive").model_copy(update={"host": "h2"})
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(ui.status_table(fleet(ok, bad)))
+    caption = " ".join(console.file.getvalue().split("└")[-1].split()[1:])  # type: ignore[attr-defined]
+    assert caption == (
+        "2/2 hosts reachable, 2/2 agents running policy guard: h active, h2 inactive "
+        "h2: egress policy NOT ENFORCED: table jackin-demo is not loaded; the guard (jackin-nft-guard-demo) is "
+        "inactive (run fleet.up to restore it)"
+    )

@@ -1,0 +1,171 @@
+"""The policy guard's script: valid POSIX sh, and its verify/check/load decisions run against a
+real nft in a private network namespace (``unshare -n``: this machine's ruleset is never touched),
+with logger, systemctl and docker stubbed. The event-driven ``watch`` is proven on lab hosts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jackin import firewall
+from jackin.policy_guard import GUARD_SCRIPT
+
+from .test_firewall import PLANS
+
+FLEET = "mixed"
+
+
+def test_guard_script_is_valid_posix_sh() -> None:
+    done = subprocess.run(["sh", "-n"], input=GUARD_SCRIPT, capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+
+
+def test_guard_refuses_a_bad_fleet_name() -> None:
+    for args in (["verify", "../etc"], ["verify", ""], ["load", "a b"], ["nope", "demo"]):
+        done = subprocess.run(["sh", "-c", GUARD_SCRIPT, "nft-guard", *args], capture_output=True, text=True,
+                              timeout=10)  # fmt: skip
+        assert done.returncode == 2 and "usage: nft-guard" in done.stderr, args
+
+
+@pytest.fixture(scope="module")
+def netns() -> None:
+    if os.geteuid() != 0 or not shutil.which("nft") or not shutil.which("unshare"):
+        pytest.skip("needs root, nft and unshare")
+    done = subprocess.run(["unshare", "-n", "nft", "list", "ruleset"], capture_output=True, text=True, timeout=10)
+    if done.returncode:
+        pytest.skip(f"no private network namespace here: {done.stderr.strip()}")
+
+
+def stub(directory: Path, name: str, body: str) -> None:
+    path = directory / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def guard(tmp_path: Path, netns: None):
+    """Run a shell script in a fresh network namespace with the guard at $G (paths under tmp_path)."""
+    plan = PLANS[FLEET]
+    nft_dir, bin_dir = tmp_path / "nft", tmp_path / "bin"
+    nft_dir.mkdir(), bin_dir.mkdir()
+    (nft_dir / f"{FLEET}.nft").write_text(firewall.render(plan))
+    (nft_dir / f"{FLEET}.lockdown.nft").write_text(firewall.render_lockdown(plan))
+    log = tmp_path / "log"
+    log.touch()
+    stub(bin_dir, "logger", f'shift 2; echo "log: $*" >> {log}')
+    stub(bin_dir, "systemctl", f'echo "systemctl $*" >> {log}')
+    stub(bin_dir, "docker", f'echo "docker $*" >> {log}; [ "$1" = ps ] && printf "c1\\nc2\\n"; exit 0')
+    script = tmp_path / "nft-guard"
+    script.write_text(GUARD_SCRIPT.replace("/etc/jackin/nft", str(nft_dir)).replace("/run/jackin/nft",
+                                                                                    str(tmp_path / "run")))  # fmt: skip
+
+    def run(body: str) -> tuple[list[str], list[str]]:
+        env = {"PATH": f"{bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin", "G": f"sh {script}"}
+        done = subprocess.run(["unshare", "-n", "sh", "-ec", body], env=env, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split(), log.read_text().splitlines()
+
+    run.nft_dir = nft_dir  # type: ignore[attr-defined]
+    return run
+
+
+DELETE_RULE = ("h=$(nft -a list chain inet jackin-mixed egress_quiet_1 | sed -n 's/.*@private_v4 .*handle //p'); "
+               "nft delete rule inet jackin-mixed egress_quiet_1 handle $h")  # fmt: skip
+
+
+def test_verify_tells_each_state_and_changes_nothing(guard) -> None:
+    states, log = guard(f"""
+        $G verify {FLEET}
+        nft -f {guard.nft_dir}/{FLEET}.nft; $G verify {FLEET}
+        $G record {FLEET} policy; $G verify {FLEET}
+        {DELETE_RULE}; $G verify {FLEET}
+        nft -f {guard.nft_dir}/{FLEET}.lockdown.nft; $G record {FLEET} lockdown; $G verify {FLEET}
+    """)
+    assert states == ["missing", "unverified", "enforced", "altered", "lockdown"]
+    assert log == []  # verify never loads, logs or stops anything
+
+
+def test_runtime_elements_and_counters_are_not_alterations_static_elements_are(guard) -> None:
+    states, _ = guard(f"""
+        nft -f {guard.nft_dir}/{FLEET}.nft; $G record {FLEET} policy
+        nft add element inet jackin-mixed dom_picky_1_3 '{{ 192.0.2.1, 192.0.2.2 }}'
+        nft add element inet jackin-mixed denied_quiet_1 '{{ 192.0.2.3 . 443 }}'
+        nft reset counters table inet jackin-mixed >/dev/null
+        $G verify {FLEET}
+        nft delete element inet jackin-mixed private_v4 '{{ 10.0.0.0/8 }}'; $G verify {FLEET}
+        $G check {FLEET}; $G verify {FLEET}
+        nft delete element inet jackin-mixed always_v4 '{{ 168.63.129.16 }}'; $G verify {FLEET}
+    """)
+    assert states == ["enforced", "altered", "enforced", "altered"]
+
+
+def test_check_reloads_a_missing_or_altered_table_and_logs_it(guard) -> None:
+    states, log = guard(f"""
+        $G check {FLEET}; $G verify {FLEET}
+        {DELETE_RULE}; $G check {FLEET}; $G verify {FLEET}
+        nft flush ruleset; $G check {FLEET}; $G verify {FLEET}
+        $G check {FLEET}
+    """)
+    assert states == ["enforced", "enforced", "enforced"]
+    assert log == [
+        "log: fleet mixed: table jackin-mixed is missing: loading it again",
+        "log: fleet mixed: egress policy loaded (table jackin-mixed)",
+        "log: fleet mixed: table jackin-mixed is altered: loading it again",
+        "log: fleet mixed: egress policy loaded (table jackin-mixed)",
+        "log: fleet mixed: table jackin-mixed is missing: loading it again",
+        "log: fleet mixed: egress policy loaded (table jackin-mixed)",
+    ]  # the last check found it enforced: nothing to do, nothing logged
+
+
+def test_a_policy_that_does_not_load_falls_back_to_lockdown(guard) -> None:
+    (guard.nft_dir / f"{FLEET}.nft").write_text("table inet jackin-mixed { chain x { nonsense; } }\n")
+    states, log = guard(f"$G check {FLEET}; $G verify {FLEET}; nft list tables")
+    assert states == ["lockdown", "table", "inet", "jackin-mixed"]
+    assert log[0] == "log: fleet mixed: table jackin-mixed is missing: loading it again"
+    assert log[1].startswith("log: fleet mixed: the egress policy does not load: ")
+    assert log[2:] == ["log: fleet mixed: lockdown table loaded instead: the fleet's agents have no network until fleet.up"]
+
+
+def test_when_nothing_loads_the_agents_are_stopped_and_retries_stay_quiet(guard) -> None:
+    (guard.nft_dir / f"{FLEET}.nft").write_text("junk\n")
+    (guard.nft_dir / f"{FLEET}.lockdown.nft").write_text("junk\n")
+    states, log = guard(f"$G check {FLEET} || true; $G verify {FLEET}; $G check {FLEET} || true")
+    assert states == ["missing"]
+    assert log[0] == "log: fleet mixed: table jackin-mixed is missing: loading it again"
+    assert log[2:] == [
+        "log: fleet mixed: neither the egress policy nor the lockdown table loads: stopping the fleet's agents",
+        "systemctl is-active --quiet docker.service",
+        "docker ps -q --filter label=jackin.fleet=mixed",
+        "docker stop -t 2 c1 c2",
+        "log: fleet mixed: stopped the fleet's agent containers: 2 (fleet.up starts them again)",
+        # The second check: still failing, the agents are stopped again (a restarted one too), quietly.
+        "systemctl is-active --quiet docker.service",
+        "docker ps -q --filter label=jackin.fleet=mixed",
+        "docker stop -t 2 c1 c2",
+        "log: fleet mixed: stopped the fleet's agent containers: 2 (fleet.up starts them again)",
+    ]
+
+
+def test_stopped_forgets_the_applied_hash_except_at_shutdown(guard, tmp_path: Path) -> None:
+    sha = guard.nft_dir / f"{FLEET}.sha"
+    sha.write_text("abc\n")
+    bin_dir = tmp_path / "bin"
+    stub(bin_dir, "systemctl", 'echo stopping')
+    guard(f"$G stopped {FLEET}")
+    assert sha.exists()  # a reboot: the table is loaded again at boot, the hash still holds
+    stub(bin_dir, "systemctl", 'echo running')
+    guard(f"$G stopped {FLEET}")
+    assert not sha.exists()  # stopped by hand: the next fleet.up starts the guard again
+
+
+def test_guard_paths_agree_with_the_firewall() -> None:
+    from jackin import policy_guard
+
+    assert (policy_guard.NFT_DIR, policy_guard.UNIT_DIR) == (firewall.NFT_DIR, firewall.UNIT_DIR)
+    # The filtering resolvers refill the domain sets at the agents' next lookups: no host-side resolver.
+    assert firewall.RESOLVER not in GUARD_SCRIPT
