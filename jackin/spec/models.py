@@ -187,7 +187,7 @@ def _check_allow_entry(value: str) -> str:
         if re.fullmatch(r"[0-9a-fA-F.:/]+", target) and any(c.isdigit() for c in target):
             raise ValueError(f"{target!r} is not a valid address or CIDR ({error})") from None
     if target.startswith("*."):
-        raise ValueError("wildcard domains cannot be enforced (a name resolves on the host, a wildcard does not)")
+        raise ValueError("wildcard domains cannot be enforced (each agent's filtering resolver allows exact names only: list each name)")
     if _DOMAIN.match(target.lower()):
         return value
     raise ValueError("expected a CIDR, host:port, CIDR:port, or a domain name (optionally :port)")
