@@ -154,6 +154,11 @@ def owned_paths(fleet: str) -> list[str]:
 LEGACY_UNITS = ("jackin-nft-resolve-{fleet}.timer", "jackin-nft-resolve-{fleet}.service")
 
 
+def legacy_paths(fleet: str) -> set[str]:
+    """What the host-side resolver of earlier versions left: its units and its domain list."""
+    return {f"{UNIT_DIR}/{u.format(fleet=fleet)}" for u in LEGACY_UNITS} | {f"{firewall.NFT_DIR}/{fleet}.domains"}
+
+
 def apply_commands(plan: FleetPlan, present: list[str]) -> list[str]:
     """After the table is loaded and the units reloaded: (re)start the plan's filters, stop the rest,
     and retire the host-side resolver of earlier versions (``present``: the fleet's files on the host)."""
@@ -161,7 +166,8 @@ def apply_commands(plan: FleetPlan, present: list[str]) -> list[str]:
     keep = [a.instance for a in filtered(plan)]
     pattern = shlex.quote(f"jackin-dns-{fleet}@*")
     commands = []
-    legacy = [p for p in present if p.endswith((".domains", ".timer")) or "nft-resolve" in p]
+    # Exact names: the guard's own check timer also ends in .timer, and it must survive a re-apply.
+    legacy = [p for p in present if p in legacy_paths(fleet)]
     if legacy:
         units_ = " ".join(u.format(fleet=fleet) for u in LEGACY_UNITS)
         commands += [

@@ -166,8 +166,11 @@ load) load ;;
 verify) verify ;;
 record) record "${3:-policy}" ;;
 stopped)
-    # Not at shutdown: the table is loaded again at boot, and the applied hash still holds.
-    [ "$(systemctl is-system-running 2>/dev/null)" = stopping ] || rm -f "$dir/$fleet.sha"
+    # Only a stop by hand: not at shutdown (the table is loaded again at boot, the applied hash still
+    # holds), and not when the watcher died (SERVICE_RESULT is not success; Restart=always brings it back).
+    if [ "${SERVICE_RESULT:-success}" = success ] && [ "$(systemctl is-system-running 2>/dev/null)" != stopping ]; then
+        rm -f "$dir/$fleet.sha"
+    fi
     rm -f "$pending" "$lock" ;;
 *) echo "usage: nft-guard watch|check|load|verify|record|stopped FLEET" >&2; exit 2 ;;
 esac

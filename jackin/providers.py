@@ -163,7 +163,9 @@ class LabProvider(Provider):
             size = max(spec.hosts, len(status.hosts))  # never shrink: other fleets may use the hosts beyond ours
             log(f"bringing lab {spec.name!r} up with {size} host(s)")
             created = not status.hosts
-            status = lab.up(size, log=log)
+            with self.ledger() as ledger:  # never replace hosts under another fleet (a kept one stays a user)
+                others = [f for f in ledger.lab_users(spec.name) if f != self.fleet]
+            status = lab.up(size, log=log, used_by=others)
             if created:
                 with self.ledger() as ledger:
                     ledger.lab_created(spec.name, self.fleet)

@@ -216,7 +216,18 @@ def _paths(lines: list[str]) -> dict[str, PathInfo]:
 
 
 def parse_state(lines: list[str]) -> HostState:
-    """The state read's output lines (as pyinfra gives them, or a string split on newlines) as a HostState."""
+    """The state read's output lines (as pyinfra gives them, or a string split on newlines) as a HostState.
+
+    Output that does not parse raises StateError (that host fails; the others go on)."""
+    try:
+        return _parse_state(lines)
+    except StateError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as error:  # json, pydantic and shape errors
+        raise StateError(f"the host's state read does not parse ({type(error).__name__}: {str(error)[:200]})") from None
+
+
+def _parse_state(lines: list[str]) -> HostState:
     sections = _sections(lines)
     data: dict[str, Any] = {"containers": {}, "networks": {}}
     data["users"] = _users(sections.get("users", []))

@@ -129,6 +129,8 @@ def not_enforced(fleet: str, host: HostStatus) -> str | None:
         reasons.append(WHY.get(host.policy or "unknown", WHY["unknown"]).format(table=f"jackin-{fleet}"))
     if host.guard != "active":
         reasons.append(f"the guard (jackin-nft-guard-{fleet}) is {host.guard or 'unknown'}")
+    if host.guard_timer != "active":
+        reasons.append(f"the guard's backstop timer (jackin-nft-check-{fleet}.timer) is {host.guard_timer or 'unknown'}")
     return "; ".join(reasons) + " (run fleet.up to restore it)" if reasons else None
 
 

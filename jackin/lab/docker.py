@@ -10,10 +10,14 @@ from typing import Any
 from jackin.errors import LabError
 
 
-def docker(*args: str, input: bytes | None = None, check: bool = True, timeout: float = 300, raw: bool = False):
+def docker(
+    *args: str, input: bytes | None = None, check: bool = True, timeout: float = 300, raw: bool = False,
+    binary: bool = False,
+):
     """Run ``docker ARGS`` and return its stdout; raise LabError with stderr on failure.
 
-    With ``raw`` the completed process is returned (text), for callers that read stderr.
+    With ``raw`` the completed process is returned (text), for callers that read stderr;
+    with ``binary`` stdout is returned as bytes (``docker cp ... -`` writes a tar).
     """
     if shutil.which("docker") is None:
         raise LabError(
@@ -32,7 +36,7 @@ def docker(*args: str, input: bytes | None = None, check: bool = True, timeout: 
     if check and done.returncode != 0:
         err = done.stderr.decode(errors="replace").strip() or done.stdout.decode(errors="replace").strip()
         raise LabError(f"docker {' '.join(args[:2])} failed: {err}")
-    return done.stdout.decode(errors="replace")
+    return done.stdout if binary else done.stdout.decode(errors="replace")
 
 
 def ensure_engine() -> None:

@@ -21,7 +21,7 @@ import shutil
 import socket
 import tarfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -195,13 +195,35 @@ class Lab:
             known_hosts=self.known_hosts,
             lab_ip=_ip(info, self.network),
             public_ip=_ip(info, self.public_network),
-            pinned=pinned is not None and labels.get(HOSTKEY_LABEL) == pinned,
+            pinned=pinned is not None and self._presents(info, pinned),
         )
+
+    def _presents(self, info: dict[str, Any], pinned: str) -> bool:
+        """Whether the container holds the host key pinned here. Hosts made before the label existed
+        are asked (their public key, read with ``docker cp``, works stopped too): never replaced
+        for a label alone, since other fleets' agents and kept data may live on them."""
+        label = (info["Config"]["Labels"] or {}).get(HOSTKEY_LABEL)
+        if label is not None:
+            return label == pinned
+        try:
+            raw = dk.docker("cp", f"{info['Name'].lstrip('/')}:/etc/ssh/ssh_host_ed25519_key.pub", "-", binary=True)
+            with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+                member = tar.next()
+                data = tar.extractfile(member) if member is not None and member.isfile() else None
+                return data is not None and fingerprint(data.read().decode()) == pinned
+        except (LabError, tarfile.TarError, OSError, ValueError, UnicodeDecodeError):
+            return False
 
     # --- up ------------------------------------------------------------------
 
-    def up(self, hosts: int | None = None, *, log: Log = lambda _: None, timeout: float = 120) -> LabStatus:
-        """Converge the lab to ``hosts`` running, reachable hosts (default: as many as it has, or 2)."""
+    def up(
+        self, hosts: int | None = None, *, log: Log = lambda _: None, timeout: float = 120,
+        used_by: Collection[str] = (),
+    ) -> LabStatus:
+        """Converge the lab to ``hosts`` running, reachable hosts (default: as many as it has, or 2).
+
+        ``used_by``: other fleets on the lab. Their hosts are never replaced (it would destroy their
+        agents and kept data): a host that needs it makes ``up`` fail, saying why and whose it is."""
         if hosts is not None and not 1 <= hosts <= 64:
             raise SpecError(f"--hosts must be from 1 to 64, got {hosts}")
         dk.ensure_engine()
@@ -218,17 +240,24 @@ class Lab:
                 log(f"{name}: removing (the lab now has {want} hosts)")
                 self._remove_host(name)
             with ThreadPoolExecutor(max_workers=min(8, want)) as pool:
-                list(pool.map(lambda n: self._converge_host(n, current.get(n), tag, log), wanted))
+                list(pool.map(lambda n: self._converge_host(n, current.get(n), tag, log, used_by), wanted))
             self._ensure_service(tag, log)
             status = self.status()
             self._write_known_hosts(status.hosts)
             self._wait(status.hosts, timeout, log)
             return self.status()
 
-    def _converge_host(self, name: str, host: LabHost | None, tag: str, log: Log) -> None:
+    def _converge_host(self, name: str, host: LabHost | None, tag: str, log: Log, used_by: Collection[str]) -> None:
         if host is not None:
             info = dk.inspect("container", [host.container])[0]
             reason = self._replace_reason(name, info, tag)
+            if reason is not None and used_by:
+                raise LabError(
+                    f"lab host {name} would be replaced ({reason}), but fleet(s) {', '.join(sorted(used_by))} "
+                    f"use lab {self.name!r}: replacing it would destroy their agents and kept data",
+                    hint="bring those fleets down (fleet.down; kept data: fleet.gc --purge-kept) or use another "
+                    "lab name; inv lab.up --name " + self.name + " by hand replaces it for everyone",
+                )
             if reason is None:
                 if host.state != "running":
                     log(f"{name}: resuming stopped host")
@@ -256,7 +285,8 @@ class Lab:
             return "it was never started"
         if not self._host_key(name).exists():
             return "its host key is missing on this machine"
-        if (info["Config"]["Labels"] or {}).get(HOSTKEY_LABEL) != self._fingerprint(name):
+        pinned = self._fingerprint(name)
+        if pinned is None or not self._presents(info, pinned):
             return "it presents a host key other than the one pinned on this machine (made from another state dir)"
         if self.public_network not in (info.get("NetworkSettings", {}).get("Networks") or {}):
             return "it is not on the lab's public network"

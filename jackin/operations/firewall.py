@@ -29,14 +29,16 @@ def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     commands = write_files(firewall.bundle(plan))
     guard = f"jackin-nft-guard-{fleet}.service jackin-nft-check-{fleet}.timer"
     commands += [
+        "systemctl daemon-reload",  # the units just written, before any of them is (re)started
         # The guard rests while the table is replaced (it would take our load for an alteration); restarted below.
         f"systemctl stop {guard} jackin-nft-check-{fleet}.service 2>/dev/null || true",
-        # Check, then apply in one transaction; on any failure the lockdown table drops all agent traffic.
+        # Check, then apply in one transaction; on any failure the lockdown table drops all agent traffic,
+        # and the guard runs again (it keeps the lockdown loaded) before the run fails.
         f"if nft -c -f {base}.nft && nft -f {base}.nft; then :; else nft -f {base}.lockdown.nft "
         f"&& {firewall.GUARD} record {fleet} lockdown || true; "
+        f"systemctl enable --quiet jackin-nft-{fleet}.service {guard}; systemctl restart {guard}; "
         f"echo 'egress policy rejected by nft: agents of fleet {fleet} are locked down' >&2; exit 1; fi",
         f"{firewall.GUARD} record {fleet} policy",  # what the guard compares the loaded table with
-        "systemctl daemon-reload",
         f"systemctl enable --quiet jackin-nft-{fleet}.service {guard}",
         f"systemctl restart {guard}",  # the guard runs the script just written
         *dns.apply_commands(plan, state.files),  # the filtering resolvers fill the table's domain sets
@@ -51,7 +53,7 @@ def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
     dropin = f"{DROPIN_DIR}/jackin-nft-{fleet}.conf"
     if dropin in state.files:
         # First, so that stopping the load unit below does not stop Docker (which requires it).
-        commands.append(f"rm -f {dropin} && systemctl daemon-reload")
+        commands += [f"rm -f {dropin}", "systemctl daemon-reload"]
     if any(p.endswith(".service") or p.endswith(".timer") for p in state.files):
         # The guard and its timer before the table goes, or they would load it again.
         commands.append(f"systemctl disable --now --quiet jackin-nft-guard-{fleet}.service "

@@ -53,7 +53,9 @@ def deny(dlab, tmp_path_factory):
         "agents": [
             {"name": "wide", "network": {"mode": "allowlist", "allow": ["0.0.0.0/0:8080"]}},
             # Inside a private range: opens the private service, and also the lab network the hosts are on.
-            {"name": "priv", "network": {"mode": "allowlist", "allow": ["172.16.0.0/12", "100.64.0.0/10"]}},
+            # Every private range: Docker may give the lab's networks any of them on a busy engine.
+            {"name": "priv", "network": {"mode": "allowlist",
+                                         "allow": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"]}},
             {"name": "open", "network": {"mode": "open"}},
         ],
         "resources": {"memory": "128m", "cpus": 0.5, "pids": 64},

@@ -183,6 +183,14 @@ def test_apply_without_filters_stops_every_filter_of_the_fleet() -> None:
     ]
 
 
+def test_apply_keeps_the_guards_timer_and_every_current_file() -> None:
+    """A re-apply on a host with the whole bundle retires nothing: the guard's check timer ends in
+    .timer too, and deleting it silently took the guard's backstop away."""
+    current = [p for p in firewall.owned_paths("demo") if p not in dns.legacy_paths("demo")]
+    assert "/etc/systemd/system/jackin-nft-check-demo.timer" in current
+    assert dns.apply_commands(PLAN, current) == APPLY
+
+
 def test_apply_retires_the_host_side_resolver_of_earlier_versions() -> None:
     legacy = ["/etc/jackin/nft/demo.domains", "/etc/systemd/system/jackin-nft-resolve-demo.service",
               "/etc/systemd/system/jackin-nft-resolve-demo.timer"]  # fmt: skip

@@ -349,3 +349,15 @@ def test_the_paths_read_run_locally_lists_only_homes_and_workspaces_by_their_exa
                                 f"{fleet_dir}/x\n##users\n\\xff"}  # fmt: skip
     assert state.paths[f"{fleet_dir}/coder-2/workspace"].kind == "l"
     assert state.paths[f"{fleet_dir}/coder-1/workspace"].kind == "d"
+
+
+@pytest.mark.parametrize(
+    "section",
+    [["##containers", "not json"], ["##containers", '{"Name": "/x"}'], ["##networks", "[1, 2]"],
+     ["##containers", '{"Name": 5, "State": {}, "Config": {}}']],
+    ids=["not-json", "missing-keys", "wrong-shape", "wrong-types"],
+)  # fmt: skip
+def test_a_container_or_network_line_that_does_not_parse_is_a_state_error(section: list[str]) -> None:
+    """It fails that host alone (remote.gather turns JackinError into the host's error), never a traceback."""
+    with pytest.raises(StateError, match="does not parse"):
+        parse_state(section)

@@ -593,6 +593,8 @@ def stub(directory: Path, name: str, body: str) -> None:
 
 APPLY = ("if nft -c -f /etc/jackin/nft/demo.nft && nft -f /etc/jackin/nft/demo.nft; then :; "
          "else nft -f /etc/jackin/nft/demo.lockdown.nft && /usr/local/lib/jackin/nft-guard record demo lockdown || true; "
+         "systemctl enable --quiet jackin-nft-demo.service jackin-nft-guard-demo.service jackin-nft-check-demo.timer; "
+         "systemctl restart jackin-nft-guard-demo.service jackin-nft-check-demo.timer; "
          "echo 'egress policy rejected by nft: agents of fleet demo are locked down' >&2; exit 1; fi")  # fmt: skip
 
 
@@ -615,11 +617,11 @@ def test_apply_writes_the_bundle_then_checks_applies_and_records_the_hash(state:
     uploads = {c.target: (c.data.decode(), c.mode) for c in writes if isinstance(c, Upload)}
     assert uploads == {p: (t, "0755" if t.startswith("#!") else "0644") for p, t in bundle.items()}
     assert rest == [
+        "systemctl daemon-reload",
         "systemctl stop jackin-nft-guard-demo.service jackin-nft-check-demo.timer jackin-nft-check-demo.service "
         "2>/dev/null || true",
         APPLY,
         "/usr/local/lib/jackin/nft-guard record demo policy",
-        "systemctl daemon-reload",
         "systemctl enable --quiet jackin-nft-demo.service jackin-nft-guard-demo.service jackin-nft-check-demo.timer",
         "systemctl restart jackin-nft-guard-demo.service jackin-nft-check-demo.timer",
         *dns.apply_commands(PLAN, state.files),
@@ -635,6 +637,7 @@ def run_apply(tmp_path: Path, nft_body: str) -> tuple[subprocess.CompletedProces
     log.touch()
     stub(bin_dir, "nft", f'echo "$*" >> {log}\n{nft_body}')
     stub(bin_dir, "nft-guard", f'echo "guard $*" >> {log}')
+    stub(bin_dir, "systemctl", f'echo "systemctl $*" >> {log}')
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
     apply = APPLY.replace(firewall.GUARD, str(bin_dir / "nft-guard"))
     done = subprocess.run(["sh", "-c", f"set -e\n{apply}\necho after"], env=env, capture_output=True,
@@ -658,8 +661,11 @@ def run_apply(tmp_path: Path, nft_body: str) -> tuple[subprocess.CompletedProces
 def test_apply_checks_first_and_falls_back_to_lockdown(
     tmp_path: Path, nft_body: str, calls: list[str], rc: int
 ) -> None:
+    """On failure the guard runs again before the run fails: it was stopped for the apply."""
     done, logged = run_apply(tmp_path, nft_body)
-    assert logged == calls
+    guard = "jackin-nft-guard-demo.service jackin-nft-check-demo.timer"
+    restarted = [f"systemctl enable --quiet jackin-nft-demo.service {guard}", f"systemctl restart {guard}"]
+    assert logged == calls + (restarted if rc else [])
     assert done.returncode == rc
     assert (done.stdout == "after\n") == (rc == 0)
     assert ("agents of fleet demo are locked down" in done.stderr) == (rc == 1)
@@ -686,7 +692,8 @@ def test_remove_everything() -> None:
     files = firewall.owned_paths("demo")
     dropin = "/etc/systemd/system/docker.service.d/jackin-nft-demo.conf"
     assert remove_commands(PLAN, HostState(nft_table=True, files=files)) == [
-        f"rm -f {dropin} && systemctl daemon-reload",
+        f"rm -f {dropin}",
+        "systemctl daemon-reload",
         "systemctl disable --now --quiet jackin-nft-guard-demo.service jackin-nft-check-demo.timer "
         "jackin-nft-check-demo.service jackin-nft-demo.service jackin-nft-resolve-demo.timer "
         "jackin-nft-resolve-demo.service 2>/dev/null || true",

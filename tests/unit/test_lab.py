@@ -329,13 +329,70 @@ def pinned_lab(tmp_path: Path) -> tuple[Lab, str]:
     return lab, fingerprint(key.with_suffix(".pub").read_text())
 
 
+def presented(monkeypatch: pytest.MonkeyPatch, public_key: bytes | None) -> list[tuple[str, ...]]:
+    """``docker cp CONTAINER:/etc/ssh/ssh_host_ed25519_key.pub -`` answers a tar of ``public_key``
+    (None: the container has no such file). Returns the calls made."""
+    calls: list[tuple[str, ...]] = []
+
+    def docker(*args: str, **_kw: object) -> bytes:
+        calls.append(args)
+        if public_key is None:
+            raise LabError("docker cp failed: no such file")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo("ssh_host_ed25519_key.pub")
+            info.size = len(public_key)
+            tar.addfile(info, io.BytesIO(public_key))
+        return buf.getvalue()
+
+    monkeypatch.setattr(dk, "docker", docker)
+    return calls
+
+
 @pytest.mark.parametrize(("label", "pinned"), [("same", True), (None, False), ("SHA256:other", False)])
-def test_status_says_whether_a_host_has_the_key_pinned_here(label: str | None, pinned: bool, tmp_path: Path) -> None:
+def test_status_says_whether_a_host_has_the_key_pinned_here(
+    label: str | None, pinned: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = presented(monkeypatch, b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOtherOtherOtherOtherOtherOtherOtherOther1 x\n")
     lab, mine = pinned_lab(tmp_path)
     info = host_container(1, port="40001")
     if label is not None:
         info["Config"]["Labels"][HOSTKEY_LABEL] = mine if label == "same" else label
     assert lab._host_from(info).pinned is pinned
+    assert bool(calls) == (label is None)  # the container is asked only when it has no label
+
+
+def test_a_host_made_before_the_label_is_asked_for_its_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unlabelled host (made by an earlier version) that holds the pinned key is pinned: an upgrade
+    must not replace it, with other fleets' agents and kept data on it. Without the key file: not pinned."""
+    lab, _ = pinned_lab(tmp_path)
+    mine = lab._host_key("demo-1").with_suffix(".pub").read_bytes()
+    info = host_container(1, port="40001", image="img")
+    info["NetworkSettings"]["Networks"][lab.public_network] = {}
+    calls = presented(monkeypatch, mine)
+    assert lab._host_from(info).pinned is True
+    assert lab._replace_reason("demo-1", info, "img") is None
+    assert calls[0][:2] == ("cp", f"{info['Name'].lstrip('/')}:/etc/ssh/ssh_host_ed25519_key.pub")
+    presented(monkeypatch, None)
+    assert lab._host_from(info).pinned is False
+
+
+def test_up_never_replaces_a_host_other_fleets_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host that needs replacing (here: a new image recipe) on a lab other fleets use makes up fail,
+    naming them; nothing is removed. Without other users the host is replaced."""
+    lab, mine = pinned_lab(tmp_path)
+    info = host_container(1, port="40001", image="old-image")
+    info["Config"]["Labels"][HOSTKEY_LABEL] = mine
+    removed: list[str] = []
+    monkeypatch.setattr(dk, "inspect", lambda *_a, **_k: [info])
+    monkeypatch.setattr(lab, "_remove_host", removed.append)
+    monkeypatch.setattr(lab, "_create_host", lambda *_a: None)
+    host = lab._host_from(info)
+    with pytest.raises(LabError, match=r"demo-1 would be replaced \(its image recipe changed\), but fleet\(s\) a, b"):
+        lab._converge_host("demo-1", host, "new-image", lambda _m: None, ["b", "a"])
+    assert removed == []
+    lab._converge_host("demo-1", host, "new-image", lambda _m: None, [])
+    assert removed == ["demo-1"]
 
 
 @pytest.mark.parametrize(("label", "reason"), [
@@ -343,7 +400,10 @@ def test_status_says_whether_a_host_has_the_key_pinned_here(label: str | None, p
     (None, "it presents a host key other than the one pinned on this machine (made from another state dir)"),
     ("SHA256:other", "it presents a host key other than the one pinned on this machine (made from another state dir)"),
 ])  # fmt: skip
-def test_a_host_with_another_key_is_replaced(label: str | None, reason: str | None, tmp_path: Path) -> None:
+def test_a_host_with_another_key_is_replaced(
+    label: str | None, reason: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    presented(monkeypatch, None)
     lab, mine = pinned_lab(tmp_path)
     info = host_container(1, port="40001", image="img")
     info["NetworkSettings"]["Networks"][lab.public_network] = {}
@@ -352,7 +412,8 @@ def test_a_host_with_another_key_is_replaced(label: str | None, reason: str | No
     assert lab._replace_reason("demo-1", info, "img") == reason
 
 
-def test_a_host_whose_key_is_missing_here_is_replaced(tmp_path: Path) -> None:
+def test_a_host_whose_key_is_missing_here_is_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    presented(monkeypatch, None)
     lab = Lab("demo", root=tmp_path)
     info = host_container(1, port="40001", image="img")
     assert lab._replace_reason("demo-1", info, "img") == "its host key is missing on this machine"

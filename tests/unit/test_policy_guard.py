@@ -151,7 +151,7 @@ def test_when_nothing_loads_the_agents_are_stopped_and_retries_stay_quiet(guard)
     ]
 
 
-def test_stopped_forgets_the_applied_hash_except_at_shutdown(guard, tmp_path: Path) -> None:
+def test_stopped_forgets_the_applied_hash_only_when_stopped_by_hand(guard, tmp_path: Path) -> None:
     sha = guard.nft_dir / f"{FLEET}.sha"
     sha.write_text("abc\n")
     bin_dir = tmp_path / "bin"
@@ -159,7 +159,9 @@ def test_stopped_forgets_the_applied_hash_except_at_shutdown(guard, tmp_path: Pa
     guard(f"$G stopped {FLEET}")
     assert sha.exists()  # a reboot: the table is loaded again at boot, the hash still holds
     stub(bin_dir, "systemctl", 'echo running')
-    guard(f"$G stopped {FLEET}")
+    guard(f"SERVICE_RESULT=exit-code $G stopped {FLEET}")
+    assert sha.exists()  # the watcher died: Restart=always brings it back, the hash still holds
+    guard(f"SERVICE_RESULT=success $G stopped {FLEET}")
     assert not sha.exists()  # stopped by hand: the next fleet.up starts the guard again
 
 

@@ -169,10 +169,10 @@ def test_parse_host_status_reads_the_policy_and_the_guard(output: str, fields: t
 
 
 def policy_host(policy: str = "enforced", guard: str = "active", *, agents: bool = True,
-                reachable: bool = True) -> HostStatus:  # fmt: skip
+                reachable: bool = True, timer: str = "active") -> HostStatus:  # fmt: skip
     listed = [AgentStatus(instance="a-1", container="c", state="running")] if agents else []
     return HostStatus(host="h", address="192.0.2.1", port=22, reachable=reachable, policy=policy, guard=guard,
-                      agents=listed)  # fmt: skip
+                      guard_timer=timer, agents=listed)  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -189,11 +189,14 @@ def policy_host(policy: str = "enforced", guard: str = "active", *, agents: bool
         (policy_host(guard="inactive"), "the guard (jackin-nft-guard-demo) is inactive (run fleet.up to restore it)"),
         (policy_host("missing", "failed"), "table jackin-demo is not loaded; the guard (jackin-nft-guard-demo) "
                                            "is failed (run fleet.up to restore it)"),
-        (policy_host("unknown", "unknown"), "the guard is not installed; the guard (jackin-nft-guard-demo) is "
-                                            "unknown (run fleet.up to restore it)"),
+        (policy_host("unknown", "unknown", timer="unknown"),
+         "the guard is not installed; the guard (jackin-nft-guard-demo) is unknown; the guard's backstop timer "
+         "(jackin-nft-check-demo.timer) is unknown (run fleet.up to restore it)"),
+        (policy_host(timer="inactive"),
+         "the guard's backstop timer (jackin-nft-check-demo.timer) is inactive (run fleet.up to restore it)"),
     ],
     ids=["enforced", "no-agents", "unreachable", "missing", "lockdown", "altered", "guard-stopped", "both",
-         "no-guard"],
+         "no-guard", "timer-gone"],
 )  # fmt: skip
 def test_not_enforced(host: HostStatus, reason: str | None) -> None:
     assert not_enforced("demo", host) == reason
