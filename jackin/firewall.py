@@ -277,7 +277,7 @@ def domain_sets(agent: AgentPlan) -> list[tuple[str, str]]:
 
 
 def units(plan: FleetPlan) -> dict[str, str]:
-    """systemd units: load the table before Docker starts containers; refresh domain sets."""
+    """The systemd unit that loads the table at boot, before Docker (which requires it) starts containers."""
     fleet = plan.fleet
     load = f"""[Unit]
 Description=jackin fleet {fleet}: agent egress policy (nftables table {table_name(fleet)})

@@ -93,6 +93,9 @@ def up(
         if dry_run and not hosts:
             log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
         plan = make_plan(inventory, ledger, store=not dry_run, fleet_hosts=provider.addresses() if hosts else [])
+        for name in provider.unresolved():
+            log(f"warning: host {name} is given by name: its address is not in the agents' always-denied set "
+                "(give it as an IP address to deny it)")
         if dry_run:  # changes nothing, the ledger included
             _, result = recorded_run(None, fleet=fleet.name, action="fleet.up --dry-run", deploy="fleet.py",
                                      hosts=hosts, data=plan.model_dump(mode="json"), dry_run=True, on_event=on_event)  # fmt: skip

@@ -80,6 +80,8 @@ class Ledger:
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript(SCHEMA)
+        # Earlier releases marked a fleet downed with --keep-data as 'down' and kept its uids: it is kept.
+        self.db.execute("UPDATE fleets SET status = 'kept' WHERE status = 'down' AND name IN (SELECT fleet FROM uids)")
 
     def close(self) -> None:
         self.db.close()

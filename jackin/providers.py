@@ -66,6 +66,10 @@ class Provider:
         """Every IP address of every host of the fleet's inventory (never creates anything)."""
         raise NotImplementedError
 
+    def unresolved(self) -> list[str]:
+        """Hosts whose addresses ``addresses`` could not give (named, not IP literals)."""
+        return []
+
     def claim(self) -> None:
         """The fleet now has state on its hosts (after a real ``fleet.up``)."""
 
@@ -98,8 +102,19 @@ class StaticProvider(Provider):
             try:
                 found.append(str(ipaddress.ip_address(host.address)))
             except ValueError:
-                continue  # a DNS name is not resolved here: give fleet hosts as IP addresses
+                continue  # a DNS name is not resolved here (see unresolved): give fleet hosts as IP addresses
         return sorted(set(found))
+
+    def unresolved(self) -> list[str]:
+        """Hosts given by DNS name: their addresses cannot join the always-denied set (the operator's
+        resolver may not answer what the hosts' does), so fleet.up warns about each."""
+        names = []
+        for host in self.inventory.hosts:
+            try:
+                ipaddress.ip_address(host.address)
+            except ValueError:
+                names.append(f"{host.name} ({host.address})")
+        return names
 
 
 def static_targets(inventory: Inventory) -> list[SshTarget]:
@@ -178,7 +193,7 @@ class LabProvider(Provider):
         return sorted(found, key=ipaddress.ip_address)
 
     def claim(self) -> None:
-        with self.ledger() as ledger:
+        with self.lab.locked(), self.ledger() as ledger:  # never between another fleet's last look and its lab.down
             ledger.use_lab(self.spec.name, self.fleet)
 
     def release(self, *, keep_hosts: bool = False, keep_data: bool = False, log: Log = _quiet) -> Release:
@@ -195,7 +210,13 @@ class LabProvider(Provider):
                                     f"inv lab.down --name {name} removes it")  # fmt: skip
             if record["users"]:
                 return Release(note=f"lab {name!r} kept: still used by fleet(s) {', '.join(record['users'])}")
-            removed = self.lab.down(log=log)
+            def joined() -> bool:  # under the lab's lock: a fleet that claimed it since keeps it
+                with self.ledger() as fresh:
+                    return bool((fresh.lab(name) or {}).get("users"))
+
+            removed = self.lab.down(log=log, unless=joined)
+            if not any(removed.values()) and joined():
+                return Release(note=f"lab {name!r} kept: another fleet joined it meanwhile")
             ledger.forget_lab(name)
             return Release(destroyed=any(removed.values()))
 

@@ -23,6 +23,7 @@ import tarfile
 import time
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
+import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -409,11 +410,16 @@ class Lab:
 
     # --- down ----------------------------------------------------------------
 
-    def down(self, *, log: Log = lambda _: None) -> dict[str, list[str]]:
-        """Remove every container, volume, network and key of this lab. Idempotent."""
+    def down(self, *, log: Log = lambda _: None, unless: Callable[[], bool] | None = None) -> dict[str, list[str]]:
+        """Remove every container, volume, network and key of this lab. Idempotent.
+
+        ``unless``: asked under the lab's lock, the last word before anything goes (a fleet
+        claiming the lab takes the same lock): true keeps the lab, and nothing is removed."""
         dk.ensure_engine()
         with self._lock():
             removed: dict[str, list[str]] = {"containers": [], "volumes": [], "networks": [], "files": []}
+            if unless is not None and unless():
+                return removed
             containers = dk.labelled("container", self.label)
             if containers:
                 dk.docker("rm", "-f", "-v", *containers)
@@ -442,6 +448,11 @@ class Lab:
             "networks": dk.labelled("network", self.label),
             "files": [str(self.dir)] if self.dir.exists() else [],
         }
+
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        """The lab's lock (BusyError while another run changes the lab): claims and the last
+        fleet's teardown decide under it, so a lab is never destroyed under a fleet joining it."""
+        return self._lock()
 
     @contextmanager
     def _lock(self) -> Iterator[None]:

@@ -1,6 +1,6 @@
 """pyinfra operation for a fleet's egress policy (pyinfra has no nftables operation).
 
-The whole bundle (table, lockdown table, domain list, resolver, guard, systemd units)
+The whole bundle (table, lockdown table, the filtering resolvers' configuration, the guard, systemd units)
 is written and applied only when its hash differs from the one on the host or
 the table is not loaded. Applying checks first (``nft -c -f``) and falls back
 to the lockdown table, so a failure leaves agents with less access, never more.
@@ -76,5 +76,5 @@ def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
 
 @operation()
 def egress_policy(plan: FleetPlan, state: HostState):
-    """The fleet's nftables table and its boot-time and refresh units; in place before agents start."""
+    """The fleet's nftables table, its boot-time unit, guard and filtering resolvers; in place before agents start."""
     yield from script(apply_commands(plan, state), noop=f"egress policy of fleet {plan.fleet} is loaded and up to date")

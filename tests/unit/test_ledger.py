@@ -262,3 +262,19 @@ def test_labs_record_creator_and_users(ledger: Ledger) -> None:
     assert (ledger.lab("lab1")["created_by"], ledger.lab_users("lab1")) == (None, [])  # type: ignore[index]
     ledger.forget_lab("lab1")
     assert ledger.lab("lab1") is None
+
+
+def test_a_fleet_an_earlier_release_downed_with_keep_data_is_kept(tmp_path) -> None:
+    """Earlier releases left such a fleet 'down' with its uids reserved: opening the ledger makes it
+    'kept', so fleet.gc lists its data apart instead of removing it as a leftover."""
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as old:
+        old.record_fleet("kept1", "static", None, "up")
+        old.allocate_uids("kept1", ["a-1"], 60000, 1000)
+        old.record_fleet("gone", "static", None, "up")
+        old.allocate_uids("gone", ["a-1"], 61000, 1000)
+        old.forget_fleet("gone")  # a full teardown: uids freed
+        old.db.execute("UPDATE fleets SET status = 'down' WHERE name = 'kept1'")  # what the earlier release wrote
+    with Ledger(path) as ledger:
+        assert ledger.fleets_with_status("kept") == ["kept1"]
+        assert ledger.fleets_with_status("down") == ["gone"]

@@ -3,6 +3,8 @@ lists every host address; provider_for picks the provider the inventory names.""
 
 from __future__ import annotations
 
+import contextlib
+
 from pathlib import Path
 
 import pytest
@@ -55,6 +57,12 @@ def test_static_addresses_are_every_inventory_hosts_ip_literal() -> None:
     assert provider_for(parse_inventory(STATIC, "s.yaml")).addresses() == ["10.0.0.5", "10.0.0.6"]
 
 
+def test_static_hosts_given_by_name_are_named_for_the_warning() -> None:
+    """Their addresses cannot be denied (not resolved here): fleet.up warns about each, never silently."""
+    provider = provider_for(parse_inventory(STATIC, "s.yaml"))
+    assert provider.unresolved() == ["named (build.example.org)"]
+
+
 def test_static_host_without_a_pinned_key_is_refused() -> None:
     spec = parse_inventory("hosts: [{name: a, address: 10.0.0.5}]\nfleet: {name: demo, agents: [{name: c}]}\n", "s.yaml")
     with pytest.raises(SpecError, match="no pinned host key for: a"):
@@ -89,10 +97,16 @@ class FakeLab:
         self.count = hosts
         return self.status()
 
-    def down(self, **_: object) -> dict[str, list[str]]:
+    def down(self, *, unless=None, **_: object) -> dict[str, list[str]]:
+        if unless is not None and unless():
+            self.calls.append(("down", "kept"))
+            return {"containers": []}
         self.calls.append(("down",))
         self.count = 0
         return {"containers": ["c1"]}
+
+    def locked(self):
+        return contextlib.nullcontext()
 
 
 def lab_fleet(name: str, hosts: int) -> Inventory:
@@ -131,6 +145,27 @@ def test_lab_fleets_share_a_lab_without_resizing_it(tmp_path: Path, shared: Fake
         assert alpha.release().note == "lab 'shared' kept: still used by fleet(s) beta"
         assert beta.release().destroyed and shared.calls[-1] == ("down",)  # gamma never claimed it
         assert ledger.lab("shared") is None
+
+
+def test_a_fleet_joining_before_the_last_teardown_takes_the_lock_keeps_the_lab(tmp_path: Path, shared: FakeLab) -> None:
+    """The last fleet's teardown asks again under the lab's lock: a fleet that claimed the lab after
+    the first look (here: inside down, where the real lock would have made it wait) keeps it."""
+    with Ledger(tmp_path / "l.sqlite3") as ledger:
+        alpha = provider(lab_fleet("alpha", 1), ledger, shared)
+        alpha.targets()
+        alpha.claim()
+        beta = provider(lab_fleet("beta", 1), ledger, shared)
+        real_down = shared.down
+
+        def down(**kwargs: object) -> dict[str, list[str]]:
+            beta.claim()  # beta joins between alpha's look at the users and the removal
+            return real_down(**kwargs)
+
+        shared.down = down  # type: ignore[method-assign]
+        release = alpha.release()
+        assert not release.destroyed and release.note == "lab 'shared' kept: another fleet joined it meanwhile"
+        assert shared.calls[-1] == ("down", "kept") and shared.count == 1
+        assert ledger.lab_users("shared") == ["beta"] and ledger.lab("shared") is not None
 
 
 def test_lab_with_kept_data_or_keep_lab_is_not_destroyed(tmp_path: Path, shared: FakeLab) -> None:
