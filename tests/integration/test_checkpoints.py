@@ -203,12 +203,16 @@ def test_the_mount_comes_back_at_boot_before_docker_and_the_agent_runs_again(cla
         assert cow.checkpoint(conn, name, "coder-1", LATE).checkpoint.snapshot_id == LATE
 
 
-def test_down_leaves_no_mount_unit_image_or_loop_device(clab, fleet):
+def test_down_keep_data_keeps_the_tier_and_down_leaves_no_mount_unit_image_or_loop_device(clab, fleet):
     name, spec = fleet
     root, image, unit = f"/srv/jackin/{name}", f"/var/lib/jackin/cow/{name}.img", cow.unit_path(name)
     present = f"mountpoint -q {root} && echo mount; [ -f '{unit}' ] && echo unit; [ -f {image} ] && echo image; " \
               f"losetup -a | grep -qF {image} && echo loop; [ -e {root} ] && echo dir; true"  # fmt: skip
     assert sh(clab, present).stdout.split() == ["mount", "unit", "image", "loop", "dir"]  # control: all there
+    kept = inv("fleet.down", "-i", spec, "--yes", "--keep-lab", "--keep-data")
+    assert kept.returncode == 0, kept.stdout + kept.stderr  # its clean check allows the kept tier
+    assert sh(clab, present).stdout.split() == ["mount", "unit", "image", "loop", "dir"]
+    assert sh(clab, f"cat {root}/coder-1/workspace/keep.txt").stdout == "keep\n"
     done = inv("fleet.down", "-i", spec, "--yes", "--keep-lab")
     assert done.returncode == 0, done.stdout + done.stderr
     assert sh(clab, present).stdout.split() == []

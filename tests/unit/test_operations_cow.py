@@ -194,3 +194,24 @@ def test_the_spec_option_refuses_bad_values_with_the_line(value: str, problem: s
     with pytest.raises(SpecError) as caught:
         parse_inventory(text, "f.yaml")
     assert caught.value.problems == [problem]
+
+
+def test_the_clean_check_sees_the_tier_and_keep_data_keeps_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fleet.down's proof: a mount, unit or image of the fleet left on a host makes it dirty (with
+    --keep-data they hold the kept homes, so they may stay); a host without them is clean."""
+    from pathlib import Path
+
+    from jackin import fleet as lifecycle
+    from jackin.ssh import SshTarget
+
+    target = SshTarget(name="web-1", address="192.0.2.10", known_hosts=Path("/nonexistent"))
+    plan = PLAN.model_copy(update={"agents": []})
+    for lines, keep, clean, left in [
+        (["##cow", "image 5", "mounted btrfs"], False, False, {"cow": ["image", "mount (btrfs)"]}),
+        (["##cow", "image 5", "mounted btrfs"], True, True, {}),
+        (["##cow"], False, True, {}),
+    ]:
+        monkeypatch.setattr(lifecycle, "gather", lambda hosts, command, parse, _l=lines, **kw: {
+            h.name: parse("\n".join(_l)) for h in hosts})  # fmt: skip
+        [check] = lifecycle.clean_check(plan, [target], keep_data=keep)
+        assert (check.clean, check.leftovers) == (clean, left)
