@@ -203,6 +203,50 @@ def test_the_mount_comes_back_at_boot_before_docker_and_the_agent_runs_again(cla
         assert cow.checkpoint(conn, name, "coder-1", LATE).checkpoint.snapshot_id == LATE
 
 
+def test_an_interrupted_restore_is_repaired_by_the_next(clab, fleet):
+    """The state a restore leaves when it stops between its two renames (home aside, a fresh copy
+    beside it): checkpoints are refused, and the next restore puts the home back, then restores."""
+    name, _ = fleet
+    home, container, swap = f"/srv/jackin/{name}/coder-1", f"jk-{name}--coder-1", cow.swap_path(name, "coder-1")
+    path = cow.checkpoint_path(name, "coder-1", FIRST)
+    sh(clab, f"docker stop -t 2 {container}")
+    try:
+        sh(clab, f"install -d -m 0700 {swap} && btrfs subvolume snapshot {path} {swap}/new >/dev/null "
+                 f"&& mv -T {home} {swap}/old")  # fmt: skip
+        with connect(clab.status().hosts[0].target()) as conn:
+            assert not cow.supported(conn, name, "coder-1")
+            with pytest.raises(cow.CheckpointError, match="is not a btrfs subvolume"):
+                cow.checkpoint(conn, name, "coder-1", "20261203-070000-0001")
+            cow.restore_checkpoint(conn, name, "coder-1", FIRST)
+            assert cow.supported(conn, name, "coder-1")
+        assert listing(clab, home) == listing(clab, path)
+        assert sh(clab, f"ls -A {swap}").stdout == ""
+    finally:
+        sh(clab, f"docker start {container}", warn=True)
+
+
+def test_a_subvolume_the_agent_made_is_not_checkpointed_and_its_home_is_kept_aside(clab, fleet):
+    """Any user may create a btrfs subvolume: the agent makes one in its workspace. The checkpoint shows
+    it as an empty directory; the restore keeps the old home (it cannot be deleted) aside, root-only."""
+    name, _ = fleet
+    home, container, user = f"/srv/jackin/{name}/coder-1", f"jk-{name}--coder-1", f"jk-{name}--coder-1"
+    uid = sh(clab, f"id -u {user}").stdout.strip()
+    make = f"btrfs subvolume create {home}/workspace/nested >/dev/null && echo inner > {home}/workspace/nested/f"
+    sh(clab, f"setpriv --reuid={uid} --regid={uid} --clear-groups -- sh -c '{make}'")
+    with connect(clab.status().hosts[0].target()) as conn:
+        cow.checkpoint(conn, name, "coder-1", "20261203-080000-0001")
+        path = cow.checkpoint_path(name, "coder-1", "20261203-080000-0001")
+        assert sh(clab, f"ls -A {path}/workspace/nested").stdout == ""
+        sh(clab, f"docker stop -t 2 {container}")
+        try:
+            done = cow.restore_checkpoint(conn, name, "coder-1", "20261203-080000-0001")
+        finally:
+            sh(clab, f"docker start {container}", warn=True)
+    assert done.kept is not None and done.kept.startswith(cow.swap_path(name, "coder-1") + "/kept-")
+    assert sh(clab, f"cat {done.kept}/workspace/nested/f; stat -c %a $(dirname {done.kept})").stdout.split() == [
+        "inner", "700"]  # fmt: skip
+
+
 def test_down_keep_data_keeps_the_tier_and_down_leaves_no_mount_unit_image_or_loop_device(clab, fleet):
     name, spec = fleet
     root, image, unit = f"/srv/jackin/{name}", f"/var/lib/jackin/cow/{name}.img", cow.unit_path(name)
