@@ -100,15 +100,14 @@ def swap_path(fleet: str, instance: str) -> str:
 
 def systemd_escape_path(path: str) -> str:
     """``systemd-escape -p``: the unit name stem of a path ("/srv/jackin/a-b" -> "srv-jackin-a\\x2db")."""
-    parts = [p for p in path.split("/") if p]
+    text = "/".join(p for p in path.split("/") if p)
+    if not text:
+        return "-"
     out = []
-    for part in parts:
-        chars = []
-        for n, ch in enumerate(part):
-            keep = ch.isascii() and (ch.isalnum() or ch in ":_.") and not (n == 0 and ch == ".")
-            chars.append(ch if keep else "".join(f"\\x{b:02x}" for b in ch.encode()))
-        out.append("".join(chars))
-    return "-".join(out) or "-"
+    for n, ch in enumerate(text):  # only a leading dot of the whole name is escaped
+        keep = ch == "/" or (ch.isascii() and (ch.isalnum() or ch in ":_.") and not (n == 0 and ch == "."))
+        out.append("-" if ch == "/" else ch if keep else "".join(f"\\x{b:02x}" for b in ch.encode()))
+    return "".join(out)
 
 
 def unit_name(fleet: str) -> str:

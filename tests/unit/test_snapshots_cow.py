@@ -4,6 +4,7 @@ Fabric functions against a fake connection (no network)."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from types import SimpleNamespace
 
@@ -35,11 +36,20 @@ def test_paths_follow_the_shared_layout() -> None:
     ("/srv/jackin/demo", "srv-jackin-demo"),
     ("/srv/jackin/my-fleet", "srv-jackin-my\\x2dfleet"),
     ("/srv//jackin/a.b/", "srv-jackin-a.b"),
-    ("/srv/.hidden", "srv-\\x2ehidden"),
+    ("/srv/.hidden", "srv-.hidden"),
+    ("/.a/b", "\\x2ea-b"),
+    ("/srv/x y", "srv-x\\x20y"),
     ("/", "-"),
 ])  # fmt: skip
 def test_systemd_escape_path_matches_systemd(path: str, escaped: str) -> None:
     assert cow.systemd_escape_path(path) == escaped
+
+
+@pytest.mark.skipif(shutil.which("systemd-escape") is None, reason="no systemd-escape on this machine")
+def test_systemd_escape_path_agrees_with_the_real_tool() -> None:
+    paths = ["/srv/jackin/demo", "/srv/jackin/my-fleet-2", "/srv/.hidden", "/.a/b", "/srv/x y", "/srv/ü:_."]
+    real = subprocess.run(["systemd-escape", "-p", *paths], capture_output=True, text=True, timeout=10).stdout.split()
+    assert [cow.systemd_escape_path(p) for p in paths] == real
 
 
 def test_unit_name_and_text() -> None:
