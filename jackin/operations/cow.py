@@ -38,6 +38,9 @@ def _refusal(plan: FleetPlan, state: HostState) -> str | None:
     if cow.mounted is None and entries:
         return (f"{root} already holds {', '.join(e.rsplit('/', 1)[1] for e in entries)} on the host's own filesystem; "
                 "mounting the btrfs there would hide them")  # fmt: skip
+    if cow.mounted and cow.image_size is None:
+        return (f"{root} is mounted but {image_path(plan.fleet)} is missing: a new image would replace it at the "
+                "next boot; find out what removed it")  # fmt: skip
     plain = [a.instance for a in plan.agents if a.home in state.paths and a.home not in cow.subvolumes]
     if cow.mounted and plain:
         return f"the home(s) of {', '.join(plain)} are plain directories, not subvolumes"

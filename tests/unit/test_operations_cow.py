@@ -140,6 +140,8 @@ def test_refuses_plain_homes_on_the_btrfs_and_a_foreign_mount() -> None:
         ops.filesystem_commands(PLAN, state)
     with pytest.raises(OperationError, match="/srv/jackin/demo is a mount of ext4, not the fleet's btrfs"):
         ops.filesystem_commands(PLAN, ready(mounted="ext4"))
+    with pytest.raises(OperationError, match="/srv/jackin/demo is mounted but /var/lib/jackin/cow/demo.img is missing"):
+        ops.filesystem_commands(PLAN, ready(image_size=None))
 
 
 TEARDOWN = [
