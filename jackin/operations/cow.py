@@ -66,7 +66,8 @@ def filesystem_commands(plan: FleetPlan, state: HostState) -> list[Command]:
         new = image + ".jackin-new"
         commands += [q("install", "-d", "-m", "0700", "-o", "root", "-g", "root", IMAGE_DIR), q("rm", "-f", new),
                      q("truncate", "-s", size, new), q("chmod", "0600", new),
-                     q("mkfs.btrfs", "-q", "-L", f"jackin-{plan.fleet}", new) + " >/dev/null", q("mv", "-T", new, image)]  # fmt: skip
+                     q("mkfs.btrfs", "-q", "-L", f"jackin-{plan.fleet}", new) + " >/dev/null",
+                     q("mv", "-T", new, image)]  # fmt: skip
     if cow.unit_hash != unit_hash(plan.fleet):
         commands += write_files({unit_path(plan.fleet): unit_text(plan.fleet)}, modes={unit_path(plan.fleet): "0644"})
         commands.append("systemctl daemon-reload")

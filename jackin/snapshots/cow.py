@@ -250,7 +250,8 @@ def supported_script(fleet: str, instance: str | None = None) -> str:
     """Prints ``yes`` when the fleet dir is a btrfs mount (and ``instance``'s home a subvolume). Changes nothing."""
     home = f" && subvol {shlex.quote(home_path(fleet, instance))}" if instance else ""
     return (f"F={shlex.quote(fleet_dir(fleet))}\n{_SUBVOL}\n"
-            f'mountpoint -q "$F" && subvol "$F" && command -v btrfs >/dev/null{home} && echo yes || true\n')  # fmt: skip
+            f'mountpoint -q "$F" && subvol "$F" && command -v btrfs >/dev/null{home} '
+            "&& echo yes || true\n")  # fmt: skip
 
 
 def checkpoint_script(fleet: str, instance: str, snapshot_id: str) -> str:
@@ -406,7 +407,8 @@ def _run(conn: Connection, script: str, what: str, *, timeout: float = TIMEOUT) 
 def supported(conn: Connection, fleet: str, instance: str | None = None) -> bool:
     """Whether the host has the checkpoint tier for ``fleet``: its fleet dir is a btrfs mount (and
     ``instance``'s home a subvolume). Changes nothing."""
-    return _run(conn, supported_script(fleet, instance), f"checking the checkpoint tier of fleet {fleet}").strip() == "yes"
+    out = _run(conn, supported_script(fleet, instance), f"checking the checkpoint tier of fleet {fleet}")
+    return out.strip() == "yes"
 
 
 def checkpoint(conn: Connection, fleet: str, instance: str, snapshot_id: str) -> CheckpointTaken:
