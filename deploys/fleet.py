@@ -9,7 +9,7 @@ from pyinfra.facts.server import Which
 from pyinfra.operations import apt, systemd
 
 from jackin.engine import report
-from jackin.operations import firewall, fleet, host as host_ops
+from jackin.operations import cow, firewall, fleet, host as host_ops
 from jackin.plan import FleetPlan
 
 plan = FleetPlan.model_validate(host.data.jackin)
@@ -31,6 +31,10 @@ for image in sorted({a.image for a in plan.agents}):
     host_ops.agent_image(name=f"agent image {image}", image=image, present_images=tuple(state.images))
 
 fleet.fleet_root(name=f"fleet {plan.fleet}", plan=plan, state=state)
+if plan.checkpoints is not None:  # the checkpoint tier: homes on a loop-mounted btrfs, each a subvolume
+    if not host.get_fact(Which, command="mkfs.btrfs"):
+        apt.packages(name="install btrfs-progs (the checkpoint tier)", packages=["btrfs-progs"], update=True)
+    cow.home_filesystem(name=f"checkpoint filesystem of fleet {plan.fleet}", plan=plan, state=state)
 # The egress policy is in place before any agent container starts (fail closed).
 firewall.egress_policy(name=f"egress policy of fleet {plan.fleet}", plan=plan, state=state)
 for agent in plan.agents:

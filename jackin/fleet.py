@@ -194,6 +194,7 @@ def _leftovers(plan: planning.FleetPlan, state: HostState, *, keep_data: bool) -
     left = {k: v for k, v in state.model_copy(update={"fleet": plan.fleet}).leftovers.items() if v}
     if keep_data:
         left.pop("paths", None)
+        left.pop("cow", None)  # the checkpoint tier's btrfs holds the kept homes
     return left
 
 

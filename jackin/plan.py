@@ -20,6 +20,7 @@ import hashlib
 import ipaddress
 import json
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -118,6 +119,14 @@ class AgentPlan(_Model):
         return hashlib.sha256(json.dumps([options, tail]).encode()).hexdigest()[:12]
 
 
+class CheckpointPlan(_Model):
+    """The checkpoint tier on each host (``snapshots.checkpoints``): the fleet dir is a loop-mounted
+    filesystem of ``size`` bytes whose agent homes are subvolumes (jackin/operations/cow.py)."""
+
+    filesystem: Literal["btrfs"] = "btrfs"
+    size: int = Field(gt=0)
+
+
 class FleetPlan(_Model):
     fleet: str = Field(pattern=SLUG, max_length=24)  # names read back from hosts (gc) are checked too
     root: str = ROOT
@@ -126,6 +135,7 @@ class FleetPlan(_Model):
     agents: list[AgentPlan]
     address_pools: list[AddressPool] = Field(default_factory=list)
     fleet_hosts: list[str] = Field(default_factory=list)  # every fleet host's IP addresses: always denied to agents
+    checkpoints: CheckpointPlan | None = None  # None: homes are plain directories (no checkpoint tier)
 
     @property
     def fleet_dir(self) -> str:
@@ -192,4 +202,6 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
         agents=agents,
         address_pools=spec.address_pools,
         fleet_hosts=list(fleet_hosts),
+        checkpoints=(CheckpointPlan(size=spec.snapshots.checkpoint_size)
+                     if spec.snapshots.checkpoints == "btrfs" else None),  # fmt: skip
     )

@@ -24,6 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from jackin.errors import JackinError
 from jackin.firewall import NFT_DIR, owned_paths
 from jackin.plan import ROOT, STATE_DIR, user_name
+from jackin.snapshots.cow import CowState
+from jackin.snapshots.cow import parse_state as parse_cow
+from jackin.snapshots.cow import state_section as cow_section
 
 # One path record before hex encoding: type (find's %y: d, f, l...), octal mode, uid, gid, path, NUL.
 PATH_FORMAT = "%y %m %U %G %p\\0"
@@ -92,6 +95,7 @@ class HostState(BaseModel):
     nft_table: bool = False
     nft_hash: str | None = None
     files: list[str] = Field(default_factory=list)  # the firewall's files that exist
+    cow: CowState = Field(default_factory=CowState)  # the checkpoint tier's filesystem (jackin.snapshots.cow)
 
     def user_by_uid(self, uid: int) -> User | None:
         return next((u for u in self.users.values() if u.uid == uid), None)
@@ -119,6 +123,7 @@ class HostState(BaseModel):
             "paths": sorted(self.paths),
             "files": (["marker"] if self.marker else []) + self.files,
             "nft": ["table"] if self.nft_table else [],
+            "cow": list(self.cow.leftovers),
         }
 
 
@@ -145,6 +150,7 @@ echo '##marker'; [ -e {STATE_DIR}/fleet-{f}.json ] && echo yes
 echo '##nft'; command -v nft >/dev/null 2>&1 && nft list table inet {shlex.quote("jackin-" + fleet)} >/dev/null 2>&1 && echo yes
 echo '##nfthash'; cat {NFT_DIR}/{f}.sha 2>/dev/null
 echo '##files'; for p in {" ".join(shlex.quote(p) for p in owned_paths(fleet))}; do [ -e "$p" ] && echo "$p"; done
+{cow_section(fleet)}
 true
 """.strip()
 
@@ -258,4 +264,5 @@ def _parse_state(lines: list[str]) -> HostState:
     data["nft_table"] = bool(sections.get("nft"))
     data["nft_hash"] = (sections.get("nfthash") or [None])[0]
     data["files"] = sections.get("files", [])
+    data["cow"] = parse_cow(sections.get("cow", []), sections.get("cowsubvols", []))
     return HostState(**data)

@@ -57,6 +57,11 @@ RUN_FLAGS = (
     "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--cgroupns=host",
     "--tmpfs", "/run", "--tmpfs", "/run/lock",
     "--stop-signal", "SIGRTMIN+3",
+    # Loop devices for the checkpoint tier's loop-mounted btrfs, without --privileged. Checked on this
+    # machine (Docker 20.10, cgroup v1 devices controller): the control node, plus block major 7 allowed
+    # in the device cgroup (read, write, mknod); the image's jackin-loop-nodes.service makes /dev/loopN.
+    # losetup, mkfs.btrfs and mount -o loop then work inside a lab host (tests/integration/test_checkpoints.py).
+    "--device", "/dev/loop-control", "--device-cgroup-rule", "b 7:* rmw",
     # Lab hosts resolve lab names only: a lookup must never leave the machine.
     "--dns", "127.0.0.1",
 )  # fmt: skip

@@ -16,6 +16,7 @@ from pyinfra import host
 from pyinfra.api import OperationError, operation
 
 from jackin.facts.fleet import FleetState, HostState, Network, PathInfo, User
+from jackin.operations import cow
 from jackin.operations.agent_paths import home_commands, workspace_commands
 from jackin.operations.firewall import remove_commands
 from jackin.operations.script import Command, script, write_files
@@ -200,6 +201,8 @@ def teardown_commands(plan: FleetPlan, state: HostState, *, keep_data: bool) -> 
     # a group whose useradd failed (it has no user).
     for group in state.fleet_groups(plan.fleet):  # a group whose useradd failed has no user
         commands.append(f"! getent group {shlex.quote(group)} >/dev/null || groupdel {shlex.quote(group)}")
+    if not keep_data:  # the checkpoint tier's btrfs (homes and checkpoints) goes before the fleet dir
+        commands += cow.teardown_commands(plan.fleet, plan.fleet_dir, state.cow)
     if not keep_data and plan.fleet_dir in state.paths:
         commands.append(q("rm", "-rf", "--one-file-system", plan.fleet_dir))
         commands.append(f"rmdir {ROOT} 2>/dev/null || true")

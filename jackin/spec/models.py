@@ -270,6 +270,9 @@ class AgentSpec(Model):
     image: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?$")
 
 
+MIN_CHECKPOINT_SIZE = parse_size("256m")
+
+
 class SnapshotPolicy(Model):
     engine: Literal["restic"] = "restic"
     keep: int = Field(5, ge=1, le=1000)
@@ -281,6 +284,19 @@ class SnapshotPolicy(Model):
     @classmethod
     def _duration(cls, value):
         return None if value is None else parse_duration(value)
+
+    # The copy-on-write checkpoint tier: ``btrfs`` puts the fleet's homes on a loop-mounted btrfs of
+    # ``checkpoint_size`` (a sparse file: space is used as written) so each home is a subvolume.
+    checkpoints: Literal["off", "btrfs"] = "off"
+    checkpoint_size: int = parse_size("10g")
+
+    @field_validator("checkpoint_size", mode="before")
+    @classmethod
+    def _checkpoint_size(cls, value):
+        size = parse_size(value)
+        if size < MIN_CHECKPOINT_SIZE:
+            raise ValueError("expected at least 256m (the smallest btrfs worth having), e.g. 10g")
+        return size
 
 
 class AddressPool(Model):

@@ -29,6 +29,27 @@ systemctl mask console-getty.service getty@tty1.service apt-daily.timer apt-dail
     systemd-firstboot.service e2scrub_reap.service >/dev/null 2>&1 || true
 systemctl enable ssh.service docker.service nftables.service jackin-agent-image.service
 
+# Loop device nodes (the checkpoint tier's loop-mounted btrfs). A container's /dev is a tmpfs with no udev:
+# losetup and mount -o loop ask /dev/loop-control for a free index N, then open /dev/loopN, which must exist.
+# Loop devices are the kernel's, shared by every lab host: N may be any index, so make nodes for 0-255
+# at each boot. The lab's run flags allow block major 7 (see RUN_FLAGS in jackin/lab/lab.py).
+cat > /etc/systemd/system/jackin-loop-nodes.service <<'UNIT'
+[Unit]
+Description=Loop device nodes for loop mounts (a container has no udev)
+DefaultDependencies=no
+ConditionPathExists=/dev/loop-control
+Before=local-fs-pre.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'i=0; while [ $i -lt 256 ]; do [ -e /dev/loop$i ] || mknod -m 0660 /dev/loop$i b 7 $i; chgrp disk /dev/loop$i; i=$((i+1)); done'
+
+[Install]
+WantedBy=sysinit.target
+UNIT
+systemctl enable jackin-loop-nodes.service
+
 # A registry-free image for agent containers (imported at boot by jackin-agent-image.service).
 mkdir -p /usr/share/jackin
 sh /tmp/agent-image.sh tar /usr/share/jackin/agent-rootfs.tar

@@ -1,0 +1,451 @@
+"""The copy-on-write checkpoint tier: btrfs snapshots of agent homes on one host, in milliseconds.
+
+With ``snapshots.checkpoints: btrfs`` the fleet dir is a loop-mounted btrfs and every agent
+home a subvolume (provisioned by ``jackin/operations/cow.py``). A checkpoint is a read-only
+snapshot of the home, taken while the agent runs; a restore swaps a writable snapshot of
+it in for the home with two renames. Layout (all root's; agents reach none of it):
+
+    /var/lib/jackin/cow/<fleet>.img                      the filesystem image (sparse), dir 0700
+    /srv/jackin/<fleet>                                  its mount point (systemd unit ``unit_name``)
+    /srv/jackin/<fleet>/<instance>                       the home: a subvolume, root:<agent> 0750
+    /srv/jackin/<fleet>/.checkpoints/<instance>/<id>     a checkpoint: a read-only subvolume (dirs 0700)
+    /srv/jackin/<fleet>/.checkpoints/.swap/<instance>/   a restore's work: ``new`` and ``old`` homes
+
+Root never acts by path inside a workspace: a snapshot, a rename or a delete acts on a
+whole subvolume, whose path lies only in directories root owns. A subvolume (unlike a
+plain directory) can be renamed across subvolumes, which is what makes the swap atomic.
+
+Limits: a nested subvolume an agent creates in its workspace (btrfs lets any user) is not
+in its home's checkpoints (it shows there as an empty directory).
+
+Pure command builders and parsers first (unit-tested), then the Fabric functions the
+snapshot API calls with a ``jackin.ssh.connect`` connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+import time
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from jackin.errors import RemoteCommandError, SpecError
+from jackin.plan import ROOT, STATE_DIR, user_name
+from jackin.spec.models import SLUG
+
+if TYPE_CHECKING:
+    from fabric import Connection
+
+IMAGE_DIR = f"{STATE_DIR}/cow"
+UNIT_DIR = "/etc/systemd/system"
+CHECKPOINTS = ".checkpoints"
+SWAP = ".swap"  # not a slug: never an instance's name
+SNAPSHOT_ID = r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$"  # YYYYMMDD-HHMMSS-xxxx (UTC): the snapshot API's ids
+SUBVOLUME_INODE = 256  # the root directory of every btrfs subvolume
+REFUSED = 3  # a script's exit code for "refused" (the agent runs): nothing was changed
+TIMEOUT = 600
+
+
+class CheckpointError(RemoteCommandError):
+    """A checkpoint command failed on a host that answered; the message says what and why."""
+
+
+class CheckpointRefused(CheckpointError):
+    """Refused without changing anything: the agent's container runs (stop it first)."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- names (pure) ---------------------------------------------------------------------
+
+
+def _check(kind: str, value: str, pattern: str) -> str:
+    if not isinstance(value, str) or not re.fullmatch(pattern, value) or len(value) > 64:
+        expected = "YYYYMMDD-HHMMSS-xxxx" if pattern == SNAPSHOT_ID else "lower-case letters, digits and '-'"
+        raise SpecError(f"invalid {kind} {value!r}: expected {expected}")
+    return value
+
+
+def fleet_dir(fleet: str) -> str:
+    return f"{ROOT}/{_check('fleet name', fleet, SLUG)}"
+
+
+def home_path(fleet: str, instance: str) -> str:
+    return f"{fleet_dir(fleet)}/{_check('agent instance', instance, SLUG)}"
+
+
+def image_path(fleet: str) -> str:
+    return f"{IMAGE_DIR}/{_check('fleet name', fleet, SLUG)}.img"
+
+
+def checkpoint_path(fleet: str, instance: str, snapshot_id: str) -> str:
+    _check("snapshot id", snapshot_id, SNAPSHOT_ID)
+    return f"{checkpoints_dir(fleet, instance)}/{snapshot_id}"
+
+
+def checkpoints_dir(fleet: str, instance: str | None = None) -> str:
+    """The fleet's checkpoints (root 0700), or one instance's."""
+    base = f"{fleet_dir(fleet)}/{CHECKPOINTS}"
+    return base if instance is None else f"{base}/{_check('agent instance', instance, SLUG)}"
+
+
+def swap_path(fleet: str, instance: str) -> str:
+    return f"{fleet_dir(fleet)}/{CHECKPOINTS}/{SWAP}/{_check('agent instance', instance, SLUG)}"
+
+
+def systemd_escape_path(path: str) -> str:
+    """``systemd-escape -p``: the unit name stem of a path ("/srv/jackin/a-b" -> "srv-jackin-a\\x2db")."""
+    text = "/".join(p for p in path.split("/") if p)
+    if not text:
+        return "-"
+    out = []
+    for n, ch in enumerate(text):  # only a leading dot of the whole name is escaped
+        keep = ch == "/" or (ch.isascii() and (ch.isalnum() or ch in ":_.") and not (n == 0 and ch == "."))
+        out.append("-" if ch == "/" else ch if keep else "".join(f"\\x{b:02x}" for b in ch.encode()))
+    return "".join(out)
+
+
+def unit_name(fleet: str) -> str:
+    """The systemd mount unit of the fleet's filesystem (``systemd-escape -p --suffix=mount``)."""
+    return systemd_escape_path(fleet_dir(fleet)) + ".mount"
+
+
+def unit_path(fleet: str) -> str:
+    return f"{UNIT_DIR}/{unit_name(fleet)}"
+
+
+def unit_text(fleet: str) -> str:
+    """The mount unit: the image loop-mounted at the fleet dir at every boot, before Docker starts.
+
+    Docker is only ordered after it (``Before=``), not made to need it: stopping the mount
+    (fleet.down) must not stop Docker and every other fleet's agents. If the mount fails at
+    boot, the agents' containers do not start on the bare mount point: their workspaces are
+    bind mounts (``--mount type=bind``), which Docker refuses when the source is missing.
+    """
+    return f"""\
+# Written by jackin for fleet {fleet}: the checkpoint tier's btrfs (its agent homes are subvolumes).
+# fleet.down removes it with the image.
+[Unit]
+Description=jackin fleet {fleet}: agent homes on a loop-mounted btrfs
+RequiresMountsFor={IMAGE_DIR}
+Before=docker.service
+
+[Mount]
+What={image_path(fleet)}
+Where={fleet_dir(fleet)}
+Type=btrfs
+Options=loop,nodev,nosuid
+
+[Install]
+WantedBy=local-fs.target
+"""
+
+
+def unit_hash(fleet: str) -> str:
+    return hashlib.sha256(unit_text(fleet).encode()).hexdigest()
+
+
+# --- the state read (pure; a section of jackin.state's one-round-trip read) ------------
+
+
+class CowState(_Model):
+    """The fleet's checkpoint filesystem on a host, as the state read found it."""
+
+    image_size: int | None = None  # bytes (apparent size); None: no image
+    unit_hash: str | None = None  # sha256 of the mount unit file; None: no unit
+    enabled: bool = False  # the unit is enabled (mounted at boot)
+    mounted: str | None = None  # the filesystem type mounted at the fleet dir; None: not a mount point
+    subvolumes: list[str] = Field(default_factory=list)  # fleet-dir entries that are subvolumes (full paths)
+
+    @property
+    def leftovers(self) -> list[str]:
+        """What of the tier is on the host (the clean check: nothing after fleet.down)."""
+        found = ["image"] if self.image_size is not None else []
+        found += ["mount unit"] if self.unit_hash is not None or self.enabled else []
+        return found + ([f"mount ({self.mounted})"] if self.mounted else [])
+
+
+def state_section(fleet: str) -> str:
+    """Shell lines printing the ``##cow`` section (and ``##cowsubvols``, hex as ``##paths``) of the state read.
+    A name that is no fleet's (fleet.gc reads what it finds on hosts) cannot have the tier: an empty section."""
+    if not re.fullmatch(SLUG, fleet) or len(fleet) > 64:
+        return "echo '##cow'"
+    img, unit, mnt = (shlex.quote(p) for p in (image_path(fleet), unit_path(fleet), fleet_dir(fleet)))
+    name = shlex.quote(unit_name(fleet))
+    return f"""echo '##cow'; [ -f {img} ] && echo "image $(stat -c %s {img})"
+[ -f {unit} ] && echo "unit $(sha256sum < {unit} | cut -c1-64)"
+[ "$(systemctl is-enabled {name} 2>/dev/null)" = enabled ] && echo enabled
+if mountpoint -q {mnt} 2>/dev/null; then echo "mounted $(stat -f -c %T {mnt})"; fi
+if [ "$(stat -f -c %T {mnt} 2>/dev/null)" = btrfs ]; then echo '##cowsubvols'; \
+find {mnt} -mindepth 1 -maxdepth 1 -type d -inum {SUBVOLUME_INODE} -printf '%p\\0' | od -An -v -tx1; fi"""
+
+
+def parse_state(cow: list[str], subvolumes: list[str]) -> CowState:
+    """The ``##cow`` and ``##cowsubvols`` lines; a malformed line is dropped, never acted on."""
+    data: dict[str, object] = {}
+    for line in cow:
+        key, _, value = line.strip().partition(" ")
+        if key == "image" and value.isdigit():
+            data["image_size"] = int(value)
+        elif key == "unit" and re.fullmatch(r"[0-9a-f]{64}", value):
+            data["unit_hash"] = value
+        elif key == "enabled" and not value:
+            data["enabled"] = True
+        elif key == "mounted" and re.fullmatch(r"[a-z0-9_]{1,32}", value):
+            data["mounted"] = value
+    try:
+        raw = bytes.fromhex("".join(subvolumes))
+    except ValueError:
+        raw = b""
+    names = [r.decode("utf-8", "backslashreplace") for r in raw.split(b"\0")[:-1]]
+    return CowState(**data, subvolumes=sorted(names))  # type: ignore[arg-type]
+
+
+# --- command builders (pure) ------------------------------------------------------------
+
+
+def q(*args: str) -> str:
+    return " ".join(shlex.quote(a) for a in args)
+
+
+# A real directory (never a link) that is the root of a btrfs subvolume.
+_SUBVOL = (f'subvol() {{ [ -d "$1" ] && [ ! -L "$1" ] && [ "$(stat -c %i -- "$1")" = {SUBVOLUME_INODE} ] && '
+           '[ "$(stat -f -c %T -- "$1")" = btrfs ]; }')  # fmt: skip
+
+
+def _prelude(fleet: str) -> str:
+    """Every script's start: strict shell, helpers, and a refusal unless the fleet dir is a btrfs mount."""
+    return f"""set -eu
+umask 077
+F={shlex.quote(fleet_dir(fleet))}
+fail() {{ echo "$*" >&2; exit 1; }}
+refuse() {{ echo "$*" >&2; exit {REFUSED}; }}
+{_SUBVOL}
+{{ mountpoint -q "$F" && [ "$(stat -f -c %T -- "$F")" = btrfs ]; }} || fail "$F is not a btrfs mount: \
+fleet {fleet} has no checkpoint tier on this host (set snapshots.checkpoints: btrfs, then fleet.up)"
+command -v btrfs >/dev/null || fail "btrfs (btrfs-progs) is not installed on this host"
+"""
+
+
+def _names(fleet: str, instance: str) -> str:
+    return f"H={shlex.quote(home_path(fleet, instance))}; X={shlex.quote(swap_path(fleet, instance))}\n"
+
+
+# A restore stopped between its two renames left the home moved aside: put it back first. A
+# restore stopped later left the old home (its swap had finished) or an unused new one: delete them.
+_RECOVER = """if [ ! -e "$H" ] && [ ! -L "$H" ] && subvol "$X/old"; then
+  mv -T -- "$X/old" "$H"; echo "put back the home an interrupted restore had moved aside" >&2
+fi
+if subvol "$X/new"; then btrfs subvolume delete "$X/new" >/dev/null; fi
+if subvol "$X/old"; then btrfs subvolume delete "$X/old" >/dev/null 2>&1 || mv -T -- "$X/old" "$X/kept-$(date +%s)"; fi
+"""
+
+
+def supported_script(fleet: str, instance: str | None = None) -> str:
+    """Prints ``yes`` when the fleet dir is a btrfs mount (and ``instance``'s home a subvolume). Changes nothing."""
+    home = f" && subvol {shlex.quote(home_path(fleet, instance))}" if instance else ""
+    return (f"F={shlex.quote(fleet_dir(fleet))}\n{_SUBVOL}\n"
+            f'mountpoint -q "$F" && subvol "$F" && command -v btrfs >/dev/null{home} '
+            "&& echo yes || true\n")  # fmt: skip
+
+
+def checkpoint_script(fleet: str, instance: str, snapshot_id: str) -> str:
+    """A read-only snapshot of the home at its checkpoint path; prints ``took_ns=`` (the snapshot alone)."""
+    target = checkpoint_path(fleet, instance, snapshot_id)
+    directory = checkpoints_dir(fleet, instance)
+    return _prelude(fleet) + _names(fleet, instance) + f"""\
+subvol "$H" || fail "the home of {instance} ($H) is not a btrfs subvolume: no checkpoint for it (fleet.up makes one; \
+after an interrupted restore, restore again)"
+C={shlex.quote(target)}
+install -d -m 0700 -o root -g root -- {q(checkpoints_dir(fleet), directory)}
+if [ -e "$C" ] || [ -L "$C" ]; then fail "checkpoint {snapshot_id} of {instance} exists already"; fi
+t0=$(date +%s%N)
+btrfs subvolume snapshot -r "$H" "$C" >/dev/null
+t1=$(date +%s%N)
+echo "took_ns=$((t1 - t0))"
+"""
+
+
+def list_script(fleet: str, instance: str | None = None) -> str:
+    """NUL-terminated ``<instance>/<id>`` of every checkpoint (or ``instance``'s), hex-encoded."""
+    base = shlex.quote(checkpoints_dir(fleet))
+    where = f"{base}/{shlex.quote(instance)}" if instance else base
+    depth = "-mindepth 1 -maxdepth 1" if instance else "-mindepth 2 -maxdepth 2"
+    return (_prelude(fleet) + f"[ -d {where} ] || exit 0\n"
+            f"find {where} {depth} -type d -inum {SUBVOLUME_INODE} -printf '%P\\0' | od -An -v -tx1\n")  # fmt: skip
+
+
+def delete_script(fleet: str, instance: str, snapshot_id: str) -> str:
+    """Delete one checkpoint; prints ``deleted``, or ``absent`` when there was none."""
+    target = shlex.quote(checkpoint_path(fleet, instance, snapshot_id))
+    return _prelude(fleet) + f"""\
+C={target}
+if [ ! -e "$C" ] && [ ! -L "$C" ]; then echo absent; exit 0; fi
+subvol "$C" || fail "$C is not a subvolume: not a checkpoint, not deleted"
+btrfs subvolume delete "$C" >/dev/null
+echo deleted
+"""
+
+
+def restore_script(fleet: str, instance: str, snapshot_id: str, *, previous_id: str | None = None) -> str:
+    """Put checkpoint ``snapshot_id`` back as ``instance``'s home: a writable snapshot of it beside the
+    home (root-only), then two renames (home aside, new home in); the old home is deleted, or kept as
+    checkpoint ``previous_id`` (read-only). Refused (exit ``REFUSED``) while the agent's container runs.
+    Prints ``took_ns=`` (snapshot and swap)."""
+    source = shlex.quote(checkpoint_path(fleet, instance, snapshot_id))
+    running = q("docker", "inspect", "--format", "{{.State.Running}}", user_name(fleet, instance))
+    keep = ""
+    if previous_id is not None:
+        kept = shlex.quote(checkpoint_path(fleet, instance, previous_id))
+        keep = (f'P={kept}\nif [ -e "$P" ] || [ -L "$P" ]; then fail "checkpoint {previous_id} of {instance} '
+                'exists already: not overwritten"; fi\n')  # fmt: skip
+    old = ('if [ -n "${P:-}" ]; then mv -T -- "$X/old" "$P"; btrfs property set -ts "$P" ro true\n'
+           'elif ! btrfs subvolume delete "$X/old" >/dev/null 2>&1; then\n'
+           '  K="$X/kept-$(date +%s)"; mv -T -- "$X/old" "$K"; echo "kept=$K"\n'
+           "fi\n")  # fmt: skip
+    return _prelude(fleet) + _names(fleet, instance) + keep + f"""\
+C={source}
+subvol "$C" || fail "checkpoint {snapshot_id} of {instance} not found on this host"
+if [ "$({running} 2>/dev/null)" = true ]; then
+  refuse "agent {instance} is running (container {user_name(fleet, instance)}): stop it first; nothing was changed"
+fi
+{_RECOVER}if [ -e "$H" ] || [ -L "$H" ]; then subvol "$H" || fail "the home $H is not a subvolume: not replaced"; fi
+t0=$(date +%s%N)
+install -d -m 0700 -o root -g root -- {q(checkpoints_dir(fleet), checkpoints_dir(fleet) + "/" + SWAP)} "$X"
+btrfs subvolume snapshot "$C" "$X/new" >/dev/null
+subvol "$X/new" || fail "the writable copy of checkpoint {snapshot_id} was not made; the home is untouched"
+trap '' HUP INT TERM PIPE
+if [ -e "$H" ]; then mv -T -- "$H" "$X/old"; fi
+if ! mv -T -- "$X/new" "$H"; then
+  if subvol "$X/old"; then mv -T -- "$X/old" "$H"; fi
+  fail "cannot move the restored home into place; the old home is back"
+fi
+t1=$(date +%s%N)
+if subvol "$X/old"; then
+{old}fi
+echo "took_ns=$((t1 - t0))"
+"""
+
+
+# --- parsers (pure) -------------------------------------------------------------------------
+
+
+def parse_took(stdout: str) -> float:
+    """Milliseconds from a script's ``took_ns=`` line (0.0 when absent)."""
+    match = re.search(r"^took_ns=([0-9]{1,19})$", stdout, re.MULTILINE)
+    return int(match.group(1)) / 1e6 if match else 0.0
+
+
+def parse_list(stdout: str, fleet: str, instance: str | None = None) -> list[Checkpoint]:
+    """``list_script``'s hex output as checkpoints, sorted; names that are not ``<instance>/<id>`` are dropped."""
+    try:
+        raw = bytes.fromhex("".join(stdout.split()))
+    except ValueError:
+        raise CheckpointError("the checkpoint listing does not parse (not hex)") from None
+    found = []
+    for record in raw.split(b"\0")[:-1]:
+        text = record.decode("utf-8", "replace")
+        owner, _, snapshot = text.rpartition("/") if instance is None else (instance, "/", text)
+        if re.fullmatch(SLUG, owner) and re.fullmatch(SNAPSHOT_ID, snapshot):
+            found.append(Checkpoint(fleet=fleet, instance=owner, snapshot_id=snapshot))
+    return sorted(found, key=lambda c: (c.instance, c.snapshot_id))
+
+
+# --- results ----------------------------------------------------------------------------
+
+
+class Checkpoint(_Model):
+    """One checkpoint: a read-only snapshot of ``instance``'s home."""
+
+    fleet: str
+    instance: str
+    snapshot_id: str
+
+    @property
+    def path(self) -> str:
+        return checkpoint_path(self.fleet, self.instance, self.snapshot_id)
+
+
+class CheckpointTaken(_Model):
+    checkpoint: Checkpoint
+    took_ms: float  # the snapshot on the host
+    wall_ms: float  # the whole call, SSH round trip included
+
+
+class CheckpointRestored(_Model):
+    checkpoint: Checkpoint
+    took_ms: float  # the writable snapshot and the swap, on the host
+    wall_ms: float
+    previous: Checkpoint | None = None  # the old home, kept as this checkpoint (``previous_id``)
+    kept: str | None = None  # the old home kept aside (it could not be deleted), or None
+
+
+# --- on a host (Fabric) -----------------------------------------------------------------
+
+
+def _run(conn: Connection, script: str, what: str, *, timeout: float = TIMEOUT) -> str:
+    """Run ``script`` with ``sh``; its stdout, or CheckpointRefused / CheckpointError with its last words."""
+    from invoke.exceptions import CommandTimedOut
+
+    try:
+        result = conn.run("sh -c " + shlex.quote(script), hide=True, warn=True, timeout=timeout)
+    except CommandTimedOut:
+        raise CheckpointError(f"{what}: no answer within {timeout:.0f}s") from None
+    if result.exited == 0:
+        return result.stdout
+    tail = " ".join(result.stderr.strip().splitlines()[-3:])[:400] or f"exit {result.exited}"
+    if result.exited == REFUSED:
+        raise CheckpointRefused(f"{what} refused: {tail}", hint="stop the agent first (snapshot.restore --stop)")
+    raise CheckpointError(f"{what} failed: {tail}")
+
+
+def supported(conn: Connection, fleet: str, instance: str | None = None) -> bool:
+    """Whether the host has the checkpoint tier for ``fleet``: its fleet dir is a btrfs mount (and
+    ``instance``'s home a subvolume). Changes nothing."""
+    out = _run(conn, supported_script(fleet, instance), f"checking the checkpoint tier of fleet {fleet}")
+    return out.strip() == "yes"
+
+
+def checkpoint(conn: Connection, fleet: str, instance: str, snapshot_id: str) -> CheckpointTaken:
+    """Take checkpoint ``snapshot_id`` of ``instance``'s home: a read-only snapshot, while the agent runs."""
+    started = time.monotonic()
+    out = _run(conn, checkpoint_script(fleet, instance, snapshot_id), f"checkpoint {snapshot_id} of {instance}")
+    return CheckpointTaken(checkpoint=Checkpoint(fleet=fleet, instance=instance, snapshot_id=snapshot_id),
+                           took_ms=parse_took(out), wall_ms=(time.monotonic() - started) * 1000)  # fmt: skip
+
+
+def list_checkpoints(conn: Connection, fleet: str, instance: str | None = None) -> list[Checkpoint]:
+    """The fleet's checkpoints on this host (or ``instance``'s), sorted by instance and id."""
+    if instance is not None:
+        home_path(fleet, instance)  # checks the name
+    out = _run(conn, list_script(fleet, instance), f"listing the checkpoints of fleet {fleet}")
+    return parse_list(out, fleet, instance)
+
+
+def delete_checkpoint(conn: Connection, fleet: str, instance: str, snapshot_id: str) -> bool:
+    """Delete checkpoint ``snapshot_id`` of ``instance``; False when there was none."""
+    out = _run(conn, delete_script(fleet, instance, snapshot_id), f"deleting checkpoint {snapshot_id} of {instance}")
+    return out.strip() == "deleted"
+
+
+def restore_checkpoint(conn: Connection, fleet: str, instance: str, snapshot_id: str, *,
+                       previous_id: str | None = None) -> CheckpointRestored:  # fmt: skip
+    """Make checkpoint ``snapshot_id`` ``instance``'s home again, atomically (see ``restore_script``).
+
+    Raises CheckpointRefused (nothing changed) while the agent's container runs: the caller stops
+    it first (``--stop``) and starts it again after. ``previous_id``: keep the replaced home as that
+    checkpoint (an instant undo) instead of deleting it.
+    """
+    started = time.monotonic()
+    script = restore_script(fleet, instance, snapshot_id, previous_id=previous_id)
+    out = _run(conn, script, f"restoring checkpoint {snapshot_id} of {instance}")
+    kept = re.search(r"^kept=(.+)$", out, re.MULTILINE)
+    previous = Checkpoint(fleet=fleet, instance=instance, snapshot_id=previous_id) if previous_id else None
+    return CheckpointRestored(checkpoint=Checkpoint(fleet=fleet, instance=instance, snapshot_id=snapshot_id),
+                              took_ms=parse_took(out), wall_ms=(time.monotonic() - started) * 1000,
+                              previous=previous, kept=kept.group(1) if kept else None)  # fmt: skip
