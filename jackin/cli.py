@@ -272,6 +272,8 @@ def snapshot_restore(inventory: str | None, snapshot: str, *, agent: str | None,
 
     result = restoring.restore(spec, snapshot, agent, stop=stop, confirm=ask)
     ui.out.print(ui.restore_table(result))
+    for failed in (a for a in result.agents if not a.restored):
+        ui.err.print(f"error: {failed.host}: {failed.error}", soft_wrap=True, style="bold red")
     return worst([_snapshot_errors(result.errors), EXIT_OK if result.ok else EXIT_FAILED])
 
 

@@ -156,8 +156,11 @@ def prune(inventory: Inventory, *, confirm: Callable[[list[SnapshotRecord]], boo
 
         def work(conn: Connection, target: SshTarget) -> None:
             restic_bin = api.prepare(conn, fleet, host=target.name)
+            there = [s["id"] for s in remote.snapshots(conn, restic_bin, fleet, host=target.name)]
             ids = [a.restic_id for r in removed for a in r.agents if a.host == target.name and a.restic_id]
-            remote.forget(conn, restic_bin, fleet, ids, host=target.name)  # type: ignore[arg-type]
+            # a snapshot already gone from the repository (lost, or never written) is forgotten by the ledger alone
+            remote.forget(conn, restic_bin, fleet, [i for i in ids if any(t.startswith(i) for t in there)],
+                          host=target.name)  # fmt: skip
 
         found = api.in_parallel(targets, work)
         for name, outcome in found.items():
