@@ -138,7 +138,7 @@ def snapshot_show(c, snapshot, inventory=None, json=False):
 @task(help={"snapshot": "snapshot id", "other": "another snapshot id (default: the live workspace)", "agent": AGENT,
             "inventory": INVENTORY, "json": "print JSON"})  # fmt: skip
 def snapshot_diff(c, snapshot, other=None, agent=None, inventory=None, json=False):
-    """Files added, removed and changed from SNAPSHOT to OTHER or to the live workspace."""
+    """Files added, removed and changed from SNAPSHOT to --other (another snapshot) or to the live workspace."""
     with guard():
         raise Exit(code=cli.snapshot_diff(inventory, snapshot, other, agent=agent, json=json))
 

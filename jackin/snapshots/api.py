@@ -64,13 +64,14 @@ def fleet_plan(inventory: Inventory, ledger: Ledger) -> planning.FleetPlan:
     return make_plan(inventory, ledger, store=False, fleet_hosts=provider.addresses())
 
 
-def placement(ledger: Ledger, fleet: str, targets: Sequence[SshTarget], instances: Sequence[str]) -> dict[str, list[str]]:
-    """Which of ``instances`` each host holds: the ledger's agents where it knows the host,
-    else every instance (each host of a fleet runs all its agents)."""
+def placement(ledger: Ledger, fleet: str, targets: Sequence[SshTarget], instances: Sequence[str],
+              planned: set[str]) -> dict[str, list[str]]:  # fmt: skip
+    """Which of ``instances`` each host holds: the ledger's agents where it knows the host, else
+    every ``planned`` instance (each host of a fleet runs all its agents)."""
     known: dict[str, set[str]] = {}
     for row in ledger.agents(fleet):
         known.setdefault(row["host"], set()).add(row["instance"])
-    return {t.name: [i for i in instances if t.name not in known or i in known[t.name]] for t in targets}
+    return {t.name: [i for i in instances if i in known.get(t.name, planned)] for t in targets}
 
 
 def in_parallel(targets: Sequence[SshTarget], work: Callable[[Connection, SshTarget], T]) -> dict[str, T | JackinError]:
@@ -112,36 +113,54 @@ def manifest(plan: planning.FleetPlan, inventory: Inventory, agent: planning.Age
                          firewall_hash=bundle, created=created, tiers=["restic"])  # fmt: skip
 
 
+def from_row(row: dict, *, snapshot: str, created: str, image_id: str | None) -> AgentManifest:
+    """The manifest of an agent the spec no longer names (fleet.up is about to remove it): what the
+    ledger knows of it; its spec and policy are gone with the spec."""
+    home = f"{planning.ROOT}/{row['fleet']}/{row['instance']}"
+    return AgentManifest(fleet=row["fleet"], snapshot=snapshot, instance=row["instance"], agent=row["agent"],
+                         host=row["host"], uid=row["uid"], gid=row["uid"], user=row["user"], home=home,
+                         workspace=f"{home}/workspace", container=row["container"], image="", image_id=image_id,
+                         spec={}, network={}, firewall_hash="", created=created)  # fmt: skip
+
+
 def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], instances: Sequence[str] | None = None,
          *, label: str | None = None, kind: Kind = "manual") -> CreateResult:  # fmt: skip
-    """Snapshot ``instances`` (default: all) on ``targets`` under one new id, record it and audit it.
-
-    The caller holds the fleet's lock (``create`` does; fleet.up and fleet.down hold theirs).
-    """
+    """Snapshot ``instances`` (default: every instance of the spec) on ``targets`` under one new id,
+    record it and audit it. An instance the spec no longer names (about to be removed) is taken
+    from the ledger's agents table. The caller holds the fleet's lock (``create`` does; fleet.up
+    and fleet.down hold theirs)."""
     fleet = inventory.fleet.name
     instances = list(instances) if instances is not None else select(inventory, None)
     plan = fleet_plan(inventory, ledger)
     agents = {a.instance: a for a in plan.agents}
-    where = placement(ledger, fleet, targets, instances)
+    where = placement(ledger, fleet, targets, instances, set(agents))
     created = datetime.now(timezone.utc)
     record = SnapshotRecord(id=new_id(created), fleet=fleet, created=created.isoformat(timespec="seconds"),
                             label=label, kind=kind)  # fmt: skip
     bundle = firewall.bundle_hash(plan)
     run = ledger.start_run(fleet, "snapshot.create", {"snapshot": record.id, "kind": kind, "instances": instances})
 
+    rows = {(r["host"], r["instance"]): r for r in ledger.agents(fleet)}
+
+    def item(target: str, instance: str, image_id: str | None) -> AgentManifest:
+        if instance in agents:
+            return manifest(plan, inventory, agents[instance], host=target, snapshot=record.id, created=record.created,
+                            image_id=image_id, bundle=bundle)  # fmt: skip
+        return from_row(rows[(target, instance)], snapshot=record.id, created=record.created, image_id=image_id)
+
     def work(conn: Connection, target: SshTarget) -> tuple[list[AgentSnapshot], list[str]]:
         restic_bin = prepare(conn, fleet, host=target.name)
-        mine = [agents[i] for i in where[target.name]]
-        states = remote.container_states(conn, [a.container for a in mine], host=target.name)
+        mine = where[target.name]
+        names = {i: agents[i].container if i in agents else rows[(target.name, i)]["container"] for i in mine}
+        states = remote.container_states(conn, list(names.values()), host=target.name)
         done, failed = [], []
-        for agent in mine:
-            image_id = states.get(agent.container, "").split(" ")[-1] or None
-            item = manifest(plan, inventory, agent, host=target.name, snapshot=record.id, created=record.created,
-                            image_id=None if image_id == "missing" else image_id, bundle=bundle)  # fmt: skip
+        for instance in mine:
+            image_id = states.get(names[instance], "").split(" ")[-1] or None
             try:
-                done.append(_backup(conn, restic_bin, item, host=target.name))
+                done.append(_backup(conn, restic_bin, item(target.name, instance, None if image_id == "missing"
+                                                           else image_id), host=target.name))  # fmt: skip
             except JackinError as error:
-                failed.append(f"{agent.instance}: {error.message}")
+                failed.append(f"{instance}: {error.message}")
         return done, failed
 
     results = in_parallel(targets, work)

@@ -143,3 +143,19 @@ def test_ledger_keeps_snapshots_with_their_agents_and_tiers(tmp_path: Path) -> N
         assert ledger.snapshot("f1", "s1") is not None  # h2's copy is still there
         ledger.forget_snapshot("f1", "s1", host="h2")
         assert ledger.snapshot("f1", "s1") is None and ledger.snapshot_rows("f1") == []
+
+
+def test_placement_follows_the_ledger_and_else_the_plan(tmp_path: Path) -> None:
+    from jackin.ssh import SshTarget
+
+    targets = [SshTarget(name=n, address="10.0.0.1", known_hosts=tmp_path / "k") for n in ("h1", "h2")]
+    with Ledger(tmp_path / "l.sqlite3") as ledger:
+        row = {"instance": "old-1", "agent": "old", "uid": 60005, "user": "jk-f1--old-1", "container": "jk-f1--old-1",
+               "network": "jk-f1--old-1"}  # fmt: skip
+        ledger.record_agents("f1", "h1", [row, {**row, "instance": "coder-1"}])
+        where = api.placement(ledger, "f1", targets, ["coder-1", "coder-2", "old-1"], {"coder-1", "coder-2"})
+        assert where == {"h1": ["coder-1", "old-1"], "h2": ["coder-1", "coder-2"]}
+        [stored] = [r for r in ledger.agents("f1") if r["instance"] == "old-1"]
+    gone = api.from_row(stored, snapshot="s", created="t", image_id=None)
+    assert (gone.home, gone.workspace, gone.uid, gone.spec) == ("/srv/jackin/f1/old-1", "/srv/jackin/f1/old-1/workspace",
+                                                               60005, {})  # fmt: skip
