@@ -240,7 +240,7 @@ def snapshot_show(inventory: str | None, snapshot: str, *, json: bool) -> int:
 
     record = snapshots.show(fleet_api.load(inventory), snapshot)
     if json:
-        ui.print_json({**record.model_dump(mode="json"), **record.row()})
+        ui.print_json({**record.model_dump(mode="json"), **{k: v for k, v in record.row().items() if k != "agents"}})
     else:
         ui.out.print(ui.snapshot_view(record))
     return EXIT_OK

@@ -155,12 +155,13 @@ def forget(conn: Connection, restic_bin: str, fleet: str, ids: list[str], *, hos
 # --- restore ---------------------------------------------------------------------------
 
 
-def restore_script(restic_bin: str, fleet: str, instance: str, restic_id: str) -> str:
-    """The whole restore of one agent's workspace, as one bash script (see the module docstring)."""
+def restore_script(restic_bin: str, fleet: str, instance: str, restic_id: str, *, repo: str | None = None) -> str:
+    """The whole restore of one agent's workspace, as one bash script (see the module docstring);
+    ``repo``: restore from another repository of the fleet on this host (one pushed here)."""
     home = restic.home_path(fleet, instance)
     stage = restic.staging_path(fleet, instance)
-    check = restic.q(*restic.check_argv(restic_bin, fleet))
-    restore = restic.q(*restic.restore_argv(restic_bin, fleet, restic_id, stage + "/tree"))
+    check = restic.q(*restic.check_argv(restic_bin, fleet, repo=repo))
+    restore = restic.q(*restic.restore_argv(restic_bin, fleet, restic_id, stage + "/tree", repo=repo))
     return f"""set -u
 umask 077
 H={shlex.quote(home)}; W="$H/workspace"; S={shlex.quote(stage)}; N="$S/tree$W"
@@ -188,7 +189,7 @@ echo done
 
 
 def restore(conn: Connection, restic_bin: str, fleet: str, instance: str, restic_id: str, *, host: str,
-            timeout: float = LONG) -> None:  # fmt: skip
+            timeout: float = LONG, repo: str | None = None) -> None:  # fmt: skip
     """Restore ``instance``'s workspace from ``restic_id`` (see ``restore_script``); raises with the
     script's own message when it stopped before the swap (the old workspace is then intact)."""
     transport = conn.client.get_transport()
@@ -197,7 +198,7 @@ def restore(conn: Connection, restic_bin: str, fleet: str, instance: str, restic
     channel = transport.open_session()
     channel.settimeout(timeout)
     try:
-        channel.exec_command("bash -c " + shlex.quote(restore_script(restic_bin, fleet, instance, restic_id)))
+        channel.exec_command("bash -c " + shlex.quote(restore_script(restic_bin, fleet, instance, restic_id, repo=repo)))
         out, err = io.BytesIO(), io.BytesIO()
         staged = _read_until(channel, out, err, b"staged\n")
         if staged:

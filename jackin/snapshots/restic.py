@@ -68,10 +68,11 @@ def q(*args: str) -> str:
     return " ".join(shlex.quote(a) for a in args)
 
 
-def base(restic: str, fleet: str) -> list[str]:
+def base(restic: str, fleet: str, *, repo: str | None = None) -> list[str]:
     """``restic`` with the fleet's repository, password file and cache (``--quiet`` is per command:
-    it would also silence the change lines of ``diff --json``)."""
-    return [restic, "--repo", repo_path(fleet), "--password-file", password_path(fleet),
+    it would also silence the change lines of ``diff --json``). ``repo``: another repository of the
+    fleet on this host (one pushed here from another host), same password."""
+    return [restic, "--repo", repo or repo_path(fleet), "--password-file", password_path(fleet),
             "--cache-dir", cache_path(fleet)]  # fmt: skip
 
 
@@ -167,14 +168,14 @@ def forget_argv(restic: str, fleet: str, ids: Sequence[str], *, prune: bool = Tr
     return [*base(restic, fleet), "--quiet", "forget", *(["--prune"] if prune else []), "--", *ids]
 
 
-def check_argv(restic: str, fleet: str, *, read_data: bool = False) -> list[str]:
-    return [*base(restic, fleet), "--quiet", "check", *(["--read-data"] if read_data else [])]
+def check_argv(restic: str, fleet: str, *, read_data: bool = False, repo: str | None = None) -> list[str]:
+    return [*base(restic, fleet, repo=repo), "--quiet", "check", *(["--read-data"] if read_data else [])]
 
 
-def restore_argv(restic: str, fleet: str, restic_id: str, target: str) -> list[str]:
+def restore_argv(restic: str, fleet: str, restic_id: str, target: str, *, repo: str | None = None) -> list[str]:
     """Restore one agent snapshot under ``target`` (absolute paths kept below it), reading every
     file back against its content hash (``--verify``)."""
-    return [*base(restic, fleet), "--quiet", "restore", restic_id, "--target", target, "--verify"]
+    return [*base(restic, fleet, repo=repo), "--quiet", "restore", restic_id, "--target", target, "--verify"]
 
 
 def teardown_commands(fleet: str) -> list[str]:

@@ -159,3 +159,10 @@ def test_placement_follows_the_ledger_and_else_the_plan(tmp_path: Path) -> None:
     gone = api.from_row(stored, snapshot="s", created="t", image_id=None)
     assert (gone.home, gone.workspace, gone.uid, gone.spec) == ("/srv/jackin/f1/old-1", "/srv/jackin/f1/old-1/workspace",
                                                                60005, {})  # fmt: skip
+
+
+def test_restore_can_read_another_repository_of_the_fleet() -> None:
+    pushed = "/var/lib/jackin/snapshots/f1/imported/h0"
+    argv = restic.restore_argv(R, "f1", "abc", "/t", repo=pushed)
+    assert argv[1:3] == ["--repo", pushed] and argv[3:5] == ["--password-file", "/var/lib/jackin/snapshots/f1/password"]
+    assert f"--repo {pushed}" in restore_script(R, "f1", "coder-1", "abc", repo=pushed)
