@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import TypeVar
 
+import paramiko
 from fabric import Connection
 
 from jackin import agent as agent_api
@@ -84,7 +85,7 @@ def in_parallel(targets: Sequence[SshTarget], work: Callable[[Connection, SshTar
         except JackinError as error:
             error.host = error.host or target.name
             return error
-        except Exception as error:  # noqa: BLE001 - an SSH fault is that host's error, not the others'
+        except (OSError, EOFError, paramiko.SSHException) as error:  # an SSH fault is that host's error alone
             return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
 
     if not targets:

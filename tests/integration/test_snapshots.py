@@ -25,10 +25,13 @@ from jackin.ssh import connect
 from .conftest import _engine_or_skip, inv, new_lab_name
 
 script_fleet: list[str] = []  # the module's fleet name, for as_agent
-# While a restic restore runs: kill -9 the sshd session process above it (restic <- bash script <- sshd).
+# While a restic restore runs: kill -9 the sshd session process above it (the first ancestor named sshd).
 KILL_RESTORE_SESSION = """for p in $(pgrep -x restic); do
   if tr '\\0' ' ' < /proc/$p/cmdline | grep -q ' restore '; then
-    b=$(ps -o ppid= -p $p); s=$(ps -o ppid= -p $b); kill -9 $s && echo $s; exit 0
+    s=$p
+    while [ "$s" -gt 1 ] && [ "$(cat /proc/$s/comm)" != sshd ]; do s=$(ps -o ppid= -p $s | tr -d ' '); done
+    [ "$s" -gt 1 ] && kill -9 $s && echo $s
+    exit 0
   fi
 done"""
 
@@ -230,6 +233,8 @@ def test_an_ssh_connection_killed_mid_restore_leaves_the_old_workspace(slab, fle
     assert box["done"].returncode != 0
     sh(slab, "while pgrep -x restic >/dev/null || pgrep -f 'echo stage[d]' >/dev/null; do sleep 0.2; done")
     assert listing(slab, w) == before  # the old workspace, untouched
+    # the restored tree got as far as the root-only staging dir, and no further
+    assert sh(slab, f"ls -A /srv/jackin/{name}/.restore/coder-1").stdout.split() == ["tree"]
     done = restore(spec, taken["id"], "--agent", "coder-1")  # the next restore cleans up and succeeds
     assert done.returncode == 0, done.stdout + done.stderr
     assert "huge" in sh(slab, f"ls {w}").stdout.split()
@@ -257,7 +262,9 @@ def test_a_full_disk_mid_snapshot_is_reported_and_loses_nothing(slab, fleet):
         assert check.ok, check.stdout + check.stderr  # the repository is still whole
     finally:
         sh(slab, f"umount {repo}")
-        as_agent(slab, f"rm -f {w}/toobig")
+    done = inv("snapshot.create", "-i", spec, "--agent", "coder-1")  # positive control: room on the real disk
+    assert done.returncode == 0, done.stdout + done.stderr
+    as_agent(slab, f"rm -f {w}/toobig")
 
 
 def test_a_second_snapshot_after_one_percent_changed_adds_far_fewer_bytes(slab, fleet):
