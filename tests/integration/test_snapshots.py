@@ -127,6 +127,13 @@ def test_round_trip_restores_bytes_modes_owners_links_and_mtimes(slab, fleet):
     local = hashlib.sha256(open(shutil.which("restic"), "rb").read()).hexdigest()  # noqa: SIM115
     assert sh(slab, "stat -c '%a %U' /usr/local/lib/jackin/restic; sha256sum /usr/local/lib/jackin/restic"
               ).stdout.split()[:3] == ["755", "root", local]  # fmt: skip
+    # the repository and its password are root's alone, and out of the agent's reach
+    base = f"/var/lib/jackin/snapshots/{name}"
+    assert sh(slab, f"stat -c '%a %U' {base} {base}/password {base}/repo").stdout.split() == [
+        "700", "root", "600", "root", "700", "root"]
+    peek = sh(slab, agent_paths.as_agent(int(sh(slab, f"id -u jk-{name}--coder-1").stdout), 0, "cat",
+                                         f"{base}/password"), warn=True)  # fmt: skip
+    assert peek.failed and "Permission denied" in peek.stderr
     # damage: delete, modify, change modes, replace a file with a symlink, plant a link to /etc
     as_agent(slab, f"cd {w} && rm a && echo changed >> src/deep/b && chmod 0644 blob && chmod 0700 src && "
                    "rm run.sh && ln -s /etc/shadow run.sh && ln -s /etc escape && rm -f link && mkdir link")  # fmt: skip
@@ -290,3 +297,19 @@ def test_prune_keeps_exactly_the_policys_count(slab, fleet):
     assert [s["id"] for s in after] == [s["id"] for s in before[-3:]]
     on_host = int(sh(slab, f"ls /var/lib/jackin/snapshots/{name}/repo/snapshots | wc -l").stdout)
     assert on_host == sum(len(s["agents"]) for s in after)
+
+
+def test_every_snapshot_and_restore_is_in_the_ledger_with_audit_entries(slab, fleet):
+    from jackin.ledger import Ledger
+
+    name, spec = fleet
+    with Ledger() as ledger:
+        runs = ledger.runs(name)
+        trail = ledger.audit_trail(name)
+        rows = ledger.snapshot_rows(name)
+    assert {"snapshot.create", "snapshot.restore", "snapshot.prune"} <= {r["action"] for r in runs}
+    assert all(r["status"] in ("ok", "failed") for r in runs)  # every run finished
+    assert {(a["action"], a["host"]) for a in trail if a["action"].startswith("snapshot.")} >= {
+        ("snapshot.create", slab.status().hosts[0].name), ("snapshot.restore", slab.status().hosts[0].name)}
+    assert [r["id"] for r in rows] == [s["id"] for s in snapshots(spec)]
+    assert all(a["manifest"]["uid"] >= 60000 and a["restic_id"] for r in rows for a in r["agents"])
