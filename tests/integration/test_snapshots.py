@@ -131,8 +131,8 @@ def test_round_trip_restores_bytes_modes_owners_links_and_mtimes(slab, fleet):
     base = f"/var/lib/jackin/snapshots/{name}"
     assert sh(slab, f"stat -c '%a %U' {base} {base}/password {base}/repo").stdout.split() == [
         "700", "root", "600", "root", "700", "root"]
-    peek = sh(slab, agent_paths.as_agent(int(sh(slab, f"id -u jk-{name}--coder-1").stdout), 0, "cat",
-                                         f"{base}/password"), warn=True)  # fmt: skip
+    uid = int(sh(slab, f"id -u jk-{name}--coder-1").stdout)
+    peek = sh(slab, agent_paths.as_agent(uid, uid, "cat", f"{base}/password"), warn=True)
     assert peek.failed and "Permission denied" in peek.stderr
     # damage: delete, modify, change modes, replace a file with a symlink, plant a link to /etc
     as_agent(slab, f"cd {w} && rm a && echo changed >> src/deep/b && chmod 0644 blob && chmod 0700 src && "
