@@ -5,7 +5,7 @@ from invoke import Collection, Exit, task
 from jackin import fleet as fleet_api
 from jackin import providers, ui
 from jackin import cli
-from jackin.cli import count, guard, not_yet
+from jackin.cli import count, guard
 from jackin.lab import Lab
 from jackin.lab.lab import DEFAULT_HOSTS
 
@@ -111,18 +111,51 @@ def agent_denials(c, agent, inventory=None, json=False):
 # --- snapshot ----------------------------------------------------------------
 
 
-@task
-def snapshot_create(c, inventory=None):
-    """Snapshot the fleet's agents (snapshots issue)."""
-    with guard():
-        not_yet("snapshot.create", "snapshots and rollback")
+AGENT = "instance (coder-1) or agent (coder: every instance); default: every agent"
 
 
-@task
-def snapshot_restore(c, inventory=None):
-    """Restore a snapshot (snapshots issue)."""
+@task(help={"inventory": INVENTORY, "agent": AGENT, "label": "a note kept with the snapshot", "json": "print JSON"})
+def snapshot_create(c, inventory=None, agent=None, label=None, json=False):
+    """Snapshot the fleet's agents (homes, workspaces, manifests) under one id, with restic on each host."""
     with guard():
-        not_yet("snapshot.restore", "snapshots and rollback")
+        raise Exit(code=cli.snapshot_create(inventory, agent=agent, label=label, json=json))
+
+
+@task(help={"inventory": INVENTORY, "json": "print JSON"})
+def snapshot_list(c, inventory=None, json=False):
+    """List the fleet's snapshots: id, created, label, agents, hosts, size, added bytes, tiers."""
+    with guard():
+        raise Exit(code=cli.snapshot_list(inventory, json=json))
+
+
+@task(help={"snapshot": "snapshot id", "inventory": INVENTORY, "json": "print JSON"})
+def snapshot_show(c, snapshot, inventory=None, json=False):
+    """Show one snapshot: per agent its host, restic id, uid, image, size and added bytes."""
+    with guard():
+        raise Exit(code=cli.snapshot_show(inventory, snapshot, json=json))
+
+
+@task(help={"snapshot": "snapshot id", "other": "another snapshot id (default: the live workspace)", "agent": AGENT,
+            "inventory": INVENTORY, "json": "print JSON"})  # fmt: skip
+def snapshot_diff(c, snapshot, other=None, agent=None, inventory=None, json=False):
+    """Files added, removed and changed from SNAPSHOT to --other (another snapshot) or to the live workspace."""
+    with guard():
+        raise Exit(code=cli.snapshot_diff(inventory, snapshot, other, agent=agent, json=json))
+
+
+@task(help={"snapshot": "snapshot id", "agent": AGENT, "stop": "stop running agents, restore, start them again",
+            "yes": "restore without showing the changes and asking", "inventory": INVENTORY})  # fmt: skip
+def snapshot_restore(c, snapshot, agent=None, stop=False, yes=False, inventory=None):
+    """Restore agents' workspaces from a snapshot: verified, swapped in atomically, undoable (pre-restore snapshot)."""
+    with guard():
+        raise Exit(code=cli.snapshot_restore(inventory, snapshot, agent=agent, stop=stop, yes=yes))
+
+
+@task(help={"inventory": INVENTORY, "yes": "forget without asking", "json": "print JSON"})
+def snapshot_prune(c, inventory=None, yes=False, json=False):
+    """Forget snapshots beyond the spec's retention (snapshots.keep) and free their data on every host."""
+    with guard():
+        raise Exit(code=cli.snapshot_prune(inventory, yes=yes, json=json))
 
 
 lab = Collection("lab")
@@ -144,5 +177,9 @@ agent_ns.add_task(agent_denials, "denials")
 snapshot = Collection("snapshot")
 snapshot.add_task(snapshot_create, "create")
 snapshot.add_task(snapshot_restore, "restore")
+snapshot.add_task(snapshot_list, "list")
+snapshot.add_task(snapshot_show, "show")
+snapshot.add_task(snapshot_diff, "diff")
+snapshot.add_task(snapshot_prune, "prune")
 
 ns = Collection(lab, fleet, agent_ns, snapshot)

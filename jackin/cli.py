@@ -202,3 +202,96 @@ def agent_denials(inventory: str | None, agent: str, *, json: bool) -> int:
     else:
         ui.out.print(ui.denials_table(found.denials, agent))
     return host_errors(found.errors)
+
+
+# --- snapshot --------------------------------------------------------------------
+
+
+def _snapshot_errors(errors: list[HostError]) -> int:
+    return host_errors(errors)
+
+
+def snapshot_create(inventory: str | None, *, agent: str | None, label: str | None, json: bool) -> int:
+    from jackin.snapshots import api as snapshots
+
+    spec = fleet_api.load(inventory)
+    result = snapshots.create(spec, agent, label)
+    if json:
+        ui.print_json(result.model_dump(mode="json"))
+    else:
+        ui.out.print(ui.snapshot_view(result.snapshot))
+    return _snapshot_errors(result.errors)
+
+
+def snapshot_list(inventory: str | None, *, json: bool) -> int:
+    from jackin.snapshots import api as snapshots
+
+    spec = fleet_api.load(inventory)
+    records = snapshots.records(spec)
+    if json:
+        ui.print_json([r.row() for r in records])
+    else:
+        ui.out.print(ui.snapshots_table(records, fleet=spec.fleet.name))
+    return EXIT_OK
+
+
+def snapshot_show(inventory: str | None, snapshot: str, *, json: bool) -> int:
+    from jackin.snapshots import api as snapshots
+
+    record = snapshots.show(fleet_api.load(inventory), snapshot)
+    if json:
+        ui.print_json({**record.model_dump(mode="json"), **{k: v for k, v in record.row().items() if k != "agents"}})
+    else:
+        ui.out.print(ui.snapshot_view(record))
+    return EXIT_OK
+
+
+def snapshot_diff(inventory: str | None, snapshot: str, other: str | None, *, agent: str | None, json: bool) -> int:
+    from jackin.snapshots import api as snapshots
+
+    result = snapshots.diff(fleet_api.load(inventory), snapshot, other or None, agent)
+    if json:
+        ui.print_json(result.model_dump(mode="json"))
+    else:
+        ui.out.print(ui.diff_table(result))
+    return _snapshot_errors(result.errors)
+
+
+def snapshot_restore(inventory: str | None, snapshot: str, *, agent: str | None, stop: bool, yes: bool) -> int:
+    """Refuse without a terminal unless --yes; show what will be overwritten and ask."""
+    from jackin.snapshots import restore as restoring
+
+    spec = fleet_api.load(inventory)
+    require_terminal_or("--yes", when=not yes)
+
+    def ask(preview) -> bool:
+        ui.out.print(ui.diff_table(preview))
+        if not yes:
+            confirm(f"Restore snapshot {snapshot} over the live workspace(s) above?")
+        return True
+
+    result = restoring.restore(spec, snapshot, agent, stop=stop, confirm=ask)
+    ui.out.print(ui.restore_table(result))
+    for failed in (a for a in result.agents if not a.restored):
+        ui.err.print(f"error: {failed.host}: {failed.error}", soft_wrap=True, style="bold red")
+    return worst([_snapshot_errors(result.errors), EXIT_OK if result.ok else EXIT_FAILED])
+
+
+def snapshot_prune(inventory: str | None, *, yes: bool, json: bool) -> int:
+    from jackin.snapshots import restore as restoring
+
+    spec = fleet_api.load(inventory)
+
+    def ask(removed) -> bool:
+        if not yes:
+            require_terminal_or("--yes")
+            ui.out.print(ui.snapshots_table(removed, fleet=spec.fleet.name))
+            confirm(f"Forget these {len(removed)} snapshot(s) (keep {spec.fleet.snapshots.keep})?")
+        return True
+
+    result = restoring.prune(spec, confirm=ask)
+    if json:
+        ui.print_json(result.model_dump(mode="json"))
+    else:
+        ui.out.print(f"kept {len(result.kept)} snapshot(s); removed {len(result.removed)}: {', '.join(result.removed) or '-'}")
+    return _snapshot_errors(result.errors)

@@ -63,6 +63,15 @@ CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY AUTOINCREMENT, run INTEGER, at REAL NOT NULL, who TEXT NOT NULL,
     fleet TEXT NOT NULL, action TEXT NOT NULL, host TEXT, result TEXT NOT NULL, detail TEXT
 );
+CREATE TABLE IF NOT EXISTS snapshots (
+    id TEXT PRIMARY KEY, fleet TEXT NOT NULL, created TEXT NOT NULL, label TEXT, kind TEXT NOT NULL, run INTEGER
+);
+CREATE TABLE IF NOT EXISTS snapshot_agents (
+    snapshot TEXT NOT NULL, fleet TEXT NOT NULL, host TEXT NOT NULL, instance TEXT NOT NULL, agent TEXT NOT NULL,
+    restic_id TEXT, size INTEGER NOT NULL DEFAULT 0, added INTEGER NOT NULL DEFAULT 0,
+    files_new INTEGER NOT NULL DEFAULT 0, files_changed INTEGER NOT NULL DEFAULT 0, tiers TEXT NOT NULL,
+    manifest TEXT, PRIMARY KEY (snapshot, host, instance)
+);
 """
 
 
@@ -277,3 +286,67 @@ class Ledger:
     def forget_lab(self, lab: str) -> None:
         self.db.execute("DELETE FROM lab_fleets WHERE lab = ?", (lab,))
         self.db.execute("DELETE FROM labs WHERE name = ?", (lab,))
+
+    # --- snapshots: one row per fleet snapshot, one per (host, instance) in it --------------
+
+    SNAPSHOT_AGENT = ("host", "instance", "agent", "restic_id", "size", "added", "files_new", "files_changed")
+
+    def record_snapshot(self, snapshot: dict[str, Any], agents: Sequence[dict[str, Any]],
+                        run: int | None = None) -> None:  # fmt: skip
+        """Store a fleet snapshot (``id``, ``fleet``, ``created``, ``label``, ``kind``) and its agents
+        (host, instance, agent, restic_id, size, added, files_new, files_changed, tiers, manifest)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("INSERT OR REPLACE INTO snapshots (id, fleet, created, label, kind, run) VALUES (?, ?, ?, ?, ?, ?)",
+                            (snapshot["id"], snapshot["fleet"], snapshot["created"], snapshot.get("label"),
+                             snapshot.get("kind", "manual"), run))  # fmt: skip
+            for a in agents:
+                values = [a.get(k) for k in self.SNAPSHOT_AGENT]
+                manifest = json.dumps(a["manifest"]) if a.get("manifest") is not None else None
+                self.db.execute(
+                    "INSERT OR REPLACE INTO snapshot_agents (snapshot, fleet, host, instance, agent, restic_id, size, added, "
+                    "files_new, files_changed, tiers, manifest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (snapshot["id"], snapshot["fleet"], *values, json.dumps(list(a.get("tiers") or [])), manifest),
+                )
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+
+    def snapshot_rows(self, fleet: str, snapshot: str | None = None) -> list[dict[str, Any]]:
+        """The fleet's snapshots, oldest first, each with its ``agents`` (manifests and tiers decoded)."""
+        where, args = ("fleet = ? AND id = ?", (fleet, snapshot)) if snapshot else ("fleet = ?", (fleet,))
+        rows = [dict(r) for r in self.db.execute(f"SELECT * FROM snapshots WHERE {where} ORDER BY created, id", args)]  # noqa: S608
+        for row in rows:
+            agents = self.db.execute("SELECT * FROM snapshot_agents WHERE snapshot = ? ORDER BY host, instance", (row["id"],))
+            row["agents"] = [{**{k: a[k] for k in self.SNAPSHOT_AGENT}, "tiers": json.loads(a["tiers"]),
+                              "manifest": json.loads(a["manifest"]) if a["manifest"] else None} for a in agents]  # fmt: skip
+            row.pop("run", None)
+        return rows
+
+
+    def snapshot(self, fleet: str, snapshot: str) -> dict[str, Any] | None:
+        rows = self.snapshot_rows(fleet, snapshot)
+        return rows[0] if rows else None
+
+
+    def forget_snapshot(self, fleet: str, snapshot: str, *, host: str | None = None) -> None:
+        """Drop a snapshot's agents on ``host`` (or all); the snapshot goes with its last agent."""
+        if host is None:
+            self.db.execute("DELETE FROM snapshot_agents WHERE fleet = ? AND snapshot = ?", (fleet, snapshot))
+        else:
+            self.db.execute("DELETE FROM snapshot_agents WHERE fleet = ? AND snapshot = ? AND host = ?", (fleet, snapshot, host))
+        left = self.db.execute("SELECT count(*) FROM snapshot_agents WHERE snapshot = ?", (snapshot,)).fetchone()[0]
+        if not left:
+            self.db.execute("DELETE FROM snapshots WHERE fleet = ? AND id = ?", (fleet, snapshot))
+
+
+    def add_snapshot_tier(self, snapshot: str, host: str, instance: str, tier: str) -> None:
+        """Record one more tier (e.g. ``checkpoint``) for an agent of a snapshot."""
+        row = self.db.execute("SELECT tiers FROM snapshot_agents WHERE snapshot = ? AND host = ? AND instance = ?",
+                              (snapshot, host, instance)).fetchone()  # fmt: skip
+        if row is not None:
+            tiers = sorted({*json.loads(row["tiers"]), tier})
+            self.db.execute("UPDATE snapshot_agents SET tiers = ? WHERE snapshot = ? AND host = ? AND instance = ?",
+                            (json.dumps(tiers), snapshot, host, instance))  # fmt: skip

@@ -258,3 +258,65 @@ def denials_table(denials, agent: str) -> Table:
     if not denials:
         table.caption = "none"
     return table
+
+
+# --- snapshots -------------------------------------------------------------------
+
+
+def snapshots_table(records, *, fleet: str) -> Table:
+    """``snapshot.list``: one row per fleet snapshot, oldest first."""
+    table = Table(title=f"snapshots of fleet {fleet}", title_justify="left")
+    for column, justify in (("id", "left"), ("created", "left"), ("kind", "left"), ("label", "left"),
+                            ("agents", "left"), ("hosts", "left"), ("size", "right"), ("added", "right"),
+                            ("tiers", "left")):  # fmt: skip
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for r in records:
+        table.add_row(r.id, r.created, r.kind, r.label or "", ", ".join(r.instances), ", ".join(r.hosts),
+                      _bytes(r.size), _bytes(r.added), "+".join(r.tiers))  # fmt: skip
+    if not records:
+        table.caption = "none yet (inv snapshot.create takes one)"
+    return table
+
+
+def snapshot_view(record) -> Table:
+    """``snapshot.show``: the snapshot's agents, each with its restic id and manifest summary."""
+    label = f"  {record.label}" if record.label else ""
+    table = Table(title=f"snapshot {record.id} ({record.kind}, {record.created}){label}", title_justify="left")
+    for column, justify in (("host", "left"), ("agent", "left"), ("restic id", "left"), ("uid", "right"),
+                            ("image", "left"), ("size", "right"), ("added", "right"), ("new files", "right"),
+                            ("changed", "right"), ("tiers", "left")):  # fmt: skip
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for a in record.agents:
+        m = a.manifest
+        table.add_row(a.host, a.instance, (a.restic_id or "-")[:8], str(m.uid) if m else "-", m.image if m else "-",
+                      _bytes(a.size), _bytes(a.added), str(a.files_new), str(a.files_changed), "+".join(a.tiers))  # fmt: skip
+    return table
+
+
+def diff_table(result, *, limit: int = 50) -> Table:
+    """``snapshot.diff`` and the restore preview: per agent, the paths added, removed and changed."""
+    table = Table(title=f"diff {result.snapshot} -> {result.against}", title_justify="left")
+    for column in ("host", "agent", "change", "path"):
+        table.add_column(column)
+    styles = {"+": "green", "-": "red", "M": "yellow"}
+    shown = 0
+    for a in result.agents:
+        for mark, paths in (("+", a.added), ("-", a.removed), ("M", a.changed)):
+            for path in paths:
+                if shown < limit:
+                    table.add_row(a.host, a.instance, Text(mark, style=styles[mark]), Text(path))
+                shown += 1
+    total = ", ".join(f"{a.instance}@{a.host}: +{len(a.added)} -{len(a.removed)} M{len(a.changed)}" for a in result.agents)
+    table.caption = (total or "no agents compared") + (f" ({shown - limit} more not shown)" if shown > limit else "")
+    return table
+
+
+def restore_table(result) -> Table:
+    table = Table(title=f"restore of {result.snapshot} (undo: restore {result.pre_restore})", title_justify="left")
+    for column in ("host", "agent", "result", "detail"):
+        table.add_column(column)
+    for a in result.agents:
+        state = Text("restored", style="green") if a.restored else Text("NOT restored", style="bold red")
+        detail = a.error or ("container started again" if a.restarted else "")
+        table.add_row(a.host, a.instance, state, Text(detail))
+    return table

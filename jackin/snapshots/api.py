@@ -1,0 +1,281 @@
+"""Snapshots of a fleet's agents: create, list, show, diff, restore, prune.
+
+A fleet snapshot is one restic backup per (host, instance), taken together under
+one id and recorded in the ledger with its audit entries. Hosts work in parallel;
+a host that fails is reported beside the others (``HostError``), never hides them.
+
+For the fleet lifecycle (automatic snapshots) call ``take`` while holding the
+fleet's lock: ``take(ledger, inventory, targets, instances, kind="auto")`` before
+``fleet.up`` recreates or removes an agent, ``kind="final"`` before ``fleet.down``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import TypeVar
+
+import paramiko
+from fabric import Connection
+
+from jackin import agent as agent_api
+from jackin import firewall
+from jackin import plan as planning
+from jackin.errors import ConnectError, JackinError, SpecError
+from jackin.ledger import Ledger
+from jackin.paths import private_dir, state_dir
+from jackin.providers import provider_for
+from jackin.remote import HostError
+from jackin.snapshots import host as remote
+from jackin.snapshots.models import (AgentDiff, AgentManifest, AgentSnapshot, CreateResult, DiffResult, Kind,
+                                     SnapshotRecord, new_id)  # fmt: skip
+from jackin.spec import Inventory
+from jackin.ssh import SshTarget, connect
+
+T = TypeVar("T")
+
+
+# --- the fleet's password and the agents' placement --------------------------------------
+
+
+def password(fleet: str) -> bytes:
+    """The fleet's repository password, generated once on the operator's machine (0600), never printed."""
+    path = private_dir(state_dir() / "snapshots" / fleet) / "password"
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(32))
+    path.chmod(0o600)
+    return path.read_bytes().strip()
+
+
+def select(inventory: Inventory, agent: str | None) -> list[str]:
+    """``coder-1`` names one instance, ``coder`` every instance of that agent, None all of them."""
+    if agent is None:
+        return [i for _, i in planning.instances(inventory.fleet)]
+    return agent_api.instances(inventory, agent)
+
+
+def fleet_plan(inventory: Inventory, ledger: Ledger) -> planning.FleetPlan:
+    """The plan as the fleet has it (known uids; new ones only previewed, never allocated)."""
+    from jackin.fleet import make_plan  # late: jackin.fleet may call back into this module
+
+    provider = provider_for(inventory, ledger)
+    return make_plan(inventory, ledger, store=False, fleet_hosts=provider.addresses())
+
+
+def placement(ledger: Ledger, fleet: str, targets: Sequence[SshTarget], instances: Sequence[str],
+              planned: set[str]) -> dict[str, list[str]]:  # fmt: skip
+    """Which of ``instances`` each host holds: the ledger's agents where it knows the host, else
+    every ``planned`` instance (each host of a fleet runs all its agents)."""
+    known: dict[str, set[str]] = {}
+    for row in ledger.agents(fleet):
+        known.setdefault(row["host"], set()).add(row["instance"])
+    return {t.name: [i for i in instances if i in known.get(t.name, planned)] for t in targets}
+
+
+def in_parallel(targets: Sequence[SshTarget], work: Callable[[Connection, SshTarget], T]) -> dict[str, T | JackinError]:
+    """``work`` on every target over its own connection; per host its result or its error."""
+
+    def one(target: SshTarget) -> T | JackinError:
+        try:
+            with connect(target) as conn:
+                return work(conn, target)
+        except JackinError as error:
+            error.host = error.host or target.name
+            return error
+        except (OSError, EOFError, paramiko.SSHException) as error:  # an SSH fault is that host's error alone
+            return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
+
+    if not targets:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
+        return dict(zip([t.name for t in targets], pool.map(one, targets)))
+
+
+def prepare(conn: Connection, fleet: str, *, host: str) -> str:
+    """restic on the host and the fleet's repository there; the path of restic."""
+    restic_bin = remote.ensure_restic(conn, host=host)
+    remote.ensure_repo(conn, restic_bin, fleet, password(fleet), host=host)
+    return restic_bin
+
+
+# --- create ------------------------------------------------------------------------------------
+
+
+def manifest(plan: planning.FleetPlan, inventory: Inventory, agent: planning.AgentPlan, *, host: str, snapshot: str,
+             created: str, image_id: str | None, bundle: str) -> AgentManifest:  # fmt: skip
+    spec = next(a for a in inventory.fleet.agents if a.name == agent.agent)
+    return AgentManifest(fleet=plan.fleet, snapshot=snapshot, instance=agent.instance, agent=agent.agent, host=host,
+                         uid=agent.uid, gid=agent.uid, user=agent.user, home=agent.home, workspace=agent.workspace,
+                         container=agent.container, image=agent.image, image_id=image_id,
+                         spec=spec.model_dump(mode="json"), network=agent.policy.model_dump(mode="json"),
+                         firewall_hash=bundle, created=created, tiers=["restic"])  # fmt: skip
+
+
+def from_row(row: dict, *, snapshot: str, created: str, image_id: str | None) -> AgentManifest:
+    """The manifest of an agent the spec no longer names (fleet.up is about to remove it): what the
+    ledger knows of it; its spec and policy are gone with the spec."""
+    home = f"{planning.ROOT}/{row['fleet']}/{row['instance']}"
+    return AgentManifest(fleet=row["fleet"], snapshot=snapshot, instance=row["instance"], agent=row["agent"],
+                         host=row["host"], uid=row["uid"], gid=row["uid"], user=row["user"], home=home,
+                         workspace=f"{home}/workspace", container=row["container"], image="", image_id=image_id,
+                         spec={}, network={}, firewall_hash="", created=created)  # fmt: skip
+
+
+def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], instances: Sequence[str] | None = None,
+         *, label: str | None = None, kind: Kind = "manual") -> CreateResult:  # fmt: skip
+    """Snapshot ``instances`` (default: every instance of the spec) on ``targets`` under one new id,
+    record it and audit it. An instance the spec no longer names (about to be removed) is taken
+    from the ledger's agents table. The caller holds the fleet's lock (``create`` does; fleet.up
+    and fleet.down hold theirs)."""
+    fleet = inventory.fleet.name
+    instances = list(instances) if instances is not None else select(inventory, None)
+    plan = fleet_plan(inventory, ledger)
+    agents = {a.instance: a for a in plan.agents}
+    where = placement(ledger, fleet, targets, instances, set(agents))
+    created = datetime.now(timezone.utc)
+    record = SnapshotRecord(id=new_id(created), fleet=fleet, created=created.isoformat(timespec="seconds"),
+                            label=label, kind=kind)  # fmt: skip
+    bundle = firewall.bundle_hash(plan)
+    run = ledger.start_run(fleet, "snapshot.create", {"snapshot": record.id, "kind": kind, "instances": instances})
+
+    rows = {(r["host"], r["instance"]): r for r in ledger.agents(fleet)}
+
+    def item(target: str, instance: str, image_id: str | None) -> AgentManifest:
+        if instance in agents:
+            return manifest(plan, inventory, agents[instance], host=target, snapshot=record.id, created=record.created,
+                            image_id=image_id, bundle=bundle)  # fmt: skip
+        return from_row(rows[(target, instance)], snapshot=record.id, created=record.created, image_id=image_id)
+
+    def work(conn: Connection, target: SshTarget) -> tuple[list[AgentSnapshot], list[str]]:
+        restic_bin = prepare(conn, fleet, host=target.name)
+        mine = where[target.name]
+        names = {i: agents[i].container if i in agents else rows[(target.name, i)]["container"] for i in mine}
+        states = remote.container_states(conn, list(names.values()), host=target.name)
+        done, failed = [], []
+        for instance in mine:
+            image_id = states.get(names[instance], "").split(" ")[-1] or None
+            try:
+                done.append(_backup(conn, restic_bin, item(target.name, instance, None if image_id == "missing"
+                                                           else image_id), host=target.name))  # fmt: skip
+            except JackinError as error:
+                failed.append(f"{instance}: {error.message}")
+        return done, failed
+
+    results = in_parallel(targets, work)
+    out = CreateResult(snapshot=record)
+    for name, result in results.items():
+        if isinstance(result, JackinError):
+            out.errors.append(HostError.of(name, result))
+            ledger.audit(run, fleet, "snapshot.create", "failed", host=name, detail={"error": result.message})
+            continue
+        done, failed = result
+        record.agents.extend(done)
+        out.errors += [HostError(host=name, error=f, unreachable=False) for f in failed]
+        ledger.audit(run, fleet, "snapshot.create", "failed" if failed else "ok", host=name,
+                     detail={"snapshot": record.id, "agents": [a.instance for a in done], "errors": failed})  # fmt: skip
+    if record.agents:
+        ledger.record_snapshot(record.model_dump(exclude={"agents"}),
+                               [a.model_dump(mode="json") for a in record.agents], run=run)  # fmt: skip
+    ledger.finish_run(run, "failed" if out.errors else "ok", {"snapshot": record.id, "agents": len(record.agents)})
+    return out
+
+
+def _backup(conn: Connection, restic_bin: str, item: AgentManifest, *, host: str, tmp: bool = False) -> AgentSnapshot:
+    remote.write_manifest(conn, item, host=host)
+    summary = remote.backup(conn, restic_bin, item.fleet, item.snapshot, item.instance, host=host, tmp=tmp)
+    return AgentSnapshot(host=host, instance=item.instance, agent=item.agent, restic_id=summary.snapshot_id,
+                         size=summary.total_bytes, added=summary.data_added, files_new=summary.files_new,
+                         files_changed=summary.files_changed, tiers=["restic"], manifest=item)  # fmt: skip
+
+
+def create(inventory: Inventory, agent: str | None = None, label: str | None = None, kind: Kind = "manual",
+           *, bring_up: bool = False) -> CreateResult:  # fmt: skip
+    """``snapshot.create``: one fleet snapshot of ``agent`` (an instance or an agent; default all)."""
+    instances = select(inventory, agent)
+    with Ledger() as ledger, ledger.lock(inventory.fleet.name, "snapshot.create"):
+        targets = provider_for(inventory, ledger).targets(bring_up=bring_up)
+        if not targets:
+            raise JackinError(f"fleet {inventory.fleet.name!r} has no hosts up: nothing to snapshot")
+        return take(ledger, inventory, targets, instances, label=label, kind=kind)
+
+
+# --- list, show ----------------------------------------------------------------------------------
+
+
+def records(inventory: Inventory) -> list[SnapshotRecord]:
+    """The fleet's snapshots as the ledger knows them, oldest first."""
+    with Ledger() as ledger:
+        return [SnapshotRecord.model_validate(r) for r in ledger.snapshot_rows(inventory.fleet.name)]
+
+
+def show(inventory: Inventory, snapshot: str) -> SnapshotRecord:
+    with Ledger() as ledger:
+        return find(ledger, inventory.fleet.name, snapshot)
+
+
+def find(ledger: Ledger, fleet: str, snapshot: str) -> SnapshotRecord:
+    row = ledger.snapshot(fleet, snapshot)
+    if row is None:
+        known = [r["id"] for r in ledger.snapshot_rows(fleet)][-5:]
+        raise SpecError(f"no snapshot {snapshot!r} of fleet {fleet!r}",
+                        hint=f"the latest: {', '.join(known)}" if known else "take one: inv snapshot.create")  # fmt: skip
+    return SnapshotRecord.model_validate(row)
+
+
+# --- diff ------------------------------------------------------------------------------------------
+
+
+def diff(inventory: Inventory, snapshot: str, other: str | None = None, agent: str | None = None) -> DiffResult:
+    """Files added, removed and changed from ``snapshot`` to ``other`` (another snapshot) or, without it,
+    to the live workspace (a temporary snapshot tagged ``tmp``, forgotten right after)."""
+    fleet = inventory.fleet.name
+    wanted = set(select(inventory, agent))
+    with Ledger() as ledger:
+        first = find(ledger, fleet, snapshot)
+        second = find(ledger, fleet, other) if other else None
+        targets = [t for t in provider_for(inventory, ledger).targets(bring_up=False) if t.name in first.hosts]
+        plan = fleet_plan(inventory, ledger) if second is None else None
+    pairs = [a for a in first.agents if a.instance in wanted]
+    return _diff(inventory, first, second, pairs, targets, plan)
+
+
+def _diff(inventory: Inventory, first: SnapshotRecord, second: SnapshotRecord | None, pairs: list[AgentSnapshot],
+          targets: Sequence[SshTarget], plan: planning.FleetPlan | None, *, reverse: bool = False) -> DiffResult:  # fmt: skip
+    fleet = inventory.fleet.name
+    against = second.id if second else "live"
+    live_id = f"tmp-{secrets.token_hex(4)}"
+
+    def work(conn: Connection, target: SshTarget) -> list[AgentDiff]:
+        restic_bin = prepare(conn, fleet, host=target.name)
+        found = []
+        for item in (p for p in pairs if p.host == target.name and p.restic_id):
+            other_item = second.agent(target.name, item.instance) if second else None
+            if second is not None and (other_item is None or not other_item.restic_id):
+                continue
+            tmp = None
+            if second is None:
+                agent = next(a for a in plan.agents if a.instance == item.instance)  # type: ignore[union-attr]
+                now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+                live = manifest(plan, inventory, agent, host=target.name, snapshot=live_id, created=now,  # type: ignore[arg-type]
+                                image_id=None, bundle="")  # fmt: skip
+                tmp = _backup(conn, restic_bin, live, host=target.name, tmp=True).restic_id
+            to = other_item.restic_id if other_item else tmp
+            ids = (to, item.restic_id) if reverse else (item.restic_id, to)
+            try:
+                found.append(remote.diff(conn, restic_bin, fleet, ids[0], ids[1], host=target.name,  # type: ignore[arg-type]
+                                         instance=item.instance, against=against))  # fmt: skip
+            finally:
+                if tmp:
+                    remote.forget(conn, restic_bin, fleet, [tmp], host=target.name, prune=False)
+        return found
+
+    result = DiffResult(snapshot=first.id, against=against)
+    for name, found in in_parallel(targets, work).items():
+        if isinstance(found, JackinError):
+            result.errors.append(HostError.of(name, found))
+        else:
+            result.agents.extend(found)
+    return result

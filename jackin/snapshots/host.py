@@ -1,0 +1,231 @@
+"""Snapshot work on one host over a strict Fabric connection (``jackin.ssh.connect``):
+restic itself, the fleet's repository, manifests, backup, list, diff, restore, forget.
+
+Files and secrets travel by SFTP (never in a command line). A restore is ONE remote
+script in two phases: it checks the repository, restores with ``--verify`` into the
+root-only staging dir beside the homes, prints ``staged`` and waits for the operator's
+``swap`` on its stdin; only then does it rename the old workspace aside and the new one
+into place. An SSH drop, a failed verification or a full disk before that point leaves
+the old workspace as it was; a staging dir left behind is removed by the next restore
+(after putting back a workspace a cut-short swap had moved aside).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import platform
+import shlex
+import shutil
+import time
+from pathlib import Path
+
+from fabric import Connection
+
+from jackin.errors import ConnectError, JackinError, RemoteCommandError
+from jackin.snapshots import restic
+from jackin.snapshots.models import AgentDiff, AgentManifest, BackupSummary
+
+LONG = 6 * 3600  # a backup or restore of a big workspace may take hours; a dead host is found by SSH keepalives
+
+
+def run(conn: Connection, command: str, *, host: str, what: str, timeout: float | None = 60) -> str:
+    """Run ``command``; its stdout, or a RemoteCommandError saying ``what`` failed, with restic's words."""
+    try:
+        result = conn.run(command, hide=True, warn=True, timeout=timeout)
+    except Exception as error:  # noqa: BLE001 - a dropped connection or timeout is that host's error
+        raise ConnectError(f"{what}: {type(error).__name__}: {' '.join(str(error).split())[:200]}", host=host) from None
+    if result.exited != 0:
+        raise RemoteCommandError(f"{what} failed (exit {result.exited}): {_tail(result.stderr)}", host=host)
+    return result.stdout
+
+
+def _tail(text: str, lines: int = 4) -> str:
+    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:]) or "no message"
+
+
+def put(conn: Connection, path: str, data: bytes, *, mode: int) -> None:
+    """Write ``data`` to ``path`` by SFTP: a temporary name in the same root-only dir, its mode, then a rename."""
+    sftp = conn.sftp()
+    temp = f"{path}.jk-{time.time_ns()}"
+    with sftp.open(temp, "wb") as handle:
+        handle.chmod(mode)
+        handle.write(data)
+    sftp.posix_rename(temp, path)
+
+
+# --- restic itself -------------------------------------------------------------
+
+
+def local_restic() -> Path:
+    """The operator's restic, uploaded to hosts that have none."""
+    found = shutil.which("restic")
+    if not found:
+        raise JackinError("restic is not installed on this machine, and a host has none to use",
+                          hint="install restic here (apt-get install restic): jackin uploads it to hosts without it")  # fmt: skip
+    return Path(found).resolve()
+
+
+def ensure_restic(conn: Connection, *, host: str) -> str:
+    """The path of restic on the host: its own on PATH, else the operator's, uploaded by SFTP to
+    ``/usr/local/lib/jackin/restic`` (0755 root) unless the same bytes are already there."""
+    probe = (f"command -v restic || {{ echo upload; uname -m; sha256sum {restic.UPLOADED_RESTIC} 2>/dev/null || true; }}")
+    lines = run(conn, probe, host=host, what="looking for restic").split()
+    if lines and lines[0] != "upload":
+        return lines[0]
+    binary = local_restic()
+    arch = lines[1] if len(lines) > 1 else ""
+    if arch != platform.machine():
+        raise JackinError(f"the host has no restic and is {arch or 'of unknown architecture'}, this machine's restic "
+                          f"is {platform.machine()}", host=host, hint="install restic on the host")  # fmt: skip
+    data = binary.read_bytes()
+    if len(lines) > 2 and lines[2] == hashlib.sha256(data).hexdigest():
+        return restic.UPLOADED_RESTIC
+    directory = str(Path(restic.UPLOADED_RESTIC).parent)
+    run(conn, restic.q("install", "-d", "-m", "0755", "-o", "root", "-g", "root", directory), host=host,
+        what="creating " + directory)  # fmt: skip
+    put(conn, restic.UPLOADED_RESTIC, data, mode=0o755)
+    run(conn, restic.q("chown", "root:root", restic.UPLOADED_RESTIC), host=host, what="installing restic")
+    return restic.UPLOADED_RESTIC
+
+
+def ensure_repo(conn: Connection, restic_bin: str, fleet: str, password: bytes, *, host: str) -> None:
+    """The fleet's root-only directories, its password file (by SFTP, 0600) and its repository."""
+    run(conn, " && ".join(restic.layout_commands(fleet)), host=host, what="creating the snapshot directories")
+    put(conn, restic.password_path(fleet), password, mode=0o600)
+    run(conn, restic.init_command(restic_bin, fleet), host=host, what="restic init", timeout=300)
+
+
+def write_manifest(conn: Connection, manifest: AgentManifest, *, host: str) -> None:
+    data = manifest.model_dump_json(indent=2).encode() + b"\n"
+    put(conn, restic.manifest_path(manifest.fleet, manifest.instance), data, mode=0o600)
+
+
+# --- containers ------------------------------------------------------------------
+
+
+def container_states(conn: Connection, containers: list[str], *, host: str) -> dict[str, str]:
+    """``running``, ``stopped`` or ``missing`` per container, and its image id."""
+    script = "; ".join(
+        f"echo {shlex.quote(c)} $(docker inspect -f '{{{{.State.Running}}}} {{{{.Image}}}}' -- {shlex.quote(c)} "
+        f"2>/dev/null || echo missing)" for c in containers
+    )  # fmt: skip
+    states = {}
+    for line in run(conn, script or "true", host=host, what="reading the agents' containers").splitlines():
+        name, _, rest = line.partition(" ")
+        states[name] = rest.strip()
+    return states
+
+
+def set_running(conn: Connection, containers: list[str], running: bool, *, host: str) -> None:
+    if containers:
+        verb = "start" if running else "stop"
+        run(conn, restic.q("docker", verb, "--", *containers), host=host, what=f"docker {verb}", timeout=120)
+
+
+# --- restic commands ----------------------------------------------------------------
+
+
+def backup(conn: Connection, restic_bin: str, fleet: str, snapshot: str, instance: str, *, host: str,
+           tmp: bool = False) -> BackupSummary:  # fmt: skip
+    argv = restic.backup_argv(restic_bin, fleet, host, snapshot, instance, tmp=tmp)
+    out = run(conn, restic.q(*argv), host=host, what=f"restic backup of {instance}", timeout=LONG)
+    return restic.parse_backup(out)
+
+
+def snapshots(conn: Connection, restic_bin: str, fleet: str, *, host: str) -> list[dict]:
+    out = run(conn, restic.q(*restic.snapshots_argv(restic_bin, fleet)), host=host, what="restic snapshots")
+    return restic.parse_snapshots(out)
+
+
+def diff(conn: Connection, restic_bin: str, fleet: str, first: str, second: str, *, host: str, instance: str,
+         against: str) -> AgentDiff:  # fmt: skip
+    out = run(conn, restic.q(*restic.diff_argv(restic_bin, fleet, first, second)), host=host,
+              what=f"restic diff of {instance}", timeout=LONG)  # fmt: skip
+    return restic.parse_diff(out, host=host, instance=instance, against=against,
+                             home=restic.home_path(fleet, instance))  # fmt: skip
+
+
+def forget(conn: Connection, restic_bin: str, fleet: str, ids: list[str], *, host: str, prune: bool = True) -> None:
+    if ids:
+        run(conn, restic.q(*restic.forget_argv(restic_bin, fleet, ids, prune=prune)), host=host,
+            what="restic forget", timeout=LONG)  # fmt: skip
+
+
+# --- restore ---------------------------------------------------------------------------
+
+
+def restore_script(restic_bin: str, fleet: str, instance: str, restic_id: str, *, repo: str | None = None) -> str:
+    """The whole restore of one agent's workspace, as one bash script (see the module docstring);
+    ``repo``: restore from another repository of the fleet on this host (one pushed here)."""
+    home = restic.home_path(fleet, instance)
+    stage = restic.staging_path(fleet, instance)
+    check = restic.q(*restic.check_argv(restic_bin, fleet, repo=repo))
+    restore = restic.q(*restic.restore_argv(restic_bin, fleet, restic_id, stage + "/tree", repo=repo))
+    return f"""set -u
+umask 077
+H={shlex.quote(home)}; W="$H/workspace"; S={shlex.quote(stage)}; N="$S/tree$W"
+fail() {{ echo "$*" >&2; exit 1; }}
+{{ [ -d "$H" ] && [ ! -L "$H" ]; }} || fail "the agent's home $H is missing (run fleet.up first)"
+install -d -m 0700 -o root -g root "$(dirname "$S")" || fail "cannot create the staging dir"
+if [ ! -e "$W" ] && [ ! -L "$W" ] && [ -d "$S/old" ] && [ ! -L "$S/old" ]; then
+  mv -T -- "$S/old" "$W" || fail "cannot put back the workspace an earlier restore left in $S/old"
+fi
+rm -rf --one-file-system -- "$S" || fail "cannot remove the stale staging dir $S"
+mkdir -m 0700 -- "$S" || fail "cannot create the staging dir $S"
+cleanup() {{ rm -rf --one-file-system -- "$S"; }}
+{check} >&2 || {{ cleanup; fail "restic check found the repository damaged; the workspace was not touched"; }}
+{restore} >&2 || {{ cleanup; fail "restoring snapshot {restic_id} failed (a damaged repository or a full disk?): the verified copy is incomplete; the workspace was not touched"; }}
+{{ [ -d "$N" ] && [ ! -L "$N" ]; }} || {{ cleanup; fail "snapshot {restic_id} holds no workspace for {instance}"; }}
+echo staged
+IFS= read -r go || go=
+[ "$go" = swap ] || {{ cleanup; fail "not swapped: no go-ahead from the operator (connection lost?)"; }}
+if [ -e "$W" ] || [ -L "$W" ]; then mv -T -- "$W" "$S/old" || fail "cannot move the old workspace aside"; fi
+if ! mv -T -- "$N" "$W"; then mv -T -- "$S/old" "$W"; fail "cannot move the restored workspace into place"; fi
+echo swapped
+cleanup
+echo done
+"""
+
+
+def restore(conn: Connection, restic_bin: str, fleet: str, instance: str, restic_id: str, *, host: str,
+            timeout: float = LONG, repo: str | None = None) -> None:  # fmt: skip
+    """Restore ``instance``'s workspace from ``restic_id`` (see ``restore_script``); raises with the
+    script's own message when it stopped before the swap (the old workspace is then intact)."""
+    transport = conn.client.get_transport()
+    if transport is None or not transport.is_active():
+        raise ConnectError("the SSH connection is closed", host=host)
+    channel = transport.open_session()
+    channel.settimeout(timeout)
+    try:
+        channel.exec_command("bash -c " + shlex.quote(restore_script(restic_bin, fleet, instance, restic_id, repo=repo)))
+        out, err = io.BytesIO(), io.BytesIO()
+        staged = _read_until(channel, out, err, b"staged\n")
+        if staged:
+            channel.sendall(b"swap\n")
+            channel.shutdown_write()
+        _read_until(channel, out, err, None)
+        code = channel.recv_exit_status()
+    except (OSError, EOFError) as error:
+        raise ConnectError(f"restore of {instance}: the connection failed: {error}", host=host) from None
+    finally:
+        channel.close()
+    if code != 0 or b"done\n" not in out.getvalue():
+        text = err.getvalue().decode(errors="replace")
+        raise RemoteCommandError(f"restore of {instance} failed (exit {code}): {_tail(text)}", host=host)
+
+
+def _read_until(channel, out: io.BytesIO, err: io.BytesIO, marker: bytes | None) -> bool:
+    """Read stdout and stderr until ``marker`` is in stdout (True) or the command ended (False)."""
+    while True:
+        if marker and marker in out.getvalue():
+            return True
+        if channel.recv_stderr_ready():
+            err.write(channel.recv_stderr(65536))
+            continue
+        if channel.recv_ready():
+            out.write(channel.recv(65536))
+            continue
+        if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+            return False
+        time.sleep(0.05)

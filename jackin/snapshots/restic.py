@@ -1,0 +1,184 @@
+"""restic on a host: the paths of a fleet's repository and the commands that use it
+(pure builders and parsers, no I/O).
+
+Host layout (all root's, 0700 directories and 0600 files; agents cannot reach it)::
+
+    /var/lib/jackin/snapshots/<fleet>/repo              the fleet's restic repository on this host
+    /var/lib/jackin/snapshots/<fleet>/password          its password (uploaded by SFTP)
+    /var/lib/jackin/snapshots/<fleet>/cache             restic's cache (never root's ~/.cache)
+    /var/lib/jackin/snapshots/<fleet>/manifests/<i>.json  the agent's manifest, backed up with its home
+    /usr/local/lib/jackin/restic                        restic uploaded from the operator, when the host has none
+
+The password never appears in a command line or environment: restic reads it from
+``--password-file``. Every agent backup carries the tags ``jackin``, ``snap=<id>``,
+``instance=<instance>`` and ``--host <inventory host name>``; its paths are the
+agent's home and its manifest file.
+
+Verification: ``restic check`` (structure and index, no data) runs before a restore,
+and ``restic restore --verify`` reads back every restored file against the content
+hashes in the snapshot; a changed byte in a pack file fails the restore (exit 1)
+before anything is swapped in. ``check --read-data`` reads the whole repository and
+is offered to scripts (``check(read_data=True)``), not run on every restore.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+
+from jackin.errors import RemoteCommandError
+from jackin.plan import ROOT
+from jackin.snapshots.models import AgentDiff, BackupSummary
+
+SNAPSHOTS_ROOT = "/var/lib/jackin/snapshots"
+UPLOADED_RESTIC = "/usr/local/lib/jackin/restic"
+
+
+def fleet_dir(fleet: str) -> str:
+    return f"{SNAPSHOTS_ROOT}/{fleet}"
+
+
+def repo_path(fleet: str) -> str:
+    return f"{fleet_dir(fleet)}/repo"
+
+
+def password_path(fleet: str) -> str:
+    return f"{fleet_dir(fleet)}/password"
+
+
+def cache_path(fleet: str) -> str:
+    return f"{fleet_dir(fleet)}/cache"
+
+
+def manifest_path(fleet: str, instance: str) -> str:
+    return f"{fleet_dir(fleet)}/manifests/{instance}.json"
+
+
+def home_path(fleet: str, instance: str) -> str:
+    return f"{ROOT}/{fleet}/{instance}"
+
+
+def staging_path(fleet: str, instance: str) -> str:
+    """Where a restore assembles the new tree: root 0700, on the homes' filesystem."""
+    return f"{ROOT}/{fleet}/.restore/{instance}"
+
+
+def q(*args: str) -> str:
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def base(restic: str, fleet: str, *, repo: str | None = None) -> list[str]:
+    """``restic`` with the fleet's repository, password file and cache (``--quiet`` is per command:
+    it would also silence the change lines of ``diff --json``). ``repo``: another repository of the
+    fleet on this host (one pushed here from another host), same password."""
+    return [restic, "--repo", repo or repo_path(fleet), "--password-file", password_path(fleet),
+            "--cache-dir", cache_path(fleet)]  # fmt: skip
+
+
+def layout_commands(fleet: str) -> list[str]:
+    """The fleet's root-only directories (modes re-set every time: nothing else writes there)."""
+    return [q("install", "-d", "-m", "0700", "-o", "root", "-g", "root", SNAPSHOTS_ROOT, fleet_dir(fleet),
+              f"{fleet_dir(fleet)}/manifests")]  # fmt: skip
+
+
+def init_command(restic: str, fleet: str) -> str:
+    """``restic init`` once: a repository that already has a config is left alone."""
+    return f"[ -f {shlex.quote(repo_path(fleet) + '/config')} ] || {q(*base(restic, fleet), '--quiet', 'init')}"
+
+
+def tags(snapshot: str, instance: str, *, tmp: bool = False) -> list[str]:
+    return ["jackin", f"snap={snapshot}", f"instance={instance}", *(["tmp"] if tmp else [])]
+
+
+def backup_argv(restic: str, fleet: str, host: str, snapshot: str, instance: str, *, tmp: bool = False) -> list[str]:
+    """Back up the agent's home and manifest; ``--json`` ends with the summary line."""
+    argv = [*base(restic, fleet), "--quiet", "backup", "--json", "--host", host]
+    for tag in tags(snapshot, instance, tmp=tmp):
+        argv += ["--tag", tag]
+    return [*argv, "--", home_path(fleet, instance), manifest_path(fleet, instance)]
+
+
+def parse_backup(out: str) -> BackupSummary:
+    """The summary line of ``restic backup --json`` (the last ``message_type: summary``)."""
+    for line in reversed(out.splitlines()):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and data.get("message_type") == "summary":
+            return BackupSummary(snapshot_id=data["snapshot_id"], files_new=data.get("files_new", 0),
+                                 files_changed=data.get("files_changed", 0),
+                                 files_unmodified=data.get("files_unmodified", 0),
+                                 data_added=data.get("data_added", 0),
+                                 total_bytes=data.get("total_bytes_processed", 0))  # fmt: skip
+    raise RemoteCommandError("restic backup printed no summary", hint="run restic by hand on the host to see why")
+
+
+def snapshots_argv(restic: str, fleet: str, *, snapshot: str | None = None) -> list[str]:
+    argv = [*base(restic, fleet), "snapshots", "--json", "--tag", "jackin"]
+    return argv + (["--tag", f"snap={snapshot}"] if snapshot else [])
+
+
+def parse_snapshots(out: str) -> list[dict]:
+    """``restic snapshots --json``: one dict per snapshot with ``id``, ``hostname``, ``tags`` and
+    ``instance``/``snap`` taken from the tags."""
+    try:
+        data = json.loads(out or "[]")
+    except ValueError:
+        raise RemoteCommandError("restic snapshots printed no JSON") from None
+    found = []
+    for item in data or []:
+        tagged = dict(t.split("=", 1) for t in item.get("tags") or [] if "=" in t)
+        found.append({"id": item["id"], "host": item.get("hostname"), "time": item.get("time"),
+                      "tags": item.get("tags") or [], "snap": tagged.get("snap"),
+                      "instance": tagged.get("instance")})  # fmt: skip
+    return found
+
+
+def diff_argv(restic: str, fleet: str, first: str, second: str) -> list[str]:
+    return [*base(restic, fleet), "diff", "--json", first, second]
+
+
+def parse_diff(out: str, *, host: str, instance: str, against: str, home: str) -> AgentDiff:
+    """``restic diff --json``: paths made relative to the agent's ``home`` (``workspace/...``);
+    the home itself and the manifest file are left out."""
+    diff = AgentDiff(host=host, instance=instance, against=against)
+    for line in out.splitlines():
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(data, dict):
+            continue
+        if data.get("message_type") == "change":
+            path = str(data.get("path", ""))
+            if not path.startswith(home + "/"):
+                continue
+            target = {"+": diff.added, "-": diff.removed}.get(str(data.get("modifier")), diff.changed)
+            target.append(path[len(home) + 1 :])
+        elif data.get("message_type") == "statistics":
+            diff.bytes_added = int(data.get("added", {}).get("bytes", 0))
+            diff.bytes_removed = int(data.get("removed", {}).get("bytes", 0))
+    return diff
+
+
+def forget_argv(restic: str, fleet: str, ids: Sequence[str], *, prune: bool = True) -> list[str]:
+    """Forget these restic snapshots (by id) and, with ``prune``, free the data only they used."""
+    return [*base(restic, fleet), "--quiet", "forget", *(["--prune"] if prune else []), "--", *ids]
+
+
+def check_argv(restic: str, fleet: str, *, read_data: bool = False, repo: str | None = None) -> list[str]:
+    return [*base(restic, fleet, repo=repo), "--quiet", "check", *(["--read-data"] if read_data else [])]
+
+
+def restore_argv(restic: str, fleet: str, restic_id: str, target: str, *, repo: str | None = None) -> list[str]:
+    """Restore one agent snapshot under ``target`` (absolute paths kept below it), reading every
+    file back against its content hash (``--verify``)."""
+    return [*base(restic, fleet, repo=repo), "--quiet", "restore", restic_id, "--target", target, "--verify"]
+
+
+def teardown_commands(fleet: str) -> list[str]:
+    """Remove the fleet's repository, password copy and manifests from a host (with the fleet)."""
+    return [q("rm", "-rf", "--one-file-system", "--", fleet_dir(fleet)),
+            f"rmdir {SNAPSHOTS_ROOT} 2>/dev/null || true"]  # fmt: skip

@@ -1,0 +1,179 @@
+"""Restoring a snapshot, and pruning by the spec's retention.
+
+A restore refuses while an agent's container runs, unless ``stop`` (stop it, restore,
+start it again, even when the restore failed). It first takes a pre-restore snapshot
+of what it is about to overwrite (kind ``pre-restore``: restoring that undoes the
+restore), shows the difference (``confirm`` decides), and then restores each agent
+with ``host.restore``: verified into a root-only staging dir, swapped in by rename.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fabric import Connection
+
+from jackin.errors import JackinError, SpecError
+from jackin.ledger import Ledger
+from jackin.providers import provider_for
+from jackin.remote import HostError
+from jackin.snapshots import api
+from jackin.snapshots import host as remote
+from jackin.snapshots.models import AgentRestore, DiffResult, PruneResult, RestoreResult, SnapshotRecord
+from jackin.spec import Inventory
+from jackin.ssh import SshTarget
+
+Confirm = Callable[[DiffResult], bool]
+
+
+def restore(inventory: Inventory, snapshot: str, agent: str | None = None, *, stop: bool = False,
+            confirm: Confirm | None = None) -> RestoreResult:  # fmt: skip
+    """``snapshot.restore``: put ``agent``'s (default: every agent's) workspace back as ``snapshot`` had it."""
+    fleet = inventory.fleet.name
+    wanted = set(api.select(inventory, agent))
+    with Ledger() as ledger, ledger.lock(fleet, "snapshot.restore"):
+        record = api.find(ledger, fleet, snapshot)
+        items = [a for a in record.agents if a.instance in wanted and a.restic_id]
+        if not items:
+            raise SpecError(f"snapshot {snapshot!r} holds no agent {agent!r}" if agent else
+                            f"snapshot {snapshot!r} holds no agents")  # fmt: skip
+        targets = _targets(inventory, ledger, record, {a.host for a in items})
+        plan = api.fleet_plan(inventory, ledger)
+        containers = {a.instance: a.container for a in plan.agents}
+        running = _running(targets, {t.name: [containers[a.instance] for a in items if a.host == t.name] for t in targets})
+        if running and not stop:
+            where = ", ".join(f"{c} on {h}" for h, cs in sorted(running.items()) for c in cs)
+            raise JackinError(f"restore refused: agent container(s) running: {where}",
+                              hint="pass --stop to stop them, restore, and start them again")  # fmt: skip
+        run = ledger.start_run(fleet, "snapshot.restore", {"snapshot": snapshot, "agent": agent, "stop": stop})
+        result = RestoreResult(snapshot=snapshot)
+        try:
+            _set_running(targets, running, False)
+            _restore(ledger, inventory, record, items, targets, plan, confirm=confirm, run=run, result=result)
+        except BaseException:
+            ledger.finish_run(run, "failed", result.model_dump(mode="json"))
+            raise
+        finally:
+            result.errors += _set_running(targets, running, True)
+            for a in result.agents:
+                a.restarted = any(c == containers[a.instance] for c in running.get(a.host, []))
+        ledger.finish_run(run, "ok" if result.ok else "failed", result.model_dump(mode="json"))
+        return result
+
+
+def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items, targets: list[SshTarget], plan,
+             *, confirm: Confirm | None, run: int, result: RestoreResult) -> None:  # fmt: skip
+    fleet = inventory.fleet.name
+    instances = sorted({a.instance for a in items})
+    pre = api.take(ledger, inventory, targets, instances, label=f"before restoring {record.id}", kind="pre-restore")
+    if pre.errors or not pre.snapshot.agents:
+        problems = "; ".join(f"{e.host}: {e.error}" for e in pre.errors) or "nothing was snapshotted"
+        raise JackinError(f"restore refused: the pre-restore snapshot failed ({problems}); nothing was changed")
+    result.pre_restore = pre.snapshot.id
+    preview = api._diff(inventory, pre.snapshot, record, [a for a in pre.snapshot.agents], targets, plan)
+    preview = preview.model_copy(update={"snapshot": record.id, "against": "live"})
+    if confirm is not None and not confirm(preview):
+        raise JackinError("nothing changed: not confirmed",
+                          hint=f"the pre-restore snapshot {pre.snapshot.id} was kept")  # fmt: skip
+
+    def work(conn: Connection, target: SshTarget) -> list[AgentRestore]:
+        restic_bin = api.prepare(conn, fleet, host=target.name)
+        done = []
+        for item in (a for a in items if a.host == target.name):
+            try:
+                remote.restore(conn, restic_bin, fleet, item.instance, item.restic_id, host=target.name)
+                done.append(AgentRestore(host=target.name, instance=item.instance, restored=True))
+            except JackinError as error:
+                done.append(AgentRestore(host=target.name, instance=item.instance, restored=False, error=error.message))
+        return done
+
+    for name, found in api.in_parallel(targets, work).items():
+        if isinstance(found, JackinError):
+            result.errors.append(HostError.of(name, found))
+            ledger.audit(run, fleet, "snapshot.restore", "failed", host=name, detail={"error": found.message})
+            continue
+        result.agents.extend(found)
+        for a in found:
+            ledger.audit(run, fleet, "snapshot.restore", "ok" if a.restored else "failed", host=name,
+                         detail={"snapshot": record.id, "instance": a.instance, "error": a.error,
+                                 "pre_restore": pre.snapshot.id})  # fmt: skip
+
+
+def _targets(inventory: Inventory, ledger: Ledger, record: SnapshotRecord, hosts: set[str]) -> list[SshTarget]:
+    targets = [t for t in provider_for(inventory, ledger).targets(bring_up=False) if t.name in hosts]
+    missing = sorted(hosts - {t.name for t in targets})
+    if missing:
+        raise JackinError(f"snapshot {record.id} was taken on {', '.join(missing)}, not a host of the fleet now",
+                          hint="push it onto a host of the fleet first (snapshot.push)")  # fmt: skip
+    return targets
+
+
+def _running(targets: list[SshTarget], containers: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Per host, the given containers that run now (a host that cannot be read fails the restore)."""
+    found = api.in_parallel(targets, lambda conn, t: remote.container_states(conn, containers[t.name], host=t.name))
+    running = {}
+    for name, states in found.items():
+        if isinstance(states, JackinError):
+            raise states
+        running[name] = [c for c, state in states.items() if state.startswith("true")]
+    return {h: cs for h, cs in running.items() if cs}
+
+
+def _set_running(targets: list[SshTarget], containers: dict[str, list[str]], up: bool) -> list[HostError]:
+    hosts = [t for t in targets if containers.get(t.name)]
+    found = api.in_parallel(hosts, lambda conn, t: remote.set_running(conn, containers[t.name], up, host=t.name))
+    errors = [HostError.of(n, e) for n, e in found.items() if isinstance(e, JackinError)]
+    if errors and not up:
+        raise JackinError("restore refused: stopping the agents failed: "
+                          + "; ".join(f"{e.host}: {e.error}" for e in errors))  # fmt: skip
+    return errors
+
+
+# --- prune ---------------------------------------------------------------------------------------
+
+
+def prune_plan(inventory: Inventory) -> tuple[list[SnapshotRecord], list[SnapshotRecord]]:
+    """(kept, removed): the spec's ``snapshots.keep`` newest fleet snapshots stay, older ones go."""
+    records = api.records(inventory)
+    keep = inventory.fleet.snapshots.keep
+    return records[-keep:], records[:-keep] if len(records) > keep else []
+
+
+def prune(inventory: Inventory, *, confirm: Callable[[list[SnapshotRecord]], bool] | None = None) -> PruneResult:
+    """``snapshot.prune``: forget the snapshots retention drops, on every host that holds them,
+    and free the data only they used (``restic forget --prune``)."""
+    fleet = inventory.fleet.name
+    with Ledger() as ledger, ledger.lock(fleet, "snapshot.prune"):
+        kept, removed = prune_plan(inventory)
+        result = PruneResult(keep=inventory.fleet.snapshots.keep, kept=[r.id for r in kept])
+        if not removed:
+            return result
+        if confirm is not None and not confirm(removed):
+            raise JackinError("nothing changed: not confirmed")
+        hosts = {a.host for r in removed for a in r.agents}
+        targets = [t for t in provider_for(inventory, ledger).targets(bring_up=False) if t.name in hosts]
+        run = ledger.start_run(fleet, "snapshot.prune", {"remove": [r.id for r in removed]})
+
+        def work(conn: Connection, target: SshTarget) -> None:
+            restic_bin = api.prepare(conn, fleet, host=target.name)
+            there = [s["id"] for s in remote.snapshots(conn, restic_bin, fleet, host=target.name)]
+            ids = [a.restic_id for r in removed for a in r.agents if a.host == target.name and a.restic_id]
+            # a snapshot already gone from the repository (lost, or never written) is forgotten by the ledger alone
+            remote.forget(conn, restic_bin, fleet, [i for i in ids if any(t.startswith(i) for t in there)],
+                          host=target.name)  # fmt: skip
+
+        found = api.in_parallel(targets, work)
+        for name, outcome in found.items():
+            ok = not isinstance(outcome, JackinError)
+            if not ok:
+                result.errors.append(HostError.of(name, outcome))  # type: ignore[arg-type]
+            for r in removed:
+                if ok:
+                    ledger.forget_snapshot(fleet, r.id, host=name)
+            ledger.audit(run, fleet, "snapshot.prune", "ok" if ok else "failed", host=name,
+                         detail={"removed": [r.id for r in removed]} if ok else {"error": outcome.message})  # type: ignore[union-attr]  # fmt: skip
+        unreached = hosts - {t.name for t in targets}
+        result.errors += [HostError(host=h, error="not a host of the fleet now", unreachable=True) for h in sorted(unreached)]
+        result.removed = [r.id for r in removed if ledger.snapshot(fleet, r.id) is None]
+        ledger.finish_run(run, "failed" if result.errors else "ok", {"removed": result.removed})
+        return result
