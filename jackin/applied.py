@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin.ledger import Ledger
 from jackin.spec import Inventory
 from jackin.spec.models import AgentSpec, FleetSpec
 
@@ -61,6 +62,20 @@ def applied(inventory: Inventory) -> AppliedSpec:
 def load_fleet(spec: str) -> FleetSpec:
     """The fleet part of a stored spec, validated again (a stored spec is data, not trusted code)."""
     return FleetSpec.model_validate(json.loads(spec)["fleet"])
+
+
+def in_place(fleet: str, hosts: list[str]) -> dict[str, FleetSpec]:
+    """Per host, the fleet spec of the last run that succeeded there: what its agents run under, which
+    after a ``fleet.rollback`` is not the inventory file's (hosts with no such run are left out)."""
+    found: dict[str, FleetSpec] = {}
+    with Ledger() as ledger:
+        runs = ledger.spec_runs(fleet)
+        for host in hosts:
+            run = next((r for r in reversed(runs) if r["results"].get(host) == "ok"), None)
+            row = ledger.run(run["id"]) if run else None
+            if row and row.get("spec"):
+                found[host] = load_fleet(row["spec"])
+    return found
 
 
 # --- the diff of two fleet specs ---------------------------------------------------

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jackin import firewall
 from jackin import plan as planning
-from jackin.applied import applied
+from jackin.applied import applied, in_place
 from jackin.engine import Event, HostResult, RunResult
 from jackin.errors import JackinError
 from jackin.gc import GC_COMMAND, gc, orphans
@@ -27,6 +27,7 @@ from jackin.providers import LabProvider, provider_for
 from jackin.remote import gather
 from jackin.runs import deploys_dir, recorded_run
 from jackin.spec import Inventory, load_inventory
+from jackin.spec.models import FleetSpec, NetworkPolicy
 from jackin.ssh import SshTarget
 from jackin.state import HostState, parse_state, state_command
 from jackin.status import FleetStatus, fleet_status
@@ -141,19 +142,20 @@ def _only(hosts: list[SshTarget], only: list[str] | None) -> list[SshTarget]:
 def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
     """Hosts × agents of the fleet; never brings a lab up and never hangs on a dead host.
 
-    Each agent also shows its egress mode, what is enforced, and how many packets
+    Each agent also shows its egress mode and what is enforced (from the spec last applied on its
+    host, which after a ``fleet.rollback`` is not the file's), and how many packets
     its policy dropped in all and since the last ``status`` (kept in the state dir).
     """
     spec = inventory.fleet
     result = fleet_status(spec.name, targets(inventory, bring_up=False), timeout=timeout)
-    policies = {instance: spec.agent_network(next(a for a in spec.agents if a.name == agent))
-                for agent, instance in planning.instances(spec)}  # fmt: skip
+    applied_there = in_place(spec.name, [h.host for h in result.hosts])  # after a rollback: not the file's
     seen_file = private_dir(state_dir() / "fleets" / spec.name) / "drops.json"
     try:
         seen = json.loads(seen_file.read_text())
     except (OSError, ValueError):
         seen = {}
     for host in result.hosts:
+        policies = _policies(applied_there.get(host.host, spec))
         for agent in host.agents:
             policy = policies.get(agent.instance)
             if policy is not None:
@@ -168,6 +170,12 @@ def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
                 seen.setdefault(host.host, {})[agent.instance] = agent.drops
     seen_file.write_text(json.dumps(seen))
     return result
+
+
+def _policies(spec: FleetSpec) -> dict[str, NetworkPolicy]:
+    """Each instance's egress policy under ``spec``."""
+    return {instance: spec.agent_network(next(a for a in spec.agents if a.name == agent))
+            for agent, instance in planning.instances(spec)}  # fmt: skip
 
 
 # --- down --------------------------------------------------------------------

@@ -82,3 +82,19 @@ def test_diff_fleet_wide_policy_shows_on_the_fleet_and_on_agents_without_their_o
 def test_diff_of_a_spec_with_itself_is_empty() -> None:
     fleet = inventory().fleet
     assert diff(fleet, fleet).empty
+
+
+def test_in_place_is_the_spec_last_successful_on_each_host(tmp_path, monkeypatch) -> None:
+    from jackin.applied import in_place
+    from jackin.ledger import Ledger
+
+    monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
+    a, b = applied(inventory(ttl="1h")), applied(inventory(ttl="2h"))
+    with Ledger() as ledger:
+        for spec, results in ((a, {"h1": "ok", "h2": "ok"}), (b, {"h1": "ok", "h2": "failed"})):
+            run = ledger.start_run("demo", "fleet.up")
+            ledger.record_spec(run, "demo", list(results), spec.spec, spec.hash, spec.fleet_hash)
+            for host, result in results.items():
+                ledger.audit(run, "demo", "fleet.up", result, host=host)
+    found = in_place("demo", ["h1", "h2", "h3"])
+    assert (found["h1"].ttl, found["h2"].ttl, "h3" in found) == (7200, 3600, False)
