@@ -39,6 +39,7 @@ from jackin.applied import SpecDiff, diff, load_fleet
 from jackin.errors import JackinError, NotImplementedYet, SpecError
 from jackin.ledger import Ledger
 from jackin.spec import Inventory
+from jackin.spec.models import FleetSpec
 
 SPEC_ACTIONS = ("fleet.up", "fleet.rollback")
 PLACEMENT = ("name", "provider", "lab", "hosts")  # where the fleet runs: a rollback never changes it
@@ -174,7 +175,7 @@ def _repair(runs: list[SpecRun], failed: list[str], fleet: str) -> list[Step]:
     return [Step(to=run, hosts=hosts, from_run=latest.run) for run, hosts in sorted(targets.items())]
 
 
-def check_placement(stored: Any, current: Any, run: int) -> None:
+def check_placement(stored: FleetSpec, current: FleetSpec, run: int) -> None:
     """The stored fleet spec must run where the inventory's does (name, provider, lab, hosts)."""
     problems = [f"fleet.{field}: run {run} had {getattr(stored, field)!r}, the inventory has {getattr(current, field)!r}"
                 for field in PLACEMENT if getattr(stored, field) != getattr(current, field)]  # fmt: skip
