@@ -90,6 +90,26 @@ def fleet_gc(c, inventory=None, yes=False, purge_kept=False):
         raise Exit(code=cli.fleet_gc(inventory, yes=yes, purge_kept=purge_kept))
 
 
+@task(help={"inventory": INVENTORY + "; names the fleet (its file is never rewritten)",
+            "to": "the run whose spec to return to (default: see README, fleet.rollback)",
+            "host": "this host only: its last good state (or --to RUN's spec)",
+            "yes": "apply without showing the plan and asking", "json": "print one JSON document (needs --yes or --dry-run)",
+            "dry_run": "show the spec change and the plan; change nothing",
+            "with_snapshots": "also restore the matching snapshots (arrives with snapshot restore)"})  # fmt: skip
+def fleet_rollback(c, inventory=None, to=None, host=None, yes=False, json=False, dry_run=False, with_snapshots=False):
+    """Return the fleet (or a host) to the spec of an earlier successful run, recorded in the ledger."""
+    with guard():
+        raise Exit(code=cli.fleet_rollback(inventory, to=to, host=host, yes=yes, json=json, dry_run=dry_run,
+                                           with_snapshots=with_snapshots))  # fmt: skip
+
+
+@task(help={"inventory": INVENTORY, "json": "print JSON"})
+def fleet_runs(c, inventory=None, json=False):
+    """List the fleet's runs that recorded a spec (fleet.up, fleet.rollback): what fleet.rollback --to accepts."""
+    with guard():
+        raise Exit(code=cli.fleet_runs(inventory, json=json))
+
+
 # --- agent -------------------------------------------------------------------
 
 
@@ -169,6 +189,8 @@ fleet.add_task(fleet_up, "up")
 fleet.add_task(fleet_status, "status")
 fleet.add_task(fleet_down, "down")
 fleet.add_task(fleet_gc, "gc")
+fleet.add_task(fleet_rollback, "rollback")
+fleet.add_task(fleet_runs, "runs")
 
 agent_ns = Collection("agent")
 agent_ns.add_task(agent_netcheck, "netcheck")

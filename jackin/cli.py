@@ -16,6 +16,7 @@ from rich.prompt import Confirm
 
 from jackin import agent as agent_api
 from jackin import fleet as fleet_api
+from jackin import rollback as rollback_api
 from jackin import ui
 from jackin.engine import RunResult
 from jackin.errors import (EXIT_CONNECT, EXIT_FAILED, EXIT_NOT_ENFORCED, EXIT_OK, JackinError, NotImplementedYet,
@@ -295,3 +296,58 @@ def snapshot_prune(inventory: str | None, *, yes: bool, json: bool) -> int:
     else:
         ui.out.print(f"kept {len(result.kept)} snapshot(s); removed {len(result.removed)}: {', '.join(result.removed) or '-'}")
     return _snapshot_errors(result.errors)
+# --- fleet.rollback ----------------------------------------------------------------
+
+
+def fleet_rollback(inventory: str | None, *, to: str | int | None, host: str | None, yes: bool, json: bool,
+                   dry_run: bool, with_snapshots: bool) -> int:  # fmt: skip
+    """Show the spec change and the plan, confirm, apply the stored spec (jackin/rollback.py).
+    ``--dry-run`` changes nothing; ``--json`` prints one document and needs ``--yes`` or ``--dry-run``."""
+    spec = fleet_api.load(inventory)
+    if json and not (yes or dry_run):
+        raise SpecError("--json needs --yes or --dry-run (there is no one to ask)")
+    rollback_api.check_snapshots(with_snapshots)
+    chosen = rollback_api.prepare(spec, to=count("--to", to, high=2**63 - 1), host=host or None)
+    if not json:
+        for step in chosen.steps:
+            ui.out.print(ui.rollback_view(step, fleet=chosen.fleet))
+    if not dry_run and not yes:
+        require_terminal_or("--yes")
+    if dry_run or not yes:
+        preview = _rollback(chosen, inventory, dry_run=True, with_snapshots=with_snapshots, json=json)
+        if dry_run:
+            return worst(exit_code(r.up.run) for r in preview)
+        confirm("Roll back?")
+    done = _rollback(chosen, inventory, dry_run=False, with_snapshots=with_snapshots, json=json)
+    return worst(exit_code(r.up.run) for r in done)
+
+
+def _rollback(chosen: rollback_api.Rollback, inventory: str | None, *, dry_run: bool, with_snapshots: bool,
+              json: bool) -> list[rollback_api.StepResult]:  # fmt: skip
+    with ui.progress() as view:
+        results = rollback_api.apply(chosen, source=inventory, dry_run=dry_run, with_snapshots=with_snapshots,
+                                     on_event=view.update, log=ui.log)  # fmt: skip
+    if json:
+        ui.print_json({"fleet": chosen.fleet, "mode": chosen.mode, "dry_run": dry_run, "note": ui.INVENTORY_KEPT,
+                       "steps": [{**r.step.model_dump(mode="json"), "run": r.up.run.model_dump(mode="json")}
+                                 for r in results]})  # fmt: skip
+        return results
+    for result in results:
+        if dry_run:
+            ui.out.print(ui.plan_view(result.up.run))
+        title = f"fleet {chosen.fleet}: {'plan of the ' if dry_run else ''}rollback to run {result.step.to}"
+        ui.out.print(ui.up_table(result.up.run, title=title, agents=len(result.up.plan.agents)))
+    if not dry_run:
+        ui.out.print(ui.INVENTORY_KEPT)
+    return results
+
+
+def fleet_runs(inventory: str | None, *, json: bool) -> int:
+    """The fleet's runs that recorded a spec (what fleet.rollback --to accepts), oldest first."""
+    spec = fleet_api.load(inventory)
+    runs = rollback_api.history(spec)
+    if json:
+        ui.print_json([r.model_dump(mode="json") for r in runs])
+    else:
+        ui.out.print(ui.runs_table(runs, fleet=spec.fleet.name))
+    return EXIT_OK

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin import firewall
 from jackin import plan as planning
+from jackin.applied import applied, in_place
 from jackin.engine import Event, HostResult, RunResult
 from jackin.errors import JackinError
 from jackin.gc import GC_COMMAND, gc, orphans
@@ -25,6 +27,7 @@ from jackin.providers import LabProvider, provider_for
 from jackin.remote import gather
 from jackin.runs import deploys_dir, recorded_run
 from jackin.spec import Inventory, load_inventory
+from jackin.spec.models import FleetSpec, NetworkPolicy
 from jackin.ssh import SshTarget
 from jackin.state import HostState, parse_state, state_command
 from jackin.status import FleetStatus, fleet_status
@@ -81,15 +84,21 @@ def up(
     bring_up: bool | None = None,
     on_event: OnEvent = lambda _: None,
     log: Log = lambda _: None,
+    action: str = "fleet.up",
+    detail: dict[str, Any] | None = None,
+    only: list[str] | None = None,
 ) -> UpResult:
     """Bring the fleet up on every host in parallel; one failing host never stops the others.
 
     ``bring_up``: with provider lab, create the lab first if it is not up (default: unless ``dry_run``).
+    ``action``/``detail``/``only``: how the run is recorded and on which of the fleet's hosts it
+    runs (``fleet.rollback`` applies a stored spec through here). The applied spec is recorded
+    against the run (``jackin.applied``), so a later ``fleet.rollback`` can return to it.
     """
     fleet = inventory.fleet
-    with Ledger() as ledger, ledger.lock(fleet.name, "fleet.up"):
+    with Ledger() as ledger, ledger.lock(fleet.name, action):
         provider = provider_for(inventory, ledger)
-        hosts = provider.targets(log=log, bring_up=not dry_run if bring_up is None else bring_up)
+        hosts = _only(provider.targets(log=log, bring_up=not dry_run if bring_up is None else bring_up), only)
         if dry_run and not hosts:
             log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
         plan = make_plan(inventory, ledger, store=not dry_run, fleet_hosts=provider.addresses() if hosts else [])
@@ -108,10 +117,26 @@ def up(
             if host.ok:
                 ledger.record_agents(fleet.name, host.host, [a.model_dump() for a in plan.agents])
 
-        _, result = recorded_run(ledger, fleet=fleet.name, action="fleet.up", deploy="fleet.py", hosts=hosts,
-                                 data=plan.model_dump(mode="json"), detail={"hosts": [h.name for h in hosts]},
-                                 on_event=on_event, on_host=record_host)  # fmt: skip
+        names, spec = [h.name for h in hosts], applied(inventory)
+
+        def record_spec(run_id: int) -> None:
+            ledger.record_spec(run_id, fleet.name, names, spec.spec, spec.hash, spec.fleet_hash)
+
+        _, result = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=hosts,
+                                 data=plan.model_dump(mode="json"), detail={**(detail or {}), "hosts": names},
+                                 on_event=on_event, on_host=record_host, on_start=record_spec)  # fmt: skip
         return UpResult(fleet=fleet.name, run=result, plan=plan)
+
+
+def _only(hosts: list[SshTarget], only: list[str] | None) -> list[SshTarget]:
+    """The fleet's hosts, or those of them named in ``only`` (each must be one of them)."""
+    if only is None:
+        return hosts
+    missing = [name for name in only if name not in {h.name for h in hosts}]
+    if missing:
+        raise JackinError(f"not among the fleet's hosts: {', '.join(missing)}",
+                          hint="a rollback never creates hosts: bring the fleet's hosts up first (fleet.up -i FILE)")  # fmt: skip
+    return [h for h in hosts if h.name in only]
 
 
 # --- status ------------------------------------------------------------------
@@ -120,19 +145,20 @@ def up(
 def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
     """Hosts × agents of the fleet; never brings a lab up and never hangs on a dead host.
 
-    Each agent also shows its egress mode, what is enforced, and how many packets
+    Each agent also shows its egress mode and what is enforced (from the spec last applied on its
+    host, which after a ``fleet.rollback`` is not the file's), and how many packets
     its policy dropped in all and since the last ``status`` (kept in the state dir).
     """
     spec = inventory.fleet
     result = fleet_status(spec.name, targets(inventory, bring_up=False), timeout=timeout)
-    policies = {instance: spec.agent_network(next(a for a in spec.agents if a.name == agent))
-                for agent, instance in planning.instances(spec)}  # fmt: skip
+    applied_there = in_place(spec.name, [h.host for h in result.hosts])  # after a rollback: not the file's
     seen_file = private_dir(state_dir() / "fleets" / spec.name) / "drops.json"
     try:
         seen = json.loads(seen_file.read_text())
     except (OSError, ValueError):
         seen = {}
     for host in result.hosts:
+        policies = _policies(applied_there.get(host.host, spec))
         for agent in host.agents:
             policy = policies.get(agent.instance)
             if policy is not None:
@@ -147,6 +173,12 @@ def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
                 seen.setdefault(host.host, {})[agent.instance] = agent.drops
     seen_file.write_text(json.dumps(seen))
     return result
+
+
+def _policies(spec: FleetSpec) -> dict[str, NetworkPolicy]:
+    """Each instance's egress policy under ``spec``."""
+    return {instance: spec.agent_network(next(a for a in spec.agents if a.name == agent))
+            for agent, instance in planning.instances(spec)}  # fmt: skip
 
 
 # --- down --------------------------------------------------------------------

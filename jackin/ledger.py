@@ -71,6 +71,9 @@ CREATE TABLE IF NOT EXISTS snapshot_agents (
     restic_id TEXT, size INTEGER NOT NULL DEFAULT 0, added INTEGER NOT NULL DEFAULT 0,
     files_new INTEGER NOT NULL DEFAULT 0, files_changed INTEGER NOT NULL DEFAULT 0, tiers TEXT NOT NULL,
     manifest TEXT, PRIMARY KEY (snapshot, host, instance)
+CREATE TABLE IF NOT EXISTS run_specs (
+    run INTEGER PRIMARY KEY, fleet TEXT NOT NULL, hosts TEXT NOT NULL, spec TEXT NOT NULL,
+    hash TEXT NOT NULL, fleet_hash TEXT NOT NULL
 );
 """
 
@@ -350,3 +353,32 @@ class Ledger:
             tiers = sorted({*json.loads(row["tiers"]), tier})
             self.db.execute("UPDATE snapshot_agents SET tiers = ? WHERE snapshot = ? AND host = ? AND instance = ?",
                             (json.dumps(tiers), snapshot, host, instance))  # fmt: skip
+    # --- applied specs (fleet.rollback) ---------------------------------------------
+
+    def record_spec(self, run: int, fleet: str, hosts: Sequence[str], spec: str, hash: str, fleet_hash: str) -> None:
+        """The spec a run applies, as canonical JSON with no secret in it (``jackin.rollback.applied``),
+        and the hosts it applies it to; recorded when the run starts, so a run that dies still has it."""
+        self.db.execute("INSERT OR REPLACE INTO run_specs (run, fleet, hosts, spec, hash, fleet_hash) "
+                        "VALUES (?, ?, ?, ?, ?, ?)", (run, fleet, json.dumps(list(hosts)), spec, hash, fleet_hash))  # fmt: skip
+
+    def run(self, run: int) -> dict[str, Any] | None:
+        """One run (any fleet), with its recorded spec's ``hash``/``fleet_hash``/``spec`` when it has one
+        and ``results``: host -> the result of its own audit entries (``ok``/``failed``)."""
+        row = self.db.execute(
+            "SELECT runs.*, s.hosts AS spec_hosts, s.spec, s.hash, s.fleet_hash FROM runs "
+            "LEFT JOIN run_specs s ON s.run = runs.id WHERE runs.id = ?", (run,)).fetchone()  # fmt: skip
+        return self._with_results(dict(row)) if row else None
+
+    def spec_runs(self, fleet: str) -> list[dict[str, Any]]:
+        """The fleet's runs that recorded a spec, oldest first (``spec`` left out: ``run`` has it)."""
+        rows = self.db.execute(
+            "SELECT runs.*, s.hosts AS spec_hosts, s.hash, s.fleet_hash FROM run_specs s "
+            "JOIN runs ON runs.id = s.run WHERE s.fleet = ? ORDER BY s.run", (fleet,))  # fmt: skip
+        return [self._with_results(dict(r)) for r in rows]
+
+    def _with_results(self, row: dict[str, Any]) -> dict[str, Any]:
+        audit = self.db.execute("SELECT host, result FROM audit WHERE run = ? AND action = ? AND host IS NOT NULL "
+                                "ORDER BY id", (row["id"], row["action"]))  # fmt: skip
+        row["results"] = {r["host"]: r["result"] for r in audit}
+        row["spec_hosts"] = json.loads(row["spec_hosts"]) if row.get("spec_hosts") else []
+        return row

@@ -40,17 +40,21 @@ def recorded_run(
     detail: dict[str, Any] | None = None,
     on_event: OnEvent = lambda _: None,
     on_host: OnHost | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> tuple[int | None, RunResult]:
     """Run ``deploys/<deploy>`` on ``hosts``; record the run unless ``ledger`` is None.
 
     ``on_host`` is called for every host's result after its audit entry (to
-    record what the run left there). Returns the run's id and its result.
+    record what the run left there); ``on_start`` with the run's id once it is recorded (to
+    record more against it). Returns the run's id and its result.
     """
     request = EngineRequest(deploy=str(deploys_dir() / deploy), targets=hosts, data=data, dry_run=dry_run)
     if ledger is None:
         return None, run(request, on_event)
     run_id = ledger.start_run(fleet, action, detail)
     try:
+        if on_start is not None:
+            on_start(run_id)
         result = run(request, on_event)
     except BaseException:
         ledger.finish_run(run_id, "failed")

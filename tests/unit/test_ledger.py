@@ -278,3 +278,25 @@ def test_a_fleet_an_earlier_release_downed_with_keep_data_is_kept(tmp_path) -> N
     with Ledger(path) as ledger:
         assert ledger.fleets_with_status("kept") == ["kept1"]
         assert ledger.fleets_with_status("down") == ["gone"]
+# --- applied specs (fleet.rollback) ------------------------------------------------
+
+
+def test_record_spec_and_read_runs_with_per_host_results(ledger: Ledger) -> None:
+    first = ledger.start_run("demo", "fleet.up", {"hosts": ["h1", "h2"]})
+    ledger.record_spec(first, "demo", ["h1", "h2"], '{"fleet":{}}', "a" * 64, "b" * 64)
+    ledger.audit(first, "demo", "fleet.up", "ok", host="h1")
+    ledger.audit(first, "demo", "fleet.up", "failed", host="h2")
+    ledger.audit(first, "demo", "clean-check", "dirty", host="h2")  # another action of the run: not its result
+    ledger.finish_run(first, "failed")
+    down = ledger.start_run("demo", "fleet.down")
+    other = ledger.start_run("other", "fleet.up")
+    ledger.record_spec(other, "other", ["h1"], "{}", "c" * 64, "d" * 64)
+    runs = ledger.spec_runs("demo")
+    assert [(r["id"], r["action"], r["status"], r["results"], r["spec_hosts"], r["fleet_hash"]) for r in runs] == [
+        (first, "fleet.up", "failed", {"h1": "ok", "h2": "failed"}, ["h1", "h2"], "b" * 64)]  # fmt: skip
+    assert "spec" not in runs[0]
+    one = ledger.run(first)
+    assert one is not None and one["spec"] == '{"fleet":{}}' and one["hash"] == "a" * 64
+    plain = ledger.run(down)
+    assert plain is not None and plain["spec"] is None and plain["action"] == "fleet.down"
+    assert ledger.run(9999) is None

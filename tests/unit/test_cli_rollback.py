@@ -1,0 +1,108 @@
+"""fleet.rollback at the CLI edge: asks or refuses like fleet.up, previews without changing, renders the diff."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+from rich.console import Console
+
+from jackin import cli, ui
+from jackin import rollback as rollback_api
+from jackin.applied import Change, SpecDiff
+from jackin.engine import HostResult, RunResult
+from jackin.errors import NotImplementedYet, SpecError
+from jackin.fleet import UpResult
+from jackin.plan import FleetPlan
+from jackin.spec import Inventory
+
+INV = Inventory.model_validate({"fleet": {"name": "demo", "provider": "lab", "agents": [{"name": "coder"}]}})
+STEP = rollback_api.PlannedStep(to=3, from_run=5, hosts=["h1"], inventory=INV, diff=SpecDiff(
+    agents_added=["docs"], agents_removed=["web"],
+    agents_changed={"coder": [Change(field="network.mode", before="allowlist", after="none")]},
+    fleet=[Change(field="ttl", before=3600, after=None)]))  # fmt: skip
+CHOSEN = rollback_api.Rollback(fleet="demo", mode="step-back", steps=[STEP])
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Each ``apply`` call's dry_run flag; nothing reaches a host or the ledger."""
+    seen: list[bool] = []
+
+    def apply(chosen, *, dry_run, **_):
+        seen.append(dry_run)
+        run = RunResult(hosts=[HostResult(host="h1", connected=True, ops=2, changed=1)], dry_run=dry_run)
+        plan = FleetPlan(fleet="demo", uid_min=60000, uid_max=60999, agents=[])
+        return [rollback_api.StepResult(step=STEP, up=UpResult(fleet="demo", run=run, plan=plan))]
+
+    monkeypatch.setattr(cli.fleet_api, "load", lambda _: INV)
+    monkeypatch.setattr(rollback_api, "prepare", lambda *a, **k: CHOSEN)
+    monkeypatch.setattr(rollback_api, "apply", apply)
+    monkeypatch.setattr(ui, "out", Console(file=io.StringIO(), width=200, color_system=None))
+    monkeypatch.setattr(ui, "err", Console(file=io.StringIO(), width=200, color_system=None))
+    return seen
+
+
+def rollback(**kw) -> int:
+    args = {"to": None, "host": None, "yes": False, "json": False, "dry_run": False, "with_snapshots": False, **kw}
+    return cli.fleet_rollback("x.yaml", **args)
+
+
+def test_no_terminal_and_no_yes_refuses_before_any_run(calls: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+    with pytest.raises(SpecError, match="no terminal to confirm on: pass --yes"):
+        rollback()
+    assert calls == []
+    assert rollback(yes=True) == 0  # positive control: --yes goes ahead
+    assert calls == [False]
+
+
+def test_json_needs_yes_or_dry_run(calls: list[bool]) -> None:
+    with pytest.raises(SpecError, match="--json needs --yes or --dry-run"):
+        rollback(json=True)
+    assert calls == []
+
+
+def test_dry_run_previews_only(calls: list[bool]) -> None:
+    assert rollback(dry_run=True) == 0
+    assert calls == [True]
+    assert "plan of the rollback to run 3" in ui.out.file.getvalue()
+
+
+def test_yes_applies_once_and_says_the_file_is_kept(calls: list[bool]) -> None:
+    assert rollback(yes=True) == 0
+    assert calls == [False]
+    assert ui.INVENTORY_KEPT in ui.out.file.getvalue()
+
+
+def test_interactive_previews_then_asks(calls: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr(cli, "confirm", lambda q: None)
+    assert rollback() == 0
+    assert calls == [True, False]
+
+
+def test_with_snapshots_refused_before_anything(calls: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rollback_api, "restore_snapshots", None)
+    with pytest.raises(NotImplementedYet, match="arrives with snapshot restore|not yet available"):
+        rollback(yes=True, with_snapshots=True)
+    assert calls == []
+
+
+def test_bad_to_is_a_usage_error(calls: list[bool]) -> None:
+    with pytest.raises(SpecError, match="--to expects a whole number"):
+        rollback(yes=True, to="abc")
+    assert calls == []
+
+
+def test_rollback_view_renders_the_change() -> None:
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(ui.rollback_view(STEP, fleet="demo"))
+    assert [line.rstrip() for line in console.file.getvalue().splitlines()] == [
+        "fleet demo: from run 5's spec back to run 3's, on h1",
+        "  + agent docs",
+        "  - agent web (its container and network go; its user, home and workspace stay)",
+        "  ~ agent coder: network.mode: allowlist -> none",
+        "  ~ fleet ttl: 3600 -> null",
+    ]
