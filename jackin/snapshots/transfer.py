@@ -261,11 +261,12 @@ def temp_name(path: str) -> str:
     return f"{path}{TEMP_MARK}{os.getpid()}-{time.time_ns()}"
 
 
-def result_of(plan: TransferPlan, source: Listing, **kwargs: str) -> TransferResult:
+def result_of(plan: TransferPlan, listed: Listing, **kwargs: str) -> TransferResult:
+    """The result of carrying out ``plan`` from a source listed as ``listed``."""
     return TransferResult(
         copied=len(plan.to_copy), copied_bytes=sum(plan.sizes.values()), skipped=len(plan.skip),
-        skipped_bytes=sum(source.files[p] for p in plan.skip), deleted=plan.delete, kept=len(plan.kept),
-        cleaned=len(plan.temps), ignored=source.ignored, **kwargs,  # type: ignore[arg-type]
+        skipped_bytes=sum(listed.files[p] for p in plan.skip), deleted=plan.delete, kept=len(plan.kept),
+        cleaned=len(plan.temps), ignored=listed.ignored, **kwargs,  # type: ignore[arg-type]
     )  # fmt: skip
 
 
@@ -419,6 +420,8 @@ def _download(conn: Connection, sftp: paramiko.SFTPClient, remote: str, final: P
                                 f"sha256 {digest.hexdigest()[:16]}... (its name is its expected sha256)", host=host,
                                 hint="the host's file changed or is damaged: run restic check there; nothing was replaced")  # fmt: skip
         os.replace(temp, final)
+    except JackinError:
+        raise  # ConnectError is also an OSError (a ConnectionError)
     except OSError as error:
         raise TransferError(f"cannot write {final}: {error.strerror}", hint="free space on this machine and pull again") from None
     finally:
@@ -477,6 +480,8 @@ def push_with(conn: Connection, host: str, fleet: str, src: Path, origin: str) -
             _push_stage(conn, sftp, [p for p in plan.to_copy if p.split("/")[0] == stage], src, dest, host=host)
         for path in plan.delete:
             sftp.remove(f"{dest}/{path}")
+    except JackinError:
+        raise  # ConnectError is also an OSError (a ConnectionError)
     except _REMOTE_FAULTS as error:
         raise _lost(error, conn, host=host, what=f"copying {src} to {dest}") from None
     _run(conn, f"sync -f {shlex.quote(dest)}", host=host, what=f"syncing {dest}")
