@@ -205,11 +205,44 @@ def test_a_dropped_connection_leaves_no_partial_file_and_the_next_pull_finishes(
     transfer.verify_local(mirror, world["password"])
 
 
+def host_files_whole(target, directory: str) -> int:
+    """How many repository files under ``directory`` on the host; fails when one does not hash to its name."""
+    out = sh(target, f"cd {directory} && find . -type f ! -name config -print0 | xargs -0 -r sha256sum").stdout
+    for line in out.splitlines():
+        digest, _, path = line.partition("  ")
+        assert transfer.TEMP_MARK in path or path.rsplit("/", 1)[-1] == digest, path
+    return sum(transfer.TEMP_MARK not in line for line in out.splitlines())
+
+
+def test_a_push_cut_short_leaves_only_whole_files_and_no_config(world, monkeypatch) -> None:
+    h1, h2, fleet = world["h1"], world["h2"], world["fleet"]
+    original = paramiko.SFTPFile.write
+    calls = {"n": 0}
+
+    def write_then_drop(self, data):
+        calls["n"] += 1
+        if calls["n"] == 40:
+            self.sftp.sock.get_transport().close()
+        return original(self, data)
+
+    monkeypatch.setattr(paramiko.SFTPFile, "write", write_then_drop)
+    monkeypatch.setattr(transfer, "CHUNK", 4096)
+    with pytest.raises(ConnectError, match="connection lost"):
+        transfer.push_repo(h2, fleet, world["mirror"], h1.name)
+    monkeypatch.undo()
+    imported = transfer.imported_path(fleet, h1.name)
+    host_files_whole(h2, imported)  # whatever arrived under a final name is whole
+    assert sh(h2, f"test -e {imported}/config", warn=True).exited != 0  # config goes last: not a repository yet
+    assert sh(h2, f"find {imported} -name '*{transfer.TEMP_MARK}*' | grep -q .", warn=True).exited == 0  # left over
+
+
 def test_a_pushed_repository_is_root_only_and_restores_on_the_other_host(world, tmp_path) -> None:
     h1, h2, fleet = world["h1"], world["h2"], world["fleet"]
     result = transfer.push_repo(h2, fleet, world["mirror"], h1.name)
     imported = transfer.imported_path(fleet, h1.name)
-    assert result.copied == len(list_local(world["mirror"]).files) and result.skipped == 0
+    assert result.copied + result.skipped == len(list_local(world["mirror"]).files)
+    assert result.cleaned >= 1 and result.copied > 0  # the interrupted push's leftovers, then the rest
+    assert host_files_whole(h2, imported) == len(list_local(world["mirror"]).files) - 1
     assert repo_files(world, h2, imported) == set(list_local(world["mirror"]).files)
     modes = sh(h2, f"find {transfer.fleet_dir(fleet)} -printf '%u %g %m %y\\n' | sort -u").stdout.split("\n")
     assert set(filter(None, modes)) == {"root root 700 d", "root root 600 f"}
@@ -237,3 +270,15 @@ def test_after_the_first_hosts_repository_is_gone_the_pushed_copy_still_restores
     sh(h2, "rm -rf /root/restored")
     restic(world, h2, imported, "--quiet", "restore", "latest", "--target", "/root/restored")
     assert remote_tree(h2, "/root/restored/root/work") == expected
+
+
+def test_a_mirror_is_never_mixed_with_another_repository(world, tmp_path) -> None:
+    h2, fleet = world["h2"], world["fleet"]
+    restic(world, h2, transfer.repo_path(fleet), "--quiet", "init")  # h2's own repository of the fleet
+    before = list_local(world["mirror"])
+    with pytest.raises(TransferError, match="mirrors another repository"):
+        transfer.pull_repo(h2, fleet, world["mirror"])
+    assert list_local(world["mirror"]) == before
+    fresh = transfer.pull_repo(h2, fleet, tmp_path / "h2")  # positive control: into its own mirror
+    assert fresh.copied == len(repo_files(world, h2, transfer.repo_path(fleet)))
+    transfer.verify_local(tmp_path / "h2", world["password"])
