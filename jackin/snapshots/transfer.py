@@ -339,7 +339,13 @@ def ensure_restic(conn: Connection, *, host: str = "") -> str:
             handle.set_pipelined(True)
             handle.write(data)
         sftp.chmod(temp, 0o755)
+        if _run(conn, f"{temp} version; echo $?", host=host, what="running the uploaded restic").split()[-1] != "0":
+            sftp.remove(temp)
+            raise TransferError(f"this machine's restic ({found}) does not run on the host",
+                                host=host, hint="install restic on the host, or a static restic build here")  # fmt: skip
         sftp.posix_rename(temp, UPLOADED_RESTIC)
+    except JackinError:
+        raise
     except _REMOTE_FAULTS as error:
         raise _lost(error, conn, host=host, what=f"uploading restic to {UPLOADED_RESTIC}") from None
     return UPLOADED_RESTIC
