@@ -75,7 +75,7 @@ def text(rng: random.Random, size: int) -> bytes:
 def make_workspace(root: Path, total: int, rng: random.Random) -> list[Path]:
     """About ``total`` bytes: 30% in many small files (70% of them 0.5-8 KB, the rest 8-128 KB; 100 to a
     directory), 70% in a few
-    large ones (~total/12 each); 80% of the files random bytes, 20% text."""
+    large ones (~total/12 each, random bytes); one small file in five is text, the others random."""
     files: list[Path] = []
     small_budget, large_budget = total * 3 // 10, total - total * 3 // 10
     written, index = 0, 0
