@@ -142,7 +142,7 @@ def operator_dir(fleet: str) -> Path:
 
 
 def pulled_repo(fleet: str, host: str) -> Path:
-    """The operator's mirror of ``host``'s repository (not created here)."""
+    """The operator's mirror of ``host``'s repository (the fleet's directory is created, the mirror is not)."""
     return operator_dir(fleet) / "pulled" / checked_name(host, "host") / "repo"
 
 
@@ -380,7 +380,8 @@ def pull_with(conn: Connection, host: str, fleet: str, dest: Path) -> TransferRe
     try:
         sftp = conn.sftp()
         if "config" in local.files:
-            _same_config(sftp.open(f"{source}/config", "rb").read(), (dest / "config").read_bytes(), dest, where)
+            with sftp.open(f"{source}/config", "rb") as handle:
+                _same_config(handle.read(), (dest / "config").read_bytes(), dest, where)
     except _REMOTE_FAULTS as error:
         raise _lost(error, conn, host=host, what=f"reading {source}/config") from None
     for directory in plan.dirs:

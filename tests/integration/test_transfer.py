@@ -205,6 +205,28 @@ def test_a_dropped_connection_leaves_no_partial_file_and_the_next_pull_finishes(
     transfer.verify_local(mirror, world["password"])
 
 
+def test_after_a_prune_on_the_host_the_pull_drops_its_stale_index_and_snapshots_but_keeps_data(world, tmp_path):
+    h1, fleet = world["h1"], world["fleet"]
+    repo = transfer.repo_path(fleet)
+    first = json.loads(restic(world, h1, repo, "snapshots", "--json"))[0]["id"]
+    restic(world, h1, repo, "--quiet", "forget", "--prune", "--max-unused", "0", first)
+    mirror = world["mirror"]
+    before = set(list_local(mirror).files)
+    result = transfer.pull_repo(h1, fleet, mirror)
+    now = repo_files(world, h1, repo)
+    gone = before - now
+    assert result.deleted and set(result.deleted) == {p for p in gone if p.split("/")[0] in ("index", "snapshots")}
+    assert f"snapshots/{first}" in result.deleted
+    assert result.kept == len([p for p in gone if p.startswith("data/")]) > 0  # repacked: the old packs stay here
+    assert set(list_local(mirror).files) == now | {p for p in gone if p.startswith("data/")}
+    transfer.verify_local(mirror, world["password"])  # the packs kept are "additional files", not errors
+    ours = subprocess.run([transfer.local_restic(), "--repo", str(mirror), "--password-file", str(world["password"]),
+                           "--no-cache", "snapshots", "--json"], check=True, capture_output=True, text=True).stdout
+    assert {s["id"] for s in json.loads(ours)} == {s["id"] for s in json.loads(restic(world, h1, repo, "snapshots",
+                                                                                        "--json"))}
+    assert restore_locally(world, tmp_path) == remote_tree(h1, "/root/work")
+
+
 def host_files_whole(target, directory: str) -> int:
     """How many repository files under ``directory`` on the host; fails when one does not hash to its name."""
     out = sh(target, f"cd {directory} && find . -type f ! -name config -print0 | xargs -0 -r sha256sum").stdout

@@ -141,3 +141,14 @@ def test_the_fleet_password_is_generated_once_private_and_one_line(tmp_path: Pat
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(os.stat(tmp_path / "snapshots" / "f1").st_mode) == 0o700
     assert transfer.fleet_password_file("f1").read_text() == first  # never regenerated
+
+
+def test_a_result_counts_what_the_plan_copied_skipped_deleted_and_kept() -> None:
+    source = parse_listing(repo_listing(f"f 10 locks/{A}"), where="h")
+    dest = Listing(files={"config": 155, f"keys/{B}": 400, f"snapshots/{A}": 9, f"data/{B[:2]}/{B}": 5},
+                   temps=["t.jk-part-1-1"])
+    plan = plan_transfer(source, dest, where="h")
+    result = transfer.result_of(plan, source, direction="pull", host="h", fleet="f", source="h:/r", destination="/d")
+    assert (result.copied, result.copied_bytes, result.skipped, result.skipped_bytes) == (2, 1300, 2, 555)
+    assert (result.deleted, result.kept, result.cleaned) == ([f"snapshots/{A}"], 1, 1)
+    assert result.ignored == ["locks", f"locks/{A}"]
