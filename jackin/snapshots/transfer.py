@@ -35,10 +35,11 @@ import secrets
 import shlex
 import shutil
 import subprocess
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
 import paramiko
 from fabric import Connection
@@ -211,7 +212,7 @@ def list_local(root: Path) -> Listing:
     listing = Listing()
     if not root.exists():
         return listing
-    for entry in _walk(root, root):
+    for entry in _walk(root):
         kind = "f" if entry.is_file(follow_symlinks=False) else "d" if entry.is_dir(follow_symlinks=False) else (
             "l" if entry.is_symlink() else "?")  # fmt: skip
         path = Path(entry.path).relative_to(root).as_posix()
@@ -219,12 +220,13 @@ def list_local(root: Path) -> Listing:
     return listing
 
 
-def _walk(root: Path, top: Path) -> Iterator[os.DirEntry[str]]:
+def _walk(top: Path) -> Iterator[os.DirEntry[str]]:
+    """Every entry under ``top``, depth first, never through a symbolic link."""
     with os.scandir(top) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
             yield entry
             if entry.is_dir(follow_symlinks=False):
-                yield from _walk(root, Path(entry.path))
+                yield from _walk(Path(entry.path))
 
 
 def _stage(path: str) -> int:
@@ -309,6 +311,20 @@ def _lost(error: BaseException, conn: Connection, *, host: str, what: str) -> Ja
 
 
 _REMOTE_FAULTS = (paramiko.SSHException, EOFError, OSError)
+
+
+def _quiet_prefetch(previous: Callable[[threading.ExceptHookArgs], Any] = threading.excepthook) -> None:
+    """paramiko's read-ahead thread dies with a traceback on stderr when the connection drops; the
+    read in our thread fails too and is reported, with context, so that thread's death is not printed."""
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not (args.thread and "_prefetch_thread" in args.thread.name and isinstance(args.exc_value, _REMOTE_FAULTS)):
+            previous(args)
+
+    threading.excepthook = hook
+
+
+_quiet_prefetch()
 
 
 def ensure_restic(conn: Connection, *, host: str = "") -> str:
