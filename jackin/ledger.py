@@ -71,6 +71,7 @@ CREATE TABLE IF NOT EXISTS snapshot_agents (
     restic_id TEXT, size INTEGER NOT NULL DEFAULT 0, added INTEGER NOT NULL DEFAULT 0,
     files_new INTEGER NOT NULL DEFAULT 0, files_changed INTEGER NOT NULL DEFAULT 0, tiers TEXT NOT NULL,
     manifest TEXT, PRIMARY KEY (snapshot, host, instance)
+);
 CREATE TABLE IF NOT EXISTS run_specs (
     run INTEGER PRIMARY KEY, fleet TEXT NOT NULL, hosts TEXT NOT NULL, spec TEXT NOT NULL,
     hash TEXT NOT NULL, fleet_hash TEXT NOT NULL

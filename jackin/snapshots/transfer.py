@@ -1,0 +1,578 @@
+"""Moving durable snapshots: a host's restic repository to the operator's machine and on to another host.
+
+    pull_repo   host  -> ``state_dir()/snapshots/<fleet>/pulled/<host>/repo``  (snapshot.pull, fleet.down)
+    push_repo   local -> ``/var/lib/jackin/snapshots/<fleet>/imported/<origin>`` on another host (snapshot.push)
+    verify_local        ``restic check`` of a local mirror with the fleet's password
+
+A restic repository is a tree of immutable, content-addressed files: each file under data/, index/,
+keys/ and snapshots/ is named by the sha256 of its bytes and written once; ``config`` is written once
+when the repository is made; ``locks/`` is transient and never copied. So a copy is file-for-file and
+incremental: a file the destination has with the same size is skipped, any other is copied to a
+temporary name, checked against its name's sha256, and only then renamed into place. Files go in the
+order data, index, keys, snapshots, config: whatever a dropped connection leaves is a consistent
+(older) repository, and a first copy cut short has no ``config`` yet, so restic refuses it outright.
+
+Deletion: index/ and snapshots/ files the source no longer has (after a ``restic forget``/``prune``
+there) are removed from the destination, after every new file arrived and was verified, so the
+copy lists what the source lists. data/ packs are never deleted: a pack the source dropped is kept
+(reported as ``kept``; ``restic check`` calls it an additional file, not an error, and a local
+``restic prune`` reclaims it). A source without ``config`` or keys is refused, never mirrored as
+an empty repository, and a destination made from another repository (another ``config``) is refused.
+
+Remote listings are read NUL-separated (``find -printf``) and every entry must be a regular file or a
+directory with a plain name (letters, digits, ``._-``); anything else is refused. Files reach a host
+by SFTP only, never in a command line. Leftover temporary files of an interrupted run are removed by
+the next one. Both sides are root-only: 0700 directories, 0600 files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import secrets
+import shlex
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+import paramiko
+from fabric import Connection
+from pydantic import BaseModel, ConfigDict, Field
+
+from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecError
+from jackin.paths import private_dir, state_dir
+from jackin.ssh import SshTarget, connect
+
+SNAPSHOTS_ROOT = "/var/lib/jackin/snapshots"
+UPLOADED_RESTIC = "/usr/local/lib/jackin/restic"
+CHUNK = 1 << 20
+TEMP_MARK = ".jk-part-"  # our temporary names: <final name>.jk-part-<pid>-<ns>
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a path component, a fleet, host or origin name
+_HEX = "[0-9a-f]{64}"
+RESTIC_FILE = re.compile(rf"^(config|(?:keys|index|snapshots)/{_HEX}|data/([0-9a-f]{{2}})/{_HEX})$")
+RESTIC_DIR = re.compile(r"^(keys|index|snapshots|data|data/[0-9a-f]{2})$")
+STAGES = ("data", "index", "keys", "snapshots", "config")  # the order files are copied in
+MIRRORED = ("index", "snapshots")  # removed from the destination when the source no longer has them
+KINDS = {"f": "regular file", "d": "directory", "l": "symbolic link", "b": "block device",
+         "c": "character device", "p": "FIFO", "s": "socket", "D": "door"}  # fmt: skip
+
+
+class TransferError(JackinError):
+    """A repository could not be copied: a listing, a file or a check was not what a restic repository is."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Listing(_Model):
+    """One side of a transfer, classified: the repository's files (path -> size) and directories,
+    our leftover temporary files, and entries that are not part of a restic repository (locks,
+    restic's own temporary files), which are never copied."""
+
+    files: dict[str, int] = Field(default_factory=dict)
+    dirs: set[str] = Field(default_factory=set)
+    temps: list[str] = Field(default_factory=list)
+    ignored: list[str] = Field(default_factory=list)
+
+
+class TransferPlan(_Model):
+    """What a transfer does, decided from the two listings before anything is written."""
+
+    dirs: list[str]  # to create on the destination, parents first
+    to_copy: list[str]  # in STAGES order
+    skip: list[str]
+    delete: list[str]  # index/ and snapshots/ files the source no longer has
+    kept: list[str]  # data/ packs the source no longer has: never deleted
+    temps: list[str]  # leftovers of an interrupted run, removed first
+    sizes: dict[str, int]
+
+
+class TransferResult(_Model):
+    """What one pull or push did: files and bytes copied and skipped, stale files deleted or kept."""
+
+    direction: Literal["pull", "push"]
+    host: str
+    fleet: str
+    source: str
+    destination: str
+    copied: int = 0
+    copied_bytes: int = 0
+    skipped: int = 0
+    skipped_bytes: int = 0
+    deleted: list[str] = Field(default_factory=list)
+    kept: int = 0
+    cleaned: int = 0
+    ignored: list[str] = Field(default_factory=list)
+
+
+# --- paths ------------------------------------------------------------------------------------
+
+
+def checked_name(value: str, what: str) -> str:
+    """``value`` as one path component, or a SpecError: fleet, host and origin names build paths."""
+    if not NAME.match(value):
+        raise SpecError(f"{what} {value!r} cannot name a snapshot directory",
+                        hint="expected letters, digits, '.', '_' or '-', not starting with a dot or dash")  # fmt: skip
+    return value
+
+
+def fleet_dir(fleet: str) -> str:
+    return f"{SNAPSHOTS_ROOT}/{checked_name(fleet, 'fleet')}"
+
+
+def repo_path(fleet: str) -> str:
+    """The fleet's restic repository on each host."""
+    return f"{fleet_dir(fleet)}/repo"
+
+
+def imported_path(fleet: str, origin: str) -> str:
+    """Where a repository pushed from host ``origin`` lives on another host."""
+    return f"{fleet_dir(fleet)}/imported/{checked_name(origin, 'origin host')}"
+
+
+def operator_dir(fleet: str) -> Path:
+    """``state_dir()/snapshots/<fleet>``, every level 0700."""
+    return private_dir(private_dir(state_dir() / "snapshots") / checked_name(fleet, "fleet"))
+
+
+def pulled_repo(fleet: str, host: str) -> Path:
+    """The operator's mirror of ``host``'s repository (the fleet's directory is created, the mirror is not)."""
+    return operator_dir(fleet) / "pulled" / checked_name(host, "host") / "repo"
+
+
+def fleet_password_file(fleet: str) -> Path:
+    """The fleet's repository password on the operator's machine: one line, ``secrets.token_urlsafe(32)``,
+    0600, generated once (never overwritten, never printed)."""
+    path = operator_dir(fleet) / "password"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(32))
+            handle.flush()
+            os.fsync(handle.fileno())
+    path.chmod(0o600)
+    return path
+
+
+# --- listings and the plan (pure) ---------------------------------------------------------------
+
+
+def classify(kind: str, size: int, path: str, listing: Listing, *, where: str) -> None:
+    """Add one entry to ``listing``, or refuse it: only regular files and directories with plain names."""
+    parts = path.split("/")
+    if kind not in ("f", "d"):
+        raise TransferError(f"{where}: {path!r} is a {KINDS.get(kind, repr(kind))}",
+                            hint="a restic repository holds only regular files and directories; nothing was copied")  # fmt: skip
+    if not all(NAME.match(part) for part in parts):
+        raise TransferError(f"{where}: refusing the entry {path!r}: not a plain relative name",
+                            hint="expected names of letters, digits, '.', '_' or '-'; nothing was copied")  # fmt: skip
+    if kind == "f" and TEMP_MARK in parts[-1]:
+        listing.temps.append(path)
+    elif parts[0] == "locks":
+        listing.ignored.append(path)
+    elif match := RESTIC_FILE.match(path):
+        if kind != "f" or (match.group(2) and parts[2][:2] != match.group(2)):
+            raise TransferError(f"{where}: {path!r} should be a regular file named after its pack's prefix")
+        listing.files[path] = size
+    elif RESTIC_DIR.match(path):
+        if kind != "d":
+            raise TransferError(f"{where}: {path!r} should be a directory")
+        listing.dirs.add(path)
+    else:
+        listing.ignored.append(path)
+
+
+def parse_listing(out: str, *, where: str) -> Listing:
+    """Parse ``find DIR -mindepth 1 -printf '%y %s %P\\0'``: NUL-separated ``<type> <size> <path>`` records."""
+    listing = Listing()
+    for record in out.split("\0"):
+        if record == "":
+            continue
+        kind, _, rest = record.partition(" ")
+        size, _, path = rest.partition(" ")
+        if not size.isdigit() or not path:
+            raise TransferError(f"{where}: unreadable listing record {record[:80]!r}",
+                                hint="expected '<type> <size> <path>' records separated by NUL")  # fmt: skip
+        classify(kind, int(size), path, listing, where=where)
+    return listing
+
+
+def list_local(root: Path) -> Listing:
+    """The local tree under ``root`` (empty when absent), classified like a remote one; links are refused."""
+    listing = Listing()
+    if not root.exists():
+        return listing
+    for entry in _walk(root):
+        kind = "f" if entry.is_file(follow_symlinks=False) else "d" if entry.is_dir(follow_symlinks=False) else (
+            "l" if entry.is_symlink() else "?")  # fmt: skip
+        path = Path(entry.path).relative_to(root).as_posix()
+        classify(kind, entry.stat(follow_symlinks=False).st_size, path, listing, where=str(root))
+    return listing
+
+
+def _walk(top: Path) -> Iterator[os.DirEntry[str]]:
+    """Every entry under ``top``, depth first, never through a symbolic link."""
+    with os.scandir(top) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            yield entry
+            if entry.is_dir(follow_symlinks=False):
+                yield from _walk(Path(entry.path))
+
+
+def _stage(path: str) -> int:
+    return STAGES.index(path.split("/")[0])
+
+
+def plan_transfer(source: Listing, dest: Listing, *, where: str) -> TransferPlan:
+    """What to copy (missing or of another size), skip, delete (MIRRORED only) and keep; refuses a
+    source that is not a whole repository (no ``config`` or no key)."""
+    if "config" not in source.files or not any(p.startswith("keys/") for p in source.files):
+        raise TransferError(f"{where}: not a restic repository (no config or no key file)",
+                            hint="take a snapshot there first; nothing was copied or deleted")  # fmt: skip
+    copy = sorted((p for p, s in source.files.items() if dest.files.get(p) != s), key=lambda p: (_stage(p), p))
+    gone = sorted(set(dest.files) - set(source.files))
+    wanted_dirs = source.dirs | {p.rsplit("/", 1)[0] for p in copy if "/" in p}
+    return TransferPlan(
+        dirs=sorted(wanted_dirs - dest.dirs, key=lambda d: (d.count("/"), d)),
+        to_copy=copy,
+        skip=sorted(p for p, s in source.files.items() if dest.files.get(p) == s),
+        delete=[p for p in gone if p.split("/")[0] in MIRRORED],
+        kept=[p for p in gone if p.split("/")[0] not in MIRRORED],
+        temps=sorted(dest.temps),
+        sizes={p: source.files[p] for p in copy},
+    )
+
+
+def content_ok(path: str, digest: str) -> bool:
+    """Every repository file but ``config`` is named by the sha256 of its bytes."""
+    name = path.rsplit("/", 1)[-1]
+    return name == "config" or name == digest
+
+
+def temp_name(path: str) -> str:
+    return f"{path}{TEMP_MARK}{os.getpid()}-{time.time_ns()}"
+
+
+def result_of(plan: TransferPlan, listed: Listing, **kwargs: str) -> TransferResult:
+    """The result of carrying out ``plan`` from a source listed as ``listed``."""
+    return TransferResult(
+        copied=len(plan.to_copy), copied_bytes=sum(plan.sizes.values()), skipped=len(plan.skip),
+        skipped_bytes=sum(listed.files[p] for p in plan.skip), deleted=plan.delete, kept=len(plan.kept),
+        cleaned=len(plan.temps), ignored=listed.ignored, **kwargs,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+# --- the remote side ------------------------------------------------------------------------------
+
+
+def _run(conn: Connection, command: str, *, host: str, what: str, timeout: float | None = 300,
+         stdin: str | None = None) -> str:  # fmt: skip
+    try:
+        extra = {"in_stream": io.StringIO(stdin)} if stdin is not None else {}
+        result = conn.run(command, hide=True, warn=True, timeout=timeout, **extra)
+    except Exception as error:  # noqa: BLE001 - a dropped connection or timeout is that host's error
+        raise ConnectError(f"{what}: {type(error).__name__}: {' '.join(str(error).split())[:200]}", host=host) from None
+    if result.exited != 0:
+        tail = " | ".join(result.stderr.strip().splitlines()[-3:]) or "no message"
+        raise RemoteCommandError(f"{what} failed (exit {result.exited}): {tail}", host=host)
+    return result.stdout
+
+
+def remote_listing(conn: Connection, directory: str, *, host: str) -> Listing | None:
+    """The classified tree under ``directory`` on the host (as root), or None when it is not there."""
+    q = shlex.quote(directory)
+    out = _run(conn, f"if [ -d {q} ] && [ ! -L {q} ]; then echo yes; find {q} -mindepth 1 -printf '%y %s %P\\0'; "
+                     f"elif [ -e {q} ] || [ -L {q} ]; then echo other; else echo no; fi",
+               host=host, what=f"listing {directory}")  # fmt: skip
+    head, _, body = out.partition("\n")
+    if head == "other":
+        raise TransferError(f"{directory} is not a directory", host=host)
+    return parse_listing(body, where=f"{host}:{directory}") if head == "yes" else None
+
+
+def _lost(error: BaseException, conn: Connection, *, host: str, what: str) -> JackinError:
+    """A failure of SFTP: the connection dropped (ConnectError), else the host refused (TransferError)."""
+    transport = conn.client.get_transport()
+    detail = f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
+    if transport is None or not transport.is_active():
+        return ConnectError(f"connection lost {what}: {detail}", host=host,
+                            hint="run it again: finished files are kept, partial ones are removed")  # fmt: skip
+    return TransferError(f"{what}: {detail}", host=host)
+
+
+_REMOTE_FAULTS = (paramiko.SSHException, EOFError, OSError)
+
+
+def _quiet_prefetch(previous: Callable[[threading.ExceptHookArgs], Any] = threading.excepthook) -> None:
+    """paramiko's read-ahead thread dies with a traceback on stderr when the connection drops; the
+    read in our thread fails too and is reported, with context, so that thread's death is not printed."""
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not (args.thread and "_prefetch_thread" in args.thread.name and isinstance(args.exc_value, _REMOTE_FAULTS)):
+            previous(args)
+
+    threading.excepthook = hook
+
+
+_quiet_prefetch()
+
+
+def ensure_restic(conn: Connection, *, host: str = "") -> str:
+    """The path of restic on the host: its own on PATH, else the operator's (``shutil.which``), uploaded
+    by SFTP to ``/usr/local/lib/jackin/restic`` (0755 root) unless the same bytes are already there."""
+    probe = f"command -v restic || {{ echo upload; uname -m; sha256sum {UPLOADED_RESTIC} 2>/dev/null || true; }}"
+    words = _run(conn, probe, host=host, what="looking for restic").split()
+    if words and words[0] != "upload":
+        return words[0]
+    found = shutil.which("restic")
+    if not found:
+        raise TransferError("the host has no restic and neither has this machine", host=host,
+                            hint="install restic here (apt-get install restic): jackin uploads it to hosts without it")  # fmt: skip
+    data = Path(found).resolve().read_bytes()
+    arch = words[1] if len(words) > 1 else "unknown"
+    if arch != os.uname().machine:
+        raise TransferError(f"the host has no restic and is {arch}; this machine's restic is {os.uname().machine}",
+                            host=host, hint="install restic on the host")  # fmt: skip
+    if len(words) > 2 and words[2] == hashlib.sha256(data).hexdigest():
+        return UPLOADED_RESTIC
+    parent = UPLOADED_RESTIC.rsplit("/", 1)[0]
+    _run(conn, f"install -d -m 0755 -o root -g root {parent}", host=host, what=f"creating {parent}")
+    temp = temp_name(UPLOADED_RESTIC)
+    try:
+        sftp = conn.sftp()
+        with sftp.open(temp, "wb") as handle:
+            handle.chmod(0o700)
+            handle.set_pipelined(True)
+            handle.write(data)
+        sftp.chmod(temp, 0o755)
+        if _run(conn, f"{temp} version; echo $?", host=host, what="running the uploaded restic").split()[-1] != "0":
+            sftp.remove(temp)
+            raise TransferError(f"this machine's restic ({found}) does not run on the host",
+                                host=host, hint="install restic on the host, or a static restic build here")  # fmt: skip
+        sftp.posix_rename(temp, UPLOADED_RESTIC)
+    except JackinError:
+        raise
+    except _REMOTE_FAULTS as error:
+        raise _lost(error, conn, host=host, what=f"uploading restic to {UPLOADED_RESTIC}") from None
+    return UPLOADED_RESTIC
+
+
+# --- pull -------------------------------------------------------------------------------------------
+
+
+def pull_repo(target: SshTarget, fleet: str, dest: Path | None = None, *, timeout: float = 10) -> TransferResult:
+    """Mirror ``target``'s repository of ``fleet`` to ``dest`` (default: ``pulled_repo(fleet, host)``),
+    incrementally and verified file by file. See the module's docstring for what is copied and deleted."""
+    with connect(target, timeout=timeout) as conn:
+        if dest is None:
+            dest = pulled_repo(fleet, target.name)
+            private_dir(private_dir(dest.parent.parent) / target.name)
+        return pull_with(conn, target.name, fleet, dest)
+
+
+def pull_with(conn: Connection, host: str, fleet: str, dest: Path) -> TransferResult:
+    """``pull_repo`` over an open connection (the lead's tasks may hold one already)."""
+    source = repo_path(fleet)
+    where = f"{host}:{source}"
+    listing = remote_listing(conn, source, host=host)
+    if listing is None:
+        raise TransferError(f"no restic repository at {source}", host=host,
+                            hint="take a snapshot on that host first (snapshot.create)")  # fmt: skip
+    private_dir(dest)
+    local = list_local(dest)
+    plan = plan_transfer(listing, local, where=where)
+    for temp in plan.temps:
+        (dest / temp).unlink(missing_ok=True)
+    try:
+        sftp = conn.sftp()
+        if "config" in local.files:
+            with sftp.open(f"{source}/config", "rb") as handle:
+                _same_config(handle.read(), (dest / "config").read_bytes(), dest, where)
+    except _REMOTE_FAULTS as error:
+        raise _lost(error, conn, host=host, what=f"reading {source}/config") from None
+    for directory in plan.dirs:
+        (dest / directory).mkdir(mode=0o700, exist_ok=True)
+        (dest / directory).chmod(0o700)
+    touched: set[Path] = set()
+    for path in plan.to_copy:
+        _download(conn, sftp, f"{source}/{path}", dest / path, plan.sizes[path], host=host)
+        touched.add((dest / path).parent)
+    _fsync_dirs(touched)
+    for path in plan.delete:
+        (dest / path).unlink()
+    _fsync_dirs({(dest / p).parent for p in plan.delete})
+    return result_of(plan, listing, direction="pull", host=host, fleet=fleet, source=where, destination=str(dest))
+
+
+def _same_config(theirs: bytes, ours: bytes, dest: Path, where: str) -> None:
+    if theirs != ours:
+        raise TransferError(f"{dest} mirrors another repository than {where} (their config files differ)",
+                            hint=f"the host's repository was made anew: move {dest} aside (it keeps the older "
+                                 "snapshots) and pull again")  # fmt: skip
+
+
+def _download(conn: Connection, sftp: paramiko.SFTPClient, remote: str, final: Path, size: int, *, host: str) -> None:
+    """``remote`` to ``final`` through a temporary name: written 0600, fsynced, size and sha256 checked, renamed."""
+    temp = final.with_name(temp_name(final.name))
+    digest = hashlib.sha256()
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            try:
+                with sftp.open(remote, "rb") as handle:
+                    handle.prefetch(size)
+                    while chunk := handle.read(CHUNK):
+                        digest.update(chunk)
+                        _write(out, chunk, temp)
+            except _REMOTE_FAULTS as error:
+                raise _lost(error, conn, host=host, what=f"copying {remote}") from None
+            out.flush()
+            os.fsync(out.fileno())
+        if temp.stat().st_size != size or not content_ok(final.name, digest.hexdigest()):
+            raise TransferError(f"{remote} did not arrive as listed: {temp.stat().st_size} bytes of {size}, "
+                                f"sha256 {digest.hexdigest()[:16]}... (its name is its expected sha256)", host=host,
+                                hint="the host's file changed or is damaged: run restic check there; nothing was replaced")  # fmt: skip
+        os.replace(temp, final)
+    except JackinError:
+        raise  # ConnectError is also an OSError (a ConnectionError)
+    except OSError as error:
+        raise TransferError(f"cannot write {final}: {error.strerror}", hint="free space on this machine and pull again") from None
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def _write(out: BinaryIO, chunk: bytes, temp: Path) -> None:
+    """A local write; its failure (a full disk) is this machine's, not the connection's."""
+    try:
+        out.write(chunk)
+    except OSError as error:
+        raise TransferError(f"cannot write {temp}: {error.strerror}", hint="free space on this machine and pull again") from None
+
+
+def _fsync_dirs(directories: Iterable[Path]) -> None:
+    for directory in sorted(directories, key=lambda d: -len(d.parts)):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# --- push -------------------------------------------------------------------------------------------
+
+
+def push_repo(target: SshTarget, fleet: str, src: Path, origin: str, *, timeout: float = 10) -> TransferResult:
+    """Copy the local repository ``src`` (a pulled mirror of ``origin``'s) to ``imported_path(fleet, origin)``
+    on ``target``: by SFTP, incrementally, each file under a temporary name until its sha256 on the host
+    is checked, then renamed; root-only (0700 directories, 0600 files)."""
+    with connect(target, timeout=timeout) as conn:
+        return push_with(conn, target.name, fleet, src, origin)
+
+
+def push_with(conn: Connection, host: str, fleet: str, src: Path, origin: str) -> TransferResult:
+    """``push_repo`` over an open connection."""
+    dest = imported_path(fleet, origin)
+    local = list_local(src)
+    plan = plan_transfer(local, Listing(), where=str(src))  # refuses a source that is not a repository
+    dirs = [SNAPSHOTS_ROOT, fleet_dir(fleet), f"{fleet_dir(fleet)}/imported", dest]
+    _run(conn, "install -d -m 0700 -o root -g root " + " ".join(map(shlex.quote, dirs)), host=host,
+         what=f"creating {dest}")  # fmt: skip
+    remote = remote_listing(conn, dest, host=host) or Listing()
+    plan = plan_transfer(local, remote, where=str(src))
+    try:
+        sftp = conn.sftp()
+        for temp in plan.temps:
+            sftp.remove(f"{dest}/{temp}")
+        if "config" in remote.files:
+            with sftp.open(f"{dest}/config", "rb") as handle:
+                _same_config((src / "config").read_bytes(), handle.read(), Path(f"{host}:{dest}"), str(src))
+        for directory in plan.dirs:
+            sftp.mkdir(f"{dest}/{directory}", 0o700)
+            sftp.chmod(f"{dest}/{directory}", 0o700)
+        for stage in STAGES:
+            _push_stage(conn, sftp, [p for p in plan.to_copy if p.split("/")[0] == stage], src, dest, host=host)
+        for path in plan.delete:
+            sftp.remove(f"{dest}/{path}")
+    except JackinError:
+        raise  # ConnectError is also an OSError (a ConnectionError)
+    except _REMOTE_FAULTS as error:
+        raise _lost(error, conn, host=host, what=f"copying {src} to {dest}") from None
+    _run(conn, f"sync -f {shlex.quote(dest)}", host=host, what=f"syncing {dest}")
+    return result_of(plan, local, direction="push", host=host, fleet=fleet, source=str(src), destination=f"{host}:{dest}")
+
+
+def _push_stage(conn: Connection, sftp: paramiko.SFTPClient, paths: list[str], src: Path, dest: str, *,
+                host: str) -> None:  # fmt: skip
+    """Upload ``paths`` to temporary names, check their sha256 on the host, then rename them into place."""
+    if not paths:
+        return
+    temps: dict[str, tuple[str, str]] = {}  # final -> (temp, sha256)
+    try:
+        for path in paths:
+            temps[path] = (temp := temp_name(path), _upload(sftp, src / path, f"{dest}/{temp}"))
+            if not content_ok(path, temps[path][1]):
+                raise TransferError(f"{src / path} is damaged: its sha256 is not its name",
+                                    hint=f"run restic check on {src}; nothing was renamed into place on {host}")  # fmt: skip
+        listed = "".join(f"{temp}\0" for temp, _ in temps.values())
+        out = _run(conn, f"cd {shlex.quote(dest)} && xargs -0 -r sha256sum --", host=host,
+                   what="checking the uploaded files", stdin=listed)  # fmt: skip
+        theirs = {name: digest for digest, _, name in (line.partition("  ") for line in out.splitlines())}
+        for path, (temp, digest) in temps.items():
+            if theirs.get(temp) != digest:
+                raise TransferError(f"{dest}/{temp} does not hold the bytes of {src / path} after the upload",
+                                    host=host, hint="push again; nothing was renamed into place")  # fmt: skip
+        for path, (temp, _) in list(temps.items()):
+            sftp.posix_rename(f"{dest}/{temp}", f"{dest}/{path}")
+            del temps[path]
+    finally:
+        for temp, _ in temps.values():
+            try:
+                sftp.remove(f"{dest}/{temp}")
+            except _REMOTE_FAULTS:
+                pass  # the connection is gone: the next run removes it
+
+
+def _upload(sftp: paramiko.SFTPClient, local: Path, remote: str) -> str:
+    """``local`` to ``remote`` (0600) by SFTP; the sha256 of the bytes sent."""
+    digest = hashlib.sha256()
+    fd = os.open(local, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as source, sftp.open(remote, "wb") as handle:
+        handle.chmod(0o600)
+        handle.set_pipelined(True)
+        while chunk := source.read(CHUNK):
+            digest.update(chunk)
+            handle.write(chunk)
+    return digest.hexdigest()
+
+
+# --- verification -----------------------------------------------------------------------------------
+
+
+def local_restic() -> str:
+    found = shutil.which("restic")
+    if not found:
+        raise TransferError("restic is not installed on this machine",
+                            hint="install restic here (apt-get install restic)")  # fmt: skip
+    return found
+
+
+def verify_local(repo: Path, password_file: Path, *, read_data: bool = False) -> str:
+    """``restic check`` of a local repository (``--read-data`` also reads every pack); restic's report,
+    or a TransferError with restic's words when the repository is not whole."""
+    argv = [local_restic(), "--repo", str(repo), "--password-file", str(password_file), "--no-cache", "check"]
+    done = subprocess.run([*argv, *(["--read-data"] if read_data else [])], capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-4:]) or "no message"
+        raise TransferError(f"restic check of {repo} failed (exit {done.returncode}): {tail}",
+                            hint="pull again; a file that does not match its name is never kept")  # fmt: skip
+    return done.stdout

@@ -1,0 +1,154 @@
+"""Repository transfer, pure parts: the NUL-safe listing parser, the local walk and the copy plan."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from jackin.errors import SpecError
+from jackin.snapshots import transfer
+from jackin.snapshots.transfer import Listing, TransferError, parse_listing, plan_transfer
+
+A, B, C = "a" * 64, "b" * 64, "c" * 64
+PACK = f"data/{A[:2]}/{A}"
+
+
+def records(*entries: str) -> str:
+    return "".join(f"{e}\0" for e in entries)
+
+
+def repo_listing(*extra: str) -> str:
+    return records("d 4096 data", f"d 4096 data/{A[:2]}", "d 4096 keys", "d 4096 index", "d 4096 snapshots",
+                   "d 4096 locks", "f 155 config", f"f 400 keys/{B}", f"f 1000 {PACK}", f"f 300 index/{C}", *extra)
+
+
+def test_a_listing_classifies_repository_files_dirs_and_leaves_out_locks_and_foreign_files() -> None:
+    listing = parse_listing(repo_listing(f"f 10 locks/{A}", f"f 7 data/{A[:2]}/{A}-tmp-123", "f 3 notes.txt"),
+                            where="h:/repo")
+    assert listing.files == {"config": 155, f"keys/{B}": 400, PACK: 1000, f"index/{C}": 300}
+    assert listing.dirs == {"data", f"data/{A[:2]}", "keys", "index", "snapshots"}
+    assert listing.ignored == ["locks", f"locks/{A}", f"data/{A[:2]}/{A}-tmp-123", "notes.txt"]
+    assert listing.temps == []
+
+
+def test_names_with_newlines_and_spaces_are_one_record_each_and_refused_not_split() -> None:
+    # a newline is just a character between NULs: the record is read whole, then refused for its name
+    with pytest.raises(TransferError, match=r"refusing the entry 'index/x\\nf 1 config'"):
+        parse_listing(records("f 1 index/x\nf 1 config"), where="h:/repo")
+    with pytest.raises(TransferError, match="not a plain relative name"):
+        parse_listing(records("f 1 index/with space"), where="h:/repo")
+    # positive control: the same shape with a plain name parses
+    assert parse_listing(records(f"f 1 index/{C}"), where="h:/repo").files == {f"index/{C}": 1}
+
+
+@pytest.mark.parametrize("kind, word", [("l", "symbolic link"), ("b", "block device"), ("c", "character device"),
+                                        ("p", "FIFO"), ("s", "socket")])
+def test_links_and_devices_are_refused(kind: str, word: str) -> None:
+    with pytest.raises(TransferError, match=f"h:/repo: 'keys/{B}' is a {word}"):
+        parse_listing(records(f"{kind} 0 keys/{B}"), where="h:/repo")
+
+
+@pytest.mark.parametrize("path", ["../etc/shadow", "index/../../x", "/etc/shadow", "index//x", ".hidden", "-x", "a/./b"])
+def test_traversal_absolute_and_dot_names_are_refused(path: str) -> None:
+    with pytest.raises(TransferError, match="not a plain relative name"):
+        parse_listing(records(f"f 1 {path}"), where="h:/repo")
+
+
+def test_unreadable_records_and_misplaced_types_are_refused() -> None:
+    with pytest.raises(TransferError, match="unreadable listing record"):
+        parse_listing(records("f x config"), where="h:/repo")
+    with pytest.raises(TransferError, match="should be a regular file"):
+        parse_listing(records("d 4096 config"), where="h:/repo")
+    with pytest.raises(TransferError, match="named after its pack's prefix"):
+        parse_listing(records(f"f 1 data/00/{A}"), where="h:/repo")
+    with pytest.raises(TransferError, match="should be a directory"):
+        parse_listing(records("f 1 keys"), where="h:/repo")
+
+
+def test_our_temporary_files_are_leftovers_to_remove() -> None:
+    listing = parse_listing(records(f"f 5 index/{C}.jk-part-12-34"), where="h:/repo")
+    assert listing.temps == [f"index/{C}.jk-part-12-34"] and listing.files == {}
+
+
+def test_the_plan_copies_missing_and_resized_files_in_stage_order_and_skips_the_rest() -> None:
+    source = parse_listing(repo_listing(f"f 99 snapshots/{A}"), where="h")
+    dest = Listing(files={"config": 155, f"keys/{B}": 400, f"index/{C}": 1}, dirs={"keys", "index"})
+    plan = plan_transfer(source, dest, where="h")
+    assert plan.to_copy == [PACK, f"index/{C}", f"snapshots/{A}"]
+    assert plan.skip == ["config", f"keys/{B}"]
+    assert plan.dirs == ["data", "snapshots", f"data/{A[:2]}"]
+    assert plan.sizes == {PACK: 1000, f"index/{C}": 300, f"snapshots/{A}": 99}
+    assert plan.delete == [] and plan.kept == []
+
+
+def test_after_a_prune_stale_index_and_snapshots_are_deleted_but_data_packs_kept() -> None:
+    source = parse_listing(repo_listing(), where="h")
+    old_pack = f"data/{B[:2]}/{B}"
+    dest = Listing(files={**source.files, f"index/{A}": 5, f"snapshots/{B}": 5, old_pack: 7}, temps=["x.jk-part-1-2"])
+    plan = plan_transfer(source, dest, where="h")
+    assert plan.to_copy == []
+    assert plan.delete == [f"index/{A}", f"snapshots/{B}"]
+    assert plan.kept == [old_pack]
+    assert plan.temps == ["x.jk-part-1-2"]
+
+
+def test_a_source_without_config_or_keys_is_refused_so_nothing_is_deleted() -> None:
+    empty = Listing(files={f"index/{C}": 1})
+    with pytest.raises(TransferError, match="h: not a restic repository"):
+        plan_transfer(empty, Listing(files={f"snapshots/{A}": 1}), where="h")
+    with pytest.raises(TransferError):
+        plan_transfer(Listing(files={"config": 1}), Listing(), where="h")
+    assert plan_transfer(Listing(files={"config": 1, f"keys/{B}": 2}), Listing(), where="h").to_copy == ["keys/" + B,
+                                                                                                          "config"]
+
+
+def test_the_local_walk_matches_the_remote_classification_and_refuses_links(tmp_path: Path) -> None:
+    (tmp_path / "data" / A[:2]).mkdir(parents=True)
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "config").write_bytes(b"c" * 10)
+    (tmp_path / "keys" / B).write_bytes(b"k" * 3)
+    (tmp_path / PACK).write_bytes(b"p")
+    listing = transfer.list_local(tmp_path)
+    assert listing.files == {"config": 10, f"keys/{B}": 3, PACK: 1}
+    assert listing.dirs == {"data", f"data/{A[:2]}", "keys"}
+    (tmp_path / "index").symlink_to("/etc")
+    with pytest.raises(TransferError, match="'index' is a symbolic link"):
+        transfer.list_local(tmp_path)
+    assert transfer.list_local(tmp_path / "absent") == Listing()
+
+
+def test_content_addressing() -> None:
+    assert transfer.content_ok(f"index/{A}", A) and transfer.content_ok("config", B)
+    assert not transfer.content_ok(f"index/{A}", B)
+
+
+def test_names_that_build_paths_are_checked() -> None:
+    assert transfer.imported_path("f1", "lab-1") == "/var/lib/jackin/snapshots/f1/imported/lab-1"
+    for bad in ("../x", "a/b", "", ".x"):
+        with pytest.raises(SpecError, match="cannot name a snapshot directory"):
+            transfer.imported_path("f1", bad)
+
+
+def test_the_fleet_password_is_generated_once_private_and_one_line(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
+    path = transfer.fleet_password_file("f1")
+    assert path == tmp_path / "snapshots" / "f1" / "password"
+    first = path.read_text()
+    assert len(first) >= 43 and "\n" not in first
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "snapshots" / "f1").st_mode) == 0o700
+    assert transfer.fleet_password_file("f1").read_text() == first  # never regenerated
+
+
+def test_a_result_counts_what_the_plan_copied_skipped_deleted_and_kept() -> None:
+    source = parse_listing(repo_listing(f"f 10 locks/{A}"), where="h")
+    dest = Listing(files={"config": 155, f"keys/{B}": 400, f"snapshots/{A}": 9, f"data/{B[:2]}/{B}": 5},
+                   temps=["t.jk-part-1-1"])
+    plan = plan_transfer(source, dest, where="h")
+    result = transfer.result_of(plan, source, direction="pull", host="h", fleet="f", source="h:/r", destination="/d")
+    assert (result.copied, result.copied_bytes, result.skipped, result.skipped_bytes) == (2, 1300, 2, 555)
+    assert (result.deleted, result.kept, result.cleaned) == ([f"snapshots/{A}"], 1, 1)
+    assert result.ignored == ["locks", f"locks/{A}"]
