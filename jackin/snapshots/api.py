@@ -11,7 +11,6 @@ fleet's lock: ``take(ledger, inventory, targets, instances, kind="auto")`` befor
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -25,7 +24,6 @@ from jackin import firewall
 from jackin import plan as planning
 from jackin.errors import ConnectError, JackinError, SpecError
 from jackin.ledger import Ledger
-from jackin.paths import private_dir, state_dir
 from jackin.providers import provider_for
 from jackin.remote import HostError
 from jackin.snapshots import host as remote
@@ -41,13 +39,11 @@ T = TypeVar("T")
 
 
 def password(fleet: str) -> bytes:
-    """The fleet's repository password, generated once on the operator's machine (0600), never printed."""
-    path = private_dir(state_dir() / "snapshots" / fleet) / "password"
-    if not path.exists():
-        path.touch(mode=0o600)
-        path.write_text(secrets.token_urlsafe(32))
-    path.chmod(0o600)
-    return path.read_bytes().strip()
+    """The fleet's repository password, generated once on the operator's machine (0600), never printed
+    (the file: ``jackin.snapshots.transfer.fleet_password_file``)."""
+    from jackin.snapshots.transfer import fleet_password_file
+
+    return fleet_password_file(fleet).read_bytes().strip()
 
 
 def select(inventory: Inventory, agent: str | None) -> list[str]:

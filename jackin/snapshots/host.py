@@ -12,13 +12,9 @@ the old workspace as it was; a staging dir left behind is removed by the next re
 
 from __future__ import annotations
 
-import hashlib
 import io
-import platform
 import shlex
-import shutil
 import time
-from pathlib import Path
 
 from fabric import Connection
 
@@ -57,36 +53,12 @@ def put(conn: Connection, path: str, data: bytes, *, mode: int) -> None:
 # --- restic itself -------------------------------------------------------------
 
 
-def local_restic() -> Path:
-    """The operator's restic, uploaded to hosts that have none."""
-    found = shutil.which("restic")
-    if not found:
-        raise JackinError("restic is not installed on this machine, and a host has none to use",
-                          hint="install restic here (apt-get install restic): jackin uploads it to hosts without it")  # fmt: skip
-    return Path(found).resolve()
-
-
 def ensure_restic(conn: Connection, *, host: str) -> str:
-    """The path of restic on the host: its own on PATH, else the operator's, uploaded by SFTP to
-    ``/usr/local/lib/jackin/restic`` (0755 root) unless the same bytes are already there."""
-    probe = (f"command -v restic || {{ echo upload; uname -m; sha256sum {restic.UPLOADED_RESTIC} 2>/dev/null || true; }}")
-    lines = run(conn, probe, host=host, what="looking for restic").split()
-    if lines and lines[0] != "upload":
-        return lines[0]
-    binary = local_restic()
-    arch = lines[1] if len(lines) > 1 else ""
-    if arch != platform.machine():
-        raise JackinError(f"the host has no restic and is {arch or 'of unknown architecture'}, this machine's restic "
-                          f"is {platform.machine()}", host=host, hint="install restic on the host")  # fmt: skip
-    data = binary.read_bytes()
-    if len(lines) > 2 and lines[2] == hashlib.sha256(data).hexdigest():
-        return restic.UPLOADED_RESTIC
-    directory = str(Path(restic.UPLOADED_RESTIC).parent)
-    run(conn, restic.q("install", "-d", "-m", "0755", "-o", "root", "-g", "root", directory), host=host,
-        what="creating " + directory)  # fmt: skip
-    put(conn, restic.UPLOADED_RESTIC, data, mode=0o755)
-    run(conn, restic.q("chown", "root:root", restic.UPLOADED_RESTIC), host=host, what="installing restic")
-    return restic.UPLOADED_RESTIC
+    """The path of restic on the host: its own on PATH, else the operator's, uploaded by SFTP
+    (one implementation: ``jackin.snapshots.transfer.ensure_restic``, which also runs it once there)."""
+    from jackin.snapshots.transfer import ensure_restic as ensure  # late: transfer is the larger module
+
+    return ensure(conn, host=host)
 
 
 def ensure_repo(conn: Connection, restic_bin: str, fleet: str, password: bytes, *, host: str) -> None:
