@@ -11,6 +11,7 @@ fleet's lock: ``take(ledger, inventory, targets, instances, kind="auto")`` befor
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone

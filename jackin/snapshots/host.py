@@ -18,7 +18,7 @@ import time
 
 from fabric import Connection
 
-from jackin.errors import ConnectError, JackinError, RemoteCommandError
+from jackin.errors import ConnectError, RemoteCommandError
 from jackin.snapshots import restic
 from jackin.snapshots.models import AgentDiff, AgentManifest, BackupSummary
 
