@@ -72,6 +72,10 @@ CREATE TABLE IF NOT EXISTS snapshot_agents (
     files_new INTEGER NOT NULL DEFAULT 0, files_changed INTEGER NOT NULL DEFAULT 0, tiers TEXT NOT NULL,
     manifest TEXT, PRIMARY KEY (snapshot, host, instance)
 );
+CREATE TABLE IF NOT EXISTS repo_copies (
+    fleet TEXT NOT NULL, origin TEXT NOT NULL, place TEXT NOT NULL, path TEXT NOT NULL, at REAL NOT NULL,
+    snapshots TEXT NOT NULL, PRIMARY KEY (fleet, origin, place)
+);
 CREATE TABLE IF NOT EXISTS run_specs (
     run INTEGER PRIMARY KEY, fleet TEXT NOT NULL, hosts TEXT NOT NULL, spec TEXT NOT NULL,
     hash TEXT NOT NULL, fleet_hash TEXT NOT NULL
@@ -354,6 +358,28 @@ class Ledger:
             tiers = sorted({*json.loads(row["tiers"]), tier})
             self.db.execute("UPDATE snapshot_agents SET tiers = ? WHERE snapshot = ? AND host = ? AND instance = ?",
                             (json.dumps(tiers), snapshot, host, instance))  # fmt: skip
+    # --- copies of a host's repository (snapshot.pull, snapshot.push, fleet.down's final pull) ------
+
+    def record_copy(self, fleet: str, origin: str, place: str, path: str, snapshots: Sequence[str]) -> None:
+        """A whole copy of ``origin``'s repository of ``fleet`` now sits at ``place`` (``operator``: this
+        machine; else a host name) under ``path``, holding the fleet snapshots ``snapshots`` (ids)."""
+        self.db.execute("INSERT OR REPLACE INTO repo_copies (fleet, origin, place, path, at, snapshots) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        (fleet, origin, place, path, time.time(), json.dumps(sorted(set(snapshots)))))  # fmt: skip
+
+    def copies(self, fleet: str, *, origin: str | None = None, place: str | None = None) -> list[dict[str, Any]]:
+        """The recorded copies of ``fleet``'s repositories (``snapshots`` decoded), newest first."""
+        where, args = ["fleet = ?"], [fleet]
+        for column, value in (("origin", origin), ("place", place)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        rows = self.db.execute(f"SELECT * FROM repo_copies WHERE {' AND '.join(where)} ORDER BY at DESC", args)  # noqa: S608
+        return [{**dict(r), "snapshots": json.loads(r["snapshots"])} for r in rows]
+
+    def forget_copy(self, fleet: str, origin: str, place: str) -> None:
+        self.db.execute("DELETE FROM repo_copies WHERE fleet = ? AND origin = ? AND place = ?", (fleet, origin, place))
+
     # --- applied specs (fleet.rollback) ---------------------------------------------
 
     def record_spec(self, run: int, fleet: str, hosts: Sequence[str], spec: str, hash: str, fleet_hash: str) -> None:
