@@ -90,13 +90,15 @@ def status_command(fleet: str) -> str:
         'echo "$p $cpu $mem"; done'
     )
     return (
-        f"date +%s.%N; {drops}echo '##rows'; ids=$(docker ps -aq --no-trunc --filter {label}); [ -n \"$ids\" ] || exit 0; "
+        f"date +%s.%N; {drops}echo '##rows'; ids=$(docker ps -aq --no-trunc --filter {label}) || {{ echo '##docker'; echo down; exit 0; }}; "
+        f"[ -n \"$ids\" ] || exit 0; "
         f"rows=$(docker inspect --format '{fmt}' $ids); printf '%s\\n' \"$rows\"; "
         "pids=$(printf '%s\\n' \"$rows\" | awk -F'|' '$10 > 0 {print $10}'); "
         f"echo '##1'; {sample}; sleep {SAMPLE}; echo '##2'; {sample}"
     )
 
 
+DOCKER_DOWN = "the Docker engine does not answer (docker ps failed): the agents' state is unknown"
 POLICY_STATES = ("enforced", "lockdown", "missing", "altered", "unverified", "failed")
 WHY = {
     "lockdown": "the lockdown table is loaded instead of the policy (it did not load)",
@@ -114,10 +116,13 @@ def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, 
     sections = _sections(output)
     guard = sections.get("guard", [])
     policy = next((s for s in sections.get("policy", []) if s in POLICY_STATES), "unknown")
-    return now, agents, {
+    fields: dict[str, object] = {
         "policy_loaded": "\n##table\nloaded" in output, "policy": policy,
         "guard": guard[0] if guard else "unknown", "guard_timer": guard[1] if len(guard) > 1 else "unknown",
     }  # fmt: skip
+    if "docker" in sections:  # the host answered, its Docker engine did not: its agents are unknown, not absent
+        fields["error"] = DOCKER_DOWN
+    return now, agents, fields
 
 
 def not_enforced(fleet: str, host: HostStatus) -> str | None:

@@ -187,6 +187,10 @@ def status_table(status: FleetStatus) -> Table:
             table.add_row(host.host, "-", Text("unreachable", style="bold red"), "-", "-", "-", "-", "-", "-",
                           Text(host.error or "", style="red"))  # fmt: skip
             continue
+        if host.error:  # it answered, but its read failed (e.g. Docker is down): its agents are unknown
+            table.add_row(host.host, "-", Text("unknown", style="bold red"), "-", "-", "-", "-", "-", "-",
+                          Text(host.error, style="red"))  # fmt: skip
+            continue
         if not host.agents:
             table.add_row(host.host, "-", Text("no agents", style="yellow"), "-", "-", "-", "-", "-", "-", "")
         for agent in host.agents:

@@ -71,3 +71,23 @@ def inv(*args: str, check: bool = False) -> subprocess.CompletedProcess:
     if check and done.returncode != 0:
         raise AssertionError(f"inv {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     return done
+
+
+def module_lab(prefix: str, hosts: int = 1):
+    """The body of a module-scoped lab fixture (``yield from module_lab("p", 1)``): a lab of its own,
+    removed afterwards whatever happens."""
+    _engine_or_skip()
+    lab = Lab(new_lab_name(prefix))
+    try:
+        lab.up(hosts)
+        yield lab
+    finally:
+        lab.down()
+
+
+def sh(lab: Lab, command: str, *, host: int = 0, warn: bool = False, timeout: float | None = None):
+    """``command`` as root on the lab's host number ``host``, over strict SSH."""
+    from jackin.ssh import connect
+
+    with connect(lab.status().hosts[host].target()) as conn:
+        return conn.run(command, hide=True, warn=warn, timeout=timeout)

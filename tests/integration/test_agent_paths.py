@@ -17,27 +17,16 @@ import pytest
 
 from jackin.lab import Lab
 from jackin.operations import agent_paths
-from jackin.ssh import connect
 
-from .conftest import _engine_or_skip, inv, new_lab_name
+from .conftest import inv, module_lab, sh
 
 STAT = "stat -c '%F %a %u %g %Y'"  # type, mode, owner, group, mtime
 
 
 @pytest.fixture(scope="module")
 def plab():
-    _engine_or_skip()
-    lab = Lab(new_lab_name("p"))
-    try:
-        lab.up(1)
-        yield lab
-    finally:
-        lab.down()
+    yield from module_lab("p", 1)
 
-
-def sh(lab: Lab, command: str, *, warn: bool = False):
-    with connect(lab.status().hosts[0].target()) as conn:
-        return conn.run(command, hide=True, warn=warn)
 
 
 def as_agent(lab: Lab, user: str, script: str, *, warn: bool = False):

@@ -17,9 +17,8 @@ import pytest
 from jackin import agent as agent_api
 from jackin import fleet as fleet_api
 from jackin.lab import Lab
-from jackin.ssh import connect
 
-from .conftest import _engine_or_skip, inv, new_lab_name
+from .conftest import inv, module_lab, sh
 
 FLEET = "deny"
 METADATA = ("168.63.129.16", "100.100.100.200")  # Azure, Alibaba
@@ -27,18 +26,8 @@ METADATA = ("168.63.129.16", "100.100.100.200")  # Azure, Alibaba
 
 @pytest.fixture(scope="module")
 def dlab():
-    _engine_or_skip()
-    lab = Lab(new_lab_name("d"))
-    try:
-        lab.up(2)
-        yield lab
-    finally:
-        lab.down()
+    yield from module_lab("d", 2)
 
-
-def sh(lab: Lab, command: str, *, host: int = 0, warn: bool = False):
-    with connect(lab.status().hosts[host].target()) as conn:
-        return conn.run(command, hide=True, warn=warn)
 
 
 @pytest.fixture(scope="module")

@@ -21,28 +21,17 @@ from jackin import fleet as fleet_api
 from jackin.lab import Lab
 from jackin.lab import docker as dk
 from jackin.plan import user_name
-from jackin.ssh import connect
 
-from .conftest import _engine_or_skip, inv, new_lab_name
+from .conftest import inv, module_lab, sh
 
 FLEET = "dns"
 UPSTREAM_LOG = "/var/log/upstream-dns.log"
 
 
-def sh(lab: Lab, command: str, *, host: int = 0, warn: bool = False):
-    with connect(lab.status().hosts[host].target()) as conn:
-        return conn.run(command, hide=True, warn=warn)
-
 
 @pytest.fixture(scope="module")
 def dlab():
-    _engine_or_skip()
-    lab = Lab(new_lab_name("d"))
-    try:
-        lab.up(2)
-        yield lab
-    finally:
-        lab.down()
+    yield from module_lab("d", 2)
 
 
 @pytest.fixture(scope="module")

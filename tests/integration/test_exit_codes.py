@@ -113,3 +113,22 @@ def test_a_command_that_fails_on_a_reachable_host_is_exit_1_not_unreachable(elab
     # Control: the same host answers a read that succeeds.
     done = inv("fleet.status", "-i", spec, "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["hosts"][0]["reachable"]
+
+
+def test_status_is_exit_1_naming_docker_when_a_hosts_engine_is_down(elab, tmp_path):
+    first = elab.status().hosts[0]
+    spec = static_inventory(tmp_path, elab, f"x{secrets.token_hex(3)}", [first])
+    done = inv("fleet.status", "-i", spec, "--json")  # control: the engine answers
+    assert done.returncode == 0 and json.loads(done.stdout)["hosts"][0]["error"] is None, done.stdout + done.stderr
+    with connect(first.target()) as conn:
+        conn.run("systemctl stop docker.socket docker.service", hide=True)
+    try:
+        done = inv("fleet.status", "-i", spec, "--json")
+        assert done.returncode == 1, done.stdout + done.stderr
+        host = json.loads(done.stdout)["hosts"][0]
+        assert host["reachable"] and "Docker engine does not answer" in host["error"]
+        done = inv("fleet.status", "-i", spec)
+        assert done.returncode == 1 and "Docker engine does not answer" in done.stdout + done.stderr
+    finally:
+        with connect(first.target()) as conn:
+            conn.run("systemctl start docker.service", hide=True)

@@ -20,9 +20,8 @@ from jackin import agent as agent_api
 from jackin import fleet as fleet_api
 from jackin.lab import Lab
 from jackin.lab import docker as dk
-from jackin.ssh import connect
 
-from .conftest import _engine_or_skip, inv, new_lab_name
+from .conftest import inv, module_lab, sh
 
 FLEET = "grd"
 TABLE = f"jackin-{FLEET}"
@@ -32,18 +31,8 @@ BACK_WITHIN = 10.0  # seconds: the guard wakes on nft monitor events; the timer'
 
 @pytest.fixture(scope="module")
 def glab():
-    _engine_or_skip()
-    lab = Lab(new_lab_name("g"))
-    try:
-        lab.up(1)
-        yield lab
-    finally:
-        lab.down()
+    yield from module_lab("g", 1)
 
-
-def sh(lab: Lab, command: str, *, warn: bool = False):
-    with connect(lab.status().hosts[0].target()) as conn:
-        return conn.run(command, hide=True, warn=warn)
 
 
 @pytest.fixture(scope="module")

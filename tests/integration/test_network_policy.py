@@ -18,27 +18,16 @@ from jackin import fleet as fleet_api
 from jackin.lab import Lab
 from jackin.lab import docker as dk
 from jackin.plan import user_name
-from jackin.ssh import connect
 
-from .conftest import _engine_or_skip, inv, new_lab_name
+from .conftest import inv, module_lab, sh
 
 FLEET = "net"
 
 
 @pytest.fixture(scope="module")
 def nlab():
-    _engine_or_skip()
-    lab = Lab(new_lab_name("n"))
-    try:
-        lab.up(1)
-        yield lab
-    finally:
-        lab.down()
+    yield from module_lab("n", 1)
 
-
-def sh(lab: Lab, command: str, *, warn: bool = False):
-    with connect(lab.status().hosts[0].target()) as conn:
-        return conn.run(command, hide=True, warn=warn)
 
 
 def addresses(lab: Lab) -> dict[str, str]:

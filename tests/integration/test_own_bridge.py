@@ -19,27 +19,17 @@ from jackin.lab import Lab
 from jackin.plan import bridge_name, user_name
 from jackin.ssh import connect
 
-from .conftest import _engine_or_skip, inv, new_lab_name
+from .conftest import inv, module_lab, sh
 
 FLEET = "own"
 AGENT = user_name(FLEET, "web-1")  # also its network's name
 BRIDGE = bridge_name(FLEET, "web-1")
 
 
-def sh(lab: Lab, command: str, *, warn: bool = False):
-    with connect(lab.status().hosts[0].target()) as conn:
-        return conn.run(command, hide=True, warn=warn)
-
 
 @pytest.fixture(scope="module")
 def olab():
-    _engine_or_skip()
-    lab = Lab(new_lab_name("o"))
-    try:
-        lab.up(1)
-        yield lab
-    finally:
-        lab.down()
+    yield from module_lab("o", 1)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from jackin.lab import Lab
 from jackin.plan import user_name
 from jackin.ssh import connect
 
-from .conftest import _engine_or_skip, inv, new_lab_name
+from .conftest import inv, module_lab, sh
 
 LAB_DAEMON_JSON = {"dns": ["127.0.0.1"]}  # the lab image's own daemon.json (jackin/lab/recipe/customize.sh)
 HARDENED = {"icc": False, "live-restore": True, "no-new-privileges": True, "userland-proxy": False}
@@ -30,18 +30,8 @@ AGENTS = [user_name(FLEET, "a-1"), user_name(FLEET, "a-2")]
 
 @pytest.fixture(scope="module")
 def tlab():
-    _engine_or_skip()
-    lab = Lab(new_lab_name("r"))
-    try:
-        lab.up(1)
-        yield lab
-    finally:
-        lab.down()
+    yield from module_lab("r", 1)
 
-
-def sh(lab: Lab, command: str, *, warn: bool = False):
-    with connect(lab.status().hosts[0].target()) as conn:
-        return conn.run(command, hide=True, warn=warn)
 
 
 def daemon_json(lab: Lab) -> dict:

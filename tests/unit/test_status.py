@@ -233,3 +233,18 @@ def test_status_table_shows_the_guard_per_host_and_what_is_not_enforced() -> Non
         "h2: egress policy NOT ENFORCED: table jackin-demo is not loaded; the guard (jackin-nft-guard-demo) is "
         "inactive (run fleet.up to restore it)"
     )
+
+
+def test_a_host_whose_docker_does_not_answer_is_an_error_not_an_empty_host() -> None:
+    output = "\n".join(["100", "##drops", "##table", "loaded", "##guard", "active", "active", "##policy", "enforced",
+                        "##rows", "##docker", "down"])  # fmt: skip
+    _, agents, found = parse_host_status(output)
+    assert agents == [] and "Docker engine does not answer" in str(found["error"])
+    assert "error" not in parse_host_status(host_output())[2]  # control: an engine that answers
+
+
+def test_status_command_reports_a_docker_that_fails() -> None:
+    script = status_command("demo")
+    done = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=30,
+                          env={"PATH": "/nonexistent"})  # no docker at all: the read says so
+    assert "##docker\ndown" in done.stdout
