@@ -211,17 +211,22 @@ def push(inventory: Inventory, snapshot: str, host: str) -> PushResult:
         if not origins:
             raise SpecError(f"snapshot {snapshot} was taken on {host} alone: there is nothing to push there",
                             hint=f"restore it directly: inv snapshot.restore {snapshot}")  # fmt: skip
-        run = ledger.start_run(fleet, "snapshot.push", {"snapshot": snapshot, "host": host, "origins": origins})
         result = PushResult(snapshot=snapshot, host=host)
         sources: dict[str, tuple[str, bool]] = {}
+        failed: list[JackinError] = []
         for origin in origins:
             try:
                 sources[origin] = _source(ledger, fleet, snapshot, origin, targets.get(origin))
             except JackinError as error:
-                result.errors.append(HostError.of(origin, error))
-        if sources:
-            result.origins, errors = _push_all(ledger, fleet, targets[host], sources)
-            result.errors += errors
+                error.host = error.host or origin
+                failed.append(error)
+        if not sources:  # nothing to push: the error itself (with its hint), nothing changed on the host
+            raise failed[0] if len(failed) == 1 else JackinError(
+                "nothing to push: " + "; ".join(f"{e.host}: {e.message}" for e in failed), hint=failed[0].hint)
+        result.errors = [HostError.of(e.host or "", e) for e in failed]
+        run = ledger.start_run(fleet, "snapshot.push", {"snapshot": snapshot, "host": host, "origins": origins})
+        result.origins, errors = _push_all(ledger, fleet, targets[host], sources)
+        result.errors += errors
         for item in result.origins:
             ledger.audit(run, fleet, "snapshot.push", "ok", host=host, detail=item.model_dump(mode="json"))
         for e in result.errors:

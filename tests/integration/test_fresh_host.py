@@ -136,9 +136,18 @@ def test_push_puts_the_pulled_copy_onto_the_remaining_host(world) -> None:
     sid = world["state"]["sid"]
     gone = cli(world, "snapshot.push", sid, "--host", h0.name)
     assert gone.returncode == 2 and "not a host of fleet" in gone.stderr and h1.name in gone.stderr
+    path = transfer.imported_path(world["fleet"], h0.name)
+    # without the operator's copy, and its origin gone, there is nothing to push: refused, h1 unchanged
+    local = transfer.pulled_repo(world["fleet"], h0.name)
+    local.rename(local.with_name("aside"))
+    try:
+        missing = cli(world, "snapshot.push", sid, "--host", h1.name)
+    finally:
+        local.with_name("aside").rename(local)
+    assert missing.returncode == 1 and "no copy of" in missing.stderr and "snapshot.pull" in missing.stderr
+    assert sh(h1, f"test -e {path}", warn=True).failed
     pushed = as_json(cli(world, "snapshot.push", sid, "--host", h1.name, "--json"))
     assert [(o["origin"], o["pulled_first"]) for o in pushed["origins"]] == [(h0.name, False)]
-    path = transfer.imported_path(world["fleet"], h0.name)
     assert pushed["origins"][0]["path"] == path and pushed["origins"][0]["copied"] > 0
     assert sh(h1, f"stat -c '%a %U' {path} {path}/config").stdout.split() == ["700", "root", "600", "root"]
     again = as_json(cli(world, "snapshot.push", sid, "--host", h1.name, "--json"))
