@@ -229,10 +229,13 @@ def snapshot_list(inventory: str | None, *, json: bool) -> int:
 
     spec = fleet_api.load(inventory)
     records = snapshots.records(spec)
+    copied = _copy_places(spec)
     if json:
-        ui.print_json([r.row() for r in records])
+        ui.print_json([{**r.row(), "copies": copied.get(r.id, [])} for r in records])
     else:
         ui.out.print(ui.snapshots_table(records, fleet=spec.fleet.name))
+        for r in (r for r in records if r.id in copied):
+            ui.out.print(f"{r.id}: copies off its hosts on {', '.join(copied[r.id])}")
     return EXIT_OK
 
 
@@ -381,3 +384,10 @@ def snapshot_push(inventory: str | None, snapshot: str, *, host: str | None, jso
     else:
         ui.out.print(ui.push_table(result))
     return _snapshot_errors(result.errors)
+
+
+def _copy_places(spec) -> dict[str, list[str]]:
+    """Per snapshot id, where copies of it are (``operator``, pushed-onto hosts): for snapshot.list."""
+    from jackin.snapshots import moves
+
+    return moves.copy_places(spec)

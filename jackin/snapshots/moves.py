@@ -158,6 +158,22 @@ def _refuse_ambiguous(found: list[Placement], snapshot: str) -> None:
                         hint=f"choose whose to restore: {'; '.join(choices)}")  # fmt: skip
 
 
+def places(rows: list[dict]) -> dict[str, list[str]]:
+    """Per snapshot id, where whole copies of its repositories are recorded (ledger ``repo_copies``
+    rows): ``operator`` (this machine) and the hosts they were pushed onto."""
+    found: dict[str, set[str]] = {}
+    for row in rows:
+        for snapshot in row["snapshots"]:
+            found.setdefault(snapshot, set()).add(row["place"])
+    return {s: sorted(p, key=lambda p: (p != copies.OPERATOR, p)) for s, p in found.items()}
+
+
+def copy_places(inventory: Inventory) -> dict[str, list[str]]:
+    """``places`` of the fleet's recorded copies (for ``snapshot.list``)."""
+    with Ledger() as ledger:
+        return places(ledger.copies(inventory.fleet.name))
+
+
 # --- pull ------------------------------------------------------------------------------------------
 
 

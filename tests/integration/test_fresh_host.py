@@ -111,6 +111,8 @@ def test_pull_copies_each_origin_and_the_copy_checks(world) -> None:
         transfer.verify_local(transfer.pulled_repo(world["fleet"], host.name), transfer.fleet_password_file(world["fleet"]))
     again = as_json(cli(world, "snapshot.pull", sid, "--json"))  # incremental: nothing new to copy
     assert [(h["status"], h["copied"]) for h in again["hosts"]] == [("pulled", 0), ("pulled", 0)]
+    listed = {s["id"]: s["copies"] for s in as_json(cli(world, "snapshot.list", "--json"))}
+    assert listed[sid] == ["operator"]
     unknown = cli(world, "snapshot.pull", "20000101-000000-abcd")
     assert unknown.returncode == 2 and "no snapshot" in unknown.stderr
 
@@ -150,6 +152,8 @@ def test_push_puts_the_pulled_copy_onto_the_remaining_host(world) -> None:
     assert [(o["origin"], o["pulled_first"]) for o in pushed["origins"]] == [(h0.name, False)]
     assert pushed["origins"][0]["path"] == path and pushed["origins"][0]["copied"] > 0
     assert sh(h1, f"stat -c '%a %U' {path} {path}/config").stdout.split() == ["700", "root", "600", "root"]
+    listed = {s["id"]: s["copies"] for s in as_json(cli(world, "snapshot.list", "--json"))}
+    assert listed[sid] == ["operator", h1.name]
     again = as_json(cli(world, "snapshot.push", sid, "--host", h1.name, "--json"))
     assert again["origins"][0]["copied"] == 0  # incremental
 

@@ -110,3 +110,8 @@ def test_pull_and_push_tables_say_what_happened_per_host() -> None:
                                                                                    pulled_first=True, copied=2)])  # fmt: skip
     text = render(ui.push_table(pushed))
     assert IMPORTED in text and "pulled first" in text and f"snapshot.restore {SID} --from-host ORIGIN" in text
+
+
+def test_places_name_this_machine_first_then_the_hosts_pushed_onto() -> None:
+    rows = [copy("h0", "h2", "/p", [SID]), copy("h0", "operator", "/o", [SID, "older"]), copy("h1", "operator", "/o1", [SID])]
+    assert moves.places(rows) == {SID: ["operator", "h2"], "older": ["operator"]}
