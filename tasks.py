@@ -164,11 +164,13 @@ def snapshot_diff(c, snapshot, other=None, agent=None, inventory=None, json=Fals
 
 
 @task(help={"snapshot": "snapshot id", "agent": AGENT, "stop": "stop running agents, restore, start them again",
-            "yes": "restore without showing the changes and asking", "inventory": INVENTORY})  # fmt: skip
-def snapshot_restore(c, snapshot, agent=None, stop=False, yes=False, inventory=None):
+            "yes": "restore without showing the changes and asking", "inventory": INVENTORY,
+            "from_host": "restore only the agents the snapshot took on this host (needed when two would restore "
+                         "onto the same host: see snapshot.push)"})  # fmt: skip
+def snapshot_restore(c, snapshot, agent=None, stop=False, yes=False, inventory=None, from_host=None):
     """Restore agents' workspaces from a snapshot: verified, swapped in atomically, undoable (pre-restore snapshot)."""
     with guard():
-        raise Exit(code=cli.snapshot_restore(inventory, snapshot, agent=agent, stop=stop, yes=yes))
+        raise Exit(code=cli.snapshot_restore(inventory, snapshot, agent=agent, stop=stop, yes=yes, from_host=from_host))
 
 
 @task(help={"inventory": INVENTORY, "yes": "forget without asking", "json": "print JSON"})
@@ -176,6 +178,21 @@ def snapshot_prune(c, inventory=None, yes=False, json=False):
     """Forget snapshots beyond the spec's retention (snapshots.keep) and free their data on every host."""
     with guard():
         raise Exit(code=cli.snapshot_prune(inventory, yes=yes, json=json))
+
+
+@task(help={"snapshot": "snapshot id", "inventory": INVENTORY, "json": "print JSON"})
+def snapshot_pull(c, snapshot, inventory=None, json=False):
+    """Copy the restic repositories holding SNAPSHOT to this machine (incremental, checked), so it outlives its hosts."""
+    with guard():
+        raise Exit(code=cli.snapshot_pull(inventory, snapshot, json=json))
+
+
+@task(help={"snapshot": "snapshot id", "host": "the host of the fleet to push onto", "inventory": INVENTORY,
+            "json": "print JSON"})  # fmt: skip
+def snapshot_push(c, snapshot, host=None, inventory=None, json=False):
+    """Copy this machine's copy of SNAPSHOT's repositories onto --host, where snapshot.restore --from-host uses it."""
+    with guard():
+        raise Exit(code=cli.snapshot_push(inventory, snapshot, host=host, json=json))
 
 
 lab = Collection("lab")
@@ -203,5 +220,7 @@ snapshot.add_task(snapshot_list, "list")
 snapshot.add_task(snapshot_show, "show")
 snapshot.add_task(snapshot_diff, "diff")
 snapshot.add_task(snapshot_prune, "prune")
+snapshot.add_task(snapshot_pull, "pull")
+snapshot.add_task(snapshot_push, "push")
 
 ns = Collection(lab, fleet, agent_ns, snapshot)

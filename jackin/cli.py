@@ -229,10 +229,13 @@ def snapshot_list(inventory: str | None, *, json: bool) -> int:
 
     spec = fleet_api.load(inventory)
     records = snapshots.records(spec)
+    copied = _copy_places(spec)
     if json:
-        ui.print_json([r.row() for r in records])
+        ui.print_json([{**r.row(), "copies": copied.get(r.id, [])} for r in records])
     else:
         ui.out.print(ui.snapshots_table(records, fleet=spec.fleet.name))
+        for r in (r for r in records if r.id in copied):
+            ui.out.print(f"{r.id}: copies off its hosts on {', '.join(copied[r.id])}")
     return EXIT_OK
 
 
@@ -258,7 +261,8 @@ def snapshot_diff(inventory: str | None, snapshot: str, other: str | None, *, ag
     return _snapshot_errors(result.errors)
 
 
-def snapshot_restore(inventory: str | None, snapshot: str, *, agent: str | None, stop: bool, yes: bool) -> int:
+def snapshot_restore(inventory: str | None, snapshot: str, *, agent: str | None, stop: bool, yes: bool,
+                     from_host: str | None = None) -> int:  # fmt: skip
     """Refuse without a terminal unless --yes; show what will be overwritten and ask."""
     from jackin.snapshots import restore as restoring
 
@@ -271,7 +275,7 @@ def snapshot_restore(inventory: str | None, snapshot: str, *, agent: str | None,
             confirm(f"Restore snapshot {snapshot} over the live workspace(s) above?")
         return True
 
-    result = restoring.restore(spec, snapshot, agent, stop=stop, confirm=ask)
+    result = restoring.restore(spec, snapshot, agent, stop=stop, confirm=ask, from_host=from_host or None)
     ui.out.print(ui.restore_table(result))
     for failed in (a for a in result.agents if not a.restored):
         ui.err.print(f"error: {failed.host}: {failed.error}", soft_wrap=True, style="bold red")
@@ -351,3 +355,39 @@ def fleet_runs(inventory: str | None, *, json: bool) -> int:
     else:
         ui.out.print(ui.runs_table(runs, fleet=spec.fleet.name))
     return EXIT_OK
+
+
+# --- snapshot.pull, snapshot.push ---------------------------------------------------
+
+
+def snapshot_pull(inventory: str | None, snapshot: str, *, json: bool) -> int:
+    """Mirror the repositories holding SNAPSHOT to this machine (jackin/snapshots/moves.py)."""
+    from jackin.snapshots import moves
+
+    result = moves.pull(fleet_api.load(inventory), snapshot)
+    if json:
+        ui.print_json(result.model_dump(mode="json"))
+    else:
+        ui.out.print(ui.pull_table(result))
+    return _snapshot_errors(result.errors)
+
+
+def snapshot_push(inventory: str | None, snapshot: str, *, host: str | None, json: bool) -> int:
+    """Copy this machine's copies of SNAPSHOT's origin repositories onto --host."""
+    from jackin.snapshots import moves
+
+    if not host:
+        raise SpecError("snapshot.push needs --host HOST: the host of the fleet to push the snapshot onto")
+    result = moves.push(fleet_api.load(inventory), snapshot, host)
+    if json:
+        ui.print_json(result.model_dump(mode="json"))
+    else:
+        ui.out.print(ui.push_table(result))
+    return _snapshot_errors(result.errors)
+
+
+def _copy_places(spec) -> dict[str, list[str]]:
+    """Per snapshot id, where copies of it are (``operator``, pushed-onto hosts): for snapshot.list."""
+    from jackin.snapshots import moves
+
+    return moves.copy_places(spec)

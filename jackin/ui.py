@@ -323,6 +323,7 @@ def restore_table(result) -> Table:
         state = Text("restored", style="green") if a.restored else Text("NOT restored", style="bold red")
         detail = a.error or ("container started again" if a.restarted else "")
         table.add_row(a.host, a.instance, state, Text(detail))
+    return table
 # --- fleet.rollback ----------------------------------------------------------------
 
 INVENTORY_KEPT = ("the inventory file is not rewritten: the next fleet.up -i FILE applies the file's spec again")
@@ -371,4 +372,36 @@ def runs_table(runs, *, fleet: str) -> Table:
         table.add_row(str(run.run), action, started, Text(run.status, style=style), run.fleet_hash[:12], hosts)
     if not runs:
         table.caption = "none recorded"
+    return table
+
+
+# --- snapshot.pull, snapshot.push ----------------------------------------------------
+
+
+def pull_table(result) -> Table:
+    """``snapshot.pull``: per origin host, pulled (files and bytes copied, skipped), already pulled, or failed."""
+    table = Table(title=f"pull of snapshot {result.snapshot}", title_justify="left")
+    for column, justify in (("host", "left"), ("result", "left"), ("copied", "right"), ("skipped", "right"),
+                            ("copy on this machine / error", "left")):  # fmt: skip
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    styles = {"pulled": "green", "already pulled": "green", "failed": "bold red"}
+    for h in result.hosts:
+        moved = h.status == "pulled"
+        table.add_row(h.host, Text(h.status, style=styles[h.status]),
+                      f"{h.copied} ({_bytes(h.copied_bytes)})" if moved else "-",
+                      f"{h.skipped} ({_bytes(h.skipped_bytes)})" if moved else "-", Text(h.error or h.path or ""))  # fmt: skip
+    return table
+
+
+def push_table(result) -> Table:
+    """``snapshot.push``: per origin, where its repository now is on the host and what was copied."""
+    table = Table(title=f"push of snapshot {result.snapshot} onto {result.host}", title_justify="left")
+    for column, justify in (("origin", "left"), ("repository on the host", "left"), ("copied", "right"),
+                            ("skipped", "right"), ("note", "left")):  # fmt: skip
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for o in result.origins:
+        table.add_row(o.origin, o.path, f"{o.copied} ({_bytes(o.copied_bytes)})",
+                      f"{o.skipped} ({_bytes(o.skipped_bytes)})", "pulled first" if o.pulled_first else "")  # fmt: skip
+    if result.origins:
+        table.caption = f"restore with: inv snapshot.restore {result.snapshot} --from-host ORIGIN"
     return table

@@ -24,23 +24,38 @@ is offered to scripts (``check(read_data=True)``), not run on every restore.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Sequence
 
-from jackin.errors import RemoteCommandError
+from jackin.errors import RemoteCommandError, SpecError
 from jackin.plan import ROOT
 from jackin.snapshots.models import AgentDiff, BackupSummary
 
 SNAPSHOTS_ROOT = "/var/lib/jackin/snapshots"
 UPLOADED_RESTIC = "/usr/local/lib/jackin/restic"
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a path component: a fleet, host or origin name
+
+
+def checked_name(value: str, what: str) -> str:
+    """``value`` as one path component, or a SpecError: fleet, host and origin names build paths."""
+    if not NAME.match(value):
+        raise SpecError(f"{what} {value!r} cannot name a snapshot directory",
+                        hint="expected letters, digits, '.', '_' or '-', not starting with a dot or dash")  # fmt: skip
+    return value
 
 
 def fleet_dir(fleet: str) -> str:
-    return f"{SNAPSHOTS_ROOT}/{fleet}"
+    return f"{SNAPSHOTS_ROOT}/{checked_name(fleet, 'fleet')}"
 
 
 def repo_path(fleet: str) -> str:
     return f"{fleet_dir(fleet)}/repo"
+
+
+def imported_path(fleet: str, origin: str) -> str:
+    """Where a repository pushed from host ``origin`` lives on another host (snapshot.push)."""
+    return f"{fleet_dir(fleet)}/imported/{checked_name(origin, 'origin host')}"
 
 
 def password_path(fleet: str) -> str:

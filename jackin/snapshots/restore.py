@@ -19,7 +19,7 @@ from jackin.providers import provider_for
 from jackin.remote import HostError
 from jackin.snapshots import api
 from jackin.snapshots import host as remote
-from jackin.snapshots.models import AgentRestore, DiffResult, PruneResult, RestoreResult, SnapshotRecord
+from jackin.snapshots.models import AgentRestore, AgentSnapshot, DiffResult, PruneResult, RestoreResult, SnapshotRecord
 from jackin.spec import Inventory
 from jackin.ssh import SshTarget
 
@@ -27,8 +27,9 @@ Confirm = Callable[[DiffResult], bool]
 
 
 def restore(inventory: Inventory, snapshot: str, agent: str | None = None, *, stop: bool = False,
-            confirm: Confirm | None = None) -> RestoreResult:  # fmt: skip
-    """``snapshot.restore``: put ``agent``'s (default: every agent's) workspace back as ``snapshot`` had it."""
+            confirm: Confirm | None = None, from_host: str | None = None) -> RestoreResult:  # fmt: skip
+    """``snapshot.restore``: put ``agent``'s (default: every agent's) workspace back as ``snapshot`` had it.
+    ``from_host``: only the agents the snapshot took on that host (see ``_resolve``)."""
     fleet = inventory.fleet.name
     wanted = set(api.select(inventory, agent))
     with Ledger() as ledger, ledger.lock(fleet, "snapshot.restore"):
@@ -37,6 +38,7 @@ def restore(inventory: Inventory, snapshot: str, agent: str | None = None, *, st
         if not items:
             raise SpecError(f"snapshot {snapshot!r} holds no agent {agent!r}" if agent else
                             f"snapshot {snapshot!r} holds no agents")  # fmt: skip
+        items, repos = _resolve(inventory, ledger, record, items, from_host)
         targets = _targets(inventory, ledger, record, {a.host for a in items})
         plan = api.fleet_plan(inventory, ledger)
         containers = {a.instance: a.container for a in plan.agents}
@@ -49,7 +51,8 @@ def restore(inventory: Inventory, snapshot: str, agent: str | None = None, *, st
         result = RestoreResult(snapshot=snapshot)
         try:
             _set_running(targets, running, False)
-            _restore(ledger, inventory, record, items, targets, plan, confirm=confirm, run=run, result=result)
+            _restore(ledger, inventory, record, items, targets, plan, confirm=confirm, run=run, result=result,
+                     repos=repos)  # fmt: skip
         except BaseException:
             ledger.finish_run(run, "failed", result.model_dump(mode="json"))
             raise
@@ -62,7 +65,8 @@ def restore(inventory: Inventory, snapshot: str, agent: str | None = None, *, st
 
 
 def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items, targets: list[SshTarget], plan,
-             *, confirm: Confirm | None, run: int, result: RestoreResult) -> None:  # fmt: skip
+             *, confirm: Confirm | None, run: int, result: RestoreResult,
+             repos: dict[tuple[str, str], str] | None = None) -> None:  # fmt: skip
     fleet = inventory.fleet.name
     instances = sorted({a.instance for a in items})
     pre = api.take(ledger, inventory, targets, instances, label=f"before restoring {record.id}", kind="pre-restore")
@@ -70,7 +74,8 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
         problems = "; ".join(f"{e.host}: {e.error}" for e in pre.errors) or "nothing was snapshotted"
         raise JackinError(f"restore refused: the pre-restore snapshot failed ({problems}); nothing was changed")
     result.pre_restore = pre.snapshot.id
-    preview = api._diff(inventory, pre.snapshot, record, [a for a in pre.snapshot.agents], targets, plan)
+    own = record.model_copy(update={"agents": [a for a in items if (a.host, a.instance) not in (repos or {})]})
+    preview = api._diff(inventory, pre.snapshot, own, [a for a in pre.snapshot.agents], targets, plan)
     preview = preview.model_copy(update={"snapshot": record.id, "against": "live"})
     if confirm is not None and not confirm(preview):
         raise JackinError("nothing changed: not confirmed",
@@ -81,7 +86,8 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
         done = []
         for item in (a for a in items if a.host == target.name):
             try:
-                remote.restore(conn, restic_bin, fleet, item.instance, item.restic_id, host=target.name)
+                remote.restore(conn, restic_bin, fleet, item.instance, item.restic_id, host=target.name,
+                               repo=(repos or {}).get((target.name, item.instance)))  # fmt: skip
                 done.append(AgentRestore(host=target.name, instance=item.instance, restored=True))
             except JackinError as error:
                 done.append(AgentRestore(host=target.name, instance=item.instance, restored=False, error=error.message))
@@ -106,6 +112,23 @@ def _targets(inventory: Inventory, ledger: Ledger, record: SnapshotRecord, hosts
         raise JackinError(f"snapshot {record.id} was taken on {', '.join(missing)}, not a host of the fleet now",
                           hint="push it onto a host of the fleet first (snapshot.push)")  # fmt: skip
     return targets
+
+
+def _resolve(inventory: Inventory, ledger: Ledger, record: SnapshotRecord, items: list[AgentSnapshot],
+             from_host: str | None) -> tuple[list[AgentSnapshot], dict[tuple[str, str], str]]:  # fmt: skip
+    """Where ``items`` restore (``moves.placements``): each on its own host, or, for a host that is
+    gone, on the host its repository was pushed to (snapshot.push), from that copy. The items come
+    back with ``host`` set to where they restore (and the restic tier only: a checkpoint on that host
+    is not the origin's), with the pushed repository per (host, instance)."""
+    from jackin.snapshots import moves
+
+    current = {t.name for t in provider_for(inventory, ledger).targets(bring_up=False)}
+    pushed = moves.pushed_to([c for c in ledger.copies(record.fleet) if c["place"] != "operator"], record.id, current)
+    found = moves.placements(items, snapshot=record.id, current=current, pushed=pushed, from_host=from_host)
+    by_key = {(a.host, a.instance): a for a in items}
+    moved = [by_key[(p.origin, p.instance)] if p.repo is None else
+             by_key[(p.origin, p.instance)].model_copy(update={"host": p.host, "tiers": ["restic"]}) for p in found]
+    return moved, {(p.host, p.instance): p.repo for p in found if p.repo}
 
 
 def _running(targets: list[SshTarget], containers: dict[str, list[str]]) -> dict[str, list[str]]:
