@@ -382,12 +382,13 @@ def final_table(result: fleet_api.DownResult):
     from rich.table import Table
 
     table = Table(title=f"fleet {result.fleet}: final snapshot")
-    for column in ("host", "snapshot", "agents", "copy here", "torn down"):
+    for column in ("host", "snapshot", "agents", "copy here (checked)", "teardown"):
         table.add_column(column)
     for f in result.final:
-        copy = f.copy_path or ("-" if f.stage == "nothing" else "")
-        table.add_row(f.host, f.snapshot or "-", ", ".join(f.instances) or "-", copy or "-",
-                      "[red]no[/red]" if f.blocked else "yes")  # fmt: skip
+        snapshot = f.snapshot or ("none needed: no home" if f.stage == "nothing" else
+                                  "[red]failed[/red]" if f.stage in ("read", "snapshot") else "earlier ones only")  # fmt: skip
+        table.add_row(f.host, snapshot, ", ".join(f.instances) or "-", f.copy_path or "-",
+                      "[red]held back[/red]" if f.blocked else "go")  # fmt: skip
     return table
 
 
