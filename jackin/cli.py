@@ -362,7 +362,7 @@ def fleet_runs(inventory: str | None, *, json: bool) -> int:
 # --- fleet.down: the final snapshot ---------------------------------------------------------
 
 
-def final_preview(spec, *, keep_data: bool, no_final_snapshot: bool) -> str:
+def final_preview(spec: fleet_api.Inventory, *, keep_data: bool, no_final_snapshot: bool) -> str:
     """What fleet.down will snapshot and pull, and where the copies go (shown before it asks)."""
     from jackin import plan as planning
     from jackin.snapshots import final

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -323,5 +323,4 @@ def _teardown_run(ledger: Ledger, plan: planning.FleetPlan, hosts: list[SshTarge
     run_id, result = recorded_run(ledger, fleet=plan.fleet, action="fleet.down", deploy="teardown.py", hosts=hosts,
                                   data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data},
                                   detail=detail, on_event=on_event)  # fmt: skip
-    assert run_id is not None
-    return run_id, result
+    return cast(int, run_id), result  # recorded: the ledger gave it an id
