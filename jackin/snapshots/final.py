@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+import paramiko
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin import plan as planning
@@ -140,7 +141,12 @@ def _pull(ledger: Ledger, fleet: str, targets: list[SshTarget], out: dict[str, F
     """Pull and check each target's repository here (``copies.pull_hosts``: recorded in the ledger)."""
     from jackin.snapshots import copies, transfer
 
-    for name, result in copies.pull_hosts(ledger, fleet, targets).items():
+    try:
+        results = copies.pull_hosts(ledger, fleet, targets)
+    except paramiko.SSHException as error:  # pull_hosts lets this one through: hold every host back
+        lost = ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}")
+        results = dict.fromkeys((t.name for t in targets), lost)
+    for name, result in results.items():
         entry = out[name]
         if isinstance(result, JackinError):
             entry.stage, entry.error = "pull", f"pulling its repository here failed: {result.message}"

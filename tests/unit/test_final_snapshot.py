@@ -298,3 +298,17 @@ def test_a_blocked_host_makes_down_unclean_and_exits_by_its_kind() -> None:
 def test_transfer_and_final_agree_on_the_pulled_path(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
     assert str(transfer.pulled_repo("demo", "h1")) == f"{final.pulled_root('demo')}/h1/repo"
+
+
+def test_an_ssh_fault_escaping_the_pull_holds_every_pulled_host_back(world, monkeypatch) -> None:
+    import paramiko
+
+    world["states"].update(h1=_state("coder-1"), h2=_state())
+
+    def broken(ledger, fleet, targets):
+        raise paramiko.SSHException("channel closed")
+
+    monkeypatch.setattr(copies, "pull_hosts", broken)
+    done = _final(world, "h1", "h2")
+    assert (done["h1"].stage, done["h1"].unreachable) == ("pull", True) and "channel closed" in done["h1"].error
+    assert not done["h2"].blocked  # nothing to pull there
