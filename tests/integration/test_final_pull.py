@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 from jackin.lab import Lab
 from jackin.ledger import Ledger
 from jackin.operations import agent_paths
+from jackin.paths import state_dir
 from jackin.snapshots import transfer
 from jackin.ssh import connect
 from jackin.state import parse_state, state_command
@@ -65,6 +67,7 @@ def fleet(dlab, tmp_path_factory):
         yield name, spec
     finally:
         inv("fleet.down", "-i", spec, "--yes", "--keep-lab", "--no-final-snapshot")
+        shutil.rmtree(state_dir() / "snapshots" / name, ignore_errors=True)  # the pulled copy and password
 
 
 def sh(lab, command: str, *, warn: bool = False):
