@@ -131,14 +131,19 @@ def status_exit(status: FleetStatus) -> int:
     )  # fmt: skip
 
 
-def fleet_down(inventory: str | None, *, yes: bool, keep_data: bool, keep_lab: bool) -> int:
+def fleet_down(inventory: str | None, *, yes: bool, keep_data: bool, keep_lab: bool,
+               no_final_snapshot: bool = False) -> int:  # fmt: skip
     spec = fleet_api.load(inventory)
     if not yes:
         require_terminal_or("--yes")
         data = "keeping homes and workspaces" if keep_data else "including every agent's workspace"
+        ui.out.print(final_preview(spec, keep_data=keep_data, no_final_snapshot=no_final_snapshot))
         confirm(f"Remove fleet {spec.fleet.name!r} from its hosts, {data}?")
     with ui.progress() as view:
-        result = fleet_api.down(spec, keep_data=keep_data, keep_lab=keep_lab, on_event=view.update, log=ui.log)
+        result = fleet_api.down(spec, keep_data=keep_data, keep_lab=keep_lab, final_snapshot=not no_final_snapshot,
+                                on_event=view.update, log=ui.log)  # fmt: skip
+    if result.final:
+        ui.out.print(final_table(result))
     if result.run.hosts:
         ui.out.print(ui.up_table(result.run, title=f"fleet {spec.fleet.name}: down"))
         ui.out.print(ui.clean_table(result.checks))
@@ -146,7 +151,8 @@ def fleet_down(inventory: str | None, *, yes: bool, keep_data: bool, keep_lab: b
         ui.out.print(f"lab of fleet {spec.fleet.name!r} destroyed")
     if result.lab_note:
         ui.out.print(result.lab_note)
-    return EXIT_OK if result.clean else exit_code(result.run) or EXIT_FAILED
+    torn_down = all(c.clean for c in result.checks) and not result.run.failed  # the hosts it tore down
+    return worst([EXIT_OK if torn_down else exit_code(result.run) or EXIT_FAILED, *final_errors(result)])
 
 
 def fleet_gc(inventory: str | None, *, yes: bool, purge_kept: bool = False) -> int:
@@ -391,3 +397,48 @@ def _copy_places(spec) -> dict[str, list[str]]:
     from jackin.snapshots import moves
 
     return moves.copy_places(spec)
+
+# --- fleet.down: the final snapshot ---------------------------------------------------------
+
+
+def final_preview(spec: fleet_api.Inventory, *, keep_data: bool, no_final_snapshot: bool) -> str:
+    """What fleet.down will snapshot and pull, and where the copies go (shown before it asks)."""
+    from jackin import plan as planning
+    from jackin.snapshots import final
+
+    skipped = fleet_api.final_skip_reason(spec, keep_data=keep_data, final_snapshot=not no_final_snapshot)
+    if skipped:
+        lost = "" if keep_data else ": the workspaces are removed with no copy"
+        return f"no final snapshot ({skipped}){lost}"
+    instances = ", ".join(i for _, i in planning.instances(spec.fleet))
+    return (f"first: a final snapshot of every agent on every host ({instances}), each host's repository pulled to "
+            f"{final.pulled_root(spec.fleet.name)}/<host>/repo and checked there; a host where that fails is "
+            "not torn down")  # fmt: skip
+
+
+def final_table(result: fleet_api.DownResult):
+    """Per host: the final snapshot, the operator's copy, or what failed."""
+    from rich.table import Table
+
+    table = Table(title=f"fleet {result.fleet}: final snapshot")
+    for column in ("host", "snapshot", "agents", "copy here (checked)", "teardown"):
+        table.add_column(column)
+    for f in result.final:
+        snapshot = f.snapshot or ("none needed: no home" if f.stage == "nothing" else
+                                  "[red]failed[/red]" if f.stage in ("read", "snapshot") else "earlier ones only")  # fmt: skip
+        table.add_row(f.host, snapshot, ", ".join(f.instances) or "-", f.copy_path or "-",
+                      "[red]held back[/red]" if f.blocked else "go")  # fmt: skip
+    return table
+
+
+def final_errors(result: fleet_api.DownResult) -> list[int]:
+    """Print each host kept because its final snapshot or pull failed, and the way out; their exit codes."""
+    codes = []
+    for f in result.blocked:
+        ui.err.print(f"error: {f.host}: not torn down, its workspaces are the only copy: {f.error}",
+                     soft_wrap=True, style="bold red")  # fmt: skip
+        codes.append(EXIT_CONNECT if f.unreachable else EXIT_FAILED)
+    if codes:
+        ui.err.print("fix it and run fleet.down again (hosts already torn down are left as they are), or tear "
+                     "down without a final snapshot: fleet.down --no-final-snapshot", soft_wrap=True)  # fmt: skip
+    return codes

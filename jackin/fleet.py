@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +26,7 @@ from jackin.paths import private_dir, state_dir
 from jackin.providers import LabProvider, provider_for
 from jackin.remote import gather
 from jackin.runs import deploys_dir, recorded_run
+from jackin.snapshots.final import FinalHost, take_final
 from jackin.spec import Inventory, load_inventory
 from jackin.spec.models import FleetSpec, NetworkPolicy
 from jackin.ssh import SshTarget
@@ -201,10 +202,17 @@ class DownResult(BaseModel):
     checks: list[CleanCheck]
     lab_removed: bool = False
     lab_note: str | None = None  # why the lab was left in place
+    final: list[FinalHost] = Field(default_factory=list)  # per host, when a final snapshot was taken
+    final_skipped: str | None = None  # why no final snapshot was taken (None: it was, where needed)
+
+    @property
+    def blocked(self) -> list[FinalHost]:
+        """Hosts not torn down because their final snapshot or its pull failed."""
+        return [f for f in self.final if f.blocked]
 
     @property
     def clean(self) -> bool:
-        return all(c.clean for c in self.checks) and not self.run.failed
+        return all(c.clean for c in self.checks) and not self.run.failed and not self.blocked
 
 
 def clean_check(plan: planning.FleetPlan, hosts: list[SshTarget], *, keep_data: bool = False) -> list[CleanCheck]:
@@ -227,6 +235,7 @@ def _leftovers(plan: planning.FleetPlan, state: HostState, *, keep_data: bool) -
     if keep_data:
         left.pop("paths", None)
         left.pop("cow", None)  # the checkpoint tier's btrfs holds the kept homes
+        left.pop("snapshots", None)  # the repository stays with the workspaces it snapshots
     return left
 
 
@@ -235,10 +244,15 @@ def down(
     *,
     keep_data: bool = False,
     keep_lab: bool = False,
+    final_snapshot: bool = True,
     on_event: OnEvent = lambda _: None,
     log: Log = lambda _: None,
 ) -> DownResult:
-    """Remove everything of the fleet from every host, check it is gone, and (lab) destroy the lab."""
+    """Remove everything of the fleet from every host, check it is gone, and (lab) destroy the lab.
+
+    First (unless ``keep_data``, ``final_snapshot=False`` or the spec's ``snapshots.before_teardown:
+    false``) a ``final`` snapshot of every agent, pulled and checked here; a host where that failed
+    is not torn down (``DownResult.blocked``), the others are."""
     fleet = inventory.fleet
     with Ledger() as ledger, ledger.lock(fleet.name, "fleet.down"):
         provider = provider_for(inventory, ledger)
@@ -250,14 +264,21 @@ def down(
             return DownResult(fleet=fleet.name, run=RunResult(hosts=[]), checks=[], lab_removed=release.destroyed,
                               lab_note=release.note)  # fmt: skip
         plan = make_plan(inventory, ledger)
-        run_id, result = recorded_run(ledger, fleet=fleet.name, action="fleet.down", deploy="teardown.py", hosts=hosts,
-                                      data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data},
-                                      detail={"keep_data": keep_data}, on_event=on_event)  # fmt: skip
-        checks = clean_check(plan, hosts, keep_data=keep_data)
+        skipped = final_skip_reason(inventory, keep_data=keep_data, final_snapshot=final_snapshot)
+        final = [] if skipped else take_final(ledger, inventory, plan, hosts, log=log)
+        blocked = {f.host for f in final if f.blocked}
+        detail = {"keep_data": keep_data, "final": _final_detail(final, skipped)}
+        run_id, result = _teardown_run(ledger, plan, [h for h in hosts if h.name not in blocked],
+                                       keep_data=keep_data, detail=detail, on_event=on_event,
+                                       status="failed" if blocked else "ok")  # fmt: skip
+        for entry in (f for f in final if f.blocked):
+            ledger.audit(run_id, fleet.name, "final-snapshot", "failed", host=entry.host,
+                         detail={"stage": entry.stage, "error": entry.error, "torn_down": False})  # fmt: skip
+        checks = clean_check(plan, [h for h in hosts if h.name not in blocked], keep_data=keep_data)
         for check in checks:
             ledger.audit(run_id, fleet.name, "clean-check", "clean" if check.clean else "dirty",
                          host=check.host, detail=check.leftovers or check.error)  # fmt: skip
-        outcome = DownResult(fleet=fleet.name, run=result, checks=checks)
+        outcome = DownResult(fleet=fleet.name, run=result, checks=checks, final=final, final_skipped=skipped)
         if outcome.clean:
             if keep_data:  # recorded as kept: only fleet.gc --purge-kept or this fleet's down removes it
                 ledger.keep_fleet(fleet.name, [(h.name, h.address, h.port) for h in hosts], KEPT)
@@ -270,3 +291,36 @@ def down(
 
 __all__ = ["GC_COMMAND", "HostResult", "clean_check", "deploys_dir", "down", "gc", "load", "orphans", "status",
            "targets", "up"]
+
+
+# --- down: the final snapshot ---------------------------------------------------------------
+
+
+def final_skip_reason(inventory: Inventory, *, keep_data: bool, final_snapshot: bool) -> str | None:
+    """Why fleet.down takes no final snapshot, or None when it takes one."""
+    if keep_data:
+        return "--keep-data: the workspaces stay on the hosts"
+    if not final_snapshot:
+        return "--no-final-snapshot"
+    if not inventory.fleet.snapshots.before_teardown:
+        return "snapshots.before_teardown: false"
+    return None
+
+
+def _final_detail(final: list[FinalHost], skipped: str | None) -> dict[str, Any]:
+    if skipped:
+        return {"skipped": skipped}
+    return {f.host: f.model_dump(include={"stage", "snapshot", "copy_path", "error"}) for f in final}
+
+
+def _teardown_run(ledger: Ledger, plan: planning.FleetPlan, hosts: list[SshTarget], *, keep_data: bool,
+                  detail: dict[str, Any], on_event: OnEvent, status: str) -> tuple[int, RunResult]:  # fmt: skip
+    """The teardown deploy on ``hosts``, recorded; with no host to tear down, only the record."""
+    if not hosts:
+        run_id = ledger.start_run(plan.fleet, "fleet.down", detail)
+        ledger.finish_run(run_id, status)
+        return run_id, RunResult(hosts=[])
+    run_id, result = recorded_run(ledger, fleet=plan.fleet, action="fleet.down", deploy="teardown.py", hosts=hosts,
+                                  data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data},
+                                  detail=detail, on_event=on_event)  # fmt: skip
+    return cast(int, run_id), result  # recorded: the ledger gave it an id

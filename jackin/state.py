@@ -27,6 +27,7 @@ from jackin.plan import ROOT, STATE_DIR, user_name
 from jackin.snapshots.cow import CowState
 from jackin.snapshots.cow import parse_state as parse_cow
 from jackin.snapshots.cow import state_section as cow_section
+from jackin.snapshots.restic import SNAPSHOTS_ROOT, UPLOADED_RESTIC
 
 # One path record before hex encoding: type (find's %y: d, f, l...), octal mode, uid, gid, path, NUL.
 PATH_FORMAT = "%y %m %U %G %p\\0"
@@ -78,6 +79,24 @@ class Network(BaseModel):
     subnets: list[str] = Field(default_factory=list)
 
 
+class SnapshotDirs(BaseModel):
+    """The restic tier on a host (root-only paths, no agent-chosen name): whether the fleet's snapshot
+    dir and its repository exist, whether jackin's uploaded restic is there, and whether another
+    fleet's snapshot dir is (then that restic is still in use and stays)."""
+
+    model_config = ConfigDict(frozen=True)
+    fleet: bool = False  # /var/lib/jackin/snapshots/<fleet>
+    repo: bool = False  # ... and a restic repository in it (repo/config)
+    restic: bool = False  # /usr/local/lib/jackin/restic
+    others: bool = False  # anything else under /var/lib/jackin/snapshots
+
+    def leftovers(self, fleet: str | None) -> list[str]:
+        """What of the restic tier a torn-down fleet left: its dir, and the uploaded restic when no
+        other fleet's dir remains to need it."""
+        left = [f"{SNAPSHOTS_ROOT}/{fleet}"] if self.fleet and fleet else []
+        return left + ([UPLOADED_RESTIC] if self.restic and not self.others and not self.fleet else [])
+
+
 class HostState(BaseModel):
     """What a host has of one fleet."""
 
@@ -96,6 +115,7 @@ class HostState(BaseModel):
     nft_hash: str | None = None
     files: list[str] = Field(default_factory=list)  # the firewall's files that exist
     cow: CowState = Field(default_factory=CowState)  # the checkpoint tier's filesystem (jackin.snapshots.cow)
+    snapshots: SnapshotDirs = Field(default_factory=SnapshotDirs)  # the restic tier's root-only paths
 
     def user_by_uid(self, uid: int) -> User | None:
         return next((u for u in self.users.values() if u.uid == uid), None)
@@ -124,6 +144,7 @@ class HostState(BaseModel):
             "files": (["marker"] if self.marker else []) + self.files,
             "nft": ["table"] if self.nft_table else [],
             "cow": list(self.cow.leftovers),
+            "snapshots": self.snapshots.leftovers(self.fleet),
         }
 
 
@@ -151,8 +172,19 @@ echo '##nft'; command -v nft >/dev/null 2>&1 && nft list table inet {shlex.quote
 echo '##nfthash'; cat {NFT_DIR}/{f}.sha 2>/dev/null
 echo '##files'; for p in {" ".join(shlex.quote(p) for p in owned_paths(fleet))}; do [ -e "$p" ] && echo "$p"; done
 {cow_section(fleet)}
+{snapshots_section(fleet)}
 true
 """.strip()
+
+
+def snapshots_section(fleet: str) -> str:
+    """``##snapshots``: words ``fleet``, ``repo``, ``restic``, ``others`` (see ``SnapshotDirs``).
+    Root-only paths that jackin names; another fleet's dir is only counted, never named."""
+    mine, root = shlex.quote(f"{SNAPSHOTS_ROOT}/{fleet}"), shlex.quote(SNAPSHOTS_ROOT)  # quoted, any name
+    return (f"echo '##snapshots'; [ -d {mine} ] && echo fleet; [ -f {mine}/repo/config ] && echo repo; "
+            f"[ -e {shlex.quote(UPLOADED_RESTIC)} ] && echo restic; "
+            f"[ -d {root} ] && find {root} -mindepth 1 -maxdepth 1 ! -name {shlex.quote(fleet)} -print 2>/dev/null "
+            f"| grep -q . && echo others")
 
 
 def _paths_command(fleet_dir: str) -> str:
@@ -265,4 +297,6 @@ def _parse_state(lines: list[str]) -> HostState:
     data["nft_hash"] = (sections.get("nfthash") or [None])[0]
     data["files"] = sections.get("files", [])
     data["cow"] = parse_cow(sections.get("cow", []), sections.get("cowsubvols", []))
+    words = {line.strip() for line in sections.get("snapshots", [])}
+    data["snapshots"] = SnapshotDirs(**{k: k in words for k in ("fleet", "repo", "restic", "others")})
     return HostState(**data)

@@ -21,6 +21,7 @@ from jackin.operations.agent_paths import home_commands, workspace_commands
 from jackin.operations.firewall import remove_commands
 from jackin.operations.script import Command, script, write_files
 from jackin.plan import BRIDGE_GATEWAY, ROOT, STATE_DIR, AgentPlan, FleetPlan
+from jackin.snapshots import restic
 from jackin.spec.models import AddressPool
 
 NOLOGIN = "/usr/sbin/nologin"
@@ -206,10 +207,23 @@ def teardown_commands(plan: FleetPlan, state: HostState, *, keep_data: bool) -> 
     if not keep_data and plan.fleet_dir in state.paths:
         commands.append(q("rm", "-rf", "--one-file-system", plan.fleet_dir))
         commands.append(f"rmdir {ROOT} 2>/dev/null || true")
+    commands += snapshot_teardown(plan.fleet, state, keep_data=keep_data)
     if state.marker:
         commands.append(q("rm", "-f", plan.marker))
         commands.append(f"rmdir {STATE_DIR} 2>/dev/null || true")
     return commands + remove_commands(plan, state)
+
+
+def snapshot_teardown(fleet: str, state: HostState, *, keep_data: bool) -> list[str]:
+    """The fleet's snapshot dir (repository, password, cache, manifests) unless ``keep_data``, and the
+    uploaded restic when no fleet's snapshot dir is left to need it. fleet.down pulls the repository
+    to the operator's machine before it gets here (or was told not to)."""
+    dirs = state.snapshots
+    if dirs.fleet and not keep_data:
+        return restic.teardown_commands(fleet)
+    if dirs.restic and not dirs.fleet and not dirs.others:
+        return restic.binary_teardown_commands()
+    return []
 
 
 # --- pyinfra operations --------------------------------------------------------

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import paramiko
+
 from jackin.errors import ConnectError, JackinError
 from jackin.ledger import Ledger
 from jackin.snapshots import transfer
@@ -35,7 +37,7 @@ def pull_hosts(ledger: Ledger, fleet: str, targets: Sequence[SshTarget]) -> dict
         except JackinError as error:
             error.host = error.host or target.name
             return error
-        except (OSError, EOFError) as error:
+        except (OSError, EOFError, paramiko.SSHException) as error:  # an SSH fault is that host's error alone
             return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
 
     if not targets:

@@ -1,0 +1,184 @@
+"""fleet.down's final snapshot on a real lab host, through the CLI: a host whose final snapshot
+fails keeps everything; with the fault fixed, fleet.down takes a ``final`` snapshot, pulls the
+host's repository here (it checks and restores the same bytes here), removes the fleet's snapshot
+dir and the uploaded restic from the host and leaves it clean; ``before_teardown: false`` takes none.
+
+One 1-host lab for the module (kept across fleet.down by ``--keep-lab``); the tests run in file
+order and share the first fleet. The lab host has no restic: the final snapshot uploads ours.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jackin.lab import Lab
+from jackin.ledger import Ledger
+from jackin.operations import agent_paths
+from jackin.paths import state_dir
+from jackin.snapshots import transfer
+from jackin.ssh import connect
+from jackin.state import parse_state, state_command
+
+from .conftest import _engine_or_skip, inv, new_lab_name
+
+pytestmark = pytest.mark.skipif(not transfer.shutil.which("restic"), reason="restic is not installed here")
+shared: dict = {}  # what the first test saw, for the second
+
+
+@pytest.fixture(scope="module")
+def dlab():
+    _engine_or_skip()
+    lab = Lab(new_lab_name("d"))
+    try:
+        lab.up(1)
+        yield lab
+    finally:
+        lab.down()
+
+
+def write_spec(lab, directory: Path, name: str, extra: str = "") -> str:
+    spec = directory / f"{name}.yaml"
+    spec.write_text(f"""fleet:
+  name: {name}
+  provider: lab
+  lab: {{name: {lab.name}, hosts: 1}}
+  agents:
+    - {{name: coder, role: demo, count: 1}}
+  resources: {{memory: 128m, cpus: 0.5, pids: 64}}
+{extra}""")
+    return str(spec)
+
+
+@pytest.fixture(scope="module")
+def fleet(dlab, tmp_path_factory):
+    name = f"d{secrets.token_hex(3)}"
+    spec = write_spec(dlab, tmp_path_factory.mktemp("down"), name)
+    done = inv("fleet.up", "-i", spec, "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    try:
+        yield name, spec
+    finally:
+        inv("fleet.down", "-i", spec, "--yes", "--keep-lab", "--no-final-snapshot")
+        shutil.rmtree(state_dir() / "snapshots" / name, ignore_errors=True)  # the pulled copy and password
+
+
+def sh(lab, command: str, *, warn: bool = False):
+    with connect(lab.status().hosts[0].target()) as conn:
+        return conn.run(command, hide=True, warn=warn, timeout=300)
+
+
+def host_name(lab) -> str:
+    return lab.status().hosts[0].name
+
+
+def as_agent(lab, fleet: str, script: str) -> None:
+    uid = int(sh(lab, f"id -u jk-{fleet}--coder-1").stdout)
+    sh(lab, agent_paths.as_agent(uid, uid, "sh", "-c", script))
+
+
+def files(lab, path: str) -> list[str]:
+    """Every path under ``path`` with type and mode, then every file's sha256 (NUL-safe)."""
+    meta = sh(lab, f"cd {path} && find . -printf '%y %m %p\\0'").stdout.split("\0")
+    sums = sh(lab, f"cd {path} && find . -type f -print0 | xargs -0r sha256sum -z").stdout.split("\0")
+    return sorted(m for m in meta if m) + sorted(s for s in sums if s)
+
+
+def local_files(path: Path) -> list[str]:
+    meta, sums = [], []
+    for top, dirs, names in os.walk(path):
+        for entry in dirs + names:
+            full = Path(top) / entry
+            rel = "./" + str(full.relative_to(path))
+            kind = "l" if full.is_symlink() else "d" if full.is_dir() else "f"
+            meta.append(f"{kind} {oct(full.lstat().st_mode & 0o7777)[2:]} {rel}")
+            if kind == "f":
+                sums.append(f"{hashlib.sha256(full.read_bytes()).hexdigest()}  {rel}")
+    meta.append(f"d {oct(path.stat().st_mode & 0o7777)[2:]} .")
+    return sorted(meta) + sorted(sums)
+
+
+def host_state(lab, fleet: str) -> dict:
+    """What fleet.down would remove: the workspace's files, the user, the container, the nft table."""
+    ws = f"/srv/jackin/{fleet}/coder-1/workspace"
+    return {"files": files(lab, ws),
+            "user": sh(lab, f"getent passwd jk-{fleet}--coder-1").stdout,
+            "container": sh(lab, f"docker inspect -f '{{{{.Id}}}} {{{{.State.Running}}}}' jk-{fleet}--coder-1").stdout,
+            "nft": sh(lab, f"nft list table inet jackin-{fleet} >/dev/null && echo yes", warn=True).stdout}  # fmt: skip
+
+
+def leftovers(lab, fleet: str) -> dict:
+    state = parse_state(sh(lab, state_command(fleet, 0, -1)).stdout.split("\n"))
+    return {k: v for k, v in state.model_copy(update={"fleet": fleet}).leftovers.items() if v}
+
+
+def snapshots(spec: str) -> list[dict]:
+    done = inv("snapshot.list", "-i", spec, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_host_whose_final_snapshot_fails_is_not_torn_down(dlab, fleet):
+    name, spec = fleet
+    ws = f"/srv/jackin/{name}/coder-1/workspace"
+    as_agent(dlab, name, f"cd {ws} && mkdir -p src/deep && echo one > a && printf 'two\\n' > src/deep/b && "
+                         "head -c 200000 /dev/urandom > blob && chmod 0600 blob && echo x > run.sh && chmod 0755 run.sh")
+    # the fault: the repository's path is a file, so restic init (and the snapshot) fails there
+    base = f"/var/lib/jackin/snapshots/{name}"
+    sh(dlab, f"install -d -m 0700 /var/lib/jackin/snapshots {base} && printf x > {base}/repo")
+    before = host_state(dlab, name)
+    done = inv("fleet.down", "-i", spec, "--yes", "--keep-lab")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{host_name(dlab)}: not torn down" in done.stderr and "final snapshot failed" in done.stderr
+    assert "--no-final-snapshot" in done.stderr
+    assert host_state(dlab, name) == before  # nothing of the fleet was removed there
+    assert before["nft"].strip() == "yes" and "true" in before["container"]
+    assert not [s for s in snapshots(spec) if s["kind"] == "final"]
+    # what the next test checks is gone exists now: the fleet's snapshot dir and the uploaded restic
+    assert sh(dlab, f"test -d {base} && test -x {transfer.UPLOADED_RESTIC} && echo both").stdout.strip() == "both"
+    shared["files"] = files(dlab, ws)
+
+
+def test_down_pulls_a_final_snapshot_that_restores_here_and_leaves_the_host_clean(dlab, fleet, tmp_path):
+    name, spec = fleet
+    host = host_name(dlab)
+    sh(dlab, f"rm -f /var/lib/jackin/snapshots/{name}/repo")  # the fault fixed
+    done = inv("fleet.down", "-i", spec, "--yes", "--keep-lab")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [final] = [s for s in snapshots(spec) if s["kind"] == "final"]  # the ledger keeps it after down
+    assert (final["label"], final["agents"], final["hosts"]) == ("final, before fleet.down", ["coder-1"], [host])
+    # the pulled copy checks here, is recorded with the snapshot it holds, and restores the same bytes
+    repo, password = transfer.pulled_repo(name, host), transfer.fleet_password_file(name)
+    transfer.verify_local(repo, password)
+    with Ledger() as ledger:
+        [copy] = ledger.copies(name, origin=host, place="operator")
+    assert copy["path"] == str(repo) and final["id"] in copy["snapshots"]
+    shown = json.loads(inv("snapshot.show", "-i", spec, final["id"], "--json", check=True).stdout)
+    [agent] = shown["agents"]
+    subprocess.run([transfer.local_restic(), "--repo", str(repo), "--password-file", str(password), "--no-cache",
+                    "--quiet", "restore", agent["restic_id"], "--target", str(tmp_path)], check=True)  # fmt: skip
+    assert local_files(tmp_path / f"srv/jackin/{name}/coder-1/workspace") == shared["files"]
+    # the host: no snapshot dir of the fleet, no uploaded restic (no other fleet), nothing left at all
+    gone = sh(dlab, f"ls -d /var/lib/jackin/snapshots/{name} {transfer.UPLOADED_RESTIC} 2>&1", warn=True)
+    assert gone.failed and gone.stdout.count("No such file or directory") == 2
+    assert leftovers(dlab, name) == {}
+
+
+def test_before_teardown_false_takes_no_final_snapshot(dlab, tmp_path):
+    name = f"n{secrets.token_hex(3)}"
+    spec = write_spec(dlab, tmp_path, name, "  snapshots: {before_teardown: false}\n")
+    assert inv("fleet.up", "-i", spec, "--yes").returncode == 0
+    as_agent(dlab, name, f"echo lost > /srv/jackin/{name}/coder-1/workspace/f")
+    done = inv("fleet.down", "-i", spec, "--yes", "--keep-lab")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert snapshots(spec) == []
+    assert not transfer.pulled_repo(name, host_name(dlab)).exists()
+    assert sh(dlab, f"test -e /var/lib/jackin/snapshots/{name} || echo none").stdout.strip() == "none"
+    assert leftovers(dlab, name) == {}

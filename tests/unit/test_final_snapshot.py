@@ -1,0 +1,314 @@
+"""fleet.down's final snapshot and the restic tier's teardown, without a host: which hosts are
+snapshotted, pulled and torn down; the teardown commands (run for real on temporary paths); the
+state read's ``##snapshots`` section and the clean check's leftovers."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jackin import cli
+from jackin import fleet as fleet_api
+from jackin.engine import RunResult
+from jackin.errors import EXIT_CONNECT, EXIT_FAILED, ConnectError, JackinError
+from jackin.ledger import Ledger
+from jackin.operations.fleet import snapshot_teardown, teardown_commands
+from jackin.plan import build
+from jackin.remote import HostError
+from jackin.snapshots import api, copies, final, restic, transfer
+from jackin.snapshots.models import AgentSnapshot, CreateResult, SnapshotRecord
+from jackin.spec import parse_inventory
+from jackin.ssh import SshTarget
+from jackin.state import HostState, SnapshotDirs, parse_state, snapshots_section
+from jackin.state import PathInfo as StatePath
+
+INVENTORY = """\
+fleet:
+  name: demo
+  provider: lab
+  agents:
+    - name: coder
+      count: 2
+"""
+SPEC = parse_inventory(INVENTORY, "f.yaml")
+PLAN = build(SPEC.fleet, {"coder-1": 60000, "coder-2": 60001})
+DIR = "/var/lib/jackin/snapshots/demo"
+RM_DIR = f"rm -rf --one-file-system -- {DIR}"
+BINARY_RM = restic.binary_teardown_commands()
+HOME = StatePath(kind="d", mode="0750", uid=0, gid=60000)
+
+
+# --- teardown commands --------------------------------------------------------------------
+
+
+def test_teardown_removes_the_fleets_snapshot_dir_then_restic_when_no_fleet_needs_it() -> None:
+    state = HostState(snapshots=SnapshotDirs(fleet=True, repo=True, restic=True))
+    assert snapshot_teardown("demo", state, keep_data=False) == [RM_DIR, *BINARY_RM]
+    assert BINARY_RM[0] == "rmdir /var/lib/jackin/snapshots 2>/dev/null || true"
+    assert "rm -f -- /usr/local/lib/jackin/restic " in BINARY_RM[1]
+
+
+def test_teardown_keep_data_keeps_the_snapshot_dir_and_its_restic() -> None:
+    state = HostState(snapshots=SnapshotDirs(fleet=True, repo=True, restic=True))
+    assert snapshot_teardown("demo", state, keep_data=True) == []
+
+
+def test_teardown_removes_an_unneeded_restic_alone_and_nothing_when_another_fleet_needs_it() -> None:
+    assert snapshot_teardown("demo", HostState(snapshots=SnapshotDirs(restic=True)), keep_data=True) == BINARY_RM
+    assert snapshot_teardown("demo", HostState(snapshots=SnapshotDirs(restic=True, others=True)), keep_data=False) == []
+    assert snapshot_teardown("demo", HostState(), keep_data=False) == []  # a second run: nothing left, nothing to do
+
+
+def test_teardown_removes_snapshots_before_the_marker_and_state_dir() -> None:
+    state = HostState(marker=True, snapshots=SnapshotDirs(fleet=True))
+    commands = teardown_commands(PLAN, state, keep_data=False)
+    assert commands[:4] == [RM_DIR, *BINARY_RM, "rm -f /var/lib/jackin/fleet-demo.json"]
+
+
+def _run(commands: list[str], root: Path) -> None:
+    """The commands with the host's absolute paths moved under ``root``, run by sh."""
+    script = "\n".join(commands).replace("/var/lib/jackin", f"{root}/var/lib/jackin").replace(
+        "/usr/local/lib/jackin", f"{root}/usr/local/lib/jackin")  # fmt: skip
+    subprocess.run(["sh", "-ec", script], check=True, timeout=10)
+
+
+def _host(root: Path, *fleets: str, restic_bin: bool = True) -> None:
+    for name in fleets:
+        (root / f"var/lib/jackin/snapshots/{name}/repo/data").mkdir(parents=True)
+        (root / f"var/lib/jackin/snapshots/{name}/password").write_text("x")
+    if restic_bin:
+        (root / "usr/local/lib/jackin").mkdir(parents=True)
+        (root / "usr/local/lib/jackin/restic").write_text("bin")
+        (root / "usr/local/lib/jackin/restic.jk-part-1-2").write_text("half")
+
+
+def test_teardown_script_removes_restic_and_its_dir_when_the_last_fleet_goes(tmp_path: Path) -> None:
+    _host(tmp_path, "demo")
+    _run(restic.teardown_commands("demo"), tmp_path)
+    assert not (tmp_path / "var/lib/jackin/snapshots").exists()
+    assert not (tmp_path / "usr/local/lib/jackin").exists()
+    assert (tmp_path / "var/lib/jackin").is_dir()  # the state dir is the marker's business
+
+
+def test_teardown_script_keeps_restic_and_the_other_fleets_dir(tmp_path: Path) -> None:
+    _host(tmp_path, "demo", "other")
+    _run(restic.teardown_commands("demo"), tmp_path)
+    assert not (tmp_path / "var/lib/jackin/snapshots/demo").exists()
+    assert (tmp_path / "var/lib/jackin/snapshots/other/password").read_text() == "x"
+    assert (tmp_path / "usr/local/lib/jackin/restic").read_text() == "bin"
+
+
+def test_teardown_script_keeps_other_files_of_usr_local_lib_jackin(tmp_path: Path) -> None:
+    _host(tmp_path, "demo")
+    (tmp_path / "usr/local/lib/jackin/nft-guard").write_text("guard")
+    _run(restic.teardown_commands("demo"), tmp_path)
+    assert not (tmp_path / "usr/local/lib/jackin/restic").exists()
+    assert (tmp_path / "usr/local/lib/jackin/nft-guard").read_text() == "guard"
+
+
+# --- the state read and the clean check ----------------------------------------------------
+
+
+def _section(root: Path, fleet: str = "demo") -> list[str]:
+    command = snapshots_section(fleet).replace("/var/lib/jackin", f"{root}/var/lib/jackin").replace(
+        "/usr/local/lib/jackin", f"{root}/usr/local/lib/jackin")  # fmt: skip
+    return subprocess.run(["sh", "-c", command + "; true"], capture_output=True, text=True, timeout=10,
+                          check=True).stdout.splitlines()  # fmt: skip
+
+
+def test_section_reads_the_fleets_dir_repo_restic_and_others(tmp_path: Path) -> None:
+    assert _section(tmp_path) == ["##snapshots"]
+    _host(tmp_path, "demo")
+    assert _section(tmp_path) == ["##snapshots", "fleet", "restic"]
+    (tmp_path / "var/lib/jackin/snapshots/demo/repo/config").write_text("c")
+    assert _section(tmp_path) == ["##snapshots", "fleet", "repo", "restic"]
+    assert _section(tmp_path, "other") == ["##snapshots", "restic", "others"]
+
+
+def test_leftovers_name_the_fleets_dir_and_never_another_fleets() -> None:
+    mine = parse_state(["##fleet", "demo", "##snapshots", "fleet", "repo", "restic", "others"])
+    assert mine.snapshots == SnapshotDirs(fleet=True, repo=True, restic=True, others=True)
+    assert mine.leftovers["snapshots"] == [DIR]
+    theirs = parse_state(["##fleet", "demo", "##snapshots", "restic", "others"])  # another fleet's dir and its restic
+    assert theirs.leftovers["snapshots"] == []
+    alone = parse_state(["##fleet", "demo", "##snapshots", "restic"])  # nothing left to need the uploaded restic
+    assert alone.leftovers["snapshots"] == ["/usr/local/lib/jackin/restic"]
+    assert parse_state(["##fleet", "demo", "##snapshots", "bogus", "##x"]).snapshots == SnapshotDirs()
+
+
+def test_clean_check_keep_data_does_not_count_the_kept_snapshot_dir() -> None:
+    state = parse_state(["##fleet", "demo", "##snapshots", "fleet", "repo"])
+    assert fleet_api._leftovers(PLAN, state, keep_data=False) == {"snapshots": [DIR]}
+    assert not fleet_api._leftovers(PLAN, state, keep_data=True).get("snapshots")
+
+
+# --- which hosts are snapshotted, pulled and torn down --------------------------------------
+
+
+def _targets(tmp_path: Path, *names: str) -> list[SshTarget]:
+    return [SshTarget(name=n, address="10.0.0.1", known_hosts=tmp_path / "k") for n in names]
+
+
+def _state(*instances: str, repo: bool = False, extra: tuple[str, ...] = ()) -> HostState:
+    paths = {PLAN.fleet_dir: HOME}
+    for name in (*instances, *extra):
+        paths[f"{PLAN.fleet_dir}/{name}"] = HOME
+        paths[f"{PLAN.fleet_dir}/{name}/workspace"] = HOME
+    return HostState(fleet="demo", paths=paths, snapshots=SnapshotDirs(fleet=repo, repo=repo))
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Fakes for the remote side: each host's state read, ``api.take`` and ``copies.pull_hosts``."""
+    seen: dict = {"takes": [], "pulled": []}
+    states: dict = {}
+    fails: dict = {"take": {}, "pull": {}}
+    monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(final, "gather", lambda hosts, *a, **k: {h.name: states[h.name] for h in hosts})
+
+    def take(ledger, inventory, targets, instances, *, kind, label):
+        seen["takes"].append(([t.name for t in targets], list(instances), kind, label))
+        record = SnapshotRecord(id="20261203-080000-abcd", fleet="demo", created="t", kind=kind, label=label)
+        result = CreateResult(snapshot=record)
+        for t in targets:
+            error = fails["take"].get(t.name)
+            if error:
+                result.errors.append(HostError(host=t.name, error=error, unreachable=False))
+                continue
+            record.agents += [AgentSnapshot(host=t.name, instance=i, agent="coder", restic_id="r") for i in instances
+                              if i not in fails["take"].get("skip", [])]  # fmt: skip
+        return result
+
+    def pull_hosts(ledger, fleet, targets):
+        seen["pulled"].append([t.name for t in targets])
+        return {t.name: fails["pull"].get(t.name) or object() for t in targets}
+
+    monkeypatch.setattr(api, "take", take)
+    monkeypatch.setattr(copies, "pull_hosts", pull_hosts)
+    with Ledger(tmp_path / "l.sqlite3") as ledger:
+        yield {"ledger": ledger, "states": states, "fails": fails, "seen": seen, "tmp": tmp_path}
+
+
+def _final(world, *names: str) -> dict[str, final.FinalHost]:
+    entries = final.take_final(world["ledger"], SPEC, PLAN, _targets(world["tmp"], *names))
+    return {e.host: e for e in entries}
+
+
+def test_every_home_is_snapshotted_once_and_every_host_pulled(world) -> None:
+    world["states"].update(h1=_state("coder-1", "coder-2"), h2=_state("coder-1", "coder-2"))
+    done = _final(world, "h1", "h2")
+    assert world["seen"]["takes"] == [(["h1", "h2"], ["coder-1", "coder-2"], "final", "final, before fleet.down")]
+    assert world["seen"]["pulled"] == [["h1", "h2"]]
+    assert [(e.stage, e.snapshot, e.blocked) for e in done.values()] == [("done", "20261203-080000-abcd", False)] * 2
+    assert done["h1"].copy_path == str(world["tmp"] / "state/snapshots/demo/pulled/h1/repo")
+
+
+def test_a_host_that_never_came_up_needs_nothing_and_one_with_only_a_repository_is_pulled(world) -> None:
+    world["states"].update(h1=_state("coder-1", "coder-2"), h2=_state(), h3=_state(repo=True))
+    done = _final(world, "h1", "h2", "h3")
+    assert world["seen"]["takes"] == [(["h1"], ["coder-1", "coder-2"], "final", "final, before fleet.down")]
+    assert world["seen"]["pulled"] == [["h1", "h3"]]
+    assert (done["h2"].stage, done["h2"].blocked) == ("nothing", False)
+    assert (done["h3"].stage, done["h3"].snapshot, done["h3"].blocked) == ("done", None, False)
+
+
+def test_hosts_with_different_homes_get_a_snapshot_each(world) -> None:
+    world["states"].update(h1=_state("coder-1", "coder-2"), h2=_state("coder-1"))
+    _final(world, "h1", "h2")
+    assert [t[:2] for t in world["seen"]["takes"]] == [(["h1"], ["coder-1", "coder-2"]), (["h2"], ["coder-1"])]
+
+
+def test_a_failed_snapshot_blocks_that_host_only_and_it_is_not_pulled(world) -> None:
+    world["states"].update(h1=_state("coder-1"), h2=_state("coder-1"))
+    world["fails"]["take"]["h1"] = "coder-1: restic backup failed"
+    done = _final(world, "h1", "h2")
+    assert (done["h1"].stage, done["h1"].blocked, done["h1"].unreachable) == ("snapshot", True, False)
+    assert "restic backup failed" in done["h1"].error
+    assert world["seen"]["pulled"] == [["h2"]] and not done["h2"].blocked
+
+
+def test_a_home_left_out_of_the_snapshot_blocks_the_host(world) -> None:
+    world["states"].update(h1=_state("coder-1", "coder-2"))
+    world["fails"]["take"]["skip"] = ["coder-2"]
+    done = _final(world, "h1")
+    assert done["h1"].blocked and "not backed up: coder-2" in done["h1"].error
+
+
+def test_a_failed_pull_blocks_that_host(world) -> None:
+    world["states"].update(h1=_state("coder-1"), h2=_state("coder-1"))
+    world["fails"]["pull"]["h2"] = ConnectError("connection reset", host="h2")
+    done = _final(world, "h1", "h2")
+    assert (done["h2"].stage, done["h2"].blocked, done["h2"].unreachable) == ("pull", True, True)
+    assert done["h2"].copy_path is None and not done["h1"].blocked
+
+
+def test_an_unreadable_host_is_blocked_and_take_raising_blocks_its_group(world, monkeypatch) -> None:
+    world["states"].update(h1=ConnectError("timed out", host="h1"), h2=_state("coder-1"))
+
+    def broken(*args, **kwargs):
+        raise JackinError("no password file")
+
+    monkeypatch.setattr(api, "take", broken)
+    done = _final(world, "h1", "h2")
+    assert (done["h1"].stage, done["h1"].unreachable) == ("read", True)
+    assert (done["h2"].stage, done["h2"].instances) == ("snapshot", ["coder-1"])
+    assert "no password file" in done["h2"].error and world["seen"]["pulled"] == [[]]
+
+
+def test_homes_of_removed_agents_are_snapshotted_when_the_ledger_knows_them(world) -> None:
+    row = {"instance": "old-1", "agent": "old", "uid": 60005, "user": "jk-demo--old-1", "container": "jk-demo--old-1",
+           "network": "jk-demo--old-1"}  # fmt: skip
+    world["ledger"].record_agents("demo", "h1", [row])
+    world["states"].update(h1=_state("coder-1", extra=("old-1", "gone-1", ".restore")))
+    done = _final(world, "h1")
+    assert done["h1"].instances == ["coder-1", "old-1"] and done["h1"].not_in_spec == ["gone-1"]
+
+
+# --- when there is no final snapshot, and what the CLI says -----------------------------------
+
+
+def test_skip_reasons() -> None:
+    off = parse_inventory(INVENTORY + "  snapshots: {before_teardown: false}\n", "f.yaml")
+    assert fleet_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=True) is None
+    assert fleet_api.final_skip_reason(SPEC, keep_data=True, final_snapshot=True).startswith("--keep-data")
+    assert fleet_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=False) == "--no-final-snapshot"
+    assert fleet_api.final_skip_reason(off, keep_data=False, final_snapshot=True) == "snapshots.before_teardown: false"
+
+
+def test_preview_says_what_is_snapshotted_and_where_it_goes(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
+    text = cli.final_preview(SPEC, keep_data=False, no_final_snapshot=False)
+    assert "coder-1, coder-2" in text and f"{tmp_path}/snapshots/demo/pulled/<host>/repo" in text
+    assert not (tmp_path / "snapshots").exists()  # showing the plan creates nothing
+    assert "no copy" in cli.final_preview(SPEC, keep_data=False, no_final_snapshot=True)
+
+
+def test_a_blocked_host_makes_down_unclean_and_exits_by_its_kind() -> None:
+    ok = final.FinalHost(host="h1", snapshot="s")
+    failed = final.FinalHost(host="h2", stage="snapshot", error="disk full")
+    lost = final.FinalHost(host="h3", stage="pull", error="reset", unreachable=True)
+    result = fleet_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=[ok, failed, lost])
+    assert not result.clean and [f.host for f in result.blocked] == ["h2", "h3"]
+    assert cli.final_errors(result) == [EXIT_FAILED, EXIT_CONNECT]
+    assert fleet_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=[ok]).clean
+
+
+def test_transfer_and_final_agree_on_the_pulled_path(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
+    assert str(transfer.pulled_repo("demo", "h1")) == f"{final.pulled_root('demo')}/h1/repo"
+
+
+def test_an_ssh_fault_escaping_the_pull_holds_every_pulled_host_back(world, monkeypatch) -> None:
+    import paramiko
+
+    world["states"].update(h1=_state("coder-1"), h2=_state())
+
+    def broken(ledger, fleet, targets):
+        raise paramiko.SSHException("channel closed")
+
+    monkeypatch.setattr(copies, "pull_hosts", broken)
+    done = _final(world, "h1", "h2")
+    assert (done["h1"].stage, done["h1"].unreachable) == ("pull", True) and "channel closed" in done["h1"].error
+    assert not done["h2"].blocked  # nothing to pull there
