@@ -155,9 +155,12 @@ N="$S/tree$W"
 if [ ! -e "$W" ] && [ ! -L "$W" ] && [ -d "$S/old" ] && [ ! -L "$S/old" ]; then
   mv -T -- "$S/old" "$W" || fail "cannot put back the workspace an earlier restore left in $S/old"
 fi
-rm -rf --one-file-system -- "$S" || fail "cannot remove the stale staging dir $S"
+# A staging dir rm cannot empty (a btrfs subvolume the agent made in the old workspace: another
+# filesystem to rm) is renamed aside, root-only, never entered by path: the next restore still works.
+clear_stage() {{ [ ! -e "$S" ] || rm -rf --one-file-system -- "$S" 2>/dev/null || mv -T -- "$S" "$S.kept-$(date +%s%N)"; }}
+clear_stage || fail "cannot remove the stale staging dir $S"
 mkdir -m 0700 -- "$S" || fail "cannot create the staging dir $S"
-cleanup() {{ rm -rf --one-file-system -- "$S"; }}
+cleanup() {{ clear_stage; }}
 {check} >&2 || {{ cleanup; fail "restic check found the repository damaged; the workspace was not touched"; }}
 if [ "$S" = {shlex.quote(inside)} ]; then {within}; else {beside}; fi >&2 || {{ cleanup; fail "restoring snapshot {restic_id} failed (a damaged repository or a full disk?): the verified copy is incomplete; the workspace was not touched"; }}
 {{ [ -d "$N" ] && [ ! -L "$N" ]; }} || {{ cleanup; fail "snapshot {restic_id} holds no workspace for {instance}"; }}

@@ -214,6 +214,22 @@ def test_a_restic_restore_on_a_btrfs_home_stages_inside_it_and_swaps_by_rename(t
     assert sh(tlab, f"ls -A {home}").stdout.split() == ["workspace"]
 
 
+def test_a_subvolume_the_agent_made_is_kept_aside_and_the_next_restic_restore_works(tlab, fleet):
+    """Any user may create a btrfs subvolume: rm cannot empty the staging dir that holds the old workspace
+    then, so it is renamed aside (root-only); without that, every later restic restore would stop."""
+    name, spec = fleet
+    home = f"/srv/jackin/{name}/coder-1"
+    as_agent(tlab, name, "btrfs subvolume create nested >/dev/null && echo inner > nested/f")
+    for _ in range(2):
+        done = restore(spec, STATE["first"], "--stop")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert last_restore_audit(name)["tier"] == "restic" and listing(tlab, ws(name)) == STATE["before"]
+    [kept, workspace] = sh(tlab, f"ls -A {home}").stdout.split()
+    assert workspace == "workspace" and kept.startswith(".restore.kept-")
+    assert sh(tlab, f"stat -c '%a %U %G' {home}/{kept}; cat {home}/{kept}/old/nested/f").stdout.split() == [
+        "700", "root", "root", "inner"]  # fmt: skip
+
+
 def test_restoring_the_pre_restore_snapshot_undoes_the_restore(tlab, fleet):
     name, spec = fleet
     done = restore(spec, STATE["pre2"], "--stop")
@@ -225,14 +241,14 @@ def test_restoring_the_pre_restore_snapshot_undoes_the_restore(tlab, fleet):
 def test_prune_deletes_the_checkpoints_of_the_snapshots_it_forgets(tlab, fleet):
     name, spec = fleet
     ids = [s["id"] for s in snapshots(spec)]
-    assert ids[:3] == [STATE["first"], STATE["pre1"], STATE["pre2"]] and len(ids) == 4
+    assert ids[:3] == [STATE["first"], STATE["pre1"], STATE["pre2"]] and len(ids) == 6
     there = checkpoints(tlab, name)
     assert there == ids[1:]  # the first one's checkpoint was deleted above
     done = inv("snapshot.prune", "-i", spec, "--yes", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
-    assert (result["removed"], result["checkpoints"]) == (ids[:2], 1)
-    assert checkpoints(tlab, name) == ids[2:]  # the kept snapshots keep theirs (control)
-    assert [s["id"] for s in snapshots(spec)] == ids[2:]
+    assert (result["removed"], result["checkpoints"]) == (ids[:4], 3)
+    assert checkpoints(tlab, name) == ids[4:]  # the kept snapshots keep theirs (control)
+    assert [s["id"] for s in snapshots(spec)] == ids[4:]
     restic = sh(tlab, f"ls /var/lib/jackin/snapshots/{name}/repo/snapshots | wc -l").stdout.strip()
     assert int(restic) == 2
