@@ -317,13 +317,15 @@ def diff_table(result, *, limit: int = 50) -> Table:
 
 def restore_table(result) -> Table:
     table = Table(title=f"restore of {result.snapshot} (undo: restore {result.pre_restore})", title_justify="left")
-    for column in ("host", "agent", "result", "detail"):
+    for column in ("host", "agent", "result", "tier", "detail"):
         table.add_column(column)
     for a in result.agents:
         state = Text("restored", style="green") if a.restored else Text("NOT restored", style="bold red")
-        detail = a.error or ("container started again" if a.restarted else "")
-        table.add_row(a.host, a.instance, state, Text(detail))
+        detail = a.error or "; ".join(d for d in (a.note, "container started again" if a.restarted else "") if d)
+        table.add_row(a.host, a.instance, state, a.tier or "-", Text(detail))
     return table
+
+
 # --- fleet.rollback ----------------------------------------------------------------
 
 INVENTORY_KEPT = ("the inventory file is not rewritten: the next fleet.up -i FILE applies the file's spec again")

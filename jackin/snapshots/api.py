@@ -1,7 +1,9 @@
 """Snapshots of a fleet's agents: create, list, show, diff, restore, prune.
 
 A fleet snapshot is one restic backup per (host, instance), taken together under
-one id and recorded in the ledger with its audit entries. Hosts work in parallel;
+one id and recorded in the ledger with its audit entries; where the host has the
+checkpoint tier (``snapshots.checkpoints: btrfs``) a btrfs checkpoint of the home is
+taken first under the same id (``tiers``: checkpoint, restic). Hosts work in parallel;
 a host that fails is reported beside the others (``HostError``), never hides them.
 
 For the fleet lifecycle (automatic snapshots) call ``take`` while holding the
@@ -27,9 +29,10 @@ from jackin.errors import ConnectError, JackinError, SpecError
 from jackin.ledger import Ledger
 from jackin.providers import provider_for
 from jackin.remote import HostError
+from jackin.snapshots import cow
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import (AgentDiff, AgentManifest, AgentSnapshot, CreateResult, DiffResult, Kind,
-                                     SnapshotRecord, new_id)  # fmt: skip
+                                     SnapshotRecord, Tier, new_id)  # fmt: skip
 from jackin.spec import Inventory
 from jackin.ssh import SshTarget, connect
 
@@ -147,18 +150,19 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
         return from_row(rows[(target, instance)], snapshot=record.id, created=record.created, image_id=image_id)
 
     def work(conn: Connection, target: SshTarget) -> tuple[list[AgentSnapshot], list[str]]:
-        restic_bin = prepare(conn, fleet, host=target.name)
+        restic_bin, unprepared = _prepare_or_error(conn, fleet, host=target.name)
         mine = where[target.name]
         names = {i: agents[i].container if i in agents else rows[(target.name, i)]["container"] for i in mine}
         states = remote.container_states(conn, list(names.values()), host=target.name)
         done, failed = [], []
         for instance in mine:
             image_id = states.get(names[instance], "").split(" ")[-1] or None
-            try:
-                done.append(_backup(conn, restic_bin, item(target.name, instance, None if image_id == "missing"
-                                                           else image_id), host=target.name))  # fmt: skip
-            except JackinError as error:
-                failed.append(f"{instance}: {error.message}")
+            taken, errors = _both_tiers(conn, restic_bin, item(target.name, instance, None if image_id == "missing"
+                                                               else image_id), host=target.name, unprepared=unprepared)  # fmt: skip
+            done += [taken] if taken else []
+            failed += errors
+        if unprepared is not None and not done:
+            raise unprepared  # no tier of any agent here: the host's error, as before the checkpoint tier
         return done, failed
 
     results = in_parallel(targets, work)
@@ -172,7 +176,8 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
         record.agents.extend(done)
         out.errors += [HostError(host=name, error=f, unreachable=False) for f in failed]
         ledger.audit(run, fleet, "snapshot.create", "failed" if failed else "ok", host=name,
-                     detail={"snapshot": record.id, "agents": [a.instance for a in done], "errors": failed})  # fmt: skip
+                     detail={"snapshot": record.id, "agents": [a.instance for a in done], "errors": failed,
+                             "tiers": {a.instance: a.tiers for a in done}})  # fmt: skip
     if record.agents:
         ledger.record_snapshot(record.model_dump(exclude={"agents"}),
                                [a.model_dump(mode="json") for a in record.agents], run=run)  # fmt: skip
@@ -180,12 +185,58 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
     return out
 
 
+def _prepare_or_error(conn: Connection, fleet: str, *, host: str) -> tuple[str | None, JackinError | None]:
+    """``prepare``, or its error when the host answered (the checkpoint tier may still be taken);
+    a lost connection stays the host's error."""
+    try:
+        return prepare(conn, fleet, host=host), None
+    except ConnectError:
+        raise
+    except JackinError as error:
+        return None, error
+
+
+def _checkpoint(conn: Connection, item: AgentManifest) -> tuple[bool, str | None]:
+    """The checkpoint tier of ``item`` where its host offers it (a btrfs fleet dir, the home a subvolume):
+    (taken, error). Milliseconds; the agent runs on. Not offered: (False, None)."""
+    try:
+        if not cow.supported(conn, item.fleet, item.instance):
+            return False, None
+        cow.checkpoint(conn, item.fleet, item.instance, item.snapshot)
+        return True, None
+    except JackinError as error:
+        return False, f"{item.instance}: checkpoint tier: {error.message}"
+
+
+def _both_tiers(conn: Connection, restic_bin: str | None, item: AgentManifest, *, host: str,
+                unprepared: JackinError | None = None) -> tuple[AgentSnapshot | None, list[str]]:  # fmt: skip
+    """One agent's snapshot on every tier its host has: the checkpoint first (instant, so it is the
+    closest to the moment asked for), then the restic backup. A tier that fails never stops the other:
+    what was taken is returned (None: nothing) with the errors, each naming its tier."""
+    took, problem = _checkpoint(conn, item)
+    errors = [problem] if problem else []
+    tiers: list[Tier] = ["checkpoint"] if took else []
+    item = item.model_copy(update={"tiers": [*tiers, "restic"]})
+    if restic_bin is None:
+        errors.append(f"{item.instance}: {unprepared.message if unprepared else 'restic is not prepared'}")
+    else:
+        try:
+            return _backup(conn, restic_bin, item, host=host), errors
+        except JackinError as error:
+            errors.append(f"{item.instance}: {error.message}")
+    if not tiers:
+        return None, errors
+    only = item.model_copy(update={"tiers": tiers})
+    return AgentSnapshot(host=host, instance=item.instance, agent=item.agent, tiers=tiers, manifest=only), errors
+
+
 def _backup(conn: Connection, restic_bin: str, item: AgentManifest, *, host: str, tmp: bool = False) -> AgentSnapshot:
+    """The restic tier of ``item`` (its manifest, written first, says which tiers it has)."""
     remote.write_manifest(conn, item, host=host)
     summary = remote.backup(conn, restic_bin, item.fleet, item.snapshot, item.instance, host=host, tmp=tmp)
     return AgentSnapshot(host=host, instance=item.instance, agent=item.agent, restic_id=summary.snapshot_id,
                          size=summary.total_bytes, added=summary.data_added, files_new=summary.files_new,
-                         files_changed=summary.files_changed, tiers=["restic"], manifest=item)  # fmt: skip
+                         files_changed=summary.files_changed, tiers=list(item.tiers), manifest=item)  # fmt: skip
 
 
 def create(inventory: Inventory, agent: str | None = None, label: str | None = None, kind: Kind = "manual",

@@ -5,7 +5,12 @@ Files and secrets travel by SFTP (never in a command line). A restore is ONE rem
 script in two phases: it checks the repository, restores with ``--verify`` into the
 root-only staging dir beside the homes, prints ``staged`` and waits for the operator's
 ``swap`` on its stdin; only then does it rename the old workspace aside and the new one
-into place. An SSH drop, a failed verification or a full disk before that point leaves
+into place. The staging dir is on the home's own filesystem, so both moves are renames:
+``/srv/jackin/<fleet>/.restore/<instance>`` for a plain home, and ``<home>/.restore`` when
+the home is a filesystem of its own (a btrfs subvolume of the checkpoint tier, which a
+rename cannot leave): root's, 0700, in the root-owned home (root:agent 0750) that the
+agent cannot change. The script refuses to swap a tree that is not on the home's filesystem
+(``mv`` would copy it). An SSH drop, a failed verification or a full disk before that point leaves
 the old workspace as it was; a staging dir left behind is removed by the next restore
 (after putting back a workspace a cut-short swap had moved aside).
 """
@@ -131,24 +136,35 @@ def restore_script(restic_bin: str, fleet: str, instance: str, restic_id: str, *
     """The whole restore of one agent's workspace, as one bash script (see the module docstring);
     ``repo``: restore from another repository of the fleet on this host (one pushed here)."""
     home = restic.home_path(fleet, instance)
-    stage = restic.staging_path(fleet, instance)
+    stage, inside = restic.staging_path(fleet, instance), in_home_staging(fleet, instance)
     check = restic.q(*restic.check_argv(restic_bin, fleet, repo=repo))
-    restore = restic.q(*restic.restore_argv(restic_bin, fleet, restic_id, stage + "/tree", repo=repo))
+    beside = restic.q(*restic.restore_argv(restic_bin, fleet, restic_id, stage + "/tree", repo=repo))
+    within = restic.q(*restic.restore_argv(restic_bin, fleet, restic_id, inside + "/tree", repo=repo))
     return f"""set -u
 umask 077
-H={shlex.quote(home)}; W="$H/workspace"; S={shlex.quote(stage)}; N="$S/tree$W"
+H={shlex.quote(home)}; W="$H/workspace"; S={shlex.quote(stage)}
 fail() {{ echo "$*" >&2; exit 1; }}
 {{ [ -d "$H" ] && [ ! -L "$H" ]; }} || fail "the agent's home $H is missing (run fleet.up first)"
-install -d -m 0700 -o root -g root "$(dirname "$S")" || fail "cannot create the staging dir"
+dev() {{ stat -c %d -- "$1"; }}
+if [ "$(dev "$H")" != "$(dev "$(dirname "$H")")" ]; then
+  S={shlex.quote(inside)}  # the home is a filesystem of its own (a btrfs subvolume): stage inside it
+else
+  install -d -m 0700 -o root -g root "$(dirname "$S")" || fail "cannot create the staging dir"
+fi
+N="$S/tree$W"
 if [ ! -e "$W" ] && [ ! -L "$W" ] && [ -d "$S/old" ] && [ ! -L "$S/old" ]; then
   mv -T -- "$S/old" "$W" || fail "cannot put back the workspace an earlier restore left in $S/old"
 fi
-rm -rf --one-file-system -- "$S" || fail "cannot remove the stale staging dir $S"
+# A staging dir rm cannot empty (a btrfs subvolume the agent made in the old workspace: another
+# filesystem to rm) is renamed aside, root-only, never entered by path: the next restore still works.
+clear_stage() {{ [ ! -e "$S" ] || rm -rf --one-file-system -- "$S" 2>/dev/null || mv -T -- "$S" "$S.kept-$(date +%s%N)"; }}
+clear_stage || fail "cannot remove the stale staging dir $S"
 mkdir -m 0700 -- "$S" || fail "cannot create the staging dir $S"
-cleanup() {{ rm -rf --one-file-system -- "$S"; }}
+cleanup() {{ clear_stage; }}
 {check} >&2 || {{ cleanup; fail "restic check found the repository damaged; the workspace was not touched"; }}
-{restore} >&2 || {{ cleanup; fail "restoring snapshot {restic_id} failed (a damaged repository or a full disk?): the verified copy is incomplete; the workspace was not touched"; }}
+if [ "$S" = {shlex.quote(inside)} ]; then {within}; else {beside}; fi >&2 || {{ cleanup; fail "restoring snapshot {restic_id} failed (a damaged repository or a full disk?): the verified copy is incomplete; the workspace was not touched"; }}
 {{ [ -d "$N" ] && [ ! -L "$N" ]; }} || {{ cleanup; fail "snapshot {restic_id} holds no workspace for {instance}"; }}
+[ "$(dev "$N")" = "$(dev "$H")" ] || {{ cleanup; fail "the staged tree is not on the home's filesystem (a swap would copy, not rename); the workspace was not touched"; }}
 echo staged
 IFS= read -r go || go=
 [ "$go" = swap ] || {{ cleanup; fail "not swapped: no go-ahead from the operator (connection lost?)"; }}
@@ -158,6 +174,11 @@ echo swapped
 cleanup
 echo done
 """
+
+
+def in_home_staging(fleet: str, instance: str) -> str:
+    """The staging dir of a home that is a filesystem of its own (a btrfs subvolume): inside it, root 0700."""
+    return f"{restic.home_path(fleet, instance)}/.restore"
 
 
 def restore(conn: Connection, restic_bin: str, fleet: str, instance: str, restic_id: str, *, host: str,

@@ -169,6 +169,8 @@ class AgentRestore(_Model):
     restored: bool
     error: str | None = None
     restarted: bool = False
+    tier: Tier | None = None  # the tier the workspace came back from (None: not restored)
+    note: str | None = None  # why the checkpoint tier was not used, when the snapshot had it
 
 
 class RestoreResult(_Model):
@@ -187,3 +189,4 @@ class PruneResult(_Model):
     kept: list[str] = Field(default_factory=list)
     removed: list[str] = Field(default_factory=list)
     errors: list[HostError] = Field(default_factory=list)
+    checkpoints: int = 0  # checkpoints of the removed snapshots deleted from the hosts

@@ -2,9 +2,13 @@
 
 A restore refuses while an agent's container runs, unless ``stop`` (stop it, restore,
 start it again, even when the restore failed). It first takes a pre-restore snapshot
-of what it is about to overwrite (kind ``pre-restore``: restoring that undoes the
-restore), shows the difference (``confirm`` decides), and then restores each agent
-with ``host.restore``: verified into a root-only staging dir, swapped in by rename.
+of what it is about to overwrite (kind ``pre-restore``, on every tier the host has:
+restoring that undoes the restore), shows the difference (``confirm`` decides), and
+then restores each agent from the fastest tier that still holds it: the checkpoint
+(``cow.restore_checkpoint``: a writable snapshot of it swapped in for the home by
+rename, milliseconds) when the snapshot has that tier and the checkpoint is still on
+the host, else restic (``host.restore``: verified into a root-only staging dir on the
+home's filesystem, swapped in by rename). Each agent's result says which tier it used.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from jackin.errors import JackinError, SpecError
 from jackin.ledger import Ledger
 from jackin.providers import provider_for
 from jackin.remote import HostError
-from jackin.snapshots import api
+from jackin.snapshots import api, cow
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import AgentRestore, AgentSnapshot, DiffResult, PruneResult, RestoreResult, SnapshotRecord
 from jackin.spec import Inventory
@@ -34,7 +38,7 @@ def restore(inventory: Inventory, snapshot: str, agent: str | None = None, *, st
     wanted = set(api.select(inventory, agent))
     with Ledger() as ledger, ledger.lock(fleet, "snapshot.restore"):
         record = api.find(ledger, fleet, snapshot)
-        items = [a for a in record.agents if a.instance in wanted and a.restic_id]
+        items = [a for a in record.agents if a.instance in wanted and (a.restic_id or "checkpoint" in a.tiers)]
         if not items:
             raise SpecError(f"snapshot {snapshot!r} holds no agent {agent!r}" if agent else
                             f"snapshot {snapshot!r} holds no agents")  # fmt: skip
@@ -82,16 +86,14 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
                           hint=f"the pre-restore snapshot {pre.snapshot.id} was kept")  # fmt: skip
 
     def work(conn: Connection, target: SshTarget) -> list[AgentRestore]:
-        restic_bin = api.prepare(conn, fleet, host=target.name)
-        done = []
-        for item in (a for a in items if a.host == target.name):
-            try:
-                remote.restore(conn, restic_bin, fleet, item.instance, item.restic_id, host=target.name,
-                               repo=(repos or {}).get((target.name, item.instance)))  # fmt: skip
-                done.append(AgentRestore(host=target.name, instance=item.instance, restored=True))
-            except JackinError as error:
-                done.append(AgentRestore(host=target.name, instance=item.instance, restored=False, error=error.message))
-        return done
+        prepared: list[str] = []
+
+        def restic_bin() -> str:  # prepared once, and only when a restic restore needs it
+            prepared[:] = prepared or [api.prepare(conn, fleet, host=target.name)]
+            return prepared[0]
+
+        return [restore_one(conn, fleet, record.id, a, host=target.name, restic_bin=restic_bin,
+                            repo=(repos or {}).get((target.name, a.instance))) for a in items if a.host == target.name]  # fmt: skip
 
     for name, found in api.in_parallel(targets, work).items():
         if isinstance(found, JackinError):
@@ -102,7 +104,40 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
         for a in found:
             ledger.audit(run, fleet, "snapshot.restore", "ok" if a.restored else "failed", host=name,
                          detail={"snapshot": record.id, "instance": a.instance, "error": a.error,
-                                 "pre_restore": pre.snapshot.id})  # fmt: skip
+                                 "pre_restore": pre.snapshot.id, "tier": a.tier, "note": a.note})  # fmt: skip
+
+
+def restore_one(conn: Connection, fleet: str, snapshot: str, item: AgentSnapshot, *, host: str,
+                restic_bin: Callable[[], str], repo: str | None = None) -> AgentRestore:  # fmt: skip
+    """One agent back as ``snapshot`` had it: from its checkpoint when the snapshot has that tier and the
+    checkpoint is still on the host, else from restic (``repo``: a repository pushed there from another host,
+    snapshot.push). A checkpoint restore that fails changed nothing
+    (cow's script), so restic is tried next; a refusal (the agent runs again) is never worked around."""
+    done = AgentRestore(host=host, instance=item.instance, restored=False)
+    if "checkpoint" in item.tiers:
+        try:
+            if _has_checkpoint(conn, fleet, item.instance, snapshot):
+                cow.restore_checkpoint(conn, fleet, item.instance, snapshot)
+                return done.model_copy(update={"restored": True, "tier": "checkpoint"})
+            done.note = f"checkpoint {snapshot} of {item.instance} is no longer on {host}"
+        except cow.CheckpointRefused as error:
+            return done.model_copy(update={"error": error.message})
+        except JackinError as error:
+            done.note = f"the checkpoint tier failed: {error.message}"
+    if not item.restic_id:
+        return done.model_copy(update={"error": f"{done.note}; the snapshot has no restic tier to fall back on"})
+    try:
+        remote.restore(conn, restic_bin(), fleet, item.instance, item.restic_id, host=host, repo=repo)
+    except JackinError as error:
+        return done.model_copy(update={"error": error.message})
+    return done.model_copy(update={"restored": True, "tier": "restic"})
+
+
+def _has_checkpoint(conn: Connection, fleet: str, instance: str, snapshot: str) -> bool:
+    """Whether checkpoint ``snapshot`` of ``instance`` is on the host (False when the fleet has no tier there now)."""
+    if not cow.supported(conn, fleet):
+        return False
+    return any(c.snapshot_id == snapshot for c in cow.list_checkpoints(conn, fleet, instance))
 
 
 def _targets(inventory: Inventory, ledger: Ledger, record: SnapshotRecord, hosts: set[str]) -> list[SshTarget]:
@@ -163,8 +198,8 @@ def prune_plan(inventory: Inventory) -> tuple[list[SnapshotRecord], list[Snapsho
 
 
 def prune(inventory: Inventory, *, confirm: Callable[[list[SnapshotRecord]], bool] | None = None) -> PruneResult:
-    """``snapshot.prune``: forget the snapshots retention drops, on every host that holds them,
-    and free the data only they used (``restic forget --prune``)."""
+    """``snapshot.prune``: forget the snapshots retention drops, on every host that holds them:
+    delete their checkpoints and free the restic data only they used (``restic forget --prune``)."""
     fleet = inventory.fleet.name
     with Ledger() as ledger, ledger.lock(fleet, "snapshot.prune"):
         kept, removed = prune_plan(inventory)
@@ -177,26 +212,40 @@ def prune(inventory: Inventory, *, confirm: Callable[[list[SnapshotRecord]], boo
         targets = [t for t in provider_for(inventory, ledger).targets(bring_up=False) if t.name in hosts]
         run = ledger.start_run(fleet, "snapshot.prune", {"remove": [r.id for r in removed]})
 
-        def work(conn: Connection, target: SshTarget) -> None:
+        def work(conn: Connection, target: SshTarget) -> int:
+            deleted = delete_checkpoints(conn, fleet, [(a.instance, r.id) for r in removed for a in r.agents
+                                                       if a.host == target.name and "checkpoint" in a.tiers])  # fmt: skip
             restic_bin = api.prepare(conn, fleet, host=target.name)
             there = [s["id"] for s in remote.snapshots(conn, restic_bin, fleet, host=target.name)]
             ids = [a.restic_id for r in removed for a in r.agents if a.host == target.name and a.restic_id]
             # a snapshot already gone from the repository (lost, or never written) is forgotten by the ledger alone
             remote.forget(conn, restic_bin, fleet, [i for i in ids if any(t.startswith(i) for t in there)],
                           host=target.name)  # fmt: skip
+            return deleted
 
         found = api.in_parallel(targets, work)
         for name, outcome in found.items():
             ok = not isinstance(outcome, JackinError)
             if not ok:
                 result.errors.append(HostError.of(name, outcome))  # type: ignore[arg-type]
+            else:
+                result.checkpoints += outcome  # type: ignore[operator]
             for r in removed:
                 if ok:
                     ledger.forget_snapshot(fleet, r.id, host=name)
             ledger.audit(run, fleet, "snapshot.prune", "ok" if ok else "failed", host=name,
-                         detail={"removed": [r.id for r in removed]} if ok else {"error": outcome.message})  # type: ignore[union-attr]  # fmt: skip
+                         detail={"removed": [r.id for r in removed], "checkpoints": outcome} if ok
+                         else {"error": outcome.message})  # type: ignore[union-attr]  # fmt: skip
         unreached = hosts - {t.name for t in targets}
         result.errors += [HostError(host=h, error="not a host of the fleet now", unreachable=True) for h in sorted(unreached)]
         result.removed = [r.id for r in removed if ledger.snapshot(fleet, r.id) is None]
         ledger.finish_run(run, "failed" if result.errors else "ok", {"removed": result.removed})
         return result
+
+
+def delete_checkpoints(conn: Connection, fleet: str, pairs: list[tuple[str, str]]) -> int:
+    """Delete these (instance, snapshot id) checkpoints from the host; how many were there. A host whose
+    fleet dir is no btrfs mount now has none left to delete."""
+    if not pairs or not cow.supported(conn, fleet):
+        return 0
+    return sum(cow.delete_checkpoint(conn, fleet, instance, snapshot) for instance, snapshot in pairs)
