@@ -77,9 +77,10 @@ def up(fleet: Fleet, monkeypatch, *extra: str) -> subprocess.CompletedProcess:
     return inv("fleet.up", "-i", str(fleet.spec), "--yes", "--json", *extra)
 
 
-def host_state(fleet: Fleet) -> str:
+def host_state(fleet: Fleet | tuple[Lab, str]) -> str:
     """Everything of the fleet a run could change on the host."""
-    return sh(fleet.lab, f"ls -laR /var/lib/jackin 2>&1; getent passwd | grep -- '{fleet.name}--' ; "
+    lab, name = (fleet.lab, fleet.name) if isinstance(fleet, Fleet) else fleet
+    return sh(lab, f"ls -laR /var/lib/jackin 2>&1; getent passwd | grep -- '{name}--' ; "
                          f"docker ps -a --format '{{{{.Names}}}} {{{{.Status}}}}'; docker network ls --format '{{{{.Name}}}}'; "
                          f"ls -la /srv/jackin 2>&1; nft list tables", warn=True).stdout  # fmt: skip
 
@@ -238,3 +239,40 @@ def test_down_removes_the_credentials(cfleet: Fleet) -> None:
     assert sh(cfleet.lab, "test -e /var/lib/jackin/credentials", warn=True).failed
     assert sh(cfleet.lab, f"test -d /srv/jackin/{cfleet.name}/coder-1/workspace").ok  # --keep-data kept the data
     assert_nowhere(cfleet, done.stdout, done.stderr)
+
+
+def test_a_credential_like_mount_is_refused_and_a_plain_one_is_mounted_read_only(clab, tmp_path) -> None:
+    name = f"m{secrets.token_hex(3)}"
+    spec = tmp_path / f"{name}.yaml"
+
+    def write(source: str) -> None:
+        spec.write_text(f"""fleet:
+  name: {name}
+  provider: lab
+  lab: {{name: {clab.name}, hosts: 1}}
+  agents:
+    - name: coder
+      mounts:
+        - {{source: {source}, target: /data}}
+  resources: {{memory: 128m, cpus: 0.5, pids: 64}}
+""")
+
+    write("/root/.ssh")
+    before = host_state((clab, name))
+    refused = inv("fleet.up", "-i", str(spec), "--yes")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "agent coder: mount of /root/.ssh is refused: it holds .ssh" in refused.stderr
+    assert host_state((clab, name)) == before
+    shared = f"/srv/shared-{name}"
+    sh(clab, f"mkdir -p {shared} && echo hello > {shared}/hello")
+    write(shared)  # the positive control: a plain path is mounted, read-only by default
+    try:
+        done = inv("fleet.up", "-i", str(spec), "--yes")
+        assert done.returncode == 0, done.stdout + done.stderr
+        container = f"jk-{name}--coder-1"
+        assert sh(clab, f"docker exec {container} cat /data/hello").stdout == "hello\n"
+        assert sh(clab, f"docker exec {container} sh -c 'echo x > /data/hello'", warn=True).failed
+        assert sh(clab, f"cat {shared}/hello").stdout == "hello\n"
+    finally:
+        inv("fleet.down", "-i", str(spec), "--yes", "--keep-lab")
+        sh(clab, f"rm -rf {shared}")
