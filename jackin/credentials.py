@@ -177,18 +177,28 @@ def read(spec: FleetSpec, *, environ: Mapping[str, str] | None = None, key: byte
 
 
 def digest_key(fleet: str) -> bytes:
-    """The fleet's digest key, kept on this machine only (0600 in a 0700 dir), made once."""
+    """The fleet's digest key, kept on this machine only (0600 in a 0700 dir), made once: written to a
+    temporary name and linked into place, so two runs at once agree on one key."""
     from jackin.paths import private_dir, state_dir
 
-    path = private_dir(state_dir() / "credentials" / fleet) / "key"
+    folder = private_dir(state_dir() / "credentials" / fleet)
+    path = folder / "key"
+    if not path.exists():
+        temp = folder / f".key-{secrets.token_hex(8)}"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32) + "\n")
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            pass  # another run made it first: use that one
+        finally:
+            temp.unlink()
     try:
         return bytes.fromhex(path.read_text().strip())
-    except (OSError, ValueError):
-        pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(secrets.token_hex(32) + "\n")
-    return bytes.fromhex(path.read_text().strip())
+    except ValueError:
+        raise CredentialError(f"the credentials key {path} is not a key",
+                              hint="remove it: the next run makes a new one (and re-delivers every credential once)") from None
 
 
 def duplicate_names(spec: FleetSpec) -> list[str]:

@@ -9,6 +9,8 @@ commands; nothing here touches a host. Naming is deterministic:
     bridge     jk<8 hex>                   the agent network's Linux bridge (nftables matches it)
     home       /srv/jackin/<fleet>/<instance>            mode 0750, root:<agent group> (see operations/agent_paths)
     workspace  /srv/jackin/<fleet>/<instance>/workspace  mode 0700, mounted at /workspace
+    credentials /var/lib/jackin/credentials/<fleet>/<instance>  names only here; mounted read-only
+               at /run/jackin/credentials when the agent has any (jackin/credentials.py)
     labels     jackin.fleet=<fleet>, jackin.agent=<instance>
 
 Names longer than Linux allows (32 characters) are shortened with a hash.

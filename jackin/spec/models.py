@@ -247,7 +247,8 @@ class Resources(Model):
 
 class Credential(Model):
     """Names a secret and where the operator's machine keeps it; never its value.
-    Delivered to the agent as a read-only file (launch contract issue)."""
+    Delivered to the agent as a read-only file, ``/run/jackin/credentials/<name>`` in its
+    container (jackin/credentials.py)."""
 
     name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
     from_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -465,3 +465,31 @@ def test_fabric_connections_never_forward_the_agent(tmp_path: Path, monkeypatch:
     conn = connection(SshTarget(name="a", address="10.0.0.9", known_hosts=tmp_path / "known_hosts"))
     assert conn.forward_agent is False
     assert conn.config.forward_agent is False
+
+
+def test_a_credentials_dir_left_makes_the_clean_check_dirty_even_keeping_data(tmp_path: Path) -> None:
+    from jackin.fleet import _leftovers
+
+    spec = fleet(tmp_path)
+    plan, values = plan_of(spec), read(spec, environ=ENV, key=KEY)
+    state = _delivered(plan, values)
+    for keep in (False, True):
+        assert _leftovers(plan, state, keep_data=keep) == {"credentials": sorted(state.credentials)}
+    assert _leftovers(plan, HostState(), keep_data=False) == {}
+
+
+def test_fleet_up_reads_and_checks_before_it_opens_the_ledger(tmp_path: Path, monkeypatch) -> None:
+    """A missing source or a refused mount fails ``up`` before the ledger, the lab or any host is touched."""
+    import jackin.fleet as fleet_api
+    from jackin.spec import parse_inventory as parse
+
+    touched: list[str] = []
+    monkeypatch.setattr(fleet_api, "Ledger", lambda *a, **k: touched.append("ledger"))
+    monkeypatch.delenv("JK_TEST_API_KEY", raising=False)
+    inventory = parse(spec_text(CREDS.replace("FILE", str(tmp_path / "none"))), "f.yaml")
+    with pytest.raises(CredentialError):
+        fleet_api.up(inventory)
+    refused = parse(spec_text("", MOUNTS), "f.yaml")
+    with pytest.raises(SpecError, match="mount of /home/me/.aws is refused"):
+        fleet_api.up(refused)
+    assert touched == []
