@@ -207,6 +207,12 @@ def test_a_changed_value_is_redelivered_and_seen_by_the_running_container(cfleet
     gh_before = sh(cfleet.lab, f"{STAT} {cfleet.dir}/coder-1/GH_TOKEN").stdout
     old = cfleet.api_key
     cfleet.api_key = f"sk-api-{secrets.token_hex(16)}"
+    monkeypatch.setenv(cfleet.env, cfleet.api_key)
+    preview = inv("fleet.up", "-i", str(cfleet.spec), "--dry-run")  # the human preview: names and paths only
+    assert preview.returncode == 0, preview.stdout + preview.stderr
+    assert "upload a credential by SFTP" in preview.stdout and f"{cfleet.dir}/coder-1/API_KEY" in preview.stdout
+    assert "GH_TOKEN" not in preview.stdout  # the unchanged one is not in the preview
+    assert cfleet.api_key not in preview.stdout + preview.stderr and old not in preview.stdout
     control = f"CONTROL-{secrets.token_hex(8)}"
     watcher = start_watch(cfleet, [cfleet.api_key, old, cfleet.gh_token], control)
     try:
