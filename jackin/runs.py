@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import jackin
-from jackin.engine import EngineRequest, Event, HostResult, RunResult, run
 from jackin.credentials import Secrets
+from jackin.engine import EngineRequest, Event, HostResult, RunResult, run
 from jackin.errors import JackinError
 from jackin.ledger import Ledger
 from jackin.ssh import SshTarget
