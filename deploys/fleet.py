@@ -8,8 +8,8 @@ from pyinfra import host
 from pyinfra.facts.server import Which
 from pyinfra.operations import apt, systemd
 
-from jackin.engine import report
-from jackin.operations import cow, firewall, fleet, host as host_ops
+from jackin.engine import report, secrets
+from jackin.operations import cow, credentials, firewall, fleet, host as host_ops
 from jackin.plan import FleetPlan
 
 plan = FleetPlan.model_validate(host.data.jackin)
@@ -37,5 +37,7 @@ if plan.checkpoints is not None:  # the checkpoint tier: homes on a loop-mounted
     cow.home_filesystem(name=f"checkpoint filesystem of fleet {plan.fleet}", plan=plan, state=state)
 # The egress policy is in place before any agent container starts (fail closed).
 firewall.egress_policy(name=f"egress policy of fleet {plan.fleet}", plan=plan, state=state)
+if any(a.credentials for a in plan.agents) or state.credentials:  # before the containers that mount them
+    credentials.credentials(name=f"credentials of fleet {plan.fleet}", plan=plan, state=state, values=secrets.get())
 for agent in plan.agents:
     fleet.agent(name=f"agent {agent.instance}", agent=agent, state=state, pools=plan.address_pools)

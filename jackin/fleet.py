@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin import firewall
+from jackin import credentials, firewall
 from jackin import plan as planning
 from jackin.applied import applied, in_place
 from jackin.engine import Event, HostResult, RunResult
@@ -97,6 +97,8 @@ def up(
     against the run (``jackin.applied``), so a later ``fleet.rollback`` can return to it.
     """
     fleet = inventory.fleet
+    credentials.check(fleet)  # refused (exit 2) before anything: credential-like mounts, duplicate names
+    values = credentials.read(fleet)  # every value read here, before any host is touched; never in the plan
     with Ledger() as ledger, ledger.lock(fleet.name, action):
         provider = provider_for(inventory, ledger)
         hosts = _only(provider.targets(log=log, bring_up=not dry_run if bring_up is None else bring_up), only)
@@ -108,7 +110,8 @@ def up(
                 "(give it as an IP address to deny it)")
         if dry_run:  # changes nothing, the ledger included
             _, result = recorded_run(None, fleet=fleet.name, action="fleet.up --dry-run", deploy="fleet.py",
-                                     hosts=hosts, data=plan.model_dump(mode="json"), dry_run=True, on_event=on_event)  # fmt: skip
+                                     hosts=hosts, data=plan.model_dump(mode="json"), dry_run=True, on_event=on_event,
+                                     secrets=values)  # fmt: skip
             return UpResult(fleet=fleet.name, run=result, plan=plan)
         ledger.record_fleet(fleet.name, fleet.provider, source, "up")
         provider.claim()
@@ -125,7 +128,8 @@ def up(
 
         _, result = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=hosts,
                                  data=plan.model_dump(mode="json"), detail={**(detail or {}), "hosts": names},
-                                 on_event=on_event, on_host=record_host, on_start=record_spec)  # fmt: skip
+                                 on_event=on_event, on_host=record_host, on_start=record_spec,
+                                 secrets=values)  # fmt: skip
         return UpResult(fleet=fleet.name, run=result, plan=plan)
 
 

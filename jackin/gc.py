@@ -35,6 +35,7 @@ GC_COMMAND = (
     "getent passwd | awk -F: '$5 ~ /^jackin\\// {split($5, a, \"/\"); print a[2]}'; "
     "ls /srv/jackin 2>/dev/null; "
     "ls /var/lib/jackin/cow 2>/dev/null | sed -n 's/\\.img$//p'; "
+    "ls /var/lib/jackin/credentials 2>/dev/null; "  # delivered credentials (jackin/credentials.py)
     "ls /var/lib/jackin 2>/dev/null | sed -n 's/^fleet-\\(.*\\)\\.json$/\\1/p'; } | sort -u"
 )
 

@@ -9,6 +9,8 @@ commands; nothing here touches a host. Naming is deterministic:
     bridge     jk<8 hex>                   the agent network's Linux bridge (nftables matches it)
     home       /srv/jackin/<fleet>/<instance>            mode 0750, root:<agent group> (see operations/agent_paths)
     workspace  /srv/jackin/<fleet>/<instance>/workspace  mode 0700, mounted at /workspace
+    credentials /var/lib/jackin/credentials/<fleet>/<instance>  names only here; mounted read-only
+               at /run/jackin/credentials when the agent has any (jackin/credentials.py)
     labels     jackin.fleet=<fleet>, jackin.agent=<instance>
 
 Names longer than Linux allows (32 characters) are shortened with a hash.
@@ -24,13 +26,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.spec.models import SLUG, AddressPool, FleetSpec, NetworkPolicy
+from jackin.spec.models import SLUG, AddressPool, FleetSpec, Mount, NetworkPolicy
 
 ROOT = "/srv/jackin"
 DEFAULT_IMAGE = "jackin/agent:busybox"
 MAX_NAME = 32
 UIDS_PER_FLEET = 1000
 STATE_DIR = "/var/lib/jackin"
+CREDENTIALS_DIR = f"{STATE_DIR}/credentials"  # per agent: <fleet>/<instance>/<NAME> (jackin/credentials.py)
+CREDENTIALS_TARGET = "/run/jackin/credentials"  # where the agent's container sees them, read-only
 # Stands for the agent network's gateway in the run line (and its hash): known only on the host.
 BRIDGE_GATEWAY = "@bridge-gateway"
 
@@ -60,6 +64,13 @@ class AgentPlan(_Model):
     cpus: float
     pids: int
     policy: NetworkPolicy = NetworkPolicy()
+    credentials: list[str] = Field(default_factory=list)  # names only: values never enter a plan
+    mounts: list[Mount] = Field(default_factory=list)
+
+    @property
+    def credentials_dir(self) -> str:
+        """The host directory holding this agent's credential files (see jackin/credentials.py)."""
+        return f"{CREDENTIALS_DIR}/{self.fleet}/{self.instance}"
 
     @property
     def dns_filter(self) -> bool:
@@ -102,6 +113,10 @@ class AgentPlan(_Model):
             "--restart", "unless-stopped",
             "--log-opt", "max-size=10m", "--log-opt", "max-file=3",
         ]  # fmt: skip
+        if self.credentials:  # the directory, not each file: a re-delivered file is seen at once
+            args += ["--mount", f"type=bind,src={self.credentials_dir},dst={CREDENTIALS_TARGET},readonly"]
+        for mount in self.mounts:
+            args += ["--mount", f"type=bind,src={mount.source},dst={mount.target}" + (",readonly" if mount.readonly else "")]
         for server in self.dns:
             args += ["--dns", server]
         for port in self.policy.publish:
@@ -193,6 +208,7 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
                 image=agent.image or DEFAULT_IMAGE, command=IDLE,
                 memory=resources.memory, cpus=resources.cpus, pids=resources.pids,
                 policy=spec.agent_network(agent),
+                credentials=sorted({c.name for c in agent.credentials}), mounts=agent.mounts,
             )  # fmt: skip
         )
     return FleetPlan(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jackin
+from jackin.credentials import Secrets
 from jackin.engine import EngineRequest, Event, HostResult, RunResult, run
 from jackin.errors import JackinError
 from jackin.ledger import Ledger
@@ -41,21 +42,24 @@ def recorded_run(
     on_event: OnEvent = lambda _: None,
     on_host: OnHost | None = None,
     on_start: Callable[[int], None] | None = None,
+    secrets: Secrets | None = None,
 ) -> tuple[int | None, RunResult]:
     """Run ``deploys/<deploy>`` on ``hosts``; record the run unless ``ledger`` is None.
 
     ``on_host`` is called for every host's result after its audit entry (to
     record what the run left there); ``on_start`` with the run's id once it is recorded (to
-    record more against it). Returns the run's id and its result.
+    record more against it). ``secrets``: credential values for the deploy, handed to the engine on
+    its stdin (never in ``data``, which is the plan, nor in the ledger). Returns the run's id and its result.
     """
+    wire = secrets.to_wire() if secrets is not None and secrets.agents() else None
     request = EngineRequest(deploy=str(deploys_dir() / deploy), targets=hosts, data=data, dry_run=dry_run)
     if ledger is None:
-        return None, run(request, on_event)
+        return None, run(request, on_event, secrets=wire)
     run_id = ledger.start_run(fleet, action, detail)
     try:
         if on_start is not None:
             on_start(run_id)
-        result = run(request, on_event)
+        result = run(request, on_event, secrets=wire)
     except BaseException:
         ledger.finish_run(run_id, "failed")
         raise

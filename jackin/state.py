@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import JackinError
 from jackin.firewall import NFT_DIR, owned_paths
-from jackin.plan import ROOT, STATE_DIR, user_name
+from jackin.plan import CREDENTIALS_DIR, ROOT, STATE_DIR, user_name
 from jackin.snapshots.cow import CowState
 from jackin.snapshots.cow import parse_state as parse_cow
 from jackin.snapshots.cow import state_section as cow_section
@@ -116,6 +116,10 @@ class HostState(BaseModel):
     files: list[str] = Field(default_factory=list)  # the firewall's files that exist
     cow: CowState = Field(default_factory=CowState)  # the checkpoint tier's filesystem (jackin.snapshots.cow)
     snapshots: SnapshotDirs = Field(default_factory=SnapshotDirs)  # the restic tier's root-only paths
+    # Delivered credentials (jackin/credentials.py): the fleet's credentials dir, each agent's dir and
+    # files (path -> info), and per instance the keyed digest of each delivered value (name -> HMAC).
+    credentials: dict[str, PathInfo] = Field(default_factory=dict)
+    credential_digests: dict[str, dict[str, str]] = Field(default_factory=dict)
 
     def user_by_uid(self, uid: int) -> User | None:
         return next((u for u in self.users.values() if u.uid == uid), None)
@@ -145,6 +149,7 @@ class HostState(BaseModel):
             "nft": ["table"] if self.nft_table else [],
             "cow": list(self.cow.leftovers),
             "snapshots": self.snapshots.leftovers(self.fleet),
+            "credentials": sorted(self.credentials),
         }
 
 
@@ -173,6 +178,7 @@ echo '##nfthash'; cat {NFT_DIR}/{f}.sha 2>/dev/null
 echo '##files'; for p in {" ".join(shlex.quote(p) for p in owned_paths(fleet))}; do [ -e "$p" ] && echo "$p"; done
 {cow_section(fleet)}
 {snapshots_section(fleet)}
+{_credentials_command(fleet)}
 true
 """.strip()
 
@@ -193,6 +199,29 @@ def _paths_command(fleet_dir: str) -> str:
     fmt = shlex.quote(PATH_FORMAT)
     return (f"[ -d {fleet_dir} ] && {{ find {fleet_dir} -maxdepth 1 -printf {fmt}; "
             f"find {fleet_dir} -mindepth 2 -maxdepth 2 -name workspace -printf {fmt}; }} | od -An -v -tx1")
+
+
+def _credentials_command(fleet: str) -> str:
+    """The fleet's credentials dir, each agent's dir and its files (hex, like ``_paths_command``), then
+    the digest files' ``NAME HMAC`` lines prefixed by their path (``grep -H``). Only root writes there."""
+    fmt, d = shlex.quote(PATH_FORMAT), shlex.quote(f"{CREDENTIALS_DIR}/{fleet}")
+    return "\n".join([
+        f"echo '##creds'; [ -d {d} ] && find {d} -maxdepth 2 -printf {fmt} | od -An -v -tx1",
+        f"echo '##creddigests'; [ -d {d} ] && grep -H '' {d}/*.digests 2>/dev/null",
+    ])
+
+
+_DIGEST_LINE = re.compile(r"^.*/([a-z][a-z0-9-]*)\.digests:([A-Z][A-Z0-9_]*) ([0-9a-f]{64})$")
+
+
+def _digests(lines: list[str]) -> dict[str, dict[str, str]]:
+    """``<dir>/<instance>.digests:NAME HMAC`` lines -> instance -> name -> HMAC; other lines dropped."""
+    found: dict[str, dict[str, str]] = {}
+    for line in lines:
+        match = _DIGEST_LINE.match(line.strip())
+        if match:
+            found.setdefault(match.group(1), {})[match.group(2)] = match.group(3)
+    return found
 
 
 def _sections(lines: list[str]) -> dict[str, list[str]]:
@@ -299,4 +328,6 @@ def _parse_state(lines: list[str]) -> HostState:
     data["cow"] = parse_cow(sections.get("cow", []), sections.get("cowsubvols", []))
     words = {line.strip() for line in sections.get("snapshots", [])}
     data["snapshots"] = SnapshotDirs(**{k: k in words for k in ("fleet", "repo", "restic", "others")})
+    data["credentials"] = _paths(sections.get("creds", []))
+    data["credential_digests"] = _digests(sections.get("creddigests", []))
     return HostState(**data)

@@ -17,8 +17,12 @@ from jackin.errors import JackinError
 OnEvent = Callable[[Event], None]
 
 
-def run(request: EngineRequest, on_event: OnEvent = lambda _: None, *, timeout: float = 3600) -> RunResult:
+def run(request: EngineRequest, on_event: OnEvent = lambda _: None, *, timeout: float = 3600,
+        secrets: str | None = None) -> RunResult:
     """Run a deploy on every target in the engine process; return per-host results.
+
+    ``secrets``: credential values (``Secrets.to_wire``), written to the child's stdin after the
+    request, never into the request (its data is the plan) or the child's argv or environment.
 
     Events are handed to ``on_event`` as they arrive, so the CLI can show progress.
     A host that fails is a failed ``HostResult``, never an exception.
@@ -35,7 +39,9 @@ def run(request: EngineRequest, on_event: OnEvent = lambda _: None, *, timeout: 
             text=True,
         )
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(request.model_dump_json())
+        proc.stdin.write(request.model_dump_json() + "\n")  # one line: JSON escapes every newline
+        if secrets:
+            proc.stdin.write(secrets + "\n")
         proc.stdin.close()
         watchdog = threading.Timer(timeout, proc.kill)  # a run that outlives its deadline is stopped
         watchdog.daemon = True

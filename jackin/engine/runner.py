@@ -185,7 +185,12 @@ def main() -> int:
     _out = os.fdopen(events_fd, "w", buffering=1)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
-    request = EngineRequest.model_validate_json(sys.stdin.read())
+    head, _, rest = sys.stdin.read().partition("\n")  # the request, then credential values (jackin.engine.secrets)
+    request = EngineRequest.model_validate_json(head)
+    import jackin.engine.secrets as engine_secrets
+
+    engine_secrets.load(rest)
+    del rest
     started = time.monotonic()
     emit("start", data={"hosts": [t.name for t in request.targets], "dry_run": request.dry_run})
     connect_errors: dict[str, str] = {}

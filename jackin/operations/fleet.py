@@ -16,7 +16,7 @@ from pyinfra import host
 from pyinfra.api import OperationError, operation
 
 from jackin.facts.fleet import FleetState, HostState, Network, PathInfo, User
-from jackin.operations import cow
+from jackin.operations import cow, credentials
 from jackin.operations.agent_paths import home_commands, workspace_commands
 from jackin.operations.firewall import remove_commands
 from jackin.operations.script import Command, script, write_files
@@ -208,6 +208,7 @@ def teardown_commands(plan: FleetPlan, state: HostState, *, keep_data: bool) -> 
         commands.append(q("rm", "-rf", "--one-file-system", plan.fleet_dir))
         commands.append(f"rmdir {ROOT} 2>/dev/null || true")
     commands += snapshot_teardown(plan.fleet, state, keep_data=keep_data)
+    commands += credentials.teardown_commands(plan.fleet, state)  # never kept, not even with --keep-data
     if state.marker:
         commands.append(q("rm", "-f", plan.marker))
         commands.append(f"rmdir {STATE_DIR} 2>/dev/null || true")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -247,7 +247,8 @@ class Resources(Model):
 
 class Credential(Model):
     """Names a secret and where the operator's machine keeps it; never its value.
-    Delivered to the agent as a read-only file (launch contract issue)."""
+    Delivered to the agent as a read-only file, ``/run/jackin/credentials/<name>`` in its
+    container (jackin/credentials.py)."""
 
     name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
     from_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -260,6 +261,37 @@ class Credential(Model):
         return self
 
 
+def _check_mount_path(value: str) -> str:
+    """An absolute path without a comma or control character (it goes into ``docker run --mount``)."""
+    if not value.startswith("/"):
+        raise ValueError("expected an absolute path (a host path such as /srv/data, or a container path)")
+    if "," in value or any(ord(c) < 32 for c in value):
+        raise ValueError("a mount path cannot hold a comma or a control character")
+    return str(PurePosixPath(value))
+
+
+MountPath = Annotated[str, AfterValidator(_check_mount_path)]
+RESERVED_TARGETS = ("/workspace", "/run/jackin")  # the workspace and the credentials' mount
+
+
+class Mount(Model):
+    """A host path bind-mounted into the agent's container, read-only unless ``readonly: false``.
+    A credential-like source (~/.ssh, ~/.aws, /root...) is refused unless ``acknowledge_credentials``."""
+
+    source: MountPath
+    target: MountPath
+    readonly: bool = True
+    acknowledge_credentials: bool = False
+
+    @field_validator("target")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value == "/" or any(value == r or value.startswith(r + "/") or r.startswith(value + "/")
+                               for r in RESERVED_TARGETS):  # fmt: skip
+            raise ValueError(f"{value} is the root or overlaps {' or '.join(RESERVED_TARGETS)}, which jackin mounts")
+        return value
+
+
 class AgentSpec(Model):
     name: Slug
     role: Literal[ROLES] = "demo"  # type: ignore[valid-type]
@@ -268,6 +300,15 @@ class AgentSpec(Model):
     resources: Resources | None = None
     credentials: list[Credential] = Field(default_factory=list)
     image: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?$")
+    mounts: list[Mount] = Field(default_factory=list)
+
+    @field_validator("mounts")
+    @classmethod
+    def _distinct_targets(cls, value: list[Mount]) -> list[Mount]:
+        targets = [m.target for m in value]
+        if len(set(targets)) != len(targets):
+            raise ValueError("two mounts have the same target")
+        return value
 
 
 MIN_CHECKPOINT_SIZE = parse_size("256m")
