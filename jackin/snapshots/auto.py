@@ -51,6 +51,10 @@ class AutoSnapshot(BaseModel):
     skipped: list[str] = []  # affected, but the ledger has no record to snapshot them by
 
 
+# Per host what fleet.up changes of its existing agents; and the hosts whose state read failed.
+Found = tuple[list[AutoSnapshot], dict[str, JackinError]]
+
+
 def changes_of(plan: FleetPlan, state: HostState) -> list[Change]:
     """The existing agents on this host that an up of ``plan`` recreates or removes.
 
@@ -67,7 +71,8 @@ def changes_of(plan: FleetPlan, state: HostState) -> list[Change]:
         why = changes.recreate_reason(agent, state, plan.address_pools, create=create,
                                       remount=changes.remounts(agent, state))  # fmt: skip
         if why is not None:
-            found.append(Change(instance=agent.instance, action="recreate", why=f"{why}{f' ({problem})' if problem else ''}"))
+            why += f" ({problem})" if problem else ""
+            found.append(Change(instance=agent.instance, action="recreate", why=why))
     for name in changes.leaving_containers(plan, state):
         instance = state.containers[name].instance
         if instance and f"{plan.fleet_dir}/{instance}/workspace" in state.paths:
@@ -86,8 +91,7 @@ def read_states(plan: FleetPlan, hosts: Sequence[SshTarget]) -> dict[str, HostSt
     return gather(hosts, command, lambda out: parse_state(out.split("\n")), timeout=STATE_TIMEOUT)
 
 
-def plan_snapshots(plan: FleetPlan, hosts: Sequence[SshTarget], known: set[tuple[str, str]],
-                   ) -> tuple[list[AutoSnapshot], dict[str, JackinError]]:  # fmt: skip
+def plan_snapshots(plan: FleetPlan, hosts: Sequence[SshTarget], known: set[tuple[str, str]]) -> Found:
     """Per host what the run changes of its existing agents; and the hosts whose state read failed.
 
     ``known``: the (host, instance) pairs the ledger records. A removed agent the ledger does not
@@ -110,7 +114,7 @@ def _verb(change: Change) -> str:
 
 
 def snapshot_before_up(ledger: Ledger, inventory: Inventory, plan: FleetPlan, hosts: Sequence[SshTarget], *,
-                       action: str, dry_run: bool, log: Log) -> tuple[list[AutoSnapshot], dict[str, JackinError]]:  # fmt: skip
+                       action: str, dry_run: bool, log: Log) -> Found:  # fmt: skip
     """Before ``fleet.up`` (the caller holds the fleet's lock): snapshot the agents it will recreate or
     remove, per host. Returns what was (or, dry run, would be) snapshotted, and the hosts whose state
     read failed (the caller runs nothing there: it cannot know what would be lost).
@@ -148,7 +152,8 @@ def _take(ledger: Ledger, inventory: Inventory, hosts: Sequence[SshTarget], grou
     from jackin.snapshots import api  # late: restic and Fabric work only when a snapshot is due
 
     names = {item.host for item in group}
-    instances = sorted({c.instance for item in group for c in item.changes} - {i for item in group for i in item.skipped})
+    skipped = {i for item in group for i in item.skipped}
+    instances = sorted({c.instance for item in group for c in item.changes} - skipped)
     what = "; ".join(f"{c.action} {c.instance}" for c in group[0].changes if c.instance in instances)
     result = api.take(ledger, inventory, [h for h in hosts if h.name in names], instances, kind="auto",
                       label=f"before {action}: {what}")  # fmt: skip
