@@ -96,6 +96,9 @@ def up(
     ``action``/``detail``/``only``: how the run is recorded and on which of the fleet's hosts it
     runs (``fleet.rollback`` applies a stored spec through here). The applied spec is recorded
     against the run (``jackin.applied``), so a later ``fleet.rollback`` can return to it.
+    First, unless the spec's ``snapshots.before_changes`` is off, the agents the run will recreate or
+    remove are snapshotted (``jackin.snapshots.auto``; their ids in the run's detail, ``auto_snapshots``);
+    a failed snapshot raises before anything changed, and a host whose state cannot be read is not run.
     """
     fleet = inventory.fleet
     with Ledger() as ledger, ledger.lock(fleet.name, action):
