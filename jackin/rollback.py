@@ -438,10 +438,7 @@ def apply(rollback: Rollback, *, source: str | None = None, dry_run: bool = Fals
         up = fleet_api.up(step.inventory, source=source, dry_run=dry_run, bring_up=False, on_event=on_event, log=log,
                           action="fleet.rollback", detail={"to": step.to}, only=step.hosts)  # fmt: skip
         results.append(StepResult(step=step, up=up))
-        if with_snapshots and dry_run:
-            for line in snapshot_lines(step):
-                log(line.strip())
-        elif with_snapshots and restore_snapshots is not None:
+        if with_snapshots and not dry_run and restore_snapshots is not None:
             try:
                 restore_snapshots(step, [h.host for h in up.run.hosts if h.ok], log)
             except JackinError as error:
