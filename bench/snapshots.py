@@ -29,7 +29,6 @@ other engineers' labs): compare ratios, not seconds. Never a timed test.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import resource
@@ -276,11 +275,11 @@ def report(mb: int, r: dict[str, float], cow: dict[str, float] | str) -> None:
     print(f"   restic's own floor, a backup of an empty directory: {fixed:.3f}s ({r['fixed cpu']:.2f} CPU s; opening "
           f"the repository alone, key derivation: {r['restic start']:.3f}s). Without it: full "
           f"{(r['full'] - fixed) / r['tar create']:.2f}x tar|zstd, incremental "
-          f"{(r['incremental'] - fixed) / (r['full'] - fixed):.2f}x the full backup; CPU seconds (steadier than wall "
+          f"{max(r['incremental'] - fixed, 0) / (r['full'] - fixed):.2f}x the full backup; CPU seconds (steadier than wall "
           f"time on a loaded machine): full {r['full cpu'] / r['tar create cpu']:.2f}x tar|zstd, "
           f"{r['full cpu'] / r['work floor cpu']:.2f}x the work floor")
     print(f"   restore = restic check {r['check']:.3f}s + restore --verify {r['restore only']:.3f}s "
-          "(what snapshot.restore runs per agent, before its rename)")
+          "(what snapshot.restore runs per agent, before its rename; with --repeat, each is its own median)")
     print("   floors: tar|zstd compresses and fsyncs its output, but neither hashes, encrypts nor deduplicates; "
           "the work floor adds sha256 of the input and of the output and AES-256-CTR (restic's per-byte work, "
           "without chunking, MAC, index or dedup)")
