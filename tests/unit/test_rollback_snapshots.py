@@ -142,3 +142,68 @@ def test_restore_matches_restores_per_snapshot_and_instance_on_hosts_that_succee
     with pytest.raises(JackinError, match="coder-1 on h2: its spec rollback failed there"):
         rollback.restore_matches(planned, ["h1"], logged.append)
     assert calls == []  # a snapshot spanning a failed host is left alone
+
+
+# --- prepare(with_snapshots=True) on a real (temporary) ledger ----------------------------------
+
+
+def inventory(**fleet) -> Inventory:
+    base = {"name": "demo", "provider": "lab", "agents": [{"name": "coder", "count": 2}]}
+    return Inventory.model_validate({"fleet": {**base, **fleet}})
+
+
+def record_up(ledger, inv: Inventory) -> int:
+    from jackin.applied import applied
+
+    spec = applied(inv)
+    run_id = ledger.start_run("demo", "fleet.up")
+    ledger.record_spec(run_id, "demo", ["h1"], spec.spec, spec.hash, spec.fleet_hash)
+    ledger.audit(run_id, "demo", "fleet.up", "ok", host="h1")
+    ledger.finish_run(run_id, "ok")
+    return run_id
+
+
+def record_snapshot(ledger, sid: str, kind: str = "manual") -> None:
+    run_id = ledger.start_run("demo", "snapshot.create", {"snapshot": sid, "kind": kind})
+    agents = [{"host": "h1", "instance": i, "agent": "coder", "restic_id": f"r-{sid}-{i}", "tiers": ["restic"]}
+              for i in ("coder-1", "coder-2")]  # fmt: skip
+    ledger.record_snapshot({"id": sid, "fleet": "demo", "created": "2026-12-03T08:00:00+00:00", "kind": kind},
+                           agents, run=run_id)  # fmt: skip
+    ledger.finish_run(run_id, "ok", {"snapshot": sid})
+
+
+@pytest.fixture
+def ledger_dir(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(rollback.fleet_api, "targets", lambda inv, bring_up: [SimpleNamespace(name="h1")])
+    return tmp_path
+
+
+def test_prepare_chooses_the_snapshot_taken_under_the_target_spec(ledger_dir) -> None:
+    from jackin.ledger import Ledger
+
+    with Ledger() as ledger:
+        run_a = record_up(ledger, inventory(ttl="1h"))
+        record_snapshot(ledger, "20261203-080000-aaaa")
+        record_up(ledger, inventory(ttl="2h"))
+        record_snapshot(ledger, "20261203-080000-bbbb")  # under B: not A's
+    chosen = rollback.prepare(inventory(ttl="2h"), to=run_a, with_snapshots=True)
+    assert chosen.with_snapshots and chosen.steps[0].to == run_a
+    assert ids(chosen.steps[0].snapshots) == [("coder-1", "20261203-080000-aaaa"), ("coder-2", "20261203-080000-aaaa")]
+    assert rollback.prepare(inventory(ttl="2h"), to=run_a).steps[0].snapshots == []  # only when asked
+
+
+def test_prepare_refuses_with_snapshots_when_none_matches_and_records_nothing(ledger_dir) -> None:
+    from jackin.ledger import Ledger
+
+    with Ledger() as ledger:
+        run_a = record_up(ledger, inventory(ttl="1h"))
+        record_up(ledger, inventory(ttl="2h"))
+        record_snapshot(ledger, "20261203-080000-bbbb")
+        before = ledger.runs("demo")
+    with pytest.raises(SpecError, match="no matching snapshot for every agent of run"):
+        rollback.prepare(inventory(ttl="2h"), to=run_a, with_snapshots=True)
+    with Ledger() as ledger:
+        assert ledger.runs("demo") == before
