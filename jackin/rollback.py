@@ -23,7 +23,7 @@ the file's spec again. A stored spec must place the fleet where the inventory do
 provider, lab, hosts), else it is refused: a rollback changes what runs, never where.
 
 Snapshots (``--with-snapshots``): once a step's spec is back on a host, each agent of the target
-spec on that host gets the snapshot that matches the target run there (``match_snapshots``): the
+spec on that host gets the snapshot that matches the target run there (``match_step``): the
 newest fleet snapshot holding that (host, instance) that was taken after the target run finished
 and before the next run on that host that applied a different fleet spec finished (its ``auto``
 snapshot is taken inside it, before it changes anything; a run that died unfinished ends the
