@@ -98,7 +98,7 @@ def fleet_gc(c, inventory=None, yes=False, purge_kept=False):
             "host": "this host only: its last good state (or --to RUN's spec)",
             "yes": "apply without showing the plan and asking", "json": "print one JSON document (needs --yes or --dry-run)",
             "dry_run": "show the spec change and the plan; change nothing",
-            "with_snapshots": "also restore the matching snapshots (arrives with snapshot restore)"})  # fmt: skip
+            "with_snapshots": "then restore, per host, each agent's newest snapshot taken while the target spec was in place (refused up front if one has none)"})  # fmt: skip
 def fleet_rollback(c, inventory=None, to=None, host=None, yes=False, json=False, dry_run=False, with_snapshots=False):
     """Return the fleet (or a host) to the spec of an earlier successful run, recorded in the ledger."""
     with guard():

@@ -317,10 +317,13 @@ def fleet_rollback(inventory: str | None, *, to: str | int | None, host: str | N
     if json and not (yes or dry_run):
         raise SpecError("--json needs --yes or --dry-run (there is no one to ask)")
     rollback_api.check_snapshots(with_snapshots)
-    chosen = rollback_api.prepare(spec, to=count("--to", to, high=2**63 - 1), host=host or None)
+    chosen = rollback_api.prepare(spec, to=count("--to", to, high=2**63 - 1), host=host or None,
+                                  with_snapshots=with_snapshots)  # fmt: skip
     if not json:
         for step in chosen.steps:
             ui.out.print(ui.rollback_view(step, fleet=chosen.fleet))
+            for line in rollback_api.snapshot_lines(step):  # --with-snapshots: what each host gets back
+                ui.out.print(line, highlight=False, soft_wrap=True)
     if not dry_run and not yes:
         require_terminal_or("--yes")
     if dry_run or not yes:

@@ -83,12 +83,18 @@ def q(*args: str) -> str:
     return " ".join(shlex.quote(a) for a in args)
 
 
+def repo_options(repo: str, password_file: str, cache_dir: str) -> list[str]:
+    """The global options of every restic command the toolkit runs (bench/snapshots.py uses them too).
+    No ``--compression``: restic's default (``auto`` from 0.14 on) is what the benchmark chose, and a
+    host's own older restic (Debian 11, Ubuntu 22.04) does not know the flag."""
+    return ["--repo", repo, "--password-file", password_file, "--cache-dir", cache_dir]
+
+
 def base(restic: str, fleet: str, *, repo: str | None = None) -> list[str]:
     """``restic`` with the fleet's repository, password file and cache (``--quiet`` is per command:
     it would also silence the change lines of ``diff --json``). ``repo``: another repository of the
     fleet on this host (one pushed here from another host), same password."""
-    return [restic, "--repo", repo or repo_path(fleet), "--password-file", password_path(fleet),
-            "--cache-dir", cache_path(fleet)]  # fmt: skip
+    return [restic, *repo_options(repo or repo_path(fleet), password_path(fleet), cache_path(fleet))]
 
 
 def layout_commands(fleet: str) -> list[str]:
@@ -106,12 +112,18 @@ def tags(snapshot: str, instance: str, *, tmp: bool = False) -> list[str]:
     return ["jackin", f"snap={snapshot}", f"instance={instance}", *(["tmp"] if tmp else [])]
 
 
-def backup_argv(restic: str, fleet: str, host: str, snapshot: str, instance: str, *, tmp: bool = False) -> list[str]:
-    """Back up the agent's home and manifest; ``--json`` ends with the summary line."""
-    argv = [*base(restic, fleet), "--quiet", "backup", "--json", "--host", host]
+def backup_options(host: str, snapshot: str, instance: str, *, tmp: bool = False) -> list[str]:
+    """``backup`` and its options, without the paths (what ``snapshot.create`` runs; the benchmark too)."""
+    argv = ["--quiet", "backup", "--json", "--host", host]
     for tag in tags(snapshot, instance, tmp=tmp):
         argv += ["--tag", tag]
-    return [*argv, "--", home_path(fleet, instance), manifest_path(fleet, instance)]
+    return argv
+
+
+def backup_argv(restic: str, fleet: str, host: str, snapshot: str, instance: str, *, tmp: bool = False) -> list[str]:
+    """Back up the agent's home and manifest; ``--json`` ends with the summary line."""
+    return [*base(restic, fleet), *backup_options(host, snapshot, instance, tmp=tmp), "--",
+            home_path(fleet, instance), manifest_path(fleet, instance)]  # fmt: skip
 
 
 def parse_backup(out: str) -> BackupSummary:
@@ -183,14 +195,22 @@ def forget_argv(restic: str, fleet: str, ids: Sequence[str], *, prune: bool = Tr
     return [*base(restic, fleet), "--quiet", "forget", *(["--prune"] if prune else []), "--", *ids]
 
 
+def check_options(*, read_data: bool = False) -> list[str]:
+    return ["--quiet", "check", *(["--read-data"] if read_data else [])]
+
+
 def check_argv(restic: str, fleet: str, *, read_data: bool = False, repo: str | None = None) -> list[str]:
-    return [*base(restic, fleet, repo=repo), "--quiet", "check", *(["--read-data"] if read_data else [])]
+    return [*base(restic, fleet, repo=repo), *check_options(read_data=read_data)]
+
+
+def restore_options(restic_id: str, target: str) -> list[str]:
+    """``restore`` into ``target``, reading every file back against its content hash (``--verify``)."""
+    return ["--quiet", "restore", restic_id, "--target", target, "--verify"]
 
 
 def restore_argv(restic: str, fleet: str, restic_id: str, target: str, *, repo: str | None = None) -> list[str]:
-    """Restore one agent snapshot under ``target`` (absolute paths kept below it), reading every
-    file back against its content hash (``--verify``)."""
-    return [*base(restic, fleet, repo=repo), "--quiet", "restore", restic_id, "--target", target, "--verify"]
+    """Restore one agent snapshot under ``target`` (absolute paths kept below it), verified."""
+    return [*base(restic, fleet, repo=repo), *restore_options(restic_id, target)]
 
 
 def teardown_commands(fleet: str) -> list[str]:

@@ -85,7 +85,7 @@ def test_interactive_previews_then_asks(calls: list[bool], monkeypatch: pytest.M
 
 def test_with_snapshots_refused_before_anything(calls: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rollback_api, "restore_snapshots", None)
-    with pytest.raises(NotImplementedYet, match="arrives with snapshot restore|not yet available"):
+    with pytest.raises(NotImplementedYet, match="--with-snapshots is not available"):
         rollback(yes=True, with_snapshots=True)
     assert calls == []
 
@@ -106,3 +106,15 @@ def test_rollback_view_renders_the_change() -> None:
         "  ~ agent coder: network.mode: allowlist -> none",
         "  ~ fleet ttl: 3600 -> null",
     ]
+
+
+def test_with_snapshots_lists_each_hosts_snapshot_before_asking(calls: list[bool],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    seen = {}
+    step = STEP.model_copy(update={"snapshots": [rollback_api.SnapshotMatch(
+        host="h1", instance="coder-1", snapshot="20261203-080000-abcd", kind="auto", created="2026-12-03T08:00:00+00:00")]})
+    chosen = rollback_api.Rollback(fleet="demo", mode="to", steps=[step], with_snapshots=True)
+    monkeypatch.setattr(rollback_api, "prepare", lambda *a, **k: seen.update(k) or chosen)
+    assert rollback(dry_run=True, with_snapshots=True) == 0
+    assert seen["with_snapshots"] is True and calls == [True]
+    assert "  snapshot 20261203-080000-abcd (auto, 2026-12-03T08:00:00+00:00) -> coder-1 on h1" in ui.out.file.getvalue()

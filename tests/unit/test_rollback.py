@@ -145,9 +145,9 @@ def test_placement_must_match_and_agents_may_differ() -> None:
     assert caught.value.problems == ["fleet.lab: run 4 had LabSpec(name='other', hosts=1), the inventory has None"]
 
 
-def test_with_snapshots_refused_until_connected(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_snapshots_refused_only_when_disconnected(monkeypatch: pytest.MonkeyPatch) -> None:
+    rollback.check_snapshots(True)  # connected: snapshot restore is the default seam
+    monkeypatch.setattr(rollback, "restore_snapshots", None)
     rollback.check_snapshots(False)
-    with pytest.raises(NotImplementedYet, match="--with-snapshots is not yet available"):
+    with pytest.raises(NotImplementedYet, match="--with-snapshots is not available"):
         rollback.check_snapshots(True)
-    monkeypatch.setattr(rollback, "restore_snapshots", lambda step, hosts, log: None)
-    rollback.check_snapshots(True)

@@ -37,6 +37,21 @@ def test_backup_tags_host_and_paths_and_no_password_in_argv() -> None:
     assert "--tag" in restic.backup_argv(R, "f1", "h", "s", "coder-1", tmp=True)[-5]
 
 
+def test_the_benchmark_runs_the_products_own_options() -> None:
+    """bench/snapshots.py builds its commands from these pieces: they must be exactly what the product runs,
+    and pass no flag an older restic on a host (no --compression before 0.14) would reject."""
+    opts = restic.repo_options("/var/lib/jackin/snapshots/f1/repo", "/var/lib/jackin/snapshots/f1/password",
+                               "/var/lib/jackin/snapshots/f1/cache")  # fmt: skip
+    assert restic.base(R, "f1") == [R, *opts] == BASE
+    assert restic.backup_argv(R, "f1", "h", "s", "coder-1") == [*BASE, *restic.backup_options("h", "s", "coder-1"), "--",
+                                                                "/srv/jackin/f1/coder-1",
+                                                                "/var/lib/jackin/snapshots/f1/manifests/coder-1.json"]  # fmt: skip
+    assert restic.restore_argv(R, "f1", "abc", "/t") == [*BASE, *restic.restore_options("abc", "/t")]
+    assert restic.check_argv(R, "f1") == [*BASE, *restic.check_options()] == [*BASE, "--quiet", "check"]
+    assert not any(a.startswith(("--compression", "--pack-size", "--read-concurrency", "--no-scan"))
+                   for a in restic.backup_argv(R, "f1", "h", "s", "coder-1"))  # fmt: skip
+
+
 def test_init_runs_once_and_layout_is_root_only() -> None:
     assert restic.init_command(R, "f1").startswith("[ -f /var/lib/jackin/snapshots/f1/repo/config ] || ")
     assert restic.layout_commands("f1") == [
