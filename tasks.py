@@ -169,11 +169,13 @@ def snapshot_diff(c, snapshot, other=None, agent=None, inventory=None, json=Fals
 @task(help={"snapshot": "snapshot id", "agent": AGENT, "stop": "stop running agents, restore, start them again",
             "yes": "restore without showing the changes and asking", "inventory": INVENTORY,
             "from_host": "restore only the agents the snapshot took on this host (needed when two would restore "
-                         "onto the same host: see snapshot.push)"})  # fmt: skip
-def snapshot_restore(c, snapshot, agent=None, stop=False, yes=False, inventory=None, from_host=None):
+                         "onto the same host: see snapshot.push)",
+            "json": "print the result as JSON (the preview is not printed: use with --yes)"})  # fmt: skip
+def snapshot_restore(c, snapshot, agent=None, stop=False, yes=False, inventory=None, from_host=None, json=False):
     """Restore agents' workspaces from a snapshot: verified, swapped in atomically, undoable (pre-restore snapshot)."""
     with guard():
-        raise Exit(code=cli.snapshot_restore(inventory, snapshot, agent=agent, stop=stop, yes=yes, from_host=from_host))
+        raise Exit(code=cli.snapshot_restore(inventory, snapshot, agent=agent, stop=stop, yes=yes, from_host=from_host,
+                                             json=json))  # fmt: skip
 
 
 @task(help={"inventory": INVENTORY, "yes": "forget without asking", "json": "print JSON"})

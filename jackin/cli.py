@@ -268,21 +268,26 @@ def snapshot_diff(inventory: str | None, snapshot: str, other: str | None, *, ag
 
 
 def snapshot_restore(inventory: str | None, snapshot: str, *, agent: str | None, stop: bool, yes: bool,
-                     from_host: str | None = None) -> int:  # fmt: skip
-    """Refuse without a terminal unless --yes; show what will be overwritten and ask."""
+                     from_host: str | None = None, json: bool = False) -> int:  # fmt: skip
+    """Refuse without a terminal unless --yes; show what will be overwritten and ask (``json``: with
+    --yes, print only the result as one JSON document; without it the preview still goes to the terminal)."""
     from jackin.snapshots import restore as restoring
 
     spec = fleet_api.load(inventory)
     require_terminal_or("--yes", when=not yes)
 
     def ask(preview) -> bool:
-        ui.out.print(ui.diff_table(preview))
+        if not (json and yes):
+            (ui.err if json else ui.out).print(ui.diff_table(preview))
         if not yes:
             confirm(f"Restore snapshot {snapshot} over the live workspace(s) above?")
         return True
 
     result = restoring.restore(spec, snapshot, agent, stop=stop, confirm=ask, from_host=from_host or None)
-    ui.out.print(ui.restore_table(result))
+    if json:
+        ui.print_json(result.model_dump(mode="json"))
+    else:
+        ui.out.print(ui.restore_table(result))
     for failed in (a for a in result.agents if not a.restored):
         ui.err.print(f"error: {failed.host}: {failed.error}", soft_wrap=True, style="bold red")
     return worst([_snapshot_errors(result.errors), EXIT_OK if result.ok else EXIT_FAILED])
