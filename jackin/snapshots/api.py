@@ -78,10 +78,20 @@ def placement(ledger: Ledger, fleet: str, targets: Sequence[SshTarget], instance
 def in_parallel(targets: Sequence[SshTarget], work: Callable[[Connection, SshTarget], T]) -> dict[str, T | JackinError]:
     """``work`` on every target over its own connection; per host its result or its error."""
 
+    def over_ssh(target: SshTarget) -> T:
+        with connect(target) as conn:
+            return work(conn, target)
+
+    return per_host(targets, over_ssh)
+
+
+def per_host(targets: Sequence[SshTarget], work: Callable[[SshTarget], T]) -> dict[str, T | JackinError]:
+    """``work`` on every target in parallel (it opens its own connection); per host its result or its
+    error: one host's fault never hides what happened on the others."""
+
     def one(target: SshTarget) -> T | JackinError:
         try:
-            with connect(target) as conn:
-                return work(conn, target)
+            return work(target)
         except JackinError as error:
             error.host = error.host or target.name
             return error

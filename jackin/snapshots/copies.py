@@ -10,13 +10,10 @@ holds, so a later ``snapshot.push`` knows where a snapshot of a destroyed host s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
-import paramiko
-
-from jackin.errors import ConnectError, JackinError
+from jackin.errors import JackinError
 from jackin.ledger import Ledger
-from jackin.snapshots import transfer
+from jackin.snapshots import api, transfer
 from jackin.ssh import SshTarget
 
 OPERATOR = "operator"  # the place of a copy on this machine (ledger ``repo_copies.place``)
@@ -28,22 +25,10 @@ def held_by(ledger: Ledger, fleet: str, origin: str) -> list[str]:
 
 
 def pull_hosts(ledger: Ledger, fleet: str, targets: Sequence[SshTarget]) -> dict[str, transfer.TransferResult | JackinError]:
-    """``pull_one`` on every target in parallel; per host its result or its error (one never hides another).
-    The ledger is written from this thread only (sqlite connections are not shared across threads)."""
-
-    def one(target: SshTarget) -> transfer.TransferResult | JackinError:
-        try:
-            return transfer.pull_repo(target, fleet)
-        except JackinError as error:
-            error.host = error.host or target.name
-            return error
-        except (OSError, EOFError, paramiko.SSHException) as error:  # an SSH fault is that host's error alone
-            return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
-
-    if not targets:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(8, len(targets))) as pool:
-        found = dict(zip([t.name for t in targets], pool.map(one, targets)))
+    """Pull every target's repository in parallel, then check and record each copy; per host its result
+    or its error (one never hides another). The ledger is written from this thread only (sqlite
+    connections are not shared across threads)."""
+    found = api.per_host(targets, lambda target: transfer.pull_repo(target, fleet))
     for name, result in found.items():
         if isinstance(result, JackinError):
             continue

@@ -18,20 +18,14 @@ from jackin.ledger import Ledger
 from jackin.operations import agent_paths
 from jackin.ssh import connect
 
-from .conftest import _engine_or_skip, inv, new_lab_name
+from .conftest import inv, module_lab
 
 REPO = "/var/lib/jackin/snapshots/{fleet}"
 
 
 @pytest.fixture(scope="module")
 def alab():
-    _engine_or_skip()
-    lab = Lab(new_lab_name("a"))
-    try:
-        lab.up(1)
-        yield lab
-    finally:
-        lab.down()
+    yield from module_lab("a", 1)
 
 
 class Fleet:

@@ -20,7 +20,7 @@ from jackin.lab import Lab
 from jackin.snapshots import cow
 from jackin.ssh import connect, wait_ready
 
-from .conftest import _engine_or_skip, inv, new_lab_name
+from .conftest import inv, module_lab, sh
 
 FIRST, SECOND, UNDO, LATE = "20261203-050000-0001", "20261203-050000-0002", "20261203-050000-0003", "20261203-050000-0004"
 # Every entry of the home, NUL-safe: name, then type, mode, owner, group, size, mtime, link target; then the
@@ -37,13 +37,7 @@ DAMAGE = """cd /workspace && rm keep.txt && echo changed > src/a.txt && chmod 06
 
 @pytest.fixture(scope="module")
 def clab():
-    _engine_or_skip()
-    lab = Lab(new_lab_name("c"))
-    try:
-        lab.up(1)
-        yield lab
-    finally:
-        lab.down()
+    yield from module_lab("c", 1)
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +66,6 @@ def up(spec: str) -> dict:
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout)
 
-
-def sh(lab: Lab, command: str, *, warn: bool = False):
-    with connect(lab.status().hosts[0].target()) as conn:
-        return conn.run(command, hide=True, warn=warn)
 
 
 def listing(lab: Lab, home: str) -> tuple[dict[bytes, bytes], bytes]:

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from jackin.lab import Lab
 from jackin.ledger import Ledger
 from jackin.operations import agent_paths
 from jackin.paths import state_dir
@@ -27,7 +26,7 @@ from jackin.snapshots import transfer
 from jackin.ssh import connect
 from jackin.state import parse_state, state_command
 
-from .conftest import _engine_or_skip, inv, new_lab_name
+from .conftest import inv, module_lab
 
 pytestmark = pytest.mark.skipif(not transfer.shutil.which("restic"), reason="restic is not installed here")
 shared: dict = {}  # what the first test saw, for the second
@@ -35,13 +34,7 @@ shared: dict = {}  # what the first test saw, for the second
 
 @pytest.fixture(scope="module")
 def dlab():
-    _engine_or_skip()
-    lab = Lab(new_lab_name("d"))
-    try:
-        lab.up(1)
-        yield lab
-    finally:
-        lab.down()
+    yield from module_lab("d", 1)
 
 
 def write_spec(lab, directory: Path, name: str, extra: str = "") -> str:

@@ -21,18 +21,12 @@ from jackin.ledger import Ledger
 from jackin.spec import parse_inventory
 from jackin.ssh import connect
 
-from .conftest import _engine_or_skip, inv, new_lab_name
+from .conftest import _engine_or_skip, inv, module_lab, new_lab_name
 
 
 @pytest.fixture(scope="module")
 def flab():
-    _engine_or_skip()
-    lab = Lab(new_lab_name("f"))
-    try:
-        lab.up(2)
-        yield lab
-    finally:
-        lab.down()
+    yield from module_lab("f", 2)
 
 
 def write_inventory(tmp_path, lab: Lab, fleet: str, *, reviewer_memory: str = "128m") -> str:

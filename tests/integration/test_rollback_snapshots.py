@@ -18,27 +18,16 @@ import pytest
 from jackin.lab import Lab
 from jackin.ledger import Ledger
 from jackin.operations import agent_paths
-from jackin.ssh import connect
 
-from .conftest import _engine_or_skip, inv, new_lab_name
+from .conftest import inv, module_lab, sh
 
 RESOURCES = {"memory": "128m", "cpus": 0.5, "pids": 64}
 
 
 @pytest.fixture(scope="module")
 def wlab():
-    _engine_or_skip()
-    lab = Lab(new_lab_name("w"))
-    try:
-        lab.up(1)
-        yield lab
-    finally:
-        lab.down()
+    yield from module_lab("w", 1)
 
-
-def sh(lab: Lab, command: str, *, warn: bool = False):
-    with connect(lab.status().hosts[0].target()) as conn:
-        return conn.run(command, hide=True, warn=warn, timeout=300)
 
 
 def spec(name: str, lab: Lab, network: dict) -> str:

@@ -23,7 +23,7 @@ from jackin.snapshots import api, cow
 from jackin.snapshots import host as remote
 from jackin.ssh import connect
 
-from .conftest import _engine_or_skip, inv, new_lab_name
+from .conftest import inv, module_lab, sh
 
 STATE: dict[str, object] = {}
 POPULATE = ("mkdir -p src/deep && echo one > a && printf 'two\\n' > src/deep/b && head -c 200000 /dev/urandom > blob && "
@@ -36,13 +36,7 @@ DAMAGE = ("rm a && echo changed >> src/deep/b && chmod 0644 blob && chmod 0700 s
 
 @pytest.fixture(scope="module")
 def tlab():
-    _engine_or_skip()
-    lab = Lab(new_lab_name("k"))
-    try:
-        lab.up(1)
-        yield lab
-    finally:
-        lab.down()
+    yield from module_lab("k", 1)
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +60,6 @@ def fleet(tlab, tmp_path_factory):
     finally:
         inv("fleet.down", "-i", str(spec), "--yes", "--keep-lab")
 
-
-def sh(lab: Lab, command: str, *, warn: bool = False):
-    with connect(lab.status().hosts[0].target()) as conn:
-        return conn.run(command, hide=True, warn=warn, timeout=300)
 
 
 def as_agent(lab: Lab, name: str, script: str) -> None:

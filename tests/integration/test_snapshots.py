@@ -20,9 +20,8 @@ import pytest
 
 from jackin.lab import Lab
 from jackin.operations import agent_paths
-from jackin.ssh import connect
 
-from .conftest import _engine_or_skip, inv, new_lab_name
+from .conftest import inv, module_lab, sh
 
 script_fleet: list[str] = []  # the module's fleet name, for as_agent
 # While a restic restore runs: kill -9 the sshd session process above it (the first ancestor named sshd).
@@ -38,13 +37,7 @@ done"""
 
 @pytest.fixture(scope="module")
 def slab():
-    _engine_or_skip()
-    lab = Lab(new_lab_name("s"))
-    try:
-        lab.up(1)
-        yield lab
-    finally:
-        lab.down()
+    yield from module_lab("s", 1)
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +61,6 @@ def fleet(slab, tmp_path_factory):
     finally:
         inv("fleet.down", "-i", str(spec), "--yes", "--keep-lab")
 
-
-def sh(lab: Lab, command: str, *, warn: bool = False, timeout: float = 300):
-    with connect(lab.status().hosts[0].target()) as conn:
-        return conn.run(command, hide=True, warn=warn, timeout=timeout)
 
 
 def as_agent(lab: Lab, script: str, instance: str = "coder-1") -> None:
