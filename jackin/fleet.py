@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin import credentials, firewall
+from jackin import contract, credentials, firewall
 from jackin import plan as planning
 from jackin.applied import applied, in_place
 from jackin.engine import Event, HostResult, RunResult
@@ -122,9 +122,11 @@ def up(
                 ledger.record_agents(fleet.name, host.host, [a.model_dump() for a in plan.agents])
 
         names, spec = [h.name for h in hosts], applied(inventory)
+        terms = contract.current(inventory, ledger, plan)  # the launch contract this run applies
 
         def record_spec(run_id: int) -> None:
             ledger.record_spec(run_id, fleet.name, names, spec.spec, spec.hash, spec.fleet_hash)
+            contract.record(ledger, run_id, terms)
 
         _, result = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=hosts,
                                  data=plan.model_dump(mode="json"), detail={**(detail or {}), "hosts": names},

@@ -3,11 +3,13 @@ and that no credential value can be in it."""
 
 from __future__ import annotations
 
+import io
 import json
 import secrets
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from jackin import contract, credentials
 from jackin import plan as planning
@@ -206,3 +208,69 @@ def test_gate_shows_first_same_and_changed(tmp_path: Path, monkeypatch: pytest.M
     assert found.first == (previous is None)
     assert found.differs == (previous != "same")
     assert found.changes == (["coder-1 network: allowlist gained 10.1.0.0/16:5432"] if previous == "changed" else [])
+
+
+# --- the gate in fleet.up (jackin/cli.py contract_gate) ---------------------------------------
+
+
+@pytest.fixture
+def screen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """A state dir of its own and the CLI's consoles captured at a fixed width."""
+    import sys
+
+    from jackin import ui
+
+    monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+    text = io.StringIO()
+    console = Console(file=text, width=200)
+    monkeypatch.setattr(ui, "out", console)
+    monkeypatch.setattr(ui, "err", console)
+    return text
+
+
+def _runs() -> list:
+    with Ledger() as ledger:
+        return ledger.runs("demo")
+
+
+def test_gate_refuses_a_changed_contract_without_terminal_naming_it(screen) -> None:
+    from jackin import cli
+    from jackin.errors import SpecError
+
+    with Ledger() as ledger:
+        contract.record(ledger, ledger.start_run("demo", "fleet.up"), contract.current(inventory(allow="api.example.com:443"), ledger))
+    runs_before = _runs()
+    with pytest.raises(SpecError) as refused:
+        cli.contract_gate(inventory(), yes=False)
+    assert "launch contract changed" in str(refused.value) and "--yes" in str(refused.value)
+    assert refused.value.problems == ["coder-1 network: allowlist gained 10.1.0.0/16:5432"]
+    assert "coder-1 network: allowlist gained 10.1.0.0/16:5432" in screen.getvalue()
+    assert _runs() == runs_before  # the gate writes nothing
+
+
+def test_gate_with_yes_shows_the_change_and_goes_on(screen) -> None:
+    from jackin import cli
+
+    found = cli.contract_gate(inventory(), yes=True)
+    assert found.first and found.differs
+    assert "launch contract of fleet demo" in screen.getvalue()
+    assert "no launch contract was applied to this fleet before" in screen.getvalue()
+
+
+def test_gate_passes_an_unchanged_contract_without_asking(screen) -> None:
+    from jackin import cli
+
+    with Ledger() as ledger:
+        contract.record(ledger, ledger.start_run("demo", "fleet.up"), contract.current(inventory(), ledger))
+    found = cli.contract_gate(inventory(), yes=False)
+    assert not found.differs and "changed" not in screen.getvalue()
+
+
+def test_a_first_up_without_terminal_is_refused(screen) -> None:
+    from jackin import cli
+    from jackin.errors import SpecError
+
+    with pytest.raises(SpecError, match="no launch contract applied yet"):
+        cli.contract_gate(inventory(), yes=False)
+    assert "jk-demo--coder-1" in screen.getvalue()  # the whole contract was shown first
