@@ -274,3 +274,21 @@ def test_a_first_up_without_terminal_is_refused(screen) -> None:
     with pytest.raises(SpecError, match="no launch contract applied yet"):
         cli.contract_gate(inventory(), yes=False)
     assert "jk-demo--coder-1" in screen.getvalue()  # the whole contract was shown first
+
+
+def test_renderers_show_each_term_and_the_summary() -> None:
+    from jackin import ui
+
+    c = contract_of(inventory())
+    console = Console(file=io.StringIO(), width=200)
+    for table in ui.contract_tables(c):
+        console.print(table)
+    console.print(ui.contract_summary(c))
+    console.print(ui.contract_changes(["coder-1 network: allowlist gained pypi.org:443"], first=False))
+    text = console.file.getvalue()
+    for term in ("identity", "mounts", "credentials", "network", "docker", "resources", "residual risks",
+                 "packages", "services", "firewall", "files", "directories", "recovery", "teardown"):
+        assert f"│ {term} " in text, term
+    assert "API_KEY: file /run/jackin/credentials/API_KEY, mode 0400, owner jk-demo--coder-1" in text
+    assert "launch contract of fleet demo (schema 1)" in text
+    assert "  coder-1 network: allowlist gained pypi.org:443" in text
