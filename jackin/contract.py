@@ -27,7 +27,7 @@ from jackin.credentials import FILE_MODE
 from jackin.ledger import Ledger
 from jackin.plan import CREDENTIALS_TARGET, STATE_DIR, AgentPlan, FleetPlan
 from jackin.policy_guard import DROPIN_DIR
-from jackin.snapshots.restic import SNAPSHOTS_ROOT
+from jackin.snapshots.restic import SNAPSHOTS_ROOT, UPLOADED_RESTIC
 from jackin.spec import Inventory
 
 SCHEMA_VERSION = 1
@@ -333,6 +333,7 @@ def _effects(plan: FleetPlan) -> HostEffects:
     if plan.checkpoints is not None:
         directories.append(f"{STATE_DIR}/cow/{fleet}.img (a sparse file, loop-mounted btrfs at {plan.fleet_dir})")
     directories.append(f"{SNAPSHOTS_ROOT}/{fleet} (when a snapshot is taken)")
+    files.append(f"{UPLOADED_RESTIC} (when a snapshot is taken and the host has no restic)")
     return HostEffects(packages=packages, services=services, files=files, directories=directories,
                        firewall_tables=[f"inet {firewall.table_name(fleet)}"],
                        daemon_json_keys=DAEMON_KEYS + (["default-address-pools"] if plan.address_pools else []),
@@ -346,7 +347,10 @@ def _recovery(inventory: Inventory, last_snapshot: str | None) -> RecoveryTerm:
     policy = inventory.fleet.snapshots
     notes = ["snapshot.create takes a snapshot on demand (restic, and the btrfs checkpoint when on)"]
     if policy.before_changes:
-        notes.append("before_changes is not acted on yet: fleet.up takes no snapshot before it changes an agent")
+        notes.append("before_changes: fleet.up first snapshots (kind auto) the agents it will recreate or remove; "
+                     "a failed snapshot refuses the run before anything changes")  # fmt: skip
+    else:
+        notes.append("before_changes off: fleet.up recreates or removes agents with no snapshot first")
     if policy.every:
         notes.append("every is not acted on yet: no scheduled snapshots")
     return RecoveryTerm(engine=policy.engine, before_changes=policy.before_changes,
@@ -475,8 +479,9 @@ def current(inventory: Inventory, ledger: Ledger, plan: FleetPlan | None = None,
 
 
 def last_applied(ledger: Ledger, fleet: str) -> FleetContract | None:
-    """The contract of the fleet's last run that recorded one; None when there is none, or when it
-    was written by another schema version (then the whole contract is shown and asked about again)."""
+    """The contract of the fleet's last successful run that recorded one; None when there is none, or
+    when it was written by another schema version (then the whole contract is shown and asked about
+    again). A failed or interrupted run's contract does not count: it may not be in place."""
     text = ledger.last_contract(fleet)
     if text is None:
         return None

@@ -19,13 +19,14 @@ from jackin import contract, credentials, firewall
 from jackin import plan as planning
 from jackin.applied import applied, in_place
 from jackin.engine import Event, HostResult, RunResult
-from jackin.errors import JackinError
+from jackin.errors import ConnectError, JackinError
 from jackin.gc import GC_COMMAND, gc, orphans
 from jackin.ledger import Ledger
 from jackin.paths import private_dir, state_dir
 from jackin.providers import LabProvider, provider_for
 from jackin.remote import gather
 from jackin.runs import deploys_dir, recorded_run
+from jackin.snapshots.auto import AutoSnapshot, snapshot_before_up
 from jackin.snapshots.final import FinalHost, take_final
 from jackin.spec import Inventory, load_inventory
 from jackin.spec.models import FleetSpec, NetworkPolicy
@@ -71,6 +72,7 @@ class UpResult(BaseModel):
     fleet: str
     run: RunResult
     plan: planning.FleetPlan
+    snapshots: list[AutoSnapshot] = Field(default_factory=list)  # automatic, before agents were recreated or removed
 
     @property
     def changed(self) -> int:
@@ -95,6 +97,9 @@ def up(
     ``action``/``detail``/``only``: how the run is recorded and on which of the fleet's hosts it
     runs (``fleet.rollback`` applies a stored spec through here). The applied spec is recorded
     against the run (``jackin.applied``), so a later ``fleet.rollback`` can return to it.
+    First, unless the spec's ``snapshots.before_changes`` is off, the agents the run will recreate or
+    remove are snapshotted (``jackin.snapshots.auto``; their ids in the run's detail, ``auto_snapshots``);
+    a failed snapshot raises before anything changed, and a host whose state cannot be read is not run.
     """
     fleet = inventory.fleet
     credentials.check(fleet)  # refused (exit 2) before anything: credential-like mounts, duplicate names
@@ -108,11 +113,13 @@ def up(
         for name in provider.unresolved():
             log(f"warning: host {name} is given by name: its address is not in the agents' always-denied set "
                 "(give it as an IP address to deny it)")
+        # Before anything changes: snapshot the agents this run recreates or removes (a dry run names them).
+        auto, unread = snapshot_before_up(ledger, inventory, plan, hosts, action=action, dry_run=dry_run, log=log)
         if dry_run:  # changes nothing, the ledger included
             _, result = recorded_run(None, fleet=fleet.name, action="fleet.up --dry-run", deploy="fleet.py",
                                      hosts=hosts, data=plan.model_dump(mode="json"), dry_run=True, on_event=on_event,
                                      secrets=values)  # fmt: skip
-            return UpResult(fleet=fleet.name, run=result, plan=plan)
+            return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto)
         ledger.record_fleet(fleet.name, fleet.provider, source, "up")
         provider.claim()
 
@@ -122,17 +129,40 @@ def up(
                 ledger.record_agents(fleet.name, host.host, [a.model_dump() for a in plan.agents])
 
         names, spec = [h.name for h in hosts], applied(inventory)
+        not_run = [_not_run(name, error) for name, error in unread.items()]
         terms = contract.current(inventory, ledger, plan)  # the launch contract this run applies
 
         def record_spec(run_id: int) -> None:
             ledger.record_spec(run_id, fleet.name, names, spec.spec, spec.hash, spec.fleet_hash)
             contract.record(ledger, run_id, terms)
+            for host in not_run:
+                ledger.audit(run_id, fleet.name, action, "failed", host=host.host, detail={"error": host.error})
 
-        _, result = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=hosts,
-                                 data=plan.model_dump(mode="json"), detail={**(detail or {}), "hosts": names},
-                                 on_event=on_event, on_host=record_host, on_start=record_spec,
-                                 secrets=values)  # fmt: skip
-        return UpResult(fleet=fleet.name, run=result, plan=plan)
+        run_detail = {**(detail or {}), "hosts": names,
+                      "auto_snapshots": sorted({a.snapshot for a in auto if a.snapshot})}  # fmt: skip
+        run_hosts = [h for h in hosts if h.name not in unread]
+        if not run_hosts and not_run:  # no host could be read: nothing runs, the run is recorded as failed
+            run_id = ledger.start_run(fleet.name, action, run_detail)
+            record_spec(run_id)
+            ledger.finish_run(run_id, "failed")
+            return UpResult(fleet=fleet.name, run=RunResult(hosts=not_run), plan=plan, snapshots=auto)
+        run_id, result = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=run_hosts,
+                                      data=plan.model_dump(mode="json"), detail=run_detail,
+                                      on_event=on_event, on_host=record_host, on_start=record_spec,
+                                      secrets=values)  # fmt: skip
+        if not_run:
+            result.hosts.extend(not_run)
+            ledger.finish_run(run_id, "failed")
+        return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto)
+
+
+def _not_run(host: str, error: JackinError) -> HostResult:
+    """A host fleet.up did not run on: its state read (before the automatic snapshot) failed, so what
+    the run would recreate there, and lose, is unknown. Unreachable stays unreachable (exit 3)."""
+    message = f"not changed: its state read before the automatic snapshot failed: {error.message}"
+    if isinstance(error, ConnectError):
+        return HostResult(host=host, connected=False, error=message)
+    return HostResult(host=host, connected=True, failed=1, error=message)
 
 
 def _only(hosts: list[SshTarget], only: list[str] | None) -> list[SshTarget]:

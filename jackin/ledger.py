@@ -421,7 +421,8 @@ class Ledger:
                         (run, fleet, schema_version, contract))  # fmt: skip
 
     def last_contract(self, fleet: str) -> str | None:
-        """The newest contract recorded for ``fleet`` (JSON), or None."""
-        row = self.db.execute("SELECT contract FROM run_contracts WHERE fleet = ? ORDER BY run DESC LIMIT 1",
+        """The newest contract recorded for ``fleet`` by a run that finished ``ok`` (JSON), or None."""
+        row = self.db.execute("SELECT c.contract FROM run_contracts c JOIN runs ON runs.id = c.run "
+                              "WHERE c.fleet = ? AND runs.status = 'ok' ORDER BY c.run DESC LIMIT 1",
                               (fleet,)).fetchone()  # fmt: skip
         return row["contract"] if row else None

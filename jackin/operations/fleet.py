@@ -7,7 +7,6 @@ command builders are plain functions of (plan, state), tested without a host.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import shlex
 from collections.abc import Sequence
@@ -15,8 +14,8 @@ from collections.abc import Sequence
 from pyinfra import host
 from pyinfra.api import OperationError, operation
 
-from jackin.facts.fleet import FleetState, HostState, Network, PathInfo, User
-from jackin.operations import cow, credentials
+from jackin.facts.fleet import FleetState, HostState, PathInfo, User
+from jackin.operations import changes, cow, credentials
 from jackin.operations.agent_paths import home_commands, workspace_commands
 from jackin.operations.firewall import remove_commands
 from jackin.operations.script import Command, script, write_files
@@ -47,13 +46,10 @@ def _dirs(agent: AgentPlan, state: HostState) -> tuple[list[str], bool]:
     A home to fix (an older release's, the agent's own) means the workspace is redone too: the
     agent could have swapped it after the state read. A workspace whose mode the agent changed
     (it owns it) is only chmodded: its container keeps running."""
-    home, workspace = state.paths.get(agent.home), state.paths.get(agent.workspace)
-    home_ok = home == PathInfo(kind="d", mode="0750", uid=0, gid=agent.uid)
-    real = workspace is not None and workspace.kind == "d"
-    commands = [] if home_ok else home_commands(agent.home, agent.uid)
-    if commands or workspace != PathInfo(kind="d", mode="0700", uid=agent.uid, gid=agent.uid):
+    commands = [] if changes.home_ok(agent, state) else home_commands(agent.home, agent.uid)
+    if commands or state.paths.get(agent.workspace) != PathInfo(kind="d", mode="0700", uid=agent.uid, gid=agent.uid):
         commands += workspace_commands(agent.workspace, agent.uid)
-    return commands, not (home_ok and real)
+    return commands, changes.remounts(agent, state)
 
 
 def agent_commands(agent: AgentPlan, state: HostState, pools: Sequence[AddressPool] = ()) -> list[str]:
@@ -82,22 +78,6 @@ def agent_commands(agent: AgentPlan, state: HostState, pools: Sequence[AddressPo
     return commands
 
 
-def _network_problem(agent: AgentPlan, network: Network, pools: Sequence[AddressPool]) -> str | None:
-    """Why the agent's existing network is not the one the plan wants (None: it is)."""
-    if network.bridge != agent.bridge:
-        return f"its bridge is {network.bridge or 'a name Docker chose'}, not {agent.bridge}"
-    nets = [ipaddress.ip_network(p.base) for p in pools]
-    outside = [s for s in network.subnets if nets and not any(_within(s, n) for n in nets)]
-    if outside:
-        return f"its subnet {outside[0]} is outside the fleet's address pools"
-    return None
-
-
-def _within(subnet: str, pool: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
-    net = ipaddress.ip_network(subnet, strict=False)
-    return net.version == pool.version and net.subnet_of(pool)  # type: ignore[arg-type]
-
-
 def _network_and_container(agent: AgentPlan, state: HostState, pools: Sequence[AddressPool], *,
                            remount: bool = False) -> list[str]:
     """The agent's network (created, or replaced when it is ours but not as planned: never reused)
@@ -111,8 +91,7 @@ def _network_and_container(agent: AgentPlan, state: HostState, pools: Sequence[A
                              f"{network.labels.get('jackin.agent')!r}, not {agent.instance!r}: it is not this "
                              f"agent's to replace; remove it (docker network rm {agent.network}) "
                              "and run fleet.up again")  # fmt: skip
-    problem = _network_problem(agent, network, pools) if network is not None else None
-    create = network is None or problem is not None
+    create, problem = changes.creates_network(agent, state, pools)
     commands: list[str] = []
     if network is None:  # a network of this name that the state read did not list is not ours: never reuse it
         foreign = (f"network {agent.network} exists but is not labelled jackin.fleet={agent.fleet}, "
@@ -120,8 +99,7 @@ def _network_and_container(agent: AgentPlan, state: HostState, pools: Sequence[A
                    f"(docker network rm {agent.network}), then run fleet.up again")  # fmt: skip
         commands.append(f"if docker network inspect {shlex.quote(agent.network)} >/dev/null 2>&1; then "
                         f"echo {shlex.quote(foreign)} >&2; exit 1; fi")  # fmt: skip
-    if container is not None and (create or remount or container.labels.get("jackin.config") != agent.config_hash
-                                  or container.networks not in (None, [agent.network])):  # fmt: skip
+    if changes.recreate_reason(agent, state, pools, create=create, remount=remount) is not None:
         commands.append(q("docker", "rm", "-f", agent.container))  # a container on a network that goes goes too
         container = None
     if problem is not None:
@@ -172,10 +150,9 @@ def fleet_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     if have is None or have.mode != "0711" or have.uid != 0:
         commands.append(q("install", "-d", "-m", "0711", "-o", "root", "-g", "root", plan.fleet_dir))
     # Anything labelled for this fleet that the plan does not name (an agent that left, an old name).
-    containers, networks = {a.container for a in plan.agents}, {a.network for a in plan.agents}
-    for name in sorted(set(state.containers) - containers):
+    for name in changes.leaving_containers(plan, state):
         commands.append(q("docker", "rm", "-f", name))
-    for name in sorted(set(state.networks) - networks):
+    for name in changes.leaving_networks(plan, state):
         commands.append(q("docker", "network", "rm", name))
     if not state.marker:
         marker = json.dumps({"fleet": plan.fleet, "managed_by": "jackin", "root": plan.fleet_dir}, sort_keys=True)

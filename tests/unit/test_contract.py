@@ -192,8 +192,14 @@ def test_ledger_keeps_the_last_contract(tmp_path: Path) -> None:
         assert contract.last_applied(ledger, "demo") is None
         run = ledger.start_run("demo", "fleet.up")
         contract.record(ledger, run, c)
+        assert contract.last_applied(ledger, "demo") is None  # still running: not known to be in place
+        ledger.finish_run(run, "ok")
         assert contract.last_applied(ledger, "demo") == c
         assert contract.last_applied(ledger, "other") is None
+        failed = ledger.start_run("demo", "fleet.up")
+        contract.record(ledger, failed, contract_of(inventory(count=2)))
+        ledger.finish_run(failed, "failed")
+        assert contract.last_applied(ledger, "demo") == c  # a failed run's contract does not count
 
 
 @pytest.mark.parametrize("previous", [None, "same", "changed"])
@@ -203,7 +209,7 @@ def test_gate_shows_first_same_and_changed(tmp_path: Path, monkeypatch: pytest.M
     if previous:
         stored = inventory(allow="api.example.com:443") if previous == "changed" else inv
         with Ledger() as ledger:
-            contract.record(ledger, ledger.start_run("demo", "fleet.up"), contract.current(stored, ledger))
+            _record_ok(ledger, contract.current(stored, ledger))
     found = contract.gate(inv)
     assert found.first == (previous is None)
     assert found.differs == (previous != "same")
@@ -229,6 +235,12 @@ def screen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     return text
 
 
+def _record_ok(ledger: Ledger, terms: FleetContract) -> None:
+    run = ledger.start_run("demo", "fleet.up")
+    contract.record(ledger, run, terms)
+    ledger.finish_run(run, "ok")
+
+
 def _runs() -> list:
     with Ledger() as ledger:
         return ledger.runs("demo")
@@ -239,7 +251,7 @@ def test_gate_refuses_a_changed_contract_without_terminal_naming_it(screen) -> N
     from jackin.errors import SpecError
 
     with Ledger() as ledger:
-        contract.record(ledger, ledger.start_run("demo", "fleet.up"), contract.current(inventory(allow="api.example.com:443"), ledger))
+        _record_ok(ledger, contract.current(inventory(allow="api.example.com:443"), ledger))
     runs_before = _runs()
     with pytest.raises(SpecError) as refused:
         cli.contract_gate(inventory(), yes=False)
@@ -262,7 +274,7 @@ def test_gate_passes_an_unchanged_contract_without_asking(screen) -> None:
     from jackin import cli
 
     with Ledger() as ledger:
-        contract.record(ledger, ledger.start_run("demo", "fleet.up"), contract.current(inventory(), ledger))
+        _record_ok(ledger, contract.current(inventory(), ledger))
     found = cli.contract_gate(inventory(), yes=False)
     assert not found.differs and "changed" not in screen.getvalue()
 
