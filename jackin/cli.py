@@ -83,13 +83,38 @@ def fleet_up(inventory: str | None, *, yes: bool, json: bool, dry_run: bool) -> 
     spec = fleet_api.load(inventory)
     if dry_run:
         return exit_code(_up(spec, inventory, dry_run=True, bring_up=False, json=json).run)
+    terms = contract_gate(spec, yes=yes, json=json)
     if not yes:
         require_terminal_or("--yes")
         preview = _up(spec, inventory, dry_run=True, bring_up=True, json=json)
-        if not preview.changed:
+        if not preview.changed and not terms.differs:
             return exit_code(preview.run)
-        confirm("Apply these changes?")
+        confirm("Apply these changes and the launch contract above?" if terms.differs else "Apply these changes?")
     return exit_code(_up(spec, inventory, dry_run=False, bring_up=True, json=json).run)
+
+
+def contract_gate(spec, *, yes: bool, json: bool = False):
+    """Show the launch contract ``fleet.up`` is about to apply (jackin/contract.py): its summary, and
+    when it differs from the last one applied to the fleet, the difference (a first up: the whole
+    contract). A difference needs a confirmation: without ``--yes`` and with no terminal to ask on,
+    refused (exit 2) naming each difference; nothing is touched before. Returns the ``Gate``; the
+    question itself is ``fleet_up``'s one confirmation. ``json``: shown on stderr."""
+    from jackin import contract as contract_api
+
+    found = contract_api.gate(spec)
+    console = ui.err if json else ui.out
+    if found.first and not yes:
+        for table in ui.contract_tables(found.contract):
+            console.print(table)
+    console.print(ui.contract_summary(found.contract))
+    if found.differs:
+        console.print(ui.contract_changes(found.changes, first=found.first))
+        if not yes and not sys.stdin.isatty():
+            what = ("fleet has no launch contract applied yet" if found.first
+                    else f"launch contract changed ({len(found.changes)} difference(s))")  # fmt: skip
+            raise SpecError(f"fleet {spec.fleet.name!r}: the {what} and there is no terminal to confirm it on: "
+                            "pass --yes to apply it without asking", problems=found.changes)  # fmt: skip
+    return found
 
 
 def _up(spec, inventory: str | None, *, dry_run: bool, bring_up: bool, json: bool) -> fleet_api.UpResult:

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin import credentials, firewall
+from jackin import contract, credentials, firewall
 from jackin import plan as planning
 from jackin.applied import applied, in_place
 from jackin.engine import Event, HostResult, RunResult
@@ -130,9 +130,11 @@ def up(
 
         names, spec = [h.name for h in hosts], applied(inventory)
         not_run = [_not_run(name, error) for name, error in unread.items()]
+        terms = contract.current(inventory, ledger, plan)  # the launch contract this run applies
 
         def record_spec(run_id: int) -> None:
             ledger.record_spec(run_id, fleet.name, names, spec.spec, spec.hash, spec.fleet_hash)
+            contract.record(ledger, run_id, terms)
             for host in not_run:
                 ledger.audit(run_id, fleet.name, action, "failed", host=host.host, detail={"error": host.error})
 

@@ -80,6 +80,9 @@ CREATE TABLE IF NOT EXISTS run_specs (
     run INTEGER PRIMARY KEY, fleet TEXT NOT NULL, hosts TEXT NOT NULL, spec TEXT NOT NULL,
     hash TEXT NOT NULL, fleet_hash TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS run_contracts (
+    run INTEGER PRIMARY KEY, fleet TEXT NOT NULL, schema_version INTEGER NOT NULL, contract TEXT NOT NULL
+);
 """
 
 
@@ -409,3 +412,17 @@ class Ledger:
         row["results"] = {r["host"]: r["result"] for r in audit}
         row["spec_hosts"] = json.loads(row["spec_hosts"]) if row.get("spec_hosts") else []
         return row
+
+    # --- launch contracts (jackin.contract) -------------------------------------------------
+
+    def record_contract(self, run: int, fleet: str, schema_version: int, contract: str) -> None:
+        """The launch contract a run applies, as JSON (names and paths only, never a credential's value)."""
+        self.db.execute("INSERT OR REPLACE INTO run_contracts (run, fleet, schema_version, contract) VALUES (?, ?, ?, ?)",
+                        (run, fleet, schema_version, contract))  # fmt: skip
+
+    def last_contract(self, fleet: str) -> str | None:
+        """The newest contract recorded for ``fleet`` by a run that finished ``ok`` (JSON), or None."""
+        row = self.db.execute("SELECT c.contract FROM run_contracts c JOIN runs ON runs.id = c.run "
+                              "WHERE c.fleet = ? AND runs.status = 'ok' ORDER BY c.run DESC LIMIT 1",
+                              (fleet,)).fetchone()  # fmt: skip
+        return row["contract"] if row else None

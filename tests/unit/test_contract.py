@@ -1,0 +1,306 @@
+"""The launch contract (jackin/contract.py): what it holds, its committed schema, its diff lines,
+and that no credential value can be in it."""
+
+from __future__ import annotations
+
+import io
+import json
+import secrets
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from jackin import contract, credentials
+from jackin import plan as planning
+from jackin.contract import FleetContract, build, diff
+from jackin.ledger import Ledger
+from jackin.spec import parse_inventory
+
+SPEC = """
+fleet:
+  name: demo
+  provider: lab
+  ttl: 8h
+  snapshots: {{keep: 3, checkpoints: btrfs, checkpoint_size: 1g}}
+  agents:
+    - name: coder
+      count: {count}
+      credentials:
+        - {{name: API_KEY, from_env: {env}}}
+{more_credentials}      mounts:
+        - {{source: /data, target: /data}}
+{more_mounts}      network:
+        mode: allowlist
+        allow: [{allow}]
+        dns: [9.9.9.9]
+        publish: [{{port: 8080}}]
+      resources: {{memory: 512m, cpus: 0.5, pids: 128}}
+    - name: other
+"""
+
+
+def inventory(*, count: int = 1, allow: str = "api.example.com:443, 10.1.0.0/16:5432", env: str = "JK_CONTRACT_KEY",
+              more_credentials: str = "        - {name: GH_TOKEN, from_env: JK_CONTRACT_GH}\n", more_mounts: str = ""):
+    return parse_inventory(SPEC.format(count=count, allow=allow, env=env, more_credentials=more_credentials,
+                                       more_mounts=more_mounts), "c.yaml")  # fmt: skip
+
+
+def contract_of(inv, host_facts=None) -> FleetContract:
+    names = [i for _, i in planning.instances(inv.fleet)]
+    plan = planning.build(inv.fleet, {n: 60000 + k for k, n in enumerate(names)})
+    return build(inv, plan, host_facts)
+
+
+def test_build_resolves_identity_mounts_credentials_network_resources() -> None:
+    c = contract_of(inventory())
+    assert [a.instance for a in c.agents] == ["coder-1", "other-1"]
+    coder = c.agent("coder-1")
+    assert coder.identity.model_dump() == {
+        "user": "jk-demo--coder-1", "uid": 60000, "gid": 60000, "home": "/srv/jackin/demo/coder-1",
+        "workspace": "/srv/jackin/demo/coder-1/workspace", "container": "jk-demo--coder-1"}  # fmt: skip
+    assert [(m.source, m.target, m.mode, m.kind) for m in coder.mounts] == [
+        ("/srv/jackin/demo/coder-1/workspace", "/workspace", "rw", "workspace"),
+        ("/var/lib/jackin/credentials/demo/coder-1", "/run/jackin/credentials", "ro", "credentials"),
+        ("/data", "/data", "ro", "spec"),
+    ]
+    assert [(k.name, k.mode, k.owner, k.container_path, k.source) for k in coder.credentials] == [
+        ("API_KEY", "0400", "jk-demo--coder-1", "/run/jackin/credentials/API_KEY", "env"),
+        ("GH_TOKEN", "0400", "jk-demo--coder-1", "/run/jackin/credentials/GH_TOKEN", "env"),
+    ]
+    net = coder.network
+    assert (net.mode, net.allowlist, net.dns, net.dns_filter) == (
+        "allowlist", ["api.example.com:443", "10.1.0.0/16:5432"], ["9.9.9.9"], True)
+    assert [p.model_dump() for p in net.publish] == [{"bind": "127.0.0.1", "host_port": 8080, "port": 8080, "protocol": "tcp"}]
+    assert net.enforcement == "partial" and len(net.enforcement_reasons) == 2
+    assert (coder.resources.cpus, coder.resources.memory, coder.resources.memory_swap, coder.resources.pids) == (
+        0.5, 512 * 1024**2, 512 * 1024**2, 128)
+    assert coder.docker.access == "none"
+    other = c.agent("other-1")
+    assert [m.kind for m in other.mounts] == ["workspace"] and other.credentials == []
+    assert other.network.mode == "none" and other.network.enforcement == "full"
+
+
+def test_host_effects_recovery_teardown_and_risks() -> None:
+    c = contract_of(inventory())
+    effects = c.host_effects
+    assert [p.name for p in effects.packages] == ["docker.io", "nftables", "dnsmasq-base", "btrfs-progs", "busybox-static"]
+    assert "jackin-nft-demo.service" in effects.services and "jackin-dns-demo@coder-1.service" in effects.services
+    assert {"/etc/jackin/nft/demo.nft", "/etc/docker/daemon.json", "/var/lib/jackin/fleet-demo.json"} <= set(effects.files)
+    assert effects.firewall_tables == ["inet jackin-demo"]
+    assert "/srv/jackin/demo" in effects.directories and "/var/lib/jackin/credentials/demo/coder-1" in effects.directories
+    assert effects.users == ["jk-demo--coder-1", "jk-demo--other-1"]
+    assert (c.recovery.keep, c.recovery.checkpoints, c.recovery.checkpoint_size) == (3, "btrfs", 1024**3)
+    assert c.teardown.ttl == 8 * 3600 and not c.teardown.ttl_enforced
+    risks = " | ".join(c.agent("coder-1").residual_risks)
+    assert "kernel" in risks and "shared CDN" in risks and "127.0.0.1:8080/tcp" in risks and "AppArmor not checked" in risks
+    assert "CDN" not in " ".join(c.agent("other-1").residual_risks)
+
+
+def test_host_facts_name_a_host_without_apparmor() -> None:
+    c = contract_of(inventory(), {"h1": {"kernel": "6.1.0", "apparmor": "N"}, "h2": {"kernel": "6.1.0", "apparmor": "Y"}})
+    assert [(h.name, h.apparmor) for h in c.hosts] == [("h1", False), ("h2", True)]
+    risks = c.agent("other-1").residual_risks
+    assert any("no AppArmor on h1" in r for r in risks) and not any("h2" in r for r in risks)
+    assert not any("not checked" in r for r in risks)
+
+
+def test_daemon_keys_match_the_hardening_applied() -> None:
+    from jackin.operations.host import HARDENING
+
+    assert contract.DAEMON_KEYS == sorted(HARDENING)
+
+
+def test_a_docker_socket_mount_and_an_acknowledged_credential_mount_are_stated() -> None:
+    mounts = ("        - {source: /var/run/docker.sock, target: /var/run/docker.sock, acknowledge_credentials: true}\n"
+              "        - {source: /root/.aws, target: /aws, acknowledge_credentials: true}\n")  # fmt: skip
+    coder = contract_of(inventory(more_mounts=mounts)).agent("coder-1")
+    assert coder.docker.access == "socket" and "root on the host" in coder.docker.risk
+    assert any("/root/.aws, a credential-like path the spec acknowledged" in r for r in coder.residual_risks)
+
+
+def test_committed_schema_is_the_generated_one() -> None:
+    committed = json.loads(contract.SCHEMA_FILE.read_text())
+    assert committed == contract.schema(), "regenerate docs/contract.schema.json (see README: Launch contract)"
+    assert committed["properties"]["schema_version"]["const"] == contract.SCHEMA_VERSION == 1
+    assert set(committed["required"]) >= {"fleet", "agents", "host_effects", "recovery", "teardown", "residual_risks"}
+
+
+def test_the_json_document_validates_against_the_committed_schema() -> None:
+    document = json.loads(contract_of(inventory()).model_dump_json())
+    schema = json.loads(contract.SCHEMA_FILE.read_text())
+    try:
+        import jsonschema
+    except ImportError:  # not installed: check the required fields by hand, and the round trip
+        for name in schema["required"]:
+            assert name in document
+        for name in schema["$defs"]["AgentContract"]["required"]:
+            assert name in document["agents"][0]
+        assert FleetContract.model_validate(document).model_dump(mode="json") == document
+    else:
+        jsonschema.validate(document, schema)
+
+
+def test_no_credential_value_anywhere_in_the_contract(tmp_path: Path) -> None:
+    marker = f"sk-marker-{secrets.token_hex(12)}"
+    inv = inventory(more_credentials="")
+    values = credentials.read(inv.fleet, environ={"JK_CONTRACT_KEY": marker}, key=b"k" * 32)
+    assert values.agents() == ["coder"]  # the value was read: it exists on this side
+    c = contract_of(inv)
+    assert marker not in c.model_dump_json() and marker not in repr(c)
+    assert "JK_CONTRACT_KEY" not in c.model_dump_json()  # not even where the operator keeps it
+
+
+def test_equal_contracts_have_no_diff() -> None:
+    assert diff(contract_of(inventory()), contract_of(inventory())) == []
+
+
+def test_diff_names_a_network_change() -> None:
+    old = contract_of(inventory())
+    new = contract_of(inventory(allow="api.example.com:443, 10.1.0.0/16:5432, pypi.org:443"))
+    assert diff(old, new) == ["coder-1 network: allowlist gained pypi.org:443"]
+    assert diff(new, old) == ["coder-1 network: allowlist lost pypi.org:443"]
+
+
+def test_diff_names_a_new_agent_and_a_removed_one() -> None:
+    one, two = contract_of(inventory()), contract_of(inventory(count=2))
+    lines = diff(one, two)
+    assert "coder-2: new agent" in lines and lines.index("coder-2: new agent") < len(lines)
+    assert any(line.startswith("fleet host effects: users gained jk-demo--coder-2") for line in lines)
+    assert "coder-2: removed" in diff(two, one)
+
+
+def test_diff_names_a_removed_credential_and_a_gained_mount() -> None:
+    old = contract_of(inventory())
+    new = contract_of(inventory(more_credentials="", more_mounts="        - {source: /srv/cache, target: /cache, readonly: false}\n"))
+    lines = diff(old, new)
+    assert "coder-1 credentials: lost GH_TOKEN" in lines
+    assert "coder-1 mounts: gained /srv/cache at /cache (rw)" in lines
+    assert "coder-1 risks: gained can write to the host path /srv/cache" in lines
+    assert lines == diff(old, new)  # stable
+
+
+def test_a_new_snapshot_is_no_change_of_terms() -> None:
+    inv = inventory()
+    plan = planning.build(inv.fleet, {"coder-1": 60000, "other-1": 60001})
+    assert diff(build(inv, plan), build(inv, plan, last_snapshot="20261203-080000-abcd")) == []
+
+
+def test_ledger_keeps_the_last_contract(tmp_path: Path) -> None:
+    c = contract_of(inventory())
+    with Ledger(tmp_path / "l.sqlite3") as ledger:
+        assert contract.last_applied(ledger, "demo") is None
+        run = ledger.start_run("demo", "fleet.up")
+        contract.record(ledger, run, c)
+        assert contract.last_applied(ledger, "demo") is None  # still running: not known to be in place
+        ledger.finish_run(run, "ok")
+        assert contract.last_applied(ledger, "demo") == c
+        assert contract.last_applied(ledger, "other") is None
+        failed = ledger.start_run("demo", "fleet.up")
+        contract.record(ledger, failed, contract_of(inventory(count=2)))
+        ledger.finish_run(failed, "failed")
+        assert contract.last_applied(ledger, "demo") == c  # a failed run's contract does not count
+
+
+@pytest.mark.parametrize("previous", [None, "same", "changed"])
+def test_gate_shows_first_same_and_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, previous) -> None:
+    monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
+    inv = inventory()
+    if previous:
+        stored = inventory(allow="api.example.com:443") if previous == "changed" else inv
+        with Ledger() as ledger:
+            _record_ok(ledger, contract.current(stored, ledger))
+    found = contract.gate(inv)
+    assert found.first == (previous is None)
+    assert found.differs == (previous != "same")
+    assert found.changes == (["coder-1 network: allowlist gained 10.1.0.0/16:5432"] if previous == "changed" else [])
+
+
+# --- the gate in fleet.up (jackin/cli.py contract_gate) ---------------------------------------
+
+
+@pytest.fixture
+def screen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """A state dir of its own and the CLI's consoles captured at a fixed width."""
+    import sys
+
+    from jackin import ui
+
+    monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+    text = io.StringIO()
+    console = Console(file=text, width=200)
+    monkeypatch.setattr(ui, "out", console)
+    monkeypatch.setattr(ui, "err", console)
+    return text
+
+
+def _record_ok(ledger: Ledger, terms: FleetContract) -> None:
+    run = ledger.start_run("demo", "fleet.up")
+    contract.record(ledger, run, terms)
+    ledger.finish_run(run, "ok")
+
+
+def _runs() -> list:
+    with Ledger() as ledger:
+        return ledger.runs("demo")
+
+
+def test_gate_refuses_a_changed_contract_without_terminal_naming_it(screen) -> None:
+    from jackin import cli
+    from jackin.errors import SpecError
+
+    with Ledger() as ledger:
+        _record_ok(ledger, contract.current(inventory(allow="api.example.com:443"), ledger))
+    runs_before = _runs()
+    with pytest.raises(SpecError) as refused:
+        cli.contract_gate(inventory(), yes=False)
+    assert "launch contract changed" in str(refused.value) and "--yes" in str(refused.value)
+    assert refused.value.problems == ["coder-1 network: allowlist gained 10.1.0.0/16:5432"]
+    assert "coder-1 network: allowlist gained 10.1.0.0/16:5432" in screen.getvalue()
+    assert _runs() == runs_before  # the gate writes nothing
+
+
+def test_gate_with_yes_shows_the_change_and_goes_on(screen) -> None:
+    from jackin import cli
+
+    found = cli.contract_gate(inventory(), yes=True)
+    assert found.first and found.differs
+    assert "launch contract of fleet demo" in screen.getvalue()
+    assert "no launch contract was applied to this fleet before" in screen.getvalue()
+
+
+def test_gate_passes_an_unchanged_contract_without_asking(screen) -> None:
+    from jackin import cli
+
+    with Ledger() as ledger:
+        _record_ok(ledger, contract.current(inventory(), ledger))
+    found = cli.contract_gate(inventory(), yes=False)
+    assert not found.differs and "changed" not in screen.getvalue()
+
+
+def test_a_first_up_without_terminal_is_refused(screen) -> None:
+    from jackin import cli
+    from jackin.errors import SpecError
+
+    with pytest.raises(SpecError, match="no launch contract applied yet"):
+        cli.contract_gate(inventory(), yes=False)
+    assert "jk-demo--coder-1" in screen.getvalue()  # the whole contract was shown first
+
+
+def test_renderers_show_each_term_and_the_summary() -> None:
+    from jackin import ui
+
+    c = contract_of(inventory())
+    console = Console(file=io.StringIO(), width=200)
+    for table in ui.contract_tables(c):
+        console.print(table)
+    console.print(ui.contract_summary(c))
+    console.print(ui.contract_changes(["coder-1 network: allowlist gained pypi.org:443"], first=False))
+    text = console.file.getvalue()
+    for term in ("identity", "mounts", "credentials", "network", "docker", "resources", "residual risks",
+                 "packages", "services", "firewall", "files", "directories", "recovery", "teardown"):
+        assert f"│ {term} " in text, term
+    assert "API_KEY: file /run/jackin/credentials/API_KEY, mode 0400, owner jk-demo--coder-1" in text
+    assert "launch contract of fleet demo (schema 1)" in text
+    assert "  coder-1 network: allowlist gained pypi.org:443" in text
