@@ -76,13 +76,18 @@ def fleet_status(c, inventory=None, watch=False, json=False):
 @task(help={"inventory": INVENTORY, "yes": "do not ask for confirmation",
             "keep_data": "keep agents' homes and workspaces on the hosts (and, for a lab, its hosts)",
             "keep_lab": "provider lab: keep the lab hosts running",
-            "no_final_snapshot": "take no final snapshot first (default: snapshot every agent and pull it here)"})  # fmt: skip
-def fleet_down(c, inventory=None, yes=False, keep_data=False, keep_lab=False, no_final_snapshot=False):
+            "no_final_snapshot": "take no final snapshot first (default: snapshot every agent and pull it here); "
+                                 "each host's earlier snapshots are still pulled here",
+            "discard_snapshots": "no final snapshot and no pull: lose the workspaces and the snapshots kept only "
+                                 "on the hosts (the ledger forgets them)"})  # fmt: skip
+def fleet_down(c, inventory=None, yes=False, keep_data=False, keep_lab=False, no_final_snapshot=False,
+               discard_snapshots=False):
     """Snapshot every agent and pull it here, tear the fleet down on every host, prove nothing is left,
     and (lab) destroy the lab. A host whose final snapshot or pull failed is not torn down (exit 1)."""
     with guard():
         raise Exit(code=cli.fleet_down(inventory, yes=yes, keep_data=keep_data, keep_lab=keep_lab,
-                                       no_final_snapshot=no_final_snapshot))  # fmt: skip
+                                       no_final_snapshot=no_final_snapshot,
+                                       discard_snapshots=discard_snapshots))  # fmt: skip
 
 
 @task(help={"inventory": INVENTORY, "yes": "remove without asking",

@@ -157,16 +157,22 @@ def status_exit(status: FleetStatus) -> int:
 
 
 def fleet_down(inventory: str | None, *, yes: bool, keep_data: bool, keep_lab: bool,
-               no_final_snapshot: bool = False) -> int:  # fmt: skip
+               no_final_snapshot: bool = False, discard_snapshots: bool = False) -> int:  # fmt: skip
     spec = fleet_api.load(inventory)
+    preview = final_preview(spec, keep_data=keep_data, no_final_snapshot=no_final_snapshot,
+                            discard_snapshots=discard_snapshots)  # fmt: skip - checks the flags before asking
     if not yes:
         require_terminal_or("--yes")
         data = "keeping homes and workspaces" if keep_data else "including every agent's workspace"
-        ui.out.print(final_preview(spec, keep_data=keep_data, no_final_snapshot=no_final_snapshot))
+        data += " and every snapshot kept only on the hosts" if discard_snapshots else ""
+        ui.out.print(preview)
         confirm(f"Remove fleet {spec.fleet.name!r} from its hosts, {data}?")
     with ui.progress() as view:
         result = fleet_api.down(spec, keep_data=keep_data, keep_lab=keep_lab, final_snapshot=not no_final_snapshot,
-                                on_event=view.update, log=ui.log)  # fmt: skip
+                                discard_snapshots=discard_snapshots, on_event=view.update, log=ui.log)  # fmt: skip
+    for host, ids in result.discarded.items():
+        ui.out.print(f"{host}: snapshots discarded with the host (the ledger forgot them): {', '.join(ids)}",
+                     soft_wrap=True)  # fmt: skip
     if result.final:
         ui.out.print(final_table(result))
     if result.run.hosts:
@@ -434,19 +440,30 @@ def _copy_places(spec) -> dict[str, list[str]]:
 # --- fleet.down: the final snapshot ---------------------------------------------------------
 
 
-def final_preview(spec: fleet_api.Inventory, *, keep_data: bool, no_final_snapshot: bool) -> str:
-    """What fleet.down will snapshot and pull, and where the copies go (shown before it asks)."""
+def final_preview(spec: fleet_api.Inventory, *, keep_data: bool, no_final_snapshot: bool,
+                  discard_snapshots: bool = False) -> str:  # fmt: skip
+    """What fleet.down will snapshot and pull, where the copies go, and what is lost (shown before it asks)."""
     from jackin import plan as planning
     from jackin.snapshots import final
 
-    skipped = fleet_api.final_skip_reason(spec, keep_data=keep_data, final_snapshot=not no_final_snapshot)
+    skipped = fleet_api.final_skip_reason(spec, keep_data=keep_data, final_snapshot=not no_final_snapshot,
+                                          discard_snapshots=discard_snapshots)  # fmt: skip
+    pulled = f"{final.pulled_root(spec.fleet.name)}/<host>/repo"
+    if keep_data:
+        return f"no final snapshot ({skipped})"
+    if discard_snapshots:
+        return ("no final snapshot and no pull (--discard-snapshots): every agent's workspace AND every snapshot "
+                "kept only on the hosts (manual, auto, pre-restore, checkpoints; none pulled here or copied to a host "
+                "that stays) are removed with no copy, and the ledger forgets those snapshots")  # fmt: skip
     if skipped:
-        lost = "" if keep_data else ": the workspaces are removed with no copy"
-        return f"no final snapshot ({skipped}){lost}"
+        return (f"no final snapshot ({skipped}): the workspaces are removed with no copy; each host's repository "
+                f"of earlier snapshots is still pulled to {pulled} and checked there first, and a host where that "
+                "fails is not torn down (fleet.down --discard-snapshots accepts losing them)")  # fmt: skip
     instances = ", ".join(i for _, i in planning.instances(spec.fleet))
-    return (f"first: a final snapshot of every agent on every host ({instances}), each host's repository pulled to "
-            f"{final.pulled_root(spec.fleet.name)}/<host>/repo and checked there; a host where that fails is "
-            "not torn down")  # fmt: skip
+    return (f"first: the fleet's containers are stopped and a final snapshot is taken of every agent home on every "
+            f"host ({instances}, and any home an agent dropped from the spec left), each host's repository pulled "
+            f"to {pulled} and checked there; a host where that fails is not torn down and its containers are "
+            "started again")  # fmt: skip
 
 
 def final_table(result: fleet_api.DownResult):
@@ -457,8 +474,9 @@ def final_table(result: fleet_api.DownResult):
     for column in ("host", "snapshot", "agents", "copy here (checked)", "teardown"):
         table.add_column(column)
     for f in result.final:
-        snapshot = f.snapshot or ("none needed: no home" if f.stage == "nothing" else
-                                  "[red]failed[/red]" if f.stage in ("read", "snapshot") else "earlier ones only")  # fmt: skip
+        snapshot = f.snapshot or ("[red]failed[/red]" if f.stage in ("read", "stop", "snapshot") else
+                                  "none: no repository" if f.stage == "nothing" and result.final_skipped else
+                                  "none needed: no home" if f.stage == "nothing" else "earlier ones only")  # fmt: skip
         table.add_row(f.host, snapshot, ", ".join(f.instances) or "-", f.copy_path or "-",
                       "[red]held back[/red]" if f.blocked else "go")  # fmt: skip
     return table
@@ -471,7 +489,12 @@ def final_errors(result: fleet_api.DownResult) -> list[int]:
         ui.err.print(f"error: {f.host}: not torn down, its workspaces are the only copy: {f.error}",
                      soft_wrap=True, style="bold red")  # fmt: skip
         codes.append(EXIT_CONNECT if f.unreachable else EXIT_FAILED)
+        if f.restart_error:
+            ui.err.print(f"warning: {f.host}: its containers ({', '.join(f.stopped)}) stopped for the snapshot could "
+                         f"not be started again: {f.restart_error}", soft_wrap=True)  # fmt: skip
     if codes:
-        ui.err.print("fix it and run fleet.down again (hosts already torn down are left as they are), or tear "
-                     "down without a final snapshot: fleet.down --no-final-snapshot", soft_wrap=True)  # fmt: skip
+        ui.err.print("fix it and run fleet.down again (hosts already torn down are left as they are); "
+                     "fleet.down --no-final-snapshot takes no new snapshot but still pulls each host's earlier "
+                     "snapshots; fleet.down --discard-snapshots tears down losing the workspaces and the snapshots "
+                     "kept only on the hosts", soft_wrap=True)  # fmt: skip
     return codes

@@ -19,7 +19,7 @@ from jackin import contract, credentials, firewall
 from jackin import plan as planning
 from jackin.applied import applied, in_place
 from jackin.engine import Event, HostResult, RunResult
-from jackin.errors import ConnectError, JackinError
+from jackin.errors import ConnectError, JackinError, SpecError
 from jackin.gc import GC_COMMAND, gc, orphans
 from jackin.ledger import Ledger
 from jackin.paths import private_dir, state_dir
@@ -240,6 +240,7 @@ class DownResult(BaseModel):
     lab_note: str | None = None  # why the lab was left in place
     final: list[FinalHost] = Field(default_factory=list)  # per host, when a final snapshot was taken
     final_skipped: str | None = None  # why no final snapshot was taken (None: it was, where needed)
+    discarded: dict[str, list[str]] = Field(default_factory=dict)  # --discard-snapshots: per host, forgotten ids
 
     @property
     def blocked(self) -> list[FinalHost]:
@@ -281,6 +282,7 @@ def down(
     keep_data: bool = False,
     keep_lab: bool = False,
     final_snapshot: bool = True,
+    discard_snapshots: bool = False,
     on_event: OnEvent = lambda _: None,
     log: Log = lambda _: None,
 ) -> DownResult:
@@ -288,8 +290,13 @@ def down(
 
     First (unless ``keep_data``, ``final_snapshot=False`` or the spec's ``snapshots.before_teardown:
     false``) a ``final`` snapshot of every agent, pulled and checked here; a host where that failed
-    is not torn down (``DownResult.blocked``), the others are."""
+    is not torn down (``DownResult.blocked``), the others are. Without a final snapshot each host's
+    repository (earlier snapshots) is still pulled, with the same hold-back, unless
+    ``discard_snapshots``: then nothing is pulled and the ledger forgets the snapshots that existed
+    only on the hosts torn down."""
     fleet = inventory.fleet
+    skipped = final_skip_reason(inventory, keep_data=keep_data, final_snapshot=final_snapshot,
+                                discard_snapshots=discard_snapshots)  # fmt: skip
     with Ledger() as ledger, ledger.lock(fleet.name, "fleet.down"):
         provider = provider_for(inventory, ledger)
         hosts = provider.targets(bring_up=False)
@@ -300,8 +307,8 @@ def down(
             return DownResult(fleet=fleet.name, run=RunResult(hosts=[]), checks=[], lab_removed=release.destroyed,
                               lab_note=release.note)  # fmt: skip
         plan = make_plan(inventory, ledger)
-        skipped = final_skip_reason(inventory, keep_data=keep_data, final_snapshot=final_snapshot)
-        final = [] if skipped else take_final(ledger, inventory, plan, hosts, log=log)
+        final = [] if keep_data or discard_snapshots else take_final(ledger, inventory, plan, hosts, log=log,
+                                                                     snapshot=not skipped)  # fmt: skip
         blocked = {f.host for f in final if f.blocked}
         detail = {"keep_data": keep_data, "final": _final_detail(final, skipped)}
         run_id, result = _teardown_run(ledger, plan, [h for h in hosts if h.name not in blocked],
@@ -315,6 +322,8 @@ def down(
             ledger.audit(run_id, fleet.name, "clean-check", "clean" if check.clean else "dirty",
                          host=check.host, detail=check.leftovers or check.error)  # fmt: skip
         outcome = DownResult(fleet=fleet.name, run=result, checks=checks, final=final, final_skipped=skipped)
+        if discard_snapshots:
+            outcome.discarded = discard(ledger, fleet.name, [c.host for c in checks if c.clean], run_id)
         if outcome.clean:
             if keep_data:  # recorded as kept: only fleet.gc --purge-kept or this fleet's down removes it
                 ledger.keep_fleet(fleet.name, [(h.name, h.address, h.port) for h in hosts], KEPT)
@@ -332,10 +341,16 @@ __all__ = ["GC_COMMAND", "HostResult", "clean_check", "deploys_dir", "down", "gc
 # --- down: the final snapshot ---------------------------------------------------------------
 
 
-def final_skip_reason(inventory: Inventory, *, keep_data: bool, final_snapshot: bool) -> str | None:
+def final_skip_reason(inventory: Inventory, *, keep_data: bool, final_snapshot: bool,
+                      discard_snapshots: bool = False) -> str | None:  # fmt: skip
     """Why fleet.down takes no final snapshot, or None when it takes one."""
+    if keep_data and discard_snapshots:
+        raise SpecError("--keep-data keeps the workspaces and snapshots on the hosts; --discard-snapshots "
+                        "removes them: give one of them")  # fmt: skip
     if keep_data:
         return "--keep-data: the workspaces stay on the hosts"
+    if discard_snapshots:
+        return "--discard-snapshots"
     if not final_snapshot:
         return "--no-final-snapshot"
     if not inventory.fleet.snapshots.before_teardown:
@@ -344,9 +359,25 @@ def final_skip_reason(inventory: Inventory, *, keep_data: bool, final_snapshot: 
 
 
 def _final_detail(final: list[FinalHost], skipped: str | None) -> dict[str, Any]:
-    if skipped:
-        return {"skipped": skipped}
-    return {f.host: f.model_dump(include={"stage", "snapshot", "copy_path", "error"}) for f in final}
+    hosts = {f.host: f.model_dump(include={"stage", "snapshot", "copy_path", "error", "stopped"}) for f in final}
+    return {"skipped": skipped, **hosts} if skipped else hosts
+
+
+def discard(ledger: Ledger, fleet: str, hosts: list[str], run: int) -> dict[str, list[str]]:
+    """After ``--discard-snapshots`` tore ``hosts`` down: forget their part of every snapshot that no
+    surviving copy holds (a copy here, or on a host not torn down now), so snapshot.list shows only
+    snapshots that still exist somewhere; each forgotten one is audited. Per host, the ids forgotten."""
+    gone = set(hosts)
+    forgotten: dict[str, list[str]] = {}
+    for host in hosts:
+        kept = {s for c in ledger.copies(fleet, origin=host) if c["place"] not in gone for s in c["snapshots"]}
+        for row in ledger.snapshot_rows(fleet):
+            if row["id"] not in kept and any(a["host"] == host for a in row["agents"]):
+                ledger.forget_snapshot(fleet, row["id"], host=host)
+                forgotten.setdefault(host, []).append(row["id"])
+        if host in forgotten:
+            ledger.audit(run, fleet, "snapshot.discard", "ok", host=host, detail={"snapshots": forgotten[host]})
+    return forgotten
 
 
 def _teardown_run(ledger: Ledger, plan: planning.FleetPlan, hosts: list[SshTarget], *, keep_data: bool,

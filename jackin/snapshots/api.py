@@ -14,10 +14,10 @@ fleet's lock: ``take(ledger, inventory, targets, instances, kind="auto")`` befor
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import paramiko
 from fabric import Connection
@@ -135,16 +135,26 @@ def from_row(row: dict, *, snapshot: str, created: str, image_id: str | None) ->
 
 
 def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], instances: Sequence[str] | None = None,
-         *, label: str | None = None, kind: Kind = "manual") -> CreateResult:  # fmt: skip
+         *, label: str | None = None, kind: Kind = "manual",
+         extra: Mapping[tuple[str, str], dict[str, Any] | None] | None = None) -> CreateResult:  # fmt: skip
     """Snapshot ``instances`` (default: every instance of the spec) on ``targets`` under one new id,
     record it and audit it. An instance the spec no longer names (about to be removed) is taken
     from the ledger's agents table. The caller holds the fleet's lock (``create`` does; fleet.up
-    and fleet.down hold theirs)."""
+    and fleet.down hold theirs).
+
+    ``extra``: (host, instance) pairs taken as well, whatever the ledger places there (fleet.down
+    snapshots every home a host holds); each with a row shaped like the ledger's agents table
+    (instance, agent, uid, user, container, host, fleet) to build its manifest from, or None when
+    the plan or the ledger describes it."""
     fleet = inventory.fleet.name
     instances = list(instances) if instances is not None else select(inventory, None)
     plan = fleet_plan(inventory, ledger)
     agents = {a.instance: a for a in plan.agents}
     where = placement(ledger, fleet, targets, instances, set(agents))
+    extra = dict(extra or {})
+    for host, instance in extra:
+        if host in where and instance not in where[host]:
+            where[host].append(instance)
     created = datetime.now(timezone.utc)
     record = SnapshotRecord(id=new_id(created), fleet=fleet, created=created.isoformat(timespec="seconds"),
                             label=label, kind=kind)  # fmt: skip
@@ -152,6 +162,7 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
     run = ledger.start_run(fleet, "snapshot.create", {"snapshot": record.id, "kind": kind, "instances": instances})
 
     rows = {(r["host"], r["instance"]): r for r in ledger.agents(fleet)}
+    rows.update({key: row for key, row in extra.items() if row is not None and key not in rows})
 
     def item(target: str, instance: str, image_id: str | None) -> AgentManifest:
         if instance in agents:

@@ -12,16 +12,17 @@ import pytest
 from jackin import cli
 from jackin import fleet as fleet_api
 from jackin.engine import RunResult
-from jackin.errors import EXIT_CONNECT, EXIT_FAILED, ConnectError, JackinError
+from jackin.errors import EXIT_CONNECT, EXIT_FAILED, ConnectError, JackinError, SpecError
 from jackin.ledger import Ledger
 from jackin.operations.fleet import snapshot_teardown, teardown_commands
 from jackin.plan import build
 from jackin.remote import HostError
 from jackin.snapshots import api, copies, final, restic, transfer
+from jackin.snapshots import host as snapshot_host
 from jackin.snapshots.models import AgentSnapshot, CreateResult, SnapshotRecord
 from jackin.spec import parse_inventory
 from jackin.ssh import SshTarget
-from jackin.state import HostState, SnapshotDirs, parse_state, snapshots_section
+from jackin.state import Container, HostState, SnapshotDirs, User, parse_state, snapshots_section
 from jackin.state import PathInfo as StatePath
 
 INVENTORY = """\
@@ -168,8 +169,9 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setattr(final, "gather", lambda hosts, *a, **k: {h.name: states[h.name] for h in hosts})
 
-    def take(ledger, inventory, targets, instances, *, kind, label):
+    def take(ledger, inventory, targets, instances, *, kind, label, extra):
         seen["takes"].append(([t.name for t in targets], list(instances), kind, label))
+        seen.setdefault("extra", {}).update(extra)
         record = SnapshotRecord(id="20261203-080000-abcd", fleet="demo", created="t", kind=kind, label=label)
         result = CreateResult(snapshot=record)
         for t in targets:
@@ -257,13 +259,140 @@ def test_an_unreadable_host_is_blocked_and_take_raising_blocks_its_group(world, 
     assert "no password file" in done["h2"].error and world["seen"]["pulled"] == [[]]
 
 
-def test_homes_of_removed_agents_are_snapshotted_when_the_ledger_knows_them(world) -> None:
+def test_every_home_is_snapshotted_whoever_names_it_and_dot_names_and_files_are_not_homes(world) -> None:
     row = {"instance": "old-1", "agent": "old", "uid": 60005, "user": "jk-demo--old-1", "container": "jk-demo--old-1",
            "network": "jk-demo--old-1"}  # fmt: skip
-    world["ledger"].record_agents("demo", "h1", [row])
-    world["states"].update(h1=_state("coder-1", extra=("old-1", "gone-1", ".restore")))
+    world["ledger"].record_agents("demo", "h1", [row])  # coder-1 is planned but the ledger does not place it on h1
+    state = _state("coder-1", extra=("old-1", ".restore"))
+    paths = {**state.paths, f"{PLAN.fleet_dir}/gone-1": StatePath(kind="d", mode="0750", uid=0, gid=60007),
+             f"{PLAN.fleet_dir}/stray": StatePath(kind="f", mode="0600", uid=0, gid=0)}  # fmt: skip
+    users = {"jk-demo--gone-1": User(name="jk-demo--gone-1", uid=60007, gid=60007, comment="", home="", shell="")}
+    world["states"]["h1"] = state.model_copy(update={"paths": paths, "users": users})
     done = _final(world, "h1")
-    assert done["h1"].instances == ["coder-1", "old-1"] and done["h1"].not_in_spec == ["gone-1"]
+    assert done["h1"].instances == ["coder-1", "gone-1", "old-1"] and done["h1"].not_in_spec == ["gone-1"]
+    assert world["seen"]["takes"][0][:2] == (["h1"], ["coder-1", "gone-1", "old-1"]) and not done["h1"].blocked
+    extra = world["seen"]["extra"]
+    assert extra[("h1", "coder-1")] is None and extra[("h1", "old-1")] is None  # the plan, the ledger describe them
+    assert extra[("h1", "gone-1")] == {"fleet": "demo", "host": "h1", "instance": "gone-1", "agent": "gone",
+                                       "uid": 60007, "user": "jk-demo--gone-1", "container": "jk-demo--gone-1",
+                                       "network": "jk-demo--gone-1"}  # fmt: skip
+
+
+def test_a_home_whose_group_is_no_agent_uid_holds_the_host_back_unsnapshotted(world) -> None:
+    state = _state("coder-1")
+    paths = {**state.paths, f"{PLAN.fleet_dir}/odd": StatePath(kind="d", mode="0755", uid=0, gid=0)}
+    world["states"].update(h1=state.model_copy(update={"paths": paths}), h2=_state("coder-1"))
+    done = _final(world, "h1", "h2")
+    assert (done["h1"].stage, done["h1"].blocked) == ("read", True) and "cannot say whose it is" in done["h1"].error
+    assert world["seen"]["takes"] == [(["h2"], ["coder-1"], "final", final.LABEL)]  # control: h2 goes on
+    assert world["seen"]["pulled"] == [["h2"]] and not done["h2"].blocked
+
+
+def test_a_home_the_state_alone_describes_takes_the_naming_rules_user_when_no_user_has_its_uid() -> None:
+    state = _state(extra=("gone-1",))
+    row = final.from_state(PLAN, state, "h1", "gone-1")
+    assert (row["uid"], row["user"], row["container"], row["agent"]) == (60000, "jk-demo--gone-1", "jk-demo--gone-1", "gone")
+
+
+def _running(*names: str) -> dict[str, Container]:
+    return {n: Container(name=n, status="running", running=True) for n in names}
+
+
+@pytest.fixture
+def docker(world, monkeypatch):
+    """Fakes ``api.in_parallel`` (no SSH) and ``host.set_running``; ``events`` logs stops, takes, starts."""
+    events: list = []
+    fails: dict = {}
+
+    def in_parallel(targets, work):
+        out = {}
+        for t in targets:
+            try:
+                out[t.name] = work(None, t)
+            except JackinError as error:
+                out[t.name] = error
+        return out
+
+    def set_running(conn, names, running, *, host):
+        events.append(("start" if running else "stop", host, list(names)))
+        if fails.get((host, running)):
+            raise JackinError(fails[(host, running)])
+
+    take = api.take
+
+    def take_logged(*args, **kwargs):
+        events.append(("take", [t.name for t in args[2]]))
+        return take(*args, **kwargs)
+
+    monkeypatch.setattr(api, "in_parallel", in_parallel)
+    monkeypatch.setattr(snapshot_host, "set_running", set_running)
+    monkeypatch.setattr(api, "take", take_logged)
+    return {"events": events, "fails": fails}
+
+
+def test_containers_are_stopped_before_the_snapshot_and_started_again_where_the_host_is_held_back(world, docker) -> None:
+    c1, c2 = "jk-demo--coder-1", "jk-demo--coder-2"
+    stopped = {**_running(c1), c2: Container(name=c2, status="exited", running=False)}
+    world["states"].update(h1=_state("coder-1", "coder-2").model_copy(update={"containers": stopped}),
+                           h2=_state("coder-1", "coder-2").model_copy(update={"containers": _running(c1, c2)}))  # fmt: skip
+    world["fails"]["pull"]["h2"] = JackinError("restic check failed")
+    done = _final(world, "h1", "h2")
+    assert docker["events"] == [("stop", "h1", [c1]), ("stop", "h2", [c1, c2]), ("take", ["h1", "h2"]),
+                                ("start", "h2", [c1, c2])]  # fmt: skip
+    assert not done["h1"].blocked and done["h1"].stopped == [c1]  # it goes down stopped: nothing to start
+    assert done["h2"].blocked and done["h2"].restart_error is None
+
+
+def test_a_host_where_stopping_fails_is_held_back_unsnapshotted_and_a_failed_restart_is_reported(world, docker) -> None:
+    c1 = "jk-demo--coder-1"
+    world["states"].update(h1=_state("coder-1").model_copy(update={"containers": _running(c1)}),
+                           h2=_state("coder-1").model_copy(update={"containers": _running(c1)}))  # fmt: skip
+    docker["fails"].update({("h1", False): "docker stop timed out", ("h1", True): "docker start failed"})
+    done = _final(world, "h1", "h2")
+    assert (done["h1"].stage, done["h1"].blocked) == ("stop", True) and "docker stop timed out" in done["h1"].error
+    assert done["h1"].restart_error == "docker start failed"
+    assert world["seen"]["takes"][0][0] == ["h2"] and world["seen"]["pulled"] == [["h2"]]  # control: h2 goes on
+    result = fleet_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=list(done.values()))
+    assert cli.final_errors(result) == [EXIT_FAILED]
+
+
+def test_without_a_final_snapshot_only_the_repositories_are_pulled(world, docker) -> None:
+    c1 = "jk-demo--coder-1"
+    world["states"].update(h1=_state("coder-1", repo=True).model_copy(update={"containers": _running(c1)}),
+                           h2=_state("coder-1"))  # fmt: skip
+    world["fails"]["pull"]["h1"] = JackinError("no space left")
+    entries = final.take_final(world["ledger"], SPEC, PLAN, _targets(world["tmp"], "h1", "h2"), snapshot=False)
+    done = {e.host: e for e in entries}
+    assert world["seen"]["takes"] == [] and docker["events"] == [] and world["seen"]["pulled"] == [["h1"]]
+    assert (done["h1"].stage, done["h1"].blocked) == ("pull", True) and "no space left" in done["h1"].error
+    assert (done["h2"].stage, done["h2"].blocked, done["h2"].instances) == ("nothing", False, [])
+
+
+# --- api.take's placement: extra (host, instance) pairs ---------------------------------------
+
+
+def test_take_snapshots_extra_pairs_the_ledger_does_not_place_with_their_rows(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(api, "fleet_plan", lambda inventory, ledger: PLAN)
+    monkeypatch.setattr(api, "in_parallel", lambda targets, work: {t.name: work(None, t) for t in targets})
+    monkeypatch.setattr(api, "_prepare_or_error", lambda conn, fleet, host: ("restic", None))
+    monkeypatch.setattr(api.remote, "container_states", lambda conn, names, host: {n: "true sha256:i" for n in names})
+    monkeypatch.setattr(api, "_both_tiers", lambda conn, bin_, item, host, unprepared: (
+        AgentSnapshot(host=host, instance=item.instance, agent=item.agent, restic_id="r", manifest=item), []))
+    gone = {"fleet": "demo", "host": "h1", "instance": "gone-1", "agent": "gone", "uid": 60007,
+            "user": "jk-demo--gone-1", "container": "jk-demo--gone-1", "network": "jk-demo--gone-1"}  # fmt: skip
+    with Ledger(tmp_path / "l.sqlite3") as ledger:
+        ledger.record_agents("demo", "h1", [{**gone, "instance": "coder-2", "agent": "coder", "uid": 60001}])
+        targets = _targets(tmp_path, "h1")
+        plain = api.take(ledger, SPEC, targets, ["coder-1", "coder-2"])  # control: the ledger's placement alone
+        assert [a.instance for a in plain.snapshot.agents] == ["coder-2"]
+        result = api.take(ledger, SPEC, targets, ["coder-1", "coder-2"], kind="final",
+                          extra={("h1", "coder-1"): None, ("h1", "gone-1"): gone, ("h9", "coder-1"): None})  # fmt: skip
+    by = {a.instance: a.manifest for a in result.snapshot.agents}
+    assert list(by) == ["coder-2", "coder-1", "gone-1"] and not result.errors
+    assert (by["coder-1"].uid, by["coder-1"].spec["name"]) == (60000, "coder")  # from the plan
+    assert (by["gone-1"].uid, by["gone-1"].gid, by["gone-1"].user, by["gone-1"].home) == (
+        60007, 60007, "jk-demo--gone-1", "/srv/jackin/demo/gone-1")
+    assert by["gone-1"].image_id == "sha256:i"
 
 
 # --- when there is no final snapshot, and what the CLI says -----------------------------------
@@ -275,6 +404,10 @@ def test_skip_reasons() -> None:
     assert fleet_api.final_skip_reason(SPEC, keep_data=True, final_snapshot=True).startswith("--keep-data")
     assert fleet_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=False) == "--no-final-snapshot"
     assert fleet_api.final_skip_reason(off, keep_data=False, final_snapshot=True) == "snapshots.before_teardown: false"
+    assert fleet_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=True,
+                                       discard_snapshots=True) == "--discard-snapshots"  # fmt: skip
+    with pytest.raises(SpecError, match="give one of them"):
+        fleet_api.final_skip_reason(SPEC, keep_data=True, final_snapshot=True, discard_snapshots=True)
 
 
 def test_preview_says_what_is_snapshotted_and_where_it_goes(monkeypatch, tmp_path) -> None:
@@ -282,7 +415,33 @@ def test_preview_says_what_is_snapshotted_and_where_it_goes(monkeypatch, tmp_pat
     text = cli.final_preview(SPEC, keep_data=False, no_final_snapshot=False)
     assert "coder-1, coder-2" in text and f"{tmp_path}/snapshots/demo/pulled/<host>/repo" in text
     assert not (tmp_path / "snapshots").exists()  # showing the plan creates nothing
-    assert "no copy" in cli.final_preview(SPEC, keep_data=False, no_final_snapshot=True)
+    assert "stopped" in text and "any home an agent dropped from the spec left" in text
+    skipped = cli.final_preview(SPEC, keep_data=False, no_final_snapshot=True)
+    assert "workspaces are removed with no copy" in skipped and "earlier snapshots is still pulled" in skipped
+    assert "--discard-snapshots" in skipped
+    lost = cli.final_preview(SPEC, keep_data=False, no_final_snapshot=False, discard_snapshots=True)
+    assert "no pull" in lost and "every snapshot kept only on the hosts" in lost and "ledger forgets" in lost
+    assert not (tmp_path / "snapshots").exists()
+
+
+def _snap(ledger: Ledger, snapshot: str, *hosts: str) -> None:
+    ledger.record_snapshot({"id": snapshot, "fleet": "demo", "created": snapshot, "kind": "manual"},
+                           [{"host": h, "instance": "coder-1", "agent": "coder", "tiers": ["restic"]} for h in hosts])  # fmt: skip
+
+
+def test_discard_forgets_only_what_no_surviving_copy_holds(tmp_path) -> None:
+    with Ledger(tmp_path / "l.sqlite3") as ledger:
+        for snapshot in ("s1", "s2", "s3", "s4"):
+            _snap(ledger, snapshot, "h1", "h2")
+        ledger.record_copy("demo", "h1", copies.OPERATOR, "/x", ["s1"])  # pulled here before s2
+        ledger.record_copy("demo", "h1", "h3", "/y", ["s2"])  # pushed to a host that stays
+        ledger.record_copy("demo", "h1", "h2", "/z", ["s3"])  # pushed to a host torn down with it
+        run = ledger.start_run("demo", "fleet.down")
+        assert fleet_api.discard(ledger, "demo", ["h1", "h2"], run) == {"h1": ["s3", "s4"], "h2": ["s1", "s2", "s3", "s4"]}
+        left = {r["id"]: [a["host"] for a in r["agents"]] for r in ledger.snapshot_rows("demo")}
+        assert left == {"s1": ["h1"], "s2": ["h1"]}
+        assert [a["action"] for a in ledger.audit_trail("demo")] == ["snapshot.discard"] * 2
+        assert fleet_api.discard(ledger, "demo", ["h9"], run) == {}  # a host with no snapshot: nothing to forget
 
 
 def test_a_blocked_host_makes_down_unclean_and_exits_by_its_kind() -> None:
