@@ -37,15 +37,17 @@ def dlab():
     yield from module_lab("d", 1)
 
 
-def write_spec(lab, directory: Path, name: str, extra: str = "") -> str:
+CODER = "    - {name: coder, role: demo, count: 1}\n"
+
+
+def write_spec(lab, directory: Path, name: str, extra: str = "", agents: str = CODER) -> str:
     spec = directory / f"{name}.yaml"
     spec.write_text(f"""fleet:
   name: {name}
   provider: lab
   lab: {{name: {lab.name}, hosts: 1}}
   agents:
-    - {{name: coder, role: demo, count: 1}}
-  resources: {{memory: 128m, cpus: 0.5, pids: 64}}
+{agents}  resources: {{memory: 128m, cpus: 0.5, pids: 64}}
 {extra}""")
     return str(spec)
 
@@ -72,8 +74,8 @@ def host_name(lab) -> str:
     return lab.status().hosts[0].name
 
 
-def as_agent(lab, fleet: str, script: str) -> None:
-    uid = int(sh(lab, f"id -u jk-{fleet}--coder-1").stdout)
+def as_agent(lab, fleet: str, script: str, instance: str = "coder-1") -> None:
+    uid = int(sh(lab, f"id -u jk-{fleet}--{instance}").stdout)
     sh(lab, agent_paths.as_agent(uid, uid, "sh", "-c", script))
 
 
@@ -175,3 +177,69 @@ def test_before_teardown_false_takes_no_final_snapshot(dlab, tmp_path):
     assert not transfer.pulled_repo(name, host_name(dlab)).exists()
     assert sh(dlab, f"test -e /var/lib/jackin/snapshots/{name} || echo none").stdout.strip() == "none"
     assert leftovers(dlab, name) == {}
+
+
+def restore_here(spec: str, fleet: str, host: str, snapshot: str, instance: str, target: Path) -> dict:
+    """Restore ``instance`` of ``snapshot`` from the pulled copy of ``host``'s repository into ``target``;
+    the agent's entry in snapshot.show (its manifest)."""
+    shown = json.loads(inv("snapshot.show", "-i", spec, snapshot, "--json", check=True).stdout)
+    [agent] = [a for a in shown["agents"] if a["instance"] == instance]
+    repo, password = transfer.pulled_repo(fleet, host), transfer.fleet_password_file(fleet)
+    subprocess.run([transfer.local_restic(), "--repo", str(repo), "--password-file", str(password), "--no-cache",
+                    "--quiet", "restore", agent["restic_id"], "--target", str(target)], check=True)  # fmt: skip
+    return agent
+
+
+def test_a_home_the_spec_and_the_ledger_no_longer_name_is_in_the_final_snapshot(dlab, tmp_path):
+    name = f"o{secrets.token_hex(3)}"
+    no_auto = "  snapshots: {before_changes: false}\n"
+    spec = write_spec(dlab, tmp_path, name, no_auto, agents=CODER + "    - {name: old, role: demo, count: 1}\n")
+    try:
+        assert inv("fleet.up", "-i", spec, "--yes").returncode == 0
+        ws = f"/srv/jackin/{name}/old-1/workspace"
+        as_agent(dlab, name, f"cd {ws} && mkdir -p d && echo kept > d/f && head -c 50000 /dev/urandom > blob",
+                 instance="old-1")  # fmt: skip
+        want, uid = files(dlab, ws), int(sh(dlab, f"id -u jk-{name}--old-1").stdout)
+        write_spec(dlab, tmp_path, name, no_auto)  # old dropped; before_changes false: no automatic snapshot
+        assert inv("fleet.up", "-i", spec, "--yes").returncode == 0
+        with Ledger() as ledger:
+            assert [r["instance"] for r in ledger.agents(name)] == ["coder-1"]  # the ledger forgot old-1
+        assert files(dlab, ws) == want and snapshots(spec) == []  # its home stayed, no snapshot holds it
+        done = inv("fleet.down", "-i", spec, "--yes", "--keep-lab")
+        assert done.returncode == 0, done.stdout + done.stderr
+        [final] = [s for s in snapshots(spec) if s["kind"] == "final"]
+        assert sorted(final["agents"]) == ["coder-1", "old-1"]
+        agent = restore_here(spec, name, host_name(dlab), final["id"], "old-1", tmp_path / "r")
+        assert (agent["manifest"]["uid"], agent["manifest"]["user"]) == (uid, f"jk-{name}--old-1")
+        assert local_files(tmp_path / f"r/srv/jackin/{name}/old-1/workspace") == want
+        assert leftovers(dlab, name) == {}
+    finally:
+        inv("fleet.down", "-i", spec, "--yes", "--keep-lab", "--discard-snapshots")
+        shutil.rmtree(state_dir() / "snapshots" / name, ignore_errors=True)
+
+
+def test_no_final_snapshot_still_pulls_the_hosts_earlier_snapshots(dlab, tmp_path):
+    name = f"m{secrets.token_hex(3)}"
+    spec = write_spec(dlab, tmp_path, name)
+    try:
+        assert inv("fleet.up", "-i", spec, "--yes").returncode == 0
+        ws = f"/srv/jackin/{name}/coder-1/workspace"
+        as_agent(dlab, name, f"cd {ws} && echo manual > m && head -c 30000 /dev/urandom > blob")
+        want = files(dlab, ws)
+        created = json.loads(inv("snapshot.create", "-i", spec, "--json", check=True).stdout)["snapshot"]
+        as_agent(dlab, name, f"echo later > {ws}/later")  # not snapshotted: lost with --no-final-snapshot
+        host = host_name(dlab)
+        assert not transfer.pulled_repo(name, host).exists()  # control: nothing pulled yet
+        done = inv("fleet.down", "-i", spec, "--yes", "--keep-lab", "--no-final-snapshot")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert [(s["id"], s["kind"]) for s in snapshots(spec)] == [(created["id"], "manual")]  # no final one
+        with Ledger() as ledger:
+            [copy] = ledger.copies(name, origin=host, place="operator")
+        assert created["id"] in copy["snapshots"]
+        transfer.verify_local(transfer.pulled_repo(name, host), transfer.fleet_password_file(name))
+        restore_here(spec, name, host, created["id"], "coder-1", tmp_path / "r")
+        assert local_files(tmp_path / f"r/srv/jackin/{name}/coder-1/workspace") == want
+        assert leftovers(dlab, name) == {}
+    finally:
+        inv("fleet.down", "-i", spec, "--yes", "--keep-lab", "--discard-snapshots")
+        shutil.rmtree(state_dir() / "snapshots" / name, ignore_errors=True)
