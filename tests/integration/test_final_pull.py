@@ -243,3 +243,21 @@ def test_no_final_snapshot_still_pulls_the_hosts_earlier_snapshots(dlab, tmp_pat
     finally:
         inv("fleet.down", "-i", spec, "--yes", "--keep-lab", "--discard-snapshots")
         shutil.rmtree(state_dir() / "snapshots" / name, ignore_errors=True)
+
+
+def test_discard_snapshots_pulls_nothing_and_the_ledger_forgets_what_was_lost(dlab, tmp_path):
+    name = f"x{secrets.token_hex(3)}"
+    spec = write_spec(dlab, tmp_path, name)
+    try:
+        assert inv("fleet.up", "-i", spec, "--yes").returncode == 0
+        created = json.loads(inv("snapshot.create", "-i", spec, "--json", check=True).stdout)["snapshot"]
+        assert [s["id"] for s in snapshots(spec)] == [created["id"]]  # control: listed while it exists
+        host = host_name(dlab)
+        done = inv("fleet.down", "-i", spec, "--yes", "--keep-lab", "--discard-snapshots")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"{host}: snapshots discarded with the host" in done.stdout and created["id"] in done.stdout
+        assert snapshots(spec) == [] and not transfer.pulled_repo(name, host).exists()
+        assert leftovers(dlab, name) == {}
+    finally:
+        inv("fleet.down", "-i", spec, "--yes", "--keep-lab", "--discard-snapshots")
+        shutil.rmtree(state_dir() / "snapshots" / name, ignore_errors=True)
