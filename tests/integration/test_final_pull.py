@@ -2,6 +2,9 @@
 fails keeps everything; with the fault fixed, fleet.down takes a ``final`` snapshot, pulls the
 host's repository here (it checks and restores the same bytes here), removes the fleet's snapshot
 dir and the uploaded restic from the host and leaves it clean; ``before_teardown: false`` takes none.
+Then, each on its own fleet: the home of an agent the spec and the ledger no longer name is in the
+final snapshot; ``--no-final-snapshot`` still pulls an earlier manual snapshot; ``--discard-snapshots``
+pulls nothing and the ledger forgets what was lost.
 
 One 1-host lab for the module (kept across fleet.down by ``--keep-lab``); the tests run in file
 order and share the first fleet. The lab host has no restic: the final snapshot uploads ours.
