@@ -442,3 +442,32 @@ def final_errors(result: fleet_api.DownResult) -> list[int]:
         ui.err.print("fix it and run fleet.down again (hosts already torn down are left as they are), or tear "
                      "down without a final snapshot: fleet.down --no-final-snapshot", soft_wrap=True)  # fmt: skip
     return codes
+
+
+# --- fleet.plan --------------------------------------------------------------------
+
+# The launch contract (jackin/contract.py, another helper's) shown in fleet.plan: wired at merge.
+# ``contract_view(result: fleet_api.PlanResult, *, json: bool)`` returns a rich renderable (tables per
+# agent) or, with json, a JSON-able document added under "contract"; None: not shown.
+contract_view = None
+
+
+def fleet_plan(inventory: str | None, *, json: bool) -> int:
+    """What fleet.up would change on each host, from one parallel state read; changes nothing.
+    Exit 2: a spec or credential problem (before any host is read); 3: a host is unreachable; 1: a
+    host answered but its state could not be read, or fleet.up would refuse to act there; else 0."""
+    spec = fleet_api.load(inventory)
+    result = fleet_api.plan(spec, log=ui.log)
+    if json:
+        document = result.model_dump(mode="json", exclude={"plan"})
+        if contract_view is not None:
+            document["contract"] = contract_view(result, json=True)
+        ui.print_json(document)
+    else:
+        ui.out.print(ui.host_plan_view(result))
+        if contract_view is not None:
+            ui.out.print(contract_view(result, json=False))
+    return worst(
+        EXIT_CONNECT if h.unreachable else EXIT_FAILED if h.error or (h.changes and h.changes.refused) else EXIT_OK
+        for h in result.hosts
+    )  # fmt: skip
