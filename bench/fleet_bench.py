@@ -161,7 +161,7 @@ def plain_scripts(plan: planning.FleetPlan) -> dict[str, str]:
             f"nft delete table inet jackin-{f}",
             q("rm", "-f", *firewall.owned_paths(f)), "systemctl daemon-reload",
             f"ls {firewall.NFT_DIR}/*.nft >/dev/null 2>&1 || {{ rm -f {firewall.RESOLVER}; "
-            f"rmdir {firewall.NFT_DIR} /etc/jackin /usr/local/lib/jackin 2>/dev/null; true; }}", check]  # fmt: skip
+            f"rmdir {firewall.NFT_DIR} /etc/jackin /usr/local/lib/jackin 2>/dev/null || true; }}", check]  # fmt: skip
     return {"cold": "\n".join(cold) + "\n", "warm": bootstrap + check, "down": "\n".join(down) + "\n"}
 
 

@@ -132,7 +132,7 @@ def up(
                 _, result = recorded_run(None, fleet=fleet.name, action="fleet.up --dry-run", deploy="fleet.py",
                                          hosts=split.run, data=plan.model_dump(mode="json"), dry_run=True,
                                          on_event=on_event, secrets=values)  # fmt: skip
-            result.hosts += kept + not_run
+            result.hosts = _in_order(result.hosts + kept + not_run, hosts)
             return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto, unchanged=split.unchanged)
         ledger.record_fleet(fleet.name, fleet.provider, source, "up")
         provider.claim()
@@ -160,15 +160,14 @@ def up(
             run_id = ledger.start_run(fleet.name, action, run_detail)
             record_spec(run_id)
             ledger.finish_run(run_id, "failed" if not_run else "ok")
-            return UpResult(fleet=fleet.name, run=RunResult(hosts=kept + not_run), plan=plan, snapshots=auto,
-                            unchanged=split.unchanged)  # fmt: skip
+            return UpResult(fleet=fleet.name, run=RunResult(hosts=_in_order(kept + not_run, hosts)), plan=plan,
+                            snapshots=auto, unchanged=split.unchanged)  # fmt: skip
         run_id, result = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=split.run,
                                       data=plan.model_dump(mode="json"), detail=run_detail,
                                       on_event=on_event, on_host=record_host, on_start=record_spec,
                                       secrets=values)  # fmt: skip
-        result.hosts.extend(kept)
+        result.hosts = _in_order(result.hosts + kept + not_run, hosts)
         if not_run:
-            result.hosts.extend(not_run)
             ledger.finish_run(run_id, "failed")
         return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto, unchanged=split.unchanged)
 
@@ -200,6 +199,12 @@ def split_hosts(plan: planning.FleetPlan, hosts: list[SshTarget], states: States
         else:
             split.run.append(host)
     return split
+
+
+def _in_order(results: list[HostResult], hosts: list[SshTarget]) -> list[HostResult]:
+    """Per-host results in the inventory's order, whether the engine ran there or not."""
+    order = {h.name: n for n, h in enumerate(hosts)}
+    return sorted(results, key=lambda r: order.get(r.host, len(order)))
 
 
 def _unchanged(host: str) -> HostResult:
