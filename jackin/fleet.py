@@ -183,7 +183,8 @@ class HostSplit(BaseModel):
     plans: dict[str, HostChanges] = Field(default_factory=dict)
 
 
-def split_hosts(plan: planning.FleetPlan, hosts: list[SshTarget], states: States, values: credentials.Secrets) -> HostSplit:
+def split_hosts(plan: planning.FleetPlan, hosts: list[SshTarget], states: States,
+                values: credentials.Secrets) -> HostSplit:  # fmt: skip
     """Which hosts the deploy runs on: those whose plan (``jackin.hostplan.host_changes``, the deploy's own
     decision) is not empty. A host whose state read failed is in ``unread`` (not run: what the run would
     change, and lose, there is unknown)."""
