@@ -247,3 +247,40 @@ def test_daemon_section_parses_as_the_fact_does() -> None:
     assert (parsed.live_restore, parsed.args, json.loads(parsed.config)) == (fact.live_restore, fact.args,
                                                                              json.loads(fact.config))  # fmt: skip
     assert parse_section(["live=", "args="]) == DaemonState() and parse_section([]) is None
+
+
+# --- fleet.plan: checks first, exit codes ---------------------------------------------------------
+
+
+def test_plan_checks_credentials_before_it_opens_the_ledger(tmp_path: Path, monkeypatch) -> None:
+    from jackin.credentials import CredentialError
+    from jackin.errors import SpecError
+
+    from .test_credentials import MOUNTS, spec_text
+
+    touched: list[str] = []
+    monkeypatch.setattr(fleet_api, "Ledger", lambda *a, **k: touched.append("ledger"))
+    monkeypatch.delenv("JK_TEST_API_KEY", raising=False)
+    with pytest.raises(CredentialError):
+        fleet_api.plan(parse_inventory(spec_text(CREDS.replace("FILE", str(tmp_path / "none"))), "f.yaml"))
+    with pytest.raises(SpecError, match="mount of /home/me/.aws is refused"):
+        fleet_api.plan(parse_inventory(spec_text("", MOUNTS), "f.yaml"))
+    assert touched == []
+
+
+@pytest.mark.parametrize(("hosts", "code"), [
+    ([fleet_api.HostPlan(host="h1", changes=hostplan.HostChanges(host="h1"))], 0),
+    ([fleet_api.HostPlan(host="h1", changes=hostplan.HostChanges(host="h1", refused=["agent coder-1: no"]))], 1),
+    ([fleet_api.HostPlan(host="h1", error="does not parse")], 1),
+    ([fleet_api.HostPlan(host="h1", changes=hostplan.HostChanges(host="h1")),
+      fleet_api.HostPlan(host="h2", error="connection refused", unreachable=True)], 3),
+], ids=["unchanged", "refused", "read failed", "unreachable"])  # fmt: skip
+def test_fleet_plan_exit_codes_and_json(monkeypatch, capsys, hosts, code: int) -> None:
+    from jackin import cli
+
+    result = fleet_api.PlanResult(fleet="demo", plan=PLAN, hosts=hosts)
+    monkeypatch.setattr(cli.fleet_api, "load", lambda _: None)
+    monkeypatch.setattr(cli.fleet_api, "plan", lambda spec, log: result)
+    assert cli.fleet_plan(None, json=True) == code
+    document = json.loads(capsys.readouterr().out)
+    assert "plan" not in document and [h["host"] for h in document["hosts"]] == [h.host for h in hosts]
