@@ -118,6 +118,14 @@ def fleet_runs(c, inventory=None, json=False):
         raise Exit(code=cli.fleet_runs(inventory, json=json))
 
 
+@task(help={"inventory": INVENTORY, "json": "print JSON for scripts"})
+def fleet_plan(c, inventory=None, json=False):
+    """Show per host what fleet.up would change (one parallel state read); change nothing, anywhere.
+    Exit 2: spec or credential problem; 3: a host is unreachable; 1: a host's read failed or up would refuse."""
+    with guard():
+        raise Exit(code=cli.fleet_plan(inventory, json=json))
+
+
 # --- agent -------------------------------------------------------------------
 
 
@@ -218,6 +226,7 @@ fleet.add_task(fleet_down, "down")
 fleet.add_task(fleet_gc, "gc")
 fleet.add_task(fleet_rollback, "rollback")
 fleet.add_task(fleet_runs, "runs")
+fleet.add_task(fleet_plan, "plan")
 
 agent_ns = Collection("agent")
 agent_ns.add_task(agent_netcheck, "netcheck")

@@ -6,13 +6,13 @@ host.data.jackin holds the FleetPlan and keep_data.
 
 from pyinfra import host
 
-from jackin.operations import fleet
+from jackin.operations import ops
 from jackin.plan import FleetPlan
 
 plan = FleetPlan.model_validate(host.data.jackin["plan"])
-fleet.teardown(
+ops.teardown(
     name=f"remove fleet {plan.fleet}",
     plan=plan,
-    state=fleet.fleet_state(plan),
+    state=ops.fleet_state(plan),
     keep_data=host.data.jackin.get("keep_data", False),
 )

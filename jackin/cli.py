@@ -498,3 +498,31 @@ def final_errors(result: fleet_api.DownResult) -> list[int]:
                      "snapshots; fleet.down --discard-snapshots tears down losing the workspaces and the snapshots "
                      "kept only on the hosts", soft_wrap=True)  # fmt: skip
     return codes
+
+
+# --- fleet.plan --------------------------------------------------------------------
+
+def fleet_plan(inventory: str | None, *, json: bool) -> int:
+    """What fleet.up would change on each host, from one parallel state read; changes nothing.
+    Exit 2: a spec or credential problem (before any host is read); 3: a host is unreachable; 1: a
+    host answered but its state could not be read, or fleet.up would refuse to act there; else 0."""
+    from jackin import contract as contract_api
+
+    spec = fleet_api.load(inventory)
+    result = fleet_api.plan(spec, log=ui.log)
+    terms = contract_api.gate(spec)  # the launch contract fleet.up would apply, and its difference
+    if json:
+        document = result.model_dump(mode="json", exclude={"plan"})
+        document["contract"] = terms.contract.model_dump(mode="json")
+        document["contract_changes"] = None if terms.first else terms.changes
+        ui.print_json(document)
+    else:
+        ui.out.print(ui.host_plan_view(result))
+        for table in ui.contract_tables(terms.contract):
+            ui.out.print(table)
+        if terms.differs:
+            ui.out.print(ui.contract_changes(terms.changes, first=terms.first))
+    return worst(
+        EXIT_CONNECT if h.unreachable else EXIT_FAILED if h.error or (h.changes and h.changes.refused) else EXIT_OK
+        for h in result.hosts
+    )  # fmt: skip

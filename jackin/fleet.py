@@ -26,7 +26,8 @@ from jackin.paths import private_dir, state_dir
 from jackin.providers import LabProvider, provider_for
 from jackin.remote import gather
 from jackin.runs import deploys_dir, recorded_run
-from jackin.snapshots.auto import AutoSnapshot, snapshot_before_up
+from jackin.hostplan import HostChanges, host_changes
+from jackin.snapshots.auto import AutoSnapshot, States, read_states, snapshot_before_up
 from jackin.snapshots.final import FinalHost, take_final
 from jackin.spec import Inventory, load_inventory
 from jackin.spec.models import FleetSpec, NetworkPolicy
@@ -73,6 +74,7 @@ class UpResult(BaseModel):
     run: RunResult
     plan: planning.FleetPlan
     snapshots: list[AutoSnapshot] = Field(default_factory=list)  # automatic, before agents were recreated or removed
+    unchanged: list[str] = Field(default_factory=list)  # hosts with nothing to change: not handed to the engine
 
     @property
     def changed(self) -> int:
@@ -97,9 +99,13 @@ def up(
     ``action``/``detail``/``only``: how the run is recorded and on which of the fleet's hosts it
     runs (``fleet.rollback`` applies a stored spec through here). The applied spec is recorded
     against the run (``jackin.applied``), so a later ``fleet.rollback`` can return to it.
-    First, unless the spec's ``snapshots.before_changes`` is off, the agents the run will recreate or
-    remove are snapshotted (``jackin.snapshots.auto``; their ids in the run's detail, ``auto_snapshots``);
-    a failed snapshot raises before anything changed, and a host whose state cannot be read is not run.
+    First every host's state is read in one parallel round trip; from it, on this side:
+    - unless the spec's ``snapshots.before_changes`` is off, the agents the run will recreate or
+      remove are snapshotted (``jackin.snapshots.auto``; their ids in the run's detail, ``auto_snapshots``);
+      a failed snapshot raises before anything changed;
+    - what the deploy would do on each host (``jackin.hostplan``): a host with nothing to change is
+      not handed to the pyinfra engine (recorded in the run as ok, no change; ``unchanged`` in the
+      run's detail), and a host whose state cannot be read is not run.
     """
     fleet = inventory.fleet
     credentials.check(fleet)  # refused (exit 2) before anything: credential-like mounts, duplicate names
@@ -113,13 +119,21 @@ def up(
         for name in provider.unresolved():
             log(f"warning: host {name} is given by name: its address is not in the agents' always-denied set "
                 "(give it as an IP address to deny it)")
+        states = read_states(plan, hosts)  # one parallel round trip: the snapshot decision and the plan
         # Before anything changes: snapshot the agents this run recreates or removes (a dry run names them).
-        auto, unread = snapshot_before_up(ledger, inventory, plan, hosts, action=action, dry_run=dry_run, log=log)
+        auto, _ = snapshot_before_up(ledger, inventory, plan, hosts, action=action, dry_run=dry_run, log=log,
+                                     states=states)  # fmt: skip
+        split = split_hosts(plan, hosts, states, values)
+        not_run = [_not_run(name, error) for name, error in split.unread.items()]
+        kept = [_unchanged(name) for name in split.unchanged]
         if dry_run:  # changes nothing, the ledger included
-            _, result = recorded_run(None, fleet=fleet.name, action="fleet.up --dry-run", deploy="fleet.py",
-                                     hosts=hosts, data=plan.model_dump(mode="json"), dry_run=True, on_event=on_event,
-                                     secrets=values)  # fmt: skip
-            return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto)
+            result = RunResult(hosts=[], dry_run=True)
+            if split.run:
+                _, result = recorded_run(None, fleet=fleet.name, action="fleet.up --dry-run", deploy="fleet.py",
+                                         hosts=split.run, data=plan.model_dump(mode="json"), dry_run=True,
+                                         on_event=on_event, secrets=values)  # fmt: skip
+            result.hosts = _in_order(result.hosts + kept + not_run, hosts)
+            return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto, unchanged=split.unchanged)
         ledger.record_fleet(fleet.name, fleet.provider, source, "up")
         provider.claim()
 
@@ -129,40 +143,133 @@ def up(
                 ledger.record_agents(fleet.name, host.host, [a.model_dump() for a in plan.agents])
 
         names, spec = [h.name for h in hosts], applied(inventory)
-        not_run = [_not_run(name, error) for name, error in unread.items()]
         terms = contract.current(inventory, ledger, plan)  # the launch contract this run applies
+        by_name = {h.name: h for h in hosts}
 
         def record_spec(run_id: int) -> None:
             ledger.record_spec(run_id, fleet.name, names, spec.spec, spec.hash, spec.fleet_hash)
             contract.record(ledger, run_id, terms)
             for host in not_run:
                 ledger.audit(run_id, fleet.name, action, "failed", host=host.host, detail={"error": host.error})
+            for host in kept:  # nothing to change: recorded as an ok run that changed nothing, no engine
+                ledger.audit(run_id, fleet.name, action, "ok", host=host.host,
+                             detail={"changed": 0, "failed": 0, "error": None, "engine": False})  # fmt: skip
+                record_host(host, by_name[host.host])
 
-        run_detail = {**(detail or {}), "hosts": names,
+        run_detail = {**(detail or {}), "hosts": names, "unchanged": split.unchanged,
                       "auto_snapshots": sorted({a.snapshot for a in auto if a.snapshot})}  # fmt: skip
-        run_hosts = [h for h in hosts if h.name not in unread]
-        if not run_hosts and not_run:  # no host could be read: nothing runs, the run is recorded as failed
+        if not split.run:  # nothing to change anywhere (or nothing readable): no engine, only the record
             run_id = ledger.start_run(fleet.name, action, run_detail)
             record_spec(run_id)
-            ledger.finish_run(run_id, "failed")
-            return UpResult(fleet=fleet.name, run=RunResult(hosts=not_run), plan=plan, snapshots=auto)
-        run_id, result = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=run_hosts,
+            ledger.finish_run(run_id, "failed" if not_run else "ok")
+            return UpResult(fleet=fleet.name, run=RunResult(hosts=_in_order(kept + not_run, hosts)), plan=plan,
+                            snapshots=auto, unchanged=split.unchanged)  # fmt: skip
+        run_id, result = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=split.run,
                                       data=plan.model_dump(mode="json"), detail=run_detail,
                                       on_event=on_event, on_host=record_host, on_start=record_spec,
                                       secrets=values)  # fmt: skip
+        result.hosts = _in_order(result.hosts + kept + not_run, hosts)
         if not_run:
-            result.hosts.extend(not_run)
             ledger.finish_run(run_id, "failed")
-        return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto)
+        return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto, unchanged=split.unchanged)
+
+
+class HostSplit(BaseModel):
+    """fleet.up's hosts by what its in-process plan found: to run the deploy on, unchanged, unreadable."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    run: list[SshTarget] = Field(default_factory=list)
+    unchanged: list[str] = Field(default_factory=list)
+    unread: dict[str, JackinError] = Field(default_factory=dict)
+    plans: dict[str, HostChanges] = Field(default_factory=dict)
+
+
+def split_hosts(plan: planning.FleetPlan, hosts: list[SshTarget], states: States,
+                values: credentials.Secrets) -> HostSplit:  # fmt: skip
+    """Which hosts the deploy runs on: those whose plan (``jackin.hostplan.host_changes``, the deploy's own
+    decision) is not empty. A host whose state read failed is in ``unread`` (not run: what the run would
+    change, and lose, there is unknown)."""
+    split = HostSplit()
+    for host in hosts:
+        state = states.get(host.name)
+        if isinstance(state, JackinError) or state is None:
+            split.unread[host.name] = state or JackinError("no state was read", host=host.name)
+            continue
+        split.plans[host.name] = changes = host_changes(plan, state, values, host=host.name)
+        if changes.empty:
+            split.unchanged.append(host.name)
+        else:
+            split.run.append(host)
+    return split
+
+
+def _in_order(results: list[HostResult], hosts: list[SshTarget]) -> list[HostResult]:
+    """Per-host results in the inventory's order, whether the engine ran there or not."""
+    order = {h.name: n for n, h in enumerate(hosts)}
+    return sorted(results, key=lambda r: order.get(r.host, len(order)))
+
+
+def _unchanged(host: str) -> HostResult:
+    """A host with nothing to change: ok, no change, not handed to the engine."""
+    return HostResult(host=host, connected=True)
 
 
 def _not_run(host: str, error: JackinError) -> HostResult:
     """A host fleet.up did not run on: its state read (before the automatic snapshot) failed, so what
     the run would recreate there, and lose, is unknown. Unreachable stays unreachable (exit 3)."""
-    message = f"not changed: its state read before the automatic snapshot failed: {error.message}"
+    message = f"not changed: its state read before any change failed: {error.message}"
     if isinstance(error, ConnectError):
         return HostResult(host=host, connected=False, error=message)
     return HostResult(host=host, connected=True, failed=1, error=message)
+
+
+# --- plan --------------------------------------------------------------------
+
+
+class HostPlan(BaseModel):
+    """What ``fleet.up`` would do to one host (``changes``), or why that is unknown (``error``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str
+    changes: HostChanges | None = None
+    error: str | None = None
+    unreachable: bool = False
+
+
+class PlanResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fleet: str
+    plan: planning.FleetPlan
+    hosts: list[HostPlan] = Field(default_factory=list)
+    note: str | None = None  # e.g. the lab is not up: nothing to plan against
+
+
+def plan(inventory: Inventory, *, log: Log = lambda _: None) -> PlanResult:
+    """Per host what ``fleet.up`` would change, from one parallel state read; changes nothing on any
+    host or in the ledger (preview uids, no lock, no lab bring-up). The same checks as ``fleet.up``
+    come first: the credential-deny check, then every credential readable (exit 2)."""
+    fleet = inventory.fleet
+    credentials.check(fleet)
+    values = credentials.read(fleet)
+    with Ledger() as ledger:
+        provider = provider_for(inventory, ledger)
+        hosts = provider.targets(log=log, bring_up=False)
+        fleet_plan = make_plan(inventory, ledger, store=False, fleet_hosts=provider.addresses() if hosts else [])
+    if not hosts:
+        return PlanResult(fleet=fleet.name, plan=fleet_plan,
+                          note="the lab is not up: fleet.up would create its hosts first; nothing to plan against yet")  # fmt: skip
+    split = split_hosts(fleet_plan, hosts, read_states(fleet_plan, hosts), values)
+    found = []
+    for host in hosts:
+        error = split.unread.get(host.name)
+        if error is not None:
+            found.append(HostPlan(host=host.name, error=error.message, unreachable=isinstance(error, ConnectError)))
+        else:
+            found.append(HostPlan(host=host.name, changes=split.plans[host.name]))
+    return PlanResult(fleet=fleet.name, plan=fleet_plan, hosts=found)
 
 
 def _only(hosts: list[SshTarget], only: list[str] | None) -> list[SshTarget]:
@@ -334,8 +441,8 @@ def down(
         return outcome
 
 
-__all__ = ["GC_COMMAND", "HostResult", "clean_check", "deploys_dir", "down", "gc", "load", "orphans", "status",
-           "targets", "up"]
+__all__ = ["GC_COMMAND", "HostResult", "clean_check", "deploys_dir", "down", "gc", "load", "orphans", "plan",
+           "status", "targets", "up"]
 
 
 # --- down: the final snapshot ---------------------------------------------------------------

@@ -21,6 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin.daemon import DaemonState, daemon_section
+from jackin.daemon import parse_section as parse_daemon
 from jackin.errors import JackinError
 from jackin.firewall import NFT_DIR, owned_paths
 from jackin.plan import CREDENTIALS_DIR, ROOT, STATE_DIR, user_name
@@ -120,6 +122,7 @@ class HostState(BaseModel):
     # files (path -> info), and per instance the keyed digest of each delivered value (name -> HMAC).
     credentials: dict[str, PathInfo] = Field(default_factory=dict)
     credential_digests: dict[str, dict[str, str]] = Field(default_factory=dict)
+    daemon: DaemonState | None = None  # the Docker daemon's settings (read only with ``bootstrap``; see jackin.daemon)
 
     def user_by_uid(self, uid: int) -> User | None:
         return next((u for u in self.users.values() if u.uid == uid), None)
@@ -153,7 +156,11 @@ class HostState(BaseModel):
         }
 
 
-def state_command(fleet: str, uid_min: int, uid_max: int, images: list[str] = (), root: str = ROOT) -> str:
+def state_command(fleet: str, uid_min: int, uid_max: int, images: list[str] = (), root: str = ROOT, *,
+                  bootstrap: bool = False) -> str:  # fmt: skip
+    """The state read. ``bootstrap``: also the Docker daemon's settings (``##daemon``), which only an
+    up (its plan, ``jackin.hostplan``) decides on; ``##host`` always names the tools the bootstrap
+    installs when missing (dockerd, nft, dnsmasq, mkfs.btrfs, /bin/busybox)."""
     f = shlex.quote(fleet)
     label = shlex.quote(f"label=jackin.fleet={fleet}")
     image_list = " ".join(shlex.quote(i) for i in images)
@@ -162,6 +169,7 @@ def state_command(fleet: str, uid_min: int, uid_max: int, images: list[str] = ()
 echo '##fleet'; echo {f}
 echo '##host'; echo "hostname=$(hostname)"; (. /etc/os-release 2>/dev/null; echo "distro=${{NAME%% GNU/Linux}} $VERSION_ID")
 echo "kernel=$(uname -r)"; echo "arch=$(uname -m)"; echo "dockerd=$(command -v dockerd)"; echo "nft=$(command -v nft)"
+echo "dnsmasq=$(command -v dnsmasq)"; echo "mkfs_btrfs=$(command -v mkfs.btrfs)"; [ -e /bin/busybox ] && echo "busybox=/bin/busybox"
 echo "docker_active=$(systemctl is-active docker 2>/dev/null)"; echo "docker_enabled=$(systemctl is-enabled docker 2>/dev/null)"
 echo '##users'; getent passwd | awk -F: -v c={shlex.quote(f"jackin/{fleet}/")} 'index($5, c) == 1 || ($3 >= {int(uid_min)} && $3 <= {int(uid_max)})'
 echo '##groups'; getent group | awk -F: '$3 >= {int(uid_min)} && $3 <= {int(uid_max)} {{print $1 ":" $3}}'
@@ -179,6 +187,7 @@ echo '##files'; for p in {" ".join(shlex.quote(p) for p in owned_paths(fleet))};
 {cow_section(fleet)}
 {snapshots_section(fleet)}
 {_credentials_command(fleet)}
+{daemon_section() if bootstrap else ""}
 true
 """.strip()
 
@@ -330,4 +339,5 @@ def _parse_state(lines: list[str]) -> HostState:
     data["snapshots"] = SnapshotDirs(**{k: k in words for k in ("fleet", "repo", "restic", "others")})
     data["credentials"] = _paths(sections.get("creds", []))
     data["credential_digests"] = _digests(sections.get("creddigests", []))
+    data["daemon"] = parse_daemon(sections.get("daemon", []))
     return HostState(**data)

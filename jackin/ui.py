@@ -496,3 +496,31 @@ def contract_changes(changes: list[str], *, first: bool) -> Text:
         return Text("no launch contract was applied to this fleet before: all of the above is new", style="yellow")
     return Text("the launch contract changed since the last fleet.up:\n" + "\n".join(f"  {c}" for c in changes),
                 style="yellow")  # fmt: skip
+
+
+def host_plan_view(result) -> Table:
+    """fleet.plan: per host what fleet.up would change, by category; an unchanged host in one line.
+    Credentials show by name and agent only (``jackin.hostplan``), never a value."""
+    table = Table.grid(padding=(0, 1))
+    if result.note:
+        table.add_row(Text(f"fleet {result.fleet}: {result.note}", style="yellow"))
+    for host in result.hosts:
+        if host.error is not None:
+            why = "unreachable" if host.unreachable else "state read failed"
+            table.add_row(Text(f"{host.host}: cannot plan ({why}): {host.error}", style="red"))
+            continue
+        changes = host.changes
+        if changes is None or changes.empty:
+            table.add_row(Text(f"{host.host}: unchanged (fleet.up would not touch it)", style="green"))
+            continue
+        for refusal in changes.refused:
+            table.add_row(Text(f"{host.host}: fleet.up would refuse: {refusal}", style="red"))
+        if changes.changes:
+            table.add_row(Text(f"{host.host}: would change {', '.join(changes.categories())}", style="bold"))
+        for change in changes.changes:
+            table.add_row(Text(f"  {change.category}: {change.step}", style="yellow"))
+            for line in change.lines:
+                for part in line.splitlines():
+                    if part != "set -e":
+                        table.add_row(Text(f"    {part}", style="dim"))
+    return table

@@ -16,8 +16,9 @@ __all__ = ["Container", "FleetState", "HostState", "Network", "PathInfo", "User"
 class FleetState(FactBase):
     """Users, directories, containers, networks and files of one fleet on the host."""
 
-    def command(self, fleet: str, uid_min: int, uid_max: int, images: tuple[str, ...] = ()) -> str:
-        return state_command(fleet, uid_min, uid_max, list(images))
+    def command(self, fleet: str, uid_min: int, uid_max: int, images: tuple[str, ...] = (),
+                bootstrap: bool = False) -> str:  # fmt: skip
+        return state_command(fleet, uid_min, uid_max, list(images), bootstrap=bootstrap)
 
     def process(self, output: list[str]) -> HostState:  # type: ignore[override]
         return parse_state(output)

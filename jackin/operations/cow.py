@@ -1,4 +1,4 @@
-"""pyinfra operation for the checkpoint tier: the fleet dir as a loop-mounted btrfs, homes as subvolumes.
+"""Commands for the checkpoint tier: the fleet dir as a loop-mounted btrfs, homes as subvolumes.
 
 With ``snapshots.checkpoints: btrfs`` (``FleetPlan.checkpoints``), before any home exists:
 a sparse image ``/var/lib/jackin/cow/<fleet>.img`` formatted once, a systemd mount unit
@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import shlex
 
-from pyinfra.api import OperationError, operation
-
 from jackin.operations.agent_paths import HOME_MODE
-from jackin.operations.script import Command, script, write_files
+from jackin.operations.files import Command, Refused, write_files
 from jackin.plan import FleetPlan
 from jackin.snapshots.cow import IMAGE_DIR, CowState, image_path, unit_hash, unit_name, unit_path, unit_text
 from jackin.state import HostState
@@ -50,13 +48,13 @@ def _refusal(plan: FleetPlan, state: HostState) -> str | None:
 def filesystem_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     """Commands that bring the fleet's checkpoint filesystem to the plan; none when it is so.
 
-    Raises OperationError when it cannot be done without hiding or converting existing homes.
+    Raises Refused when it cannot be done without hiding or converting existing homes.
     """
     if plan.checkpoints is None:
         return []  # without the option nothing changes (an existing tier stays until fleet.down)
     problem = _refusal(plan, state)
     if problem is not None:
-        raise OperationError(f"snapshots.checkpoints: btrfs for fleet {plan.fleet}: {problem}. Homes become "
+        raise Refused(f"snapshots.checkpoints: btrfs for fleet {plan.fleet}: {problem}. Homes become "
                              "subvolumes only when they are created: snapshot the agents, fleet.down, fleet.up, "
                              "then restore (or set checkpoints: off)")  # fmt: skip
     cow, size = state.cow, str(plan.checkpoints.size)
@@ -117,9 +115,3 @@ def teardown_commands(fleet: str, root: str, cow: CowState) -> list[str]:
     if cow.image_size is not None:
         commands += [q("rm", "-f", image_path(fleet)), f"rmdir {shlex.quote(IMAGE_DIR)} 2>/dev/null || true"]
     return commands
-
-
-@operation()
-def home_filesystem(plan: FleetPlan, state: HostState):
-    """The fleet's homes on a loop-mounted btrfs (mounted at boot before Docker), each home a subvolume."""
-    yield from script(filesystem_commands(plan, state), noop=f"fleet {plan.fleet}'s checkpoint filesystem is in place")

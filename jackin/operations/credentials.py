@@ -1,4 +1,4 @@
-"""The pyinfra operation that delivers each agent's credentials, and the commands that remove them.
+"""The commands that deliver each agent's credentials, and those that remove them (pure: no pyinfra).
 
 Values come from ``jackin.engine.secrets`` (the engine's stdin), go to the host by SFTP into
 the root-only, tmpfs staging directory, and are installed with the agent's uid and mode 0400
@@ -14,13 +14,9 @@ import hashlib
 import hmac
 import secrets as random
 import shlex
-from io import BytesIO
-
-from pyinfra.api import OperationError, operation
-from pyinfra.api.command import FileUploadCommand
 
 from jackin.credentials import CREDENTIALS_DIR, DIR_MODE, FILE_MODE, Secrets, digests_file, fleet_dir
-from jackin.operations.script import UPLOAD_DIR, Command, script, write_files
+from jackin.operations.files import UPLOAD_DIR, Command, Refused, Upload, write_files
 from jackin.plan import STATE_DIR, AgentPlan, FleetPlan
 from jackin.state import HostState, PathInfo
 
@@ -31,23 +27,20 @@ def q(*args: str) -> str:
     return " ".join(shlex.quote(a) for a in args)
 
 
-class SecretUpload(FileUploadCommand):
+class SecretUpload(Upload):
     """A credential's bytes sent by SFTP to a staging path; shown by target only (not even its size)."""
 
     def __init__(self, data: bytes, staged: str, *, target: str):
-        super().__init__(BytesIO(data), staged)
-        self._data, self.target = data, target
+        super().__init__(data, staged, target=target, mode=FILE_MODE)
+
+    @property
+    def _data(self) -> bytes:
+        return self.data
 
     def __repr__(self) -> str:
         return f"upload a credential by SFTP to {self.dest} (for {self.target}, mode {FILE_MODE})"
 
     __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SecretUpload) and (self._data, self.dest, self.target) == (
-            other._data, other.dest, other.target)  # fmt: skip
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 def _dir(path: str, mode: str, gid: int) -> list[str]:
@@ -69,7 +62,7 @@ def _agent(agent: AgentPlan, state: HostState, values: Secrets) -> list[Command]
     and digest record."""
     missing = [n for n in agent.credentials if n not in values.names(agent.agent)]
     if missing:
-        raise OperationError(f"credential {', '.join(missing)} of agent {agent.agent} was not handed to the engine "
+        raise Refused(f"credential {', '.join(missing)} of agent {agent.agent} was not handed to the engine "
                              "(run the deploy through inv fleet.up, which reads credentials first)")  # fmt: skip
     directory = agent.credentials_dir
     want = {n: values.digest(agent.fleet, agent.instance, agent.agent, n) for n in agent.credentials}
@@ -127,11 +120,4 @@ def teardown_commands(fleet: str, state: HostState) -> list[str]:
     return [q("rm", "-rf", "--one-file-system", "--", fleet_dir(fleet)), f"rmdir {CREDENTIALS_DIR} 2>/dev/null || true"]
 
 
-@operation()
-def credentials(plan: FleetPlan, state: HostState, values: Secrets):
-    """Each agent's credentials as read-only files (0400, the agent's) in a root-owned directory outside
-    its home, mounted read-only into its container alone."""
-    yield from script(credential_commands(plan, state, values), noop=f"credentials of fleet {plan.fleet} are up to date")
-
-
-__all__ = ["SecretUpload", "credential_commands", "credentials", "teardown_commands"]
+__all__ = ["SecretUpload", "credential_commands", "teardown_commands"]

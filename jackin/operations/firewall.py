@@ -1,4 +1,4 @@
-"""pyinfra operation for a fleet's egress policy (pyinfra has no nftables operation).
+"""Commands for a fleet's egress policy (pyinfra has no nftables operation); pure, no pyinfra.
 
 The whole bundle (table, lockdown table, the filtering resolvers' configuration, the guard, systemd units)
 is written and applied only when its hash differs from the one on the host or
@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import shlex
 
-from pyinfra.api import operation
-
 from jackin import dns, firewall
 from jackin.state import HostState
-from jackin.operations.script import Command, script, write_files
+from jackin.operations.files import Command, write_files
 from jackin.plan import FleetPlan
 from jackin.policy_guard import DROPIN_DIR, RUN_DIR
 
@@ -72,9 +70,3 @@ def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
                         f"{{ rm -f {firewall.RESOLVER} {firewall.GUARD}; rmdir {firewall.NFT_DIR} /etc/jackin "
                         f"/usr/local/lib/jackin {RUN_DIR} /run/jackin {DROPIN_DIR} 2>/dev/null || true; }}")  # fmt: skip
     return commands
-
-
-@operation()
-def egress_policy(plan: FleetPlan, state: HostState):
-    """The fleet's nftables table, its boot-time unit, guard and filtering resolvers; in place before agents start."""
-    yield from script(apply_commands(plan, state), noop=f"egress policy of fleet {plan.fleet} is loaded and up to date")

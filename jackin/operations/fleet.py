@@ -1,8 +1,8 @@
-"""pyinfra operations for a fleet: each agent's user, directories, network and container.
+"""Commands for a fleet: each agent's user, directories, network and container; and teardown.
 
-Every operation reads the one ``FleetState`` fact and yields only the commands
-for what differs, so a second run with no spec change yields nothing. The
-command builders are plain functions of (plan, state), tested without a host.
+The builders are plain functions of (plan, state) (no pyinfra: the CLI process plans with
+them, ``jackin.hostplan``): from the one state read of the host they return only the commands
+for what differs, so a second run with no spec change returns nothing.
 """
 
 from __future__ import annotations
@@ -11,28 +11,20 @@ import json
 import shlex
 from collections.abc import Sequence
 
-from pyinfra import host
-from pyinfra.api import OperationError, operation
-
-from jackin.facts.fleet import FleetState, HostState, PathInfo, User
 from jackin.operations import changes, cow, credentials
 from jackin.operations.agent_paths import home_commands, workspace_commands
+from jackin.operations.files import Command, Refused, write_files
 from jackin.operations.firewall import remove_commands
-from jackin.operations.script import Command, script, write_files
 from jackin.plan import BRIDGE_GATEWAY, ROOT, STATE_DIR, AgentPlan, FleetPlan
 from jackin.snapshots import restic
 from jackin.spec.models import AddressPool
+from jackin.state import HostState, PathInfo, User
 
 NOLOGIN = "/usr/sbin/nologin"
 
 
 def q(*args: str) -> str:
     return " ".join(shlex.quote(a) for a in args)
-
-
-def fleet_state(plan: FleetPlan) -> HostState:
-    images = tuple(sorted({a.image for a in plan.agents}))
-    return host.get_fact(FleetState, fleet=plan.fleet, uid_min=plan.uid_min, uid_max=plan.uid_max, images=images)
 
 
 # --- command builders (pure) ---------------------------------------------------
@@ -57,11 +49,11 @@ def agent_commands(agent: AgentPlan, state: HostState, pools: Sequence[AddressPo
     commands: list[str] = []
     owner = state.user_by_uid(agent.uid)
     if owner is not None and owner.name != agent.user:
-        raise OperationError(f"uid {agent.uid} belongs to user {owner.name!r}, not {agent.user!r}; "
+        raise Refused(f"uid {agent.uid} belongs to user {owner.name!r}, not {agent.user!r}; "
                              "set a different fleet.uid_base")  # fmt: skip
     user = state.users.get(agent.user)
     if user is not None and user.uid != agent.uid:
-        raise OperationError(f"user {agent.user!r} exists with uid {user.uid}, expected {agent.uid}")
+        raise Refused(f"user {agent.user!r} exists with uid {user.uid}, expected {agent.uid}")
     if agent.user not in state.groups:
         commands.append(q("groupadd", "--gid", str(agent.uid), agent.user))
     comment = f"jackin/{agent.fleet}/{agent.instance}"
@@ -87,7 +79,7 @@ def _network_and_container(agent: AgentPlan, state: HostState, pools: Sequence[A
     network = state.networks.get(agent.network)
     container = state.containers.get(agent.container)
     if network is not None and network.labels.get("jackin.agent") != agent.instance:
-        raise OperationError(f"network {agent.network!r} is labelled jackin.agent="
+        raise Refused(f"network {agent.network!r} is labelled jackin.agent="
                              f"{network.labels.get('jackin.agent')!r}, not {agent.instance!r}: it is not this "
                              f"agent's to replace; remove it (docker network rm {agent.network}) "
                              "and run fleet.up again")  # fmt: skip
@@ -202,29 +194,3 @@ def snapshot_teardown(fleet: str, state: HostState, *, keep_data: bool) -> list[
     if dirs.restic and not dirs.fleet and not dirs.others:
         return restic.binary_teardown_commands()
     return []
-
-
-# --- pyinfra operations --------------------------------------------------------
-
-
-# Operations take the FleetState read once per host by the deploy: pyinfra runs each
-# operation's generator twice (to predict changes, then to execute), and every fact
-# lookup inside it would be another round trip.
-
-
-@operation()
-def fleet_root(plan: FleetPlan, state: HostState):
-    """The fleet's directory and marker; agents that left the plan lose their container and network."""
-    yield from script(fleet_commands(plan, state), noop=f"fleet {plan.fleet} root is up to date")
-
-
-@operation()
-def agent(agent: AgentPlan, state: HostState, pools: Sequence[AddressPool] = ()):
-    """One agent: its Unix user and group, home (root's) and workspace (its own), network and hardened container."""
-    yield from script(agent_commands(agent, state, pools), noop=f"agent {agent.instance} is up to date")
-
-
-@operation()
-def teardown(plan: FleetPlan, state: HostState, keep_data: bool = False):
-    """Remove the fleet's containers, networks, users, directories, marker and firewall table."""
-    yield from script(teardown_commands(plan, state, keep_data=keep_data), noop=f"nothing of fleet {plan.fleet} is left")

@@ -1,4 +1,4 @@
-"""Host bootstrap operations: the Docker daemon's settings (hardening, address pools) and the agent image.
+"""Host bootstrap commands: the Docker daemon's settings (hardening, address pools) and the agent image (pure).
 
 Docker daemon settings (CIS Docker Benchmark, section 2) are merged into
 /etc/docker/daemon.json, keeping every other key of the operator's. Applying
@@ -16,12 +16,8 @@ import shlex
 from collections.abc import Sequence
 from importlib import resources
 
-from pyinfra import host
-from pyinfra.api import OperationError, operation
-from pyinfra.facts.files import File
-
-from jackin.facts.docker import DAEMON_JSON, DockerDaemon
-from jackin.operations.script import Command, script, write_files
+from jackin.daemon import DAEMON_JSON, DaemonState
+from jackin.operations.files import Command, Refused, write_files
 from jackin.plan import DEFAULT_IMAGE
 from jackin.spec.models import AddressPool
 
@@ -48,10 +44,10 @@ def _parse(current: str | None) -> dict:
     try:
         config = json.loads(current) if current and current.strip() else {}
     except json.JSONDecodeError as error:
-        raise ValueError(f"{DAEMON_JSON} is not valid JSON (line {error.lineno} column {error.colno}: {error.msg}); "
+        raise Refused(f"{DAEMON_JSON} is not valid JSON (line {error.lineno} column {error.colno}: {error.msg}); "
                          "jackin merges its settings into it: fix or remove it by hand, then run again") from None  # fmt: skip
     if not isinstance(config, dict):
-        raise ValueError(f"{DAEMON_JSON} is a JSON {type(config).__name__}, not an object; "
+        raise Refused(f"{DAEMON_JSON} is a JSON {type(config).__name__}, not an object; "
                          "jackin merges its settings into it: fix or remove it by hand, then run again")  # fmt: skip
     return config
 
@@ -67,7 +63,7 @@ def wanted_settings(pools: list[AddressPool] | None) -> dict:
 def daemon_config(current: str | None, pools: list[AddressPool] | None) -> str | None:
     """daemon.json with our settings merged in (other keys kept), or None when nothing changes.
 
-    Raises ValueError when the current file is not a JSON object.
+    Raises Refused (a ValueError) when the current file is not a JSON object.
     """
     config, wanted = _parse(current), wanted_settings(pools)
     if all(config.get(key) == value for key, value in wanted.items()):
@@ -84,12 +80,12 @@ def _check_flags(args: Sequence[str], wanted: dict) -> None:
     flags = {a.split("=", 1)[0] for a in args if a.startswith("--")}
     both = sorted(_flag(key) for key in wanted if _flag(key) in flags)
     if both:
-        raise ValueError(f"dockerd is started with {', '.join(both)}, which jackin sets in {DAEMON_JSON}, and dockerd "
+        raise Refused(f"dockerd is started with {', '.join(both)}, which jackin sets in {DAEMON_JSON}, and dockerd "
                          "refuses a setting given both ways: remove the flag (systemctl cat docker), then run again")  # fmt: skip
     files = [a.split("=", 1)[1] for a in args if a.startswith("--config-file=")]
     files += [b for a, b in zip(args, args[1:]) if a == "--config-file"]
     if files and files[-1] != DAEMON_JSON:
-        raise ValueError(f"dockerd reads {files[-1]}, not {DAEMON_JSON}, so jackin's settings would not apply: "
+        raise Refused(f"dockerd reads {files[-1]}, not {DAEMON_JSON}, so jackin's settings would not apply: "
                          "remove its --config-file, then run again")  # fmt: skip
 
 
@@ -115,28 +111,19 @@ def daemon_commands(
     return commands
 
 
-@operation()
-def daemon_settings(pools: list[AddressPool] | None = None):
-    """Docker's hardening (icc off, no-new-privileges, live-restore, no userland proxy) and address
-    pools, merged into daemon.json; Docker restarts only when a key that needs it changed, and the
-    running agents survive it (live-restore is made effective first)."""
-    daemon = host.get_fact(DockerDaemon)
-    try:
-        commands = daemon_commands(daemon.config, daemon.live_restore, pools, daemon.args)
-    except ValueError as error:
-        raise OperationError(str(error)) from None
-    yield from script(commands, noop="docker daemon settings are in place")
+def settings_commands(daemon: DaemonState | None, pools: list[AddressPool] | None) -> list[Command]:
+    """``daemon_commands`` from the state read's daemon section (None, not read: as on a host without Docker)."""
+    daemon = daemon or DaemonState()
+    return daemon_commands(daemon.config, daemon.live_restore, pools, daemon.args)
 
 
-@operation()
-def agent_image(image: str = DEFAULT_IMAGE, present_images: tuple[str, ...] = ()):
-    """The registry-free agent image: busybox-static in an empty root, imported into Docker."""
+def image_commands(image: str, present_images: Sequence[str], *, busybox: bool) -> list[Command]:
+    """The registry-free agent image: busybox-static in an empty root, imported into Docker; nothing
+    when it is present. ``busybox``: /bin/busybox exists on the host (else busybox-static is installed)."""
     if image in present_images:
-        host.noop(f"image {image} is present")
-        return
+        return []
     if image != DEFAULT_IMAGE:
-        raise OperationError(f"image {image} is not on the host; load it there first (no registry is used)")
+        raise Refused(f"image {image} is not on the host; load it there first (no registry is used)")
     recipe = resources.files("jackin.lab").joinpath("recipe/agent-image.sh").read_text()
-    if host.get_fact(File, path="/bin/busybox") is None:
-        yield "DEBIAN_FRONTEND=noninteractive apt-get install -y -q busybox-static"
-    yield f"sh -c {shlex.quote(recipe)} agent-image import {shlex.quote(image)}"  # a fixed 1 KiB script
+    commands = [] if busybox else ["DEBIAN_FRONTEND=noninteractive apt-get install -y -q busybox-static"]
+    return commands + [f"sh -c {shlex.quote(recipe)} agent-image import {shlex.quote(image)}"]  # a fixed 1 KiB script

@@ -85,20 +85,26 @@ def affected(plan: FleetPlan, state: HostState) -> list[str]:
     return [c.instance for c in changes_of(plan, state)]
 
 
-def read_states(plan: FleetPlan, hosts: Sequence[SshTarget]) -> dict[str, HostState | JackinError]:
-    """Every host's state of the fleet, in one parallel round trip (per host its error, if any)."""
-    command = state_command(plan.fleet, plan.uid_min, plan.uid_max)
+States = dict[str, HostState | JackinError]
+
+
+def read_states(plan: FleetPlan, hosts: Sequence[SshTarget]) -> States:
+    """Every host's state of the fleet, in one parallel round trip (per host its error, if any); with
+    what the deploy decides on (images, the Docker daemon's settings), so ``fleet.up`` plans from it too."""
+    images = sorted({a.image for a in plan.agents})
+    command = state_command(plan.fleet, plan.uid_min, plan.uid_max, images, bootstrap=True)
     return gather(hosts, command, lambda out: parse_state(out.split("\n")), timeout=STATE_TIMEOUT)
 
 
-def plan_snapshots(plan: FleetPlan, hosts: Sequence[SshTarget], known: set[tuple[str, str]]) -> Found:
+def plan_snapshots(plan: FleetPlan, hosts: Sequence[SshTarget], known: set[tuple[str, str]],
+                   states: States | None = None) -> Found:  # fmt: skip
     """Per host what the run changes of its existing agents; and the hosts whose state read failed.
 
     ``known``: the (host, instance) pairs the ledger records. A removed agent the ledger does not
     know cannot be snapshotted (its manifest comes from the ledger): it is listed as ``skipped``."""
     planned = {a.instance for a in plan.agents}
     found, failed = [], {}
-    for name, state in read_states(plan, hosts).items():
+    for name, state in (read_states(plan, hosts) if states is None else states).items():
         if isinstance(state, JackinError):
             failed[name] = state
             continue
@@ -114,16 +120,18 @@ def _verb(change: Change) -> str:
 
 
 def snapshot_before_up(ledger: Ledger, inventory: Inventory, plan: FleetPlan, hosts: Sequence[SshTarget], *,
-                       action: str, dry_run: bool, log: Log) -> Found:  # fmt: skip
+                       action: str, dry_run: bool, log: Log, states: States | None = None) -> Found:  # fmt: skip
     """Before ``fleet.up`` (the caller holds the fleet's lock): snapshot the agents it will recreate or
     remove, per host. Returns what was (or, dry run, would be) snapshotted, and the hosts whose state
     read failed (the caller runs nothing there: it cannot know what would be lost).
+
+    ``states``: the hosts' state read already made (``fleet.up`` reads once for this and its plan).
 
     Raises JackinError, before anything changed, when a snapshot fails on any host."""
     if not inventory.fleet.snapshots.before_changes:
         return [], {}  # off: no read, no snapshot, the run as it always was
     known = {(r["host"], r["instance"]) for r in ledger.agents(plan.fleet)}
-    found, failed = plan_snapshots(plan, hosts, known)
+    found, failed = plan_snapshots(plan, hosts, known, states)
     for item in found:
         for change in item.changes:
             if change.instance in item.skipped:

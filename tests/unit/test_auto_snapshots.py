@@ -223,4 +223,4 @@ def test_a_host_whose_state_read_failed_is_returned_and_not_run(calls) -> None:
     unreachable, broken = _not_run("h2", down), _not_run("h3", JackinError("state read does not parse"))
     assert (unreachable.connected, unreachable.failed, unreachable.ok) == (False, 0, False)  # exit 3, as before
     assert (broken.connected, broken.failed) == (True, 1)  # exit 1
-    assert unreachable.error == "not changed: its state read before the automatic snapshot failed: connection refused"
+    assert unreachable.error == "not changed: its state read before any change failed: connection refused"

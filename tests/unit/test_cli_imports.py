@@ -17,3 +17,17 @@ def test_tasks_module_loads_neither_pyinfra_nor_gevent() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_status_plan_and_up_paths_load_neither_pyinfra_nor_gevent() -> None:
+    """What fleet.status, fleet.plan and fleet.up import in the inv process (the state read, the
+    in-process plan with every command builder, the engine client): no pyinfra, no gevent."""
+    code = (
+        "import sys, tasks; "
+        "import jackin.cli, jackin.fleet, jackin.hostplan, jackin.status, jackin.runs, jackin.engine, "
+        "jackin.snapshots.auto, jackin.snapshots.final, jackin.snapshots.api, jackin.state, jackin.daemon; "
+        "from jackin.operations import changes, cow, credentials, firewall, fleet, host, files; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyinfra', 'gevent'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from pyinfra.api import OperationError
+from jackin.operations.files import Refused as OperationError
 
 from jackin.credentials import (
     CredentialError,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from pyinfra.api import OperationError
+from jackin.operations.files import Refused as OperationError
 
 from jackin.facts.fleet import HostState, PathInfo
 from jackin.operations import cow as ops

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pyinfra.api import OperationError
+from jackin.operations.files import Refused as OperationError
 
 from jackin.facts.fleet import Container, HostState, Network, PathInfo, User
 from jackin.operations.agent_paths import as_agent, home_commands, workspace_commands

@@ -13,7 +13,7 @@ from pyinfra.api.command import FileUploadCommand, MaskString, StringCommand
 from pyinfra.api.hiddenvalue import HiddenValue
 from pyinfra.context import ctx_host
 
-from jackin.operations.script import UPLOAD_DIR, Upload, file_mode, script, write_files
+from jackin.operations.script import UPLOAD_DIR, Sent, Upload, file_mode, script, write_files
 
 
 
@@ -46,8 +46,9 @@ def test_the_executed_command_is_the_raw_script_and_the_logged_one_masked() -> N
 def test_uploads_split_the_script_and_keep_their_place() -> None:
     upload = Upload(b"x", "/run/jackin-upload/t/0", target="/etc/x", mode="0644")
     out = script(["one", "two", upload, "three"], noop="unused")
-    assert [type(c) for c in out] == [StringCommand, Upload, StringCommand]
-    assert out[0].get_raw_value() == "set -e\none\ntwo" and out[1] is upload
+    assert [type(c) for c in out] == [StringCommand, Sent, StringCommand]
+    assert out[0].get_raw_value() == "set -e\none\ntwo" and out[1].upload is upload and out[1] == Sent(upload)
+    assert isinstance(out[1], FileUploadCommand) and repr(out[1]) == repr(upload)
     assert out[2].get_raw_value() == "set -e\nthree"
 
 
@@ -72,7 +73,7 @@ def test_nothing_to_do_is_a_noop_note() -> None:
 def test_write_files_uploads_every_body_and_puts_none_in_a_command() -> None:
     body = "table inet x {\n" + "  # 'quoted' $(no) `no`\n" * 20000 + "}\n"  # ~500 KiB, far past argv's 128 KiB
     commands = write_files({"/etc/jackin/nft/demo.nft": body, "/usr/local/lib/jackin/run": "#!/bin/sh\necho\n"})
-    uploads = [c for c in commands if isinstance(c, FileUploadCommand)]
+    uploads = [c for c in commands if isinstance(c, Upload)]
     assert [(u.target, u.mode, u.data) for u in uploads] == [
         ("/etc/jackin/nft/demo.nft", "0644", body.encode()), ("/usr/local/lib/jackin/run", "0755", b"#!/bin/sh\necho\n")]
     shell = [c for c in commands if isinstance(c, str)]
@@ -121,8 +122,8 @@ def _run(commands: list, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     """Play the host: uploads are written where SFTP would put them, scripts run under sh."""
     done = None
     for command in script(commands, noop="unused"):
-        if isinstance(command, Upload):
-            Path(command.dest).write_bytes(command.data)
+        if isinstance(command, Sent):
+            Path(command.upload.dest).write_bytes(command.upload.data)
             continue
         done = subprocess.run(["sh", "-c", command.get_raw_value()], capture_output=True, text=True, timeout=10)
         if done.returncode != 0:

@@ -1,0 +1,143 @@
+"""fleet.plan and fleet.up's no-change fast path on a real lab host.
+
+One 1-host lab and one fleet of two agents for the module; the tests run in file order. "Changes
+nothing" compares the host's state read (``state_command``, with the daemon section) and the
+ledger's rows (``iterdump``) before and after. Whether fleet.up started the engine for the host is
+read from the run's record: ``unchanged`` in its detail, ``engine: false`` in the host's audit entry.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+
+import pytest
+
+from jackin.ledger import Ledger
+from jackin.plan import UIDS_PER_FLEET
+from jackin.state import state_command
+
+from .conftest import inv, module_lab, sh
+
+
+@pytest.fixture(scope="module")
+def plab():
+    yield from module_lab("p", 1)
+
+
+class Fleet:
+    def __init__(self, lab, name: str, path) -> None:
+        self.lab, self.name, self.path = lab, name, path
+        self.host = lab.status().hosts[0].name
+
+    def write(self, *, memory: str = "128m") -> None:
+        self.path.write_text(f"""fleet:
+  name: {self.name}
+  provider: lab
+  lab: {{name: {self.lab.name}, hosts: 1}}
+  agents:
+    - {{name: coder, role: demo, count: 2}}
+  resources: {{memory: {memory}, cpus: 0.5, pids: 64}}
+  snapshots: {{before_changes: false}}
+""")
+
+    def run(self, *args: str):
+        return inv(*args, "-i", str(self.path))
+
+    def plan(self) -> dict:
+        done = self.run("fleet.plan", "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout)
+
+    def host_state(self) -> str:
+        """Everything the fleet has on the host, as the state read sees it (containers with their start times)."""
+        with Ledger() as ledger:
+            uids = [r["uid"] for r in ledger.db.execute("SELECT uid FROM uids WHERE fleet = ?", (self.name,))]
+        low = min(uids, default=60000)
+        return sh(self.lab, state_command(self.name, low, low + UIDS_PER_FLEET - 1, bootstrap=True)).stdout
+
+    def ledger(self) -> list[str]:
+        with Ledger() as ledger:
+            path = ledger.path
+        db = sqlite3.connect(path)
+        try:
+            return list(db.iterdump())
+        finally:
+            db.close()
+
+    def last_up(self) -> tuple[dict, list[dict]]:
+        with Ledger() as ledger:
+            run = [r for r in ledger.runs(self.name) if r["action"] == "fleet.up"][-1]
+            audit = [dict(r) for r in ledger.db.execute("SELECT * FROM audit WHERE run = ?", (run["id"],))]
+        return json.loads(run["detail"]), audit
+
+
+@pytest.fixture(scope="module")
+def fleet(plab, tmp_path_factory):
+    name = f"p{secrets.token_hex(3)}"
+    fl = Fleet(plab, name, tmp_path_factory.mktemp("plan") / f"{name}.yaml")
+    fl.write()
+    try:
+        yield fl
+    finally:
+        inv("fleet.down", "-i", str(fl.path), "--yes", "--keep-lab", "--no-final-snapshot")
+
+
+def test_plan_on_a_fresh_host_lists_changes_and_changes_nothing(fleet):
+    state, ledger = fleet.host_state(), fleet.ledger()
+    done = fleet.run("fleet.plan")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{fleet.host}: would change" in done.stdout
+    document = fleet.plan()
+    [host] = document["hosts"]
+    categories = {c["category"] for c in host["changes"]["changes"]}
+    assert {"users", "files", "networks", "containers", "firewall"} <= categories
+    assert fleet.host_state() == state and fleet.ledger() == ledger
+
+
+def test_after_up_plan_says_unchanged(fleet):
+    done = fleet.run("fleet.up", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    detail, _ = fleet.last_up()
+    assert detail["unchanged"] == []  # the first up ran the engine on the host
+    done = fleet.run("fleet.plan")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{fleet.host}: unchanged (fleet.up would not touch it)" in done.stdout
+    assert fleet.plan()["hosts"][0]["changes"]["changes"] == []
+
+
+def test_a_warm_no_change_up_starts_no_engine_and_changes_nothing(fleet):
+    state = fleet.host_state()
+    done = fleet.run("fleet.up", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    detail, audit = fleet.last_up()
+    assert detail["unchanged"] == [fleet.host]
+    [entry] = [a for a in audit if a["host"] == fleet.host]
+    assert entry["result"] == "ok" and json.loads(entry["detail"])["engine"] is False
+    assert fleet.host_state() == state
+
+
+def test_a_spec_change_shows_only_that_change_and_up_applies_it(fleet):
+    fleet.write(memory="144m")
+    [host] = fleet.plan()["hosts"]
+    changes = host["changes"]["changes"]
+    assert {c["category"] for c in changes} == {"containers"}
+    assert sorted(c["step"] for c in changes) == ["agent coder-1", "agent coder-2"]
+    done = fleet.run("fleet.up", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert fleet.last_up()[0]["unchanged"] == []
+    memory = sh(fleet.lab, f"docker inspect -f '{{{{.HostConfig.Memory}}}}' jk-{fleet.name}--coder-1").stdout
+    assert memory.strip() == str(144 * 2**20)
+    assert fleet.plan()["hosts"][0]["changes"]["changes"] == []
+
+
+def test_a_container_removed_by_hand_is_planned_and_up_runs_the_engine_for_it(fleet):
+    sh(fleet.lab, f"docker rm -f jk-{fleet.name}--coder-2")
+    [host] = fleet.plan()["hosts"]
+    assert [(c["category"], c["step"]) for c in host["changes"]["changes"]] == [("containers", "agent coder-2")]
+    done = fleet.run("fleet.up", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert fleet.last_up()[0]["unchanged"] == []
+    assert sh(fleet.lab, f"docker inspect -f '{{{{.State.Running}}}}' jk-{fleet.name}--coder-2").stdout.strip() == "true"
+    assert fleet.plan()["hosts"][0]["changes"]["changes"] == []
