@@ -152,3 +152,28 @@ def test_a_result_counts_what_the_plan_copied_skipped_deleted_and_kept() -> None
     assert (result.copied, result.copied_bytes, result.skipped, result.skipped_bytes) == (2, 1300, 2, 555)
     assert (result.deleted, result.kept, result.cleaned) == ([f"snapshots/{A}"], 1, 1)
     assert result.ignored == ["locks", f"locks/{A}"]
+
+
+def test_a_copy_of_another_repository_is_moved_aside_keeping_its_files(tmp_path: Path) -> None:
+    dest = tmp_path / "pulled" / "h0" / "repo"
+    (dest / "keys").mkdir(parents=True)
+    (dest / "config").write_bytes(b"old config")
+    (dest / "keys" / B).write_bytes(b"k")
+    assert transfer._move_aside_local(dest, b"old config") is None  # the same repository: pulled into
+    assert dest.is_dir()
+    aside = transfer._move_aside_local(dest, b"new config")
+    assert aside == str(dest.with_name(transfer.aside_name("repo", b"old config")))
+    assert Path(aside).name.startswith("repo-") and len(Path(aside).name) == len("repo-") + 12
+    assert not dest.exists() and (Path(aside) / "keys" / B).read_bytes() == b"k"
+    (dest / "keys").mkdir(parents=True)  # the same older repository again: a second name, nothing overwritten
+    (dest / "config").write_bytes(b"old config")
+    again = transfer._move_aside_local(dest, b"new config")
+    assert again and again != aside and Path(again).name.startswith(Path(aside).name + "-")
+    assert (Path(aside) / "keys" / B).is_file()
+
+
+def test_a_copy_cut_short_before_its_config_is_pulled_into_not_moved(tmp_path: Path) -> None:
+    dest = tmp_path / "repo"
+    (dest / "keys").mkdir(parents=True)
+    assert transfer._move_aside_local(dest, b"config") is None
+    assert (dest / "keys").is_dir()
