@@ -85,6 +85,8 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
         raise JackinError("nothing changed: not confirmed",
                           hint=f"the pre-restore snapshot {pre.snapshot.id} was kept")  # fmt: skip
 
+    uids = {a.instance: a.uid for a in plan.agents}
+
     def work(conn: Connection, target: SshTarget) -> list[AgentRestore]:
         prepared: list[str] = []
 
@@ -93,7 +95,8 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
             return prepared[0]
 
         return [restore_one(conn, fleet, record.id, a, host=target.name, restic_bin=restic_bin,
-                            repo=(repos or {}).get((target.name, a.instance))) for a in items if a.host == target.name]  # fmt: skip
+                            repo=(repos or {}).get((target.name, a.instance)), uid=uids.get(a.instance))
+                for a in items if a.host == target.name]  # fmt: skip
 
     for name, found in api.in_parallel(targets, work).items():
         if isinstance(found, JackinError):
@@ -107,8 +110,17 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
                                  "pre_restore": pre.snapshot.id, "tier": a.tier, "note": a.note})  # fmt: skip
 
 
+def owner_change(item: AgentSnapshot, uid: int | None) -> tuple[int, int, int, int] | None:
+    """(snapshot uid, gid, current uid, gid) when the agent's uid now (the plan's; its gid is its uid)
+    differs from the one its manifest recorded (uids are freed at fleet.down: a snapshot restored into
+    a later lifecycle may find the agent under another uid); None when the same or not known."""
+    if item.manifest is None or uid is None or (item.manifest.uid, item.manifest.gid) == (uid, uid):
+        return None
+    return item.manifest.uid, item.manifest.gid, uid, uid
+
+
 def restore_one(conn: Connection, fleet: str, snapshot: str, item: AgentSnapshot, *, host: str,
-                restic_bin: Callable[[], str], repo: str | None = None) -> AgentRestore:  # fmt: skip
+                restic_bin: Callable[[], str], repo: str | None = None, uid: int | None = None) -> AgentRestore:  # fmt: skip
     """One agent back as ``snapshot`` had it: from its checkpoint when the snapshot has that tier and the
     checkpoint is still on the host, else from restic (``repo``: a repository pushed there from another host,
     snapshot.push). A checkpoint restore that fails changed nothing
@@ -126,10 +138,15 @@ def restore_one(conn: Connection, fleet: str, snapshot: str, item: AgentSnapshot
             done.note = f"the checkpoint tier failed: {error.message}"
     if not item.restic_id:
         return done.model_copy(update={"error": f"{done.note}; the snapshot has no restic tier to fall back on"})
+    owner = owner_change(item, uid)
     try:
-        remote.restore(conn, restic_bin(), fleet, item.instance, item.restic_id, host=host, repo=repo)
+        remapped = remote.restore(conn, restic_bin(), fleet, item.instance, item.restic_id, host=host, repo=repo,
+                                  owner=owner)  # fmt: skip
     except JackinError as error:
         return done.model_copy(update={"error": error.message})
+    if remapped and owner:
+        said = f"files of uid {owner[0]}:{owner[1]} in the snapshot now belong to the agent's uid {owner[2]}:{owner[3]}"
+        done.note = f"{done.note}; {said}" if done.note else said
     return done.model_copy(update={"restored": True, "tier": "restic"})
 
 
@@ -157,13 +174,39 @@ def _resolve(inventory: Inventory, ledger: Ledger, record: SnapshotRecord, items
     is not the origin's), with the pushed repository per (host, instance)."""
     from jackin.snapshots import moves
 
-    current = {t.name for t in provider_for(inventory, ledger).targets(bring_up=False)}
+    targets = provider_for(inventory, ledger).targets(bring_up=False)
+    current = {t.name for t in targets}
     pushed = moves.pushed_to([c for c in ledger.copies(record.fleet) if c["place"] != "operator"], record.id, current)
     found = moves.placements(items, snapshot=record.id, current=current, pushed=pushed, from_host=from_host)
+    _refuse_missing(record, [t for t in targets if any(p.host == t.name and p.repo is None for p in found)],
+                    [a for a in items if any(p.origin == a.host and p.instance == a.instance and p.repo is None
+                                             for p in found)])  # fmt: skip
     by_key = {(a.host, a.instance): a for a in items}
     moved = [by_key[(p.origin, p.instance)] if p.repo is None else
              by_key[(p.origin, p.instance)].model_copy(update={"host": p.host, "tiers": ["restic"]}) for p in found]
     return moved, {(p.host, p.instance): p.repo for p in found if p.repo}
+
+
+def _refuse_missing(record: SnapshotRecord, targets: list[SshTarget], items: list[AgentSnapshot]) -> None:
+    """Refuse, before anything changes, items to restore from their host's own repository when it does
+    not hold their restic snapshot and no checkpoint of them is on the host: the host was replaced under
+    its name (its repository is a new one). A copy of the old one pushed onto it (snapshot.push) is used."""
+    from jackin.snapshots import moves
+
+    def work(conn: Connection, target: SshTarget) -> list[str]:
+        mine = [a for a in items if a.host == target.name]
+        there = remote.own_restic_ids(conn, record.fleet, host=target.name) if any(a.restic_id for a in mine) else set()
+        return [a.instance for a in mine if not (a.restic_id and moves.holds(there, a.restic_id))
+                and not ("checkpoint" in a.tiers and _has_checkpoint(conn, record.fleet, a.instance, record.id))]
+
+    for name, missing in sorted(api.in_parallel(targets, work).items()):
+        if isinstance(missing, JackinError):
+            raise missing
+        if missing:
+            raise JackinError(f"snapshot {record.id} is not in {name}'s repository (was {name} replaced?): "
+                              f"{', '.join(missing)} cannot be restored from it; nothing was changed",
+                              hint=f"inv snapshot.push {record.id} --host {name} copies this machine's copy there, "
+                                   "then restore again")  # fmt: skip
 
 
 def _running(targets: list[SshTarget], containers: dict[str, list[str]]) -> dict[str, list[str]]:
