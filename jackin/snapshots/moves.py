@@ -119,7 +119,7 @@ def local_copy(rows: list[dict], snapshot: str) -> str | None:
 
 def pushed_to(rows: list[dict], snapshot: str, current: set[str]) -> dict[str, str]:
     """Per origin, the current host its repository was pushed to holding ``snapshot`` and its path there,
-    as ``host\0path``: a copy pushed onto the origin itself (a replaced host of the same name) first,
+    as ``host\\0path``: a copy pushed onto the origin itself (a replaced host of the same name) first,
     else the latest push (rows newest first)."""
     found: dict[str, str] = {}
     own: set[str] = set()
