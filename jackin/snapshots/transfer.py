@@ -190,7 +190,6 @@ def pull_with(conn: Connection, host: str, fleet: str, dest: Path) -> TransferRe
         raise TransferError(f"no restic repository at {source}", host=host,
                             hint="take a snapshot on that host first (snapshot.create)")  # fmt: skip
     plan_transfer(listing, Listing(), where=where)  # refuses a source that is not a repository, before any move
-    private_dir(dest)
     try:
         sftp = conn.sftp()
         with sftp.open(f"{source}/config", "rb") as handle:
@@ -198,6 +197,7 @@ def pull_with(conn: Connection, host: str, fleet: str, dest: Path) -> TransferRe
     except _REMOTE_FAULTS as error:
         raise _lost(error, conn, host=host, what=f"reading {source}/config") from None
     aside = _move_aside_local(dest, theirs)
+    private_dir(dest)
     local = list_local(dest)
     plan = plan_transfer(listing, local, where=where)
     for temp in plan.temps:
