@@ -129,20 +129,22 @@ def forget(conn: Connection, restic_bin: str, fleet: str, ids: list[str], *, hos
             what="restic forget", timeout=LONG)  # fmt: skip
 
 
-def own_ids_script(fleet: str) -> str:
-    """Print the restic snapshots of the host's own repository of ``fleet`` as JSON (``[]`` when it has no
-    repository, password or restic yet), without creating or locking anything (``--no-lock``)."""
-    repo, password = restic.repo_path(fleet), restic.password_path(fleet)
+def own_ids_script(fleet: str, repo: str | None = None) -> str:
+    """Print the restic snapshots of the host's own repository of ``fleet`` (``repo``: another one there,
+    pushed from another host) as JSON, ``[]`` when there is no such repository, password or restic yet,
+    without creating or locking anything (``--no-lock``, ``--no-cache``)."""
+    repo, password = repo or restic.repo_path(fleet), restic.password_path(fleet)
     argv = ["--repo", repo, "--password-file", password, "--no-cache"]
     return (f"R=$(command -v restic || echo {shlex.quote(restic.UPLOADED_RESTIC)}); "
             f"if [ -f {shlex.quote(repo + '/config')} ] && [ -f {shlex.quote(password)} ] && [ -x \"$R\" ]; "
             f"then \"$R\" {restic.q(*argv)} --no-lock snapshots --json; else echo '[]'; fi")  # fmt: skip
 
 
-def own_restic_ids(conn: Connection, fleet: str, *, host: str) -> set[str]:
-    """The restic snapshot ids in the host's own repository of ``fleet`` (empty when it has none):
-    whether a snapshot taken on a host of that name is still there, or the host was replaced since."""
-    out = run(conn, own_ids_script(fleet), host=host, what="listing the host's restic snapshots", timeout=300)
+def own_restic_ids(conn: Connection, fleet: str, *, host: str, repo: str | None = None) -> set[str]:
+    """The restic snapshot ids in the host's own repository of ``fleet`` (``repo``: another one there),
+    empty when it has none: whether a snapshot taken on a host of that name is still there, or the host
+    was replaced since (or a pushed copy removed with the fleet)."""
+    out = run(conn, own_ids_script(fleet, repo), host=host, what="listing the host's restic snapshots", timeout=300)
     return {s["id"] for s in restic.parse_snapshots(out)}
 
 

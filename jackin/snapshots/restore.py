@@ -14,6 +14,7 @@ home's filesystem, swapped in by rename). Each agent's result says which tier it
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from fabric import Connection
 
@@ -26,6 +27,9 @@ from jackin.snapshots import host as remote
 from jackin.snapshots.models import AgentRestore, AgentSnapshot, DiffResult, PruneResult, RestoreResult, SnapshotRecord
 from jackin.spec import Inventory
 from jackin.ssh import SshTarget
+
+if TYPE_CHECKING:
+    from jackin.snapshots.moves import Placement
 
 Confirm = Callable[[DiffResult], bool]
 
@@ -178,35 +182,51 @@ def _resolve(inventory: Inventory, ledger: Ledger, record: SnapshotRecord, items
     current = {t.name for t in targets}
     pushed = moves.pushed_to([c for c in ledger.copies(record.fleet) if c["place"] != "operator"], record.id, current)
     found = moves.placements(items, snapshot=record.id, current=current, pushed=pushed, from_host=from_host)
-    _refuse_missing(record, [t for t in targets if any(p.host == t.name and p.repo is None for p in found)],
-                    [a for a in items if any(p.origin == a.host and p.instance == a.instance and p.repo is None
-                                             for p in found)])  # fmt: skip
+    _refuse_missing(record, [t for t in targets if any(p.host == t.name for p in found)], found, items)
     by_key = {(a.host, a.instance): a for a in items}
     moved = [by_key[(p.origin, p.instance)] if p.repo is None else
              by_key[(p.origin, p.instance)].model_copy(update={"host": p.host, "tiers": ["restic"]}) for p in found]
     return moved, {(p.host, p.instance): p.repo for p in found if p.repo}
 
 
-def _refuse_missing(record: SnapshotRecord, targets: list[SshTarget], items: list[AgentSnapshot]) -> None:
-    """Refuse, before anything changes, items to restore from their host's own repository when it does
-    not hold their restic snapshot and no checkpoint of them is on the host: the host was replaced under
-    its name (its repository is a new one). A copy of the old one pushed onto it (snapshot.push) is used."""
+def _refuse_missing(record: SnapshotRecord, targets: list[SshTarget], found: list[Placement],
+                    items: list[AgentSnapshot]) -> None:  # fmt: skip
+    """Refuse, before anything changes, when a repository a placement restores from does not hold its
+    restic snapshot (and, for the host's own, no checkpoint of it is there): the host was replaced under
+    its name (its repository is a new one), or a copy pushed onto a host went with the fleet's teardown."""
     from jackin.snapshots import moves
 
-    def work(conn: Connection, target: SshTarget) -> list[str]:
-        mine = [a for a in items if a.host == target.name]
-        there = remote.own_restic_ids(conn, record.fleet, host=target.name) if any(a.restic_id for a in mine) else set()
-        return [a.instance for a in mine if not (a.restic_id and moves.holds(there, a.restic_id))
-                and not ("checkpoint" in a.tiers and _has_checkpoint(conn, record.fleet, a.instance, record.id))]
+    by_key = {(a.host, a.instance): a for a in items}
+
+    def work(conn: Connection, target: SshTarget) -> list[Placement]:
+        listed: dict[str | None, set[str]] = {}
+        missing = []
+        for p in (p for p in found if p.host == target.name):
+            if p.restic_id and p.repo not in listed:
+                listed[p.repo] = remote.own_restic_ids(conn, record.fleet, host=target.name, repo=p.repo)
+            if p.restic_id and moves.holds(listed[p.repo], p.restic_id):
+                continue
+            item = by_key[(p.origin, p.instance)]
+            if p.repo is None and "checkpoint" in item.tiers and _has_checkpoint(conn, record.fleet, p.instance,
+                                                                                 record.id):  # fmt: skip
+                continue
+            missing.append(p)
+        return missing
 
     for name, missing in sorted(api.in_parallel(targets, work).items()):
         if isinstance(missing, JackinError):
             raise missing
-        if missing:
+        own = [p.instance for p in missing if p.repo is None]
+        if own:
             raise JackinError(f"snapshot {record.id} is not in {name}'s repository (was {name} replaced?): "
-                              f"{', '.join(missing)} cannot be restored from it; nothing was changed",
+                              f"{', '.join(own)} cannot be restored from it; nothing was changed",
                               hint=f"inv snapshot.push {record.id} --host {name} copies this machine's copy there, "
                                    "then restore again")  # fmt: skip
+        if missing:
+            p = missing[0]
+            raise JackinError(f"snapshot {record.id}: the copy of {p.origin}'s repository pushed onto {name} "
+                              f"({p.repo}) is gone or does not hold it; nothing was changed",
+                              hint=f"push it again: inv snapshot.push {record.id} --host {name}")  # fmt: skip
 
 
 def _running(targets: list[SshTarget], containers: dict[str, list[str]]) -> dict[str, list[str]]:

@@ -12,7 +12,7 @@ import pytest
 
 from jackin.errors import JackinError
 from jackin.snapshots import host as remote
-from jackin.snapshots import restore
+from jackin.snapshots import moves, restore
 from jackin.snapshots.models import AgentManifest, AgentSnapshot, SnapshotRecord
 
 SID = "20261203-080000-abcd"
@@ -86,17 +86,27 @@ class FakeTarget:
 
 
 def test_a_host_whose_repository_lacks_the_snapshot_is_refused_before_anything(monkeypatch) -> None:
-    there: dict[str, set[str]] = {"h0": {"otherid0000"}, "h1": {"h1id00000000"}}
+    there: dict[tuple[str, str | None], set[str]] = {("h0", None): {"otherid0000"}, ("h1", None): {"h1id00000000"},
+                                                     ("h1", "/imp/h9"): set()}  # fmt: skip
     monkeypatch.setattr(restore.api, "in_parallel", lambda targets, work: {t.name: work(None, t) for t in targets})
-    monkeypatch.setattr(remote, "own_restic_ids", lambda conn, fleet, host: there[host])
+    monkeypatch.setattr(remote, "own_restic_ids", lambda conn, fleet, host, repo=None: there[(host, repo)])
     monkeypatch.setattr(restore, "_has_checkpoint", lambda *a: False)
     items = [AgentSnapshot(host=h, instance="coder-1", agent="coder", restic_id=f"{h}id", tiers=["restic"])
              for h in ("h0", "h1")]  # fmt: skip
     record = SnapshotRecord(id=SID, fleet="f1", created="2026", agents=items)
+    found = moves.placements(items, snapshot=SID, current={"h0", "h1"}, pushed={})
+    targets = [FakeTarget("h0"), FakeTarget("h1")]
     with pytest.raises(JackinError) as refused:
-        restore._refuse_missing(record, [FakeTarget("h0"), FakeTarget("h1")], items)  # type: ignore[list-item]
+        restore._refuse_missing(record, targets, found, items)  # type: ignore[arg-type]
     assert f"snapshot {SID} is not in h0's repository (was h0 replaced?)" in refused.value.message
     assert f"snapshot.push {SID} --host h0" in (refused.value.hint or "")
-    restore._refuse_missing(record, [FakeTarget("h1")], items[1:])  # type: ignore[list-item]  # positive control
-    there["h0"].add("h0id-full")
-    restore._refuse_missing(record, [FakeTarget("h0"), FakeTarget("h1")], items)  # type: ignore[list-item]
+    restore._refuse_missing(record, targets[1:], found[1:], items)  # type: ignore[arg-type]  # positive control
+    there[("h0", None)].add("h0id-full")
+    restore._refuse_missing(record, targets, found, items)  # type: ignore[arg-type]
+    # a copy pushed onto a host and gone since (the fleet was torn down there): refused, with the push hint
+    gone = [AgentSnapshot(host="h9", instance="coder-2", agent="coder", restic_id="h9id", tiers=["restic"])]
+    placed = moves.placements(gone, snapshot=SID, current={"h1"}, pushed={"h9": "h1\0/imp/h9"})
+    with pytest.raises(JackinError, match=r"the copy of h9's repository pushed onto h1 \(/imp/h9\) is gone"):
+        restore._refuse_missing(record, targets[1:], placed, gone)  # type: ignore[arg-type]
+    there[("h1", "/imp/h9")].add("h9id")
+    restore._refuse_missing(record, targets[1:], placed, gone)  # type: ignore[arg-type]
