@@ -225,14 +225,14 @@ def test_a_replaced_host_of_the_same_name_restores_once_its_own_copy_is_pushed_o
 
 
 def same_but_owner(lines: list[str], old: int, new: int) -> list[str]:
-    """``listing`` lines with the owner ``old`` (uid and gid fields) read as ``new``."""
+    """``listing`` lines (in its order) with the owner ``old`` (uid and gid fields) read as ``new``."""
     out = []
     for line in lines:
         parts = line.split(" ", 4)
         if len(parts) == 5 and parts[0] in ("f", "d", "l"):
             parts[2:4] = [str(new) if p == str(old) else p for p in parts[2:4]]
         out.append(" ".join(parts))
-    return sorted(out)
+    return out
 
 
 def test_a_second_lifecycle_with_the_same_names_pulls_at_down_and_restores_under_a_new_uid(world) -> None:
