@@ -48,6 +48,7 @@ class PulledHost(_Model):
     skipped: int = 0
     skipped_bytes: int = 0
     error: str | None = None
+    moved_aside: str | None = None  # this machine's older copy of another repository of the host, moved here
 
 
 class PullResult(_Model):
@@ -218,7 +219,7 @@ def pull(inventory: Inventory, snapshot: str) -> PullResult:
             else:
                 result.hosts.append(PulledHost(host=name, status="pulled", path=found.destination,
                                                **found.model_dump(include={"copied", "copied_bytes", "skipped",
-                                                                           "skipped_bytes"})))  # fmt: skip
+                                                                           "skipped_bytes", "moved_aside"})))  # fmt: skip
         for name in sorted(set(record.hosts) - {t.name for t in targets}):
             path = local_copy(ledger.copies(fleet, origin=name, place=copies.OPERATOR), snapshot)
             if path:
