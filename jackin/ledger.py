@@ -74,7 +74,7 @@ CREATE TABLE IF NOT EXISTS snapshot_agents (
 );
 CREATE TABLE IF NOT EXISTS repo_copies (
     fleet TEXT NOT NULL, origin TEXT NOT NULL, place TEXT NOT NULL, path TEXT NOT NULL, at REAL NOT NULL,
-    snapshots TEXT NOT NULL, PRIMARY KEY (fleet, origin, place)
+    snapshots TEXT NOT NULL, PRIMARY KEY (fleet, origin, place, path)
 );
 CREATE TABLE IF NOT EXISTS run_specs (
     run INTEGER PRIMARY KEY, fleet TEXT NOT NULL, hosts TEXT NOT NULL, spec TEXT NOT NULL,
@@ -100,6 +100,7 @@ class Ledger:
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript(SCHEMA)
+        self._copies_keyed_by_path()
         # Earlier releases marked a fleet downed with --keep-data as 'down' and kept its uids: it is kept.
         self.db.execute("UPDATE fleets SET status = 'kept' WHERE status = 'down' AND name IN (SELECT fleet FROM uids)")
 
@@ -363,9 +364,19 @@ class Ledger:
                             (json.dumps(tiers), snapshot, host, instance))  # fmt: skip
     # --- copies of a host's repository (snapshot.pull, snapshot.push, fleet.down's final pull) ------
 
+    def _copies_keyed_by_path(self) -> None:
+        """A ledger made before several copies of one origin could sit at one place (a host's repository
+        made anew keeps the old copy beside the new one) gets ``path`` in ``repo_copies``' key."""
+        if any(r["name"] == "path" and r["pk"] for r in self.db.execute("PRAGMA table_info(repo_copies)")):
+            return
+        create = next(s for s in SCHEMA.split(";") if "TABLE IF NOT EXISTS repo_copies" in s)
+        self.db.executescript("BEGIN; ALTER TABLE repo_copies RENAME TO repo_copies_old;" + create
+                              + "; INSERT INTO repo_copies SELECT * FROM repo_copies_old; DROP TABLE repo_copies_old; COMMIT;")  # fmt: skip
+
     def record_copy(self, fleet: str, origin: str, place: str, path: str, snapshots: Sequence[str]) -> None:
         """A whole copy of ``origin``'s repository of ``fleet`` now sits at ``place`` (``operator``: this
-        machine; else a host name) under ``path``, holding the fleet snapshots ``snapshots`` (ids)."""
+        machine; else a host name) under ``path``, holding the fleet snapshots ``snapshots`` (ids). Several copies of one origin may sit at one
+        place under different paths (an older repository of the host moved aside)."""
         self.db.execute("INSERT OR REPLACE INTO repo_copies (fleet, origin, place, path, at, snapshots) "
                         "VALUES (?, ?, ?, ?, ?, ?)",
                         (fleet, origin, place, path, time.time(), json.dumps(sorted(set(snapshots)))))  # fmt: skip
@@ -380,8 +391,18 @@ class Ledger:
         rows = self.db.execute(f"SELECT * FROM repo_copies WHERE {' AND '.join(where)} ORDER BY at DESC", args)  # noqa: S608
         return [{**dict(r), "snapshots": json.loads(r["snapshots"])} for r in rows]
 
-    def forget_copy(self, fleet: str, origin: str, place: str) -> None:
-        self.db.execute("DELETE FROM repo_copies WHERE fleet = ? AND origin = ? AND place = ?", (fleet, origin, place))
+    def forget_copy(self, fleet: str, origin: str, place: str, path: str | None = None) -> None:
+        """Forget the copies of ``origin`` at ``place`` (only the one under ``path`` when given)."""
+        extra, args = (" AND path = ?", (path,)) if path is not None else ("", ())
+        self.db.execute("DELETE FROM repo_copies WHERE fleet = ? AND origin = ? AND place = ?" + extra,
+                        (fleet, origin, place, *args))  # fmt: skip
+
+    def move_copy(self, fleet: str, origin: str, place: str, path: str, new_path: str) -> None:
+        """The copy recorded under ``path`` now sits under ``new_path`` (moved aside, same snapshots)."""
+        self.db.execute("DELETE FROM repo_copies WHERE fleet = ? AND origin = ? AND place = ? AND path = ?",
+                        (fleet, origin, place, new_path))  # fmt: skip
+        self.db.execute("UPDATE repo_copies SET path = ? WHERE fleet = ? AND origin = ? AND place = ? AND path = ?",
+                        (new_path, fleet, origin, place, path))  # fmt: skip
 
     # --- applied specs (fleet.rollback) ---------------------------------------------
 

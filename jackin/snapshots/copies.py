@@ -5,11 +5,19 @@ repository of the fleet is mirrored (``transfer.pull_repo``), checked locally wi
 (``restic check``: a copy that does not check is an error, never a silent success), and
 recorded in the ledger (``repo_copies``, place ``operator``) with the fleet snapshots it
 holds, so a later ``snapshot.push`` knows where a snapshot of a destroyed host survives.
+
+A host's repository made anew (the fleet torn down and brought up again with the same host
+names, or the host replaced) does not overwrite the older copy: the pull moves it aside
+(``pulled/<host>/repo-<sha>``, ``transfer``) and both stay recorded, each with the snapshots
+its restic listing holds.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 
 from jackin.errors import JackinError
 from jackin.ledger import Ledger
@@ -19,12 +27,33 @@ from jackin.ssh import SshTarget
 OPERATOR = "operator"  # the place of a copy on this machine (ledger ``repo_copies.place``)
 
 
-def held_by(ledger: Ledger, fleet: str, origin: str) -> list[str]:
-    """The fleet snapshots (ids) with an agent on ``origin``: what a whole copy of its repository holds."""
-    return [row["id"] for row in ledger.snapshot_rows(fleet) if any(a["host"] == origin for a in row["agents"])]
+def held_by(ledger: Ledger, fleet: str, origin: str, restic_ids: set[str] | None = None) -> list[str]:
+    """The fleet snapshots (ids) with an agent on ``origin`` that has a restic snapshot (a checkpoint
+    alone never leaves the host): what a whole copy of its repository holds. ``restic_ids``: only those
+    whose restic snapshots are among these (a copy's own listing; ids or their short prefixes)."""
+    def kept(a: dict) -> bool:
+        return a["host"] == origin and bool(a.get("restic_id")) and (restic_ids is None or _among(a["restic_id"], restic_ids))
+
+    return [row["id"] for row in ledger.snapshot_rows(fleet) if any(kept(a) for a in row["agents"])]
 
 
-def pull_hosts(ledger: Ledger, fleet: str, targets: Sequence[SshTarget]) -> dict[str, transfer.TransferResult | JackinError]:
+def _among(restic_id: str, ids: set[str]) -> bool:
+    return any(i.startswith(restic_id) or restic_id.startswith(i) for i in ids)
+
+
+def restic_ids(repo: Path, password_file: Path) -> set[str]:
+    """The restic snapshot ids in the local repository ``repo`` (``restic snapshots --json``)."""
+    argv = [transfer.local_restic(), "--repo", str(repo), "--password-file", str(password_file), "--no-cache",
+            "snapshots", "--json"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:]) or "no message"
+        raise transfer.TransferError(f"restic snapshots of {repo} failed (exit {done.returncode}): {tail}")
+    return {s["id"] for s in json.loads(done.stdout or "[]") or []}
+
+
+def pull_hosts(ledger: Ledger, fleet: str,
+               targets: Sequence[SshTarget]) -> dict[str, transfer.TransferResult | JackinError]:  # fmt: skip
     """Pull every target's repository in parallel, then check and record each copy; per host its result
     or its error (one never hides another). The ledger is written from this thread only (sqlite
     connections are not shared across threads)."""
@@ -33,11 +62,15 @@ def pull_hosts(ledger: Ledger, fleet: str, targets: Sequence[SshTarget]) -> dict
         if isinstance(result, JackinError):
             continue
         repo = transfer.pulled_repo(fleet, name)
+        if result.moved_aside:  # the older copy keeps its record, under its new path
+            ledger.move_copy(fleet, name, OPERATOR, str(repo), result.moved_aside)
         try:
-            transfer.verify_local(repo, transfer.fleet_password_file(fleet))
+            password = transfer.fleet_password_file(fleet)
+            transfer.verify_local(repo, password)
+            held = held_by(ledger, fleet, name, restic_ids(repo, password))
         except JackinError as error:
             error.host = error.host or name
             found[name] = error
             continue
-        ledger.record_copy(fleet, name, OPERATOR, str(repo), held_by(ledger, fleet, name))
+        ledger.record_copy(fleet, name, OPERATOR, str(repo), held)
     return found

@@ -129,12 +129,46 @@ def forget(conn: Connection, restic_bin: str, fleet: str, ids: list[str], *, hos
             what="restic forget", timeout=LONG)  # fmt: skip
 
 
+def own_ids_script(fleet: str, repo: str | None = None) -> str:
+    """Print the restic snapshots of the host's own repository of ``fleet`` (``repo``: another one there,
+    pushed from another host) as JSON, ``[]`` when there is no such repository, password or restic yet,
+    without creating or locking anything (``--no-lock``, ``--no-cache``)."""
+    repo, password = repo or restic.repo_path(fleet), restic.password_path(fleet)
+    argv = ["--repo", repo, "--password-file", password, "--no-cache"]
+    return (f"R=$(command -v restic || echo {shlex.quote(restic.UPLOADED_RESTIC)}); "
+            f"if [ -f {shlex.quote(repo + '/config')} ] && [ -f {shlex.quote(password)} ] && [ -x \"$R\" ]; "
+            f"then \"$R\" {restic.q(*argv)} --no-lock snapshots --json; else echo '[]'; fi")  # fmt: skip
+
+
+def own_restic_ids(conn: Connection, fleet: str, *, host: str, repo: str | None = None) -> set[str]:
+    """The restic snapshot ids in the host's own repository of ``fleet`` (``repo``: another one there),
+    empty when it has none: whether a snapshot taken on a host of that name is still there, or the host
+    was replaced since (or a pushed copy removed with the fleet)."""
+    out = run(conn, own_ids_script(fleet, repo), host=host, what="listing the host's restic snapshots", timeout=300)
+    return {s["id"] for s in restic.parse_snapshots(out)}
+
+
 # --- restore ---------------------------------------------------------------------------
 
 
-def restore_script(restic_bin: str, fleet: str, instance: str, restic_id: str, *, repo: str | None = None) -> str:
+def remap_commands(owner: tuple[int, int, int, int] | None) -> str:
+    """Give the staged tree ``$N`` (root's 0700 staging dir: nothing in it is the agent's yet) from the
+    snapshot's owner to the agent's current one, ``owner`` = (old uid, old gid, new uid, new gid): only
+    what the old uid (group: the old gid) owned changes, links themselves and never followed (``-h``,
+    and ``-R`` walks without following). Nothing when ``owner`` is None or the same."""
+    if owner is None or owner[:2] == owner[2:]:
+        return ""
+    ou, og, nu, ng = (int(n) for n in owner)
+    return (f'chown -R -h --from={ou} {nu} -- "$N" && chown -R -h --from=:{og} :{ng} -- "$N" || '
+            f'{{ cleanup; fail "cannot give the restored files of uid {ou} to uid {nu}; the workspace was not touched"; }}\n'
+            f'echo "remapped {ou}:{og} {nu}:{ng}"\n')  # fmt: skip
+
+
+def restore_script(restic_bin: str, fleet: str, instance: str, restic_id: str, *, repo: str | None = None,
+                   owner: tuple[int, int, int, int] | None = None) -> str:  # fmt: skip
     """The whole restore of one agent's workspace, as one bash script (see the module docstring);
-    ``repo``: restore from another repository of the fleet on this host (one pushed here)."""
+    ``repo``: restore from another repository of the fleet on this host (one pushed here); ``owner``:
+    (snapshot uid, gid, current uid, gid) when the agent's uid changed since (``remap_commands``)."""
     home = restic.home_path(fleet, instance)
     stage, inside = restic.staging_path(fleet, instance), in_home_staging(fleet, instance)
     check = restic.q(*restic.check_argv(restic_bin, fleet, repo=repo))
@@ -165,7 +199,7 @@ cleanup() {{ clear_stage; }}
 if [ "$S" = {shlex.quote(inside)} ]; then {within}; else {beside}; fi >&2 || {{ cleanup; fail "restoring snapshot {restic_id} failed (a damaged repository or a full disk?): the verified copy is incomplete; the workspace was not touched"; }}
 {{ [ -d "$N" ] && [ ! -L "$N" ]; }} || {{ cleanup; fail "snapshot {restic_id} holds no workspace for {instance}"; }}
 [ "$(dev "$N")" = "$(dev "$H")" ] || {{ cleanup; fail "the staged tree is not on the home's filesystem (a swap would copy, not rename); the workspace was not touched"; }}
-echo staged
+{remap_commands(owner)}echo staged
 IFS= read -r go || go=
 [ "$go" = swap ] || {{ cleanup; fail "not swapped: no go-ahead from the operator (connection lost?)"; }}
 if [ -e "$W" ] || [ -L "$W" ]; then mv -T -- "$W" "$S/old" || fail "cannot move the old workspace aside"; fi
@@ -182,16 +216,18 @@ def in_home_staging(fleet: str, instance: str) -> str:
 
 
 def restore(conn: Connection, restic_bin: str, fleet: str, instance: str, restic_id: str, *, host: str,
-            timeout: float = LONG, repo: str | None = None) -> None:  # fmt: skip
+            timeout: float = LONG, repo: str | None = None, owner: tuple[int, int, int, int] | None = None) -> bool:  # fmt: skip
     """Restore ``instance``'s workspace from ``restic_id`` (see ``restore_script``); raises with the
-    script's own message when it stopped before the swap (the old workspace is then intact)."""
+    script's own message when it stopped before the swap (the old workspace is then intact). True
+    when the files' owner was remapped (``owner``)."""
     transport = conn.client.get_transport()
     if transport is None or not transport.is_active():
         raise ConnectError("the SSH connection is closed", host=host)
     channel = transport.open_session()
     channel.settimeout(timeout)
     try:
-        channel.exec_command("bash -c " + shlex.quote(restore_script(restic_bin, fleet, instance, restic_id, repo=repo)))
+        script = restore_script(restic_bin, fleet, instance, restic_id, repo=repo, owner=owner)
+        channel.exec_command("bash -c " + shlex.quote(script))
         out, err = io.BytesIO(), io.BytesIO()
         staged = _read_until(channel, out, err, b"staged\n")
         if staged:
@@ -206,6 +242,7 @@ def restore(conn: Connection, restic_bin: str, fleet: str, instance: str, restic
     if code != 0 or b"done\n" not in out.getvalue():
         text = err.getvalue().decode(errors="replace")
         raise RemoteCommandError(f"restore of {instance} failed (exit {code}): {_tail(text)}", host=host)
+    return b"\nremapped " in b"\n" + out.getvalue()
 
 
 def _read_until(channel, out: io.BytesIO, err: io.BytesIO, marker: bytes | None) -> bool:

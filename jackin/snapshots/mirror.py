@@ -22,6 +22,7 @@ that carries a plan out is ``jackin.snapshots.transfer``.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import time
@@ -91,6 +92,13 @@ class TransferResult(_Model):
     kept: int = 0
     cleaned: int = 0
     ignored: list[str] = Field(default_factory=list)
+    moved_aside: str | None = None  # where an older copy of another repository (another config) was moved
+
+
+def aside_name(name: str, config: bytes) -> str:
+    """The name an older copy of another repository is moved to, beside the current one: ``<name>-<12 hex
+    of the sha256 of its config>`` (the same repository always gets the same name)."""
+    return f"{name}-{hashlib.sha256(config).hexdigest()[:12]}"
 
 
 # --- listings and the plan (pure) ---------------------------------------------------------------

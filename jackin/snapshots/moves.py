@@ -48,6 +48,7 @@ class PulledHost(_Model):
     skipped: int = 0
     skipped_bytes: int = 0
     error: str | None = None
+    moved_aside: str | None = None  # this machine's older copy of another repository of the host, moved here
 
 
 class PullResult(_Model):
@@ -62,6 +63,7 @@ class PushedOrigin(_Model):
     origin: str
     path: str  # the imported repository on the destination host
     pulled_first: bool = False  # the operator's copy was missing or older than the snapshot
+    moved_aside: str | None = None  # an older repository of the origin, pushed here before, now under this path
     copied: int = 0
     copied_bytes: int = 0
     skipped: int = 0
@@ -89,9 +91,22 @@ class Placement(_Model):
 # --- pure decisions ------------------------------------------------------------------------------
 
 
-def origins_to_push(record: SnapshotRecord, host: str) -> list[str]:
-    """The hosts whose repositories hold agents of ``record`` and are not ``host`` (it has its own)."""
-    return [h for h in record.hosts if h != host]
+def origins_to_push(record: SnapshotRecord, host: str, *, own_holds: bool = True) -> list[str]:
+    """The hosts whose repositories hold agents of ``record`` and must be copied onto ``host``: every
+    other origin, and ``host`` itself when it is an origin whose own repository no longer holds the
+    snapshot (``own_holds`` False: the host was replaced under the same name), pushed as ``imported/<host>``."""
+    others = [h for h in record.hosts if h != host]
+    return sorted([*others, host]) if host in record.hosts and not own_holds else others
+
+
+def restic_ids_of(record: SnapshotRecord, host: str) -> list[str]:
+    """The restic ids of ``record``'s agents taken on ``host`` (a checkpoint alone has none)."""
+    return [a.restic_id for a in record.agents if a.host == host and a.restic_id]
+
+
+def holds(ids: set[str], restic_id: str) -> bool:
+    """Whether a repository listing ``ids`` holds ``restic_id`` (either may be a short prefix)."""
+    return any(i.startswith(restic_id) or restic_id.startswith(i) for i in ids)
 
 
 def local_copy(rows: list[dict], snapshot: str) -> str | None:
@@ -104,12 +119,19 @@ def local_copy(rows: list[dict], snapshot: str) -> str | None:
 
 
 def pushed_to(rows: list[dict], snapshot: str, current: set[str]) -> dict[str, str]:
-    """Per origin, the current host its repository was pushed to holding ``snapshot`` (rows newest
-    first: of several such hosts the latest push wins) and its path there, as ``host\\0path``."""
+    """Per origin, the current host its repository was pushed to holding ``snapshot`` and its path there,
+    as ``host\\0path``: a copy pushed onto the origin itself (a replaced host of the same name) first,
+    else the latest push (rows newest first)."""
     found: dict[str, str] = {}
+    own: set[str] = set()
     for row in rows:
-        if row["place"] in current and snapshot in row["snapshots"] and row["origin"] not in found:
-            found[row["origin"]] = f"{row['place']}\0{row['path']}"
+        origin = row["origin"]
+        if row["place"] not in current or snapshot not in row["snapshots"] or origin in own:
+            continue
+        if origin not in found or row["place"] == origin:
+            found[origin] = f"{row['place']}\0{row['path']}"
+            if row["place"] == origin:
+                own.add(origin)
     return found
 
 
@@ -136,11 +158,15 @@ def placements(items: list[AgentSnapshot], *, snapshot: str, current: set[str], 
                                f"inv snapshot.push {snapshot} --host HOST{also}")  # fmt: skip
     found: list[Placement] = []
     for a in sorted(items, key=lambda a: (a.instance, a.host)):
-        if a.host in current:
+        host, _, path = pushed.get(a.host, "").partition("\0")
+        if a.host in current and (host != a.host or not a.restic_id):  # its own repository (or checkpoint)
             found.append(Placement(instance=a.instance, origin=a.host, host=a.host, restic_id=a.restic_id or ""))
-        else:
-            host, _, path = pushed[a.host].partition("\0")
-            found.append(Placement(instance=a.instance, origin=a.host, host=host, restic_id=a.restic_id or "", repo=path))
+        elif not a.restic_id:
+            raise JackinError(f"snapshot {snapshot} holds {a.instance} from {a.host} as a checkpoint only (no restic "
+                              f"tier): it never left {a.host}, which is not a host of the fleet now",
+                              hint="restore the snapshot's other agents (--agent NAME or --from-host HOST)")  # fmt: skip
+        else:  # a copy pushed onto another host, or onto a replaced host of the origin's name
+            found.append(Placement(instance=a.instance, origin=a.host, host=host, restic_id=a.restic_id, repo=path))
     _refuse_ambiguous(found, snapshot)
     return found
 
@@ -193,7 +219,7 @@ def pull(inventory: Inventory, snapshot: str) -> PullResult:
             else:
                 result.hosts.append(PulledHost(host=name, status="pulled", path=found.destination,
                                                **found.model_dump(include={"copied", "copied_bytes", "skipped",
-                                                                           "skipped_bytes"})))  # fmt: skip
+                                                                           "skipped_bytes", "moved_aside"})))  # fmt: skip
         for name in sorted(set(record.hosts) - {t.name for t in targets}):
             path = local_copy(ledger.copies(fleet, origin=name, place=copies.OPERATOR), snapshot)
             if path:
@@ -223,16 +249,19 @@ def push(inventory: Inventory, snapshot: str, host: str) -> PushResult:
         if host not in targets:
             raise SpecError(f"{host!r} is not a host of fleet {fleet!r} now",
                             hint=f"--host expects one of: {', '.join(sorted(targets)) or '(no hosts up)'}")  # fmt: skip
-        origins = origins_to_push(record, host)
+        own_holds = host not in record.hosts or _own_holds(targets[host], fleet, restic_ids_of(record, host))
+        origins = origins_to_push(record, host, own_holds=own_holds)
         if not origins:
-            raise SpecError(f"snapshot {snapshot} was taken on {host} alone: there is nothing to push there",
+            raise SpecError(f"snapshot {snapshot} was taken on {host} alone, and {host}'s repository holds it: "
+                            "there is nothing to push there",
                             hint=f"restore it directly: inv snapshot.restore {snapshot}")  # fmt: skip
         result = PushResult(snapshot=snapshot, host=host)
         sources: dict[str, tuple[str, bool]] = {}
         failed: list[JackinError] = []
         for origin in origins:
             try:
-                sources[origin] = _source(ledger, fleet, snapshot, origin, targets.get(origin))
+                # the host itself (replaced under its name) is never pulled from: its repository is another one
+                sources[origin] = _source(ledger, fleet, snapshot, origin, targets.get(origin) if origin != host else None)
             except JackinError as error:
                 error.host = error.host or origin
                 failed.append(error)
@@ -251,6 +280,14 @@ def push(inventory: Inventory, snapshot: str, host: str) -> PushResult:
         return result
 
 
+def _own_holds(target: SshTarget, fleet: str, ids: list[str]) -> bool:
+    """Whether ``target``'s own repository of ``fleet`` holds every one of ``ids`` (read on the host,
+    nothing created there)."""
+    with connect(target) as conn:
+        there = remote.own_restic_ids(conn, fleet, host=target.name)
+    return all(holds(there, i) for i in ids)
+
+
 def _source(ledger: Ledger, fleet: str, snapshot: str, origin: str, target: SshTarget | None) -> tuple[str, bool]:
     """The operator's copy of ``origin`` holding ``snapshot`` (path, pulled now?): pulled first from
     ``origin`` when there is none, if ``origin`` is still a host of the fleet."""
@@ -259,7 +296,7 @@ def _source(ledger: Ledger, fleet: str, snapshot: str, origin: str, target: SshT
         return path, False
     if target is None:
         raise JackinError(f"snapshot {snapshot}: no copy of {origin}'s repository holding it is on this machine, "
-                          f"and {origin} is not a host of the fleet now",
+                          f"and {origin}'s repository no longer holds it (the host is gone or was replaced)",
                           hint="a snapshot of a host is only kept off it once pulled (inv snapshot.pull ID) "
                                "before the host goes")  # fmt: skip
     found = copies.pull_hosts(ledger, fleet, [target])[origin]
@@ -300,6 +337,8 @@ def _push_one(ledger: Ledger, conn: Connection, restic_bin: str, fleet: str, hos
     remote.run(conn, restic.q(*restic.check_argv(restic_bin, fleet, repo=dest)), host=host,
                what=f"restic check of {dest}", timeout=remote.LONG)  # fmt: skip
     held = next(r["snapshots"] for r in ledger.copies(fleet, origin=origin, place=copies.OPERATOR) if r["path"] == str(src))
+    if moved.moved_aside:  # an older repository of the origin pushed here before: it keeps its record
+        ledger.move_copy(fleet, origin, host, dest, moved.moved_aside)
     ledger.record_copy(fleet, origin, host, dest, held)
-    return PushedOrigin(origin=origin, path=dest, pulled_first=pulled,
+    return PushedOrigin(origin=origin, path=dest, pulled_first=pulled, moved_aside=moved.moved_aside,
                         **moved.model_dump(include={"copied", "copied_bytes", "skipped", "skipped_bytes"}))

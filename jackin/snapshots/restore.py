@@ -14,6 +14,7 @@ home's filesystem, swapped in by rename). Each agent's result says which tier it
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from fabric import Connection
 
@@ -26,6 +27,9 @@ from jackin.snapshots import host as remote
 from jackin.snapshots.models import AgentRestore, AgentSnapshot, DiffResult, PruneResult, RestoreResult, SnapshotRecord
 from jackin.spec import Inventory
 from jackin.ssh import SshTarget
+
+if TYPE_CHECKING:
+    from jackin.snapshots.moves import Placement
 
 Confirm = Callable[[DiffResult], bool]
 
@@ -85,6 +89,8 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
         raise JackinError("nothing changed: not confirmed",
                           hint=f"the pre-restore snapshot {pre.snapshot.id} was kept")  # fmt: skip
 
+    uids = {a.instance: a.uid for a in plan.agents}
+
     def work(conn: Connection, target: SshTarget) -> list[AgentRestore]:
         prepared: list[str] = []
 
@@ -93,7 +99,8 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
             return prepared[0]
 
         return [restore_one(conn, fleet, record.id, a, host=target.name, restic_bin=restic_bin,
-                            repo=(repos or {}).get((target.name, a.instance))) for a in items if a.host == target.name]  # fmt: skip
+                            repo=(repos or {}).get((target.name, a.instance)), uid=uids.get(a.instance))
+                for a in items if a.host == target.name]  # fmt: skip
 
     for name, found in api.in_parallel(targets, work).items():
         if isinstance(found, JackinError):
@@ -107,8 +114,17 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
                                  "pre_restore": pre.snapshot.id, "tier": a.tier, "note": a.note})  # fmt: skip
 
 
+def owner_change(item: AgentSnapshot, uid: int | None) -> tuple[int, int, int, int] | None:
+    """(snapshot uid, gid, current uid, gid) when the agent's uid now (the plan's; its gid is its uid)
+    differs from the one its manifest recorded (uids are freed at fleet.down: a snapshot restored into
+    a later lifecycle may find the agent under another uid); None when the same or not known."""
+    if item.manifest is None or uid is None or (item.manifest.uid, item.manifest.gid) == (uid, uid):
+        return None
+    return item.manifest.uid, item.manifest.gid, uid, uid
+
+
 def restore_one(conn: Connection, fleet: str, snapshot: str, item: AgentSnapshot, *, host: str,
-                restic_bin: Callable[[], str], repo: str | None = None) -> AgentRestore:  # fmt: skip
+                restic_bin: Callable[[], str], repo: str | None = None, uid: int | None = None) -> AgentRestore:  # fmt: skip
     """One agent back as ``snapshot`` had it: from its checkpoint when the snapshot has that tier and the
     checkpoint is still on the host, else from restic (``repo``: a repository pushed there from another host,
     snapshot.push). A checkpoint restore that fails changed nothing
@@ -126,10 +142,15 @@ def restore_one(conn: Connection, fleet: str, snapshot: str, item: AgentSnapshot
             done.note = f"the checkpoint tier failed: {error.message}"
     if not item.restic_id:
         return done.model_copy(update={"error": f"{done.note}; the snapshot has no restic tier to fall back on"})
+    owner = owner_change(item, uid)
     try:
-        remote.restore(conn, restic_bin(), fleet, item.instance, item.restic_id, host=host, repo=repo)
+        remapped = remote.restore(conn, restic_bin(), fleet, item.instance, item.restic_id, host=host, repo=repo,
+                                  owner=owner)  # fmt: skip
     except JackinError as error:
         return done.model_copy(update={"error": error.message})
+    if remapped and owner:
+        said = f"files of uid {owner[0]}:{owner[1]} in the snapshot now belong to the agent's uid {owner[2]}:{owner[3]}"
+        done.note = f"{done.note}; {said}" if done.note else said
     return done.model_copy(update={"restored": True, "tier": "restic"})
 
 
@@ -157,13 +178,55 @@ def _resolve(inventory: Inventory, ledger: Ledger, record: SnapshotRecord, items
     is not the origin's), with the pushed repository per (host, instance)."""
     from jackin.snapshots import moves
 
-    current = {t.name for t in provider_for(inventory, ledger).targets(bring_up=False)}
+    targets = provider_for(inventory, ledger).targets(bring_up=False)
+    current = {t.name for t in targets}
     pushed = moves.pushed_to([c for c in ledger.copies(record.fleet) if c["place"] != "operator"], record.id, current)
     found = moves.placements(items, snapshot=record.id, current=current, pushed=pushed, from_host=from_host)
+    _refuse_missing(record, [t for t in targets if any(p.host == t.name for p in found)], found, items)
     by_key = {(a.host, a.instance): a for a in items}
     moved = [by_key[(p.origin, p.instance)] if p.repo is None else
              by_key[(p.origin, p.instance)].model_copy(update={"host": p.host, "tiers": ["restic"]}) for p in found]
     return moved, {(p.host, p.instance): p.repo for p in found if p.repo}
+
+
+def _refuse_missing(record: SnapshotRecord, targets: list[SshTarget], found: list[Placement],
+                    items: list[AgentSnapshot]) -> None:  # fmt: skip
+    """Refuse, before anything changes, when a repository a placement restores from does not hold its
+    restic snapshot (and, for the host's own, no checkpoint of it is there): the host was replaced under
+    its name (its repository is a new one), or a copy pushed onto a host went with the fleet's teardown."""
+    from jackin.snapshots import moves
+
+    by_key = {(a.host, a.instance): a for a in items}
+
+    def work(conn: Connection, target: SshTarget) -> list[Placement]:
+        listed: dict[str | None, set[str]] = {}
+        missing = []
+        for p in (p for p in found if p.host == target.name):
+            if p.restic_id and p.repo not in listed:
+                listed[p.repo] = remote.own_restic_ids(conn, record.fleet, host=target.name, repo=p.repo)
+            if p.restic_id and moves.holds(listed[p.repo], p.restic_id):
+                continue
+            item = by_key[(p.origin, p.instance)]
+            if p.repo is None and "checkpoint" in item.tiers and _has_checkpoint(conn, record.fleet, p.instance,
+                                                                                 record.id):  # fmt: skip
+                continue
+            missing.append(p)
+        return missing
+
+    for name, missing in sorted(api.in_parallel(targets, work).items()):
+        if isinstance(missing, JackinError):
+            raise missing
+        own = [p.instance for p in missing if p.repo is None]
+        if own:
+            raise JackinError(f"snapshot {record.id} is not in {name}'s repository (was {name} replaced?): "
+                              f"{', '.join(own)} cannot be restored from it; nothing was changed",
+                              hint=f"inv snapshot.push {record.id} --host {name} copies this machine's copy there, "
+                                   "then restore again")  # fmt: skip
+        if missing:
+            p = missing[0]
+            raise JackinError(f"snapshot {record.id}: the copy of {p.origin}'s repository pushed onto {name} "
+                              f"({p.repo}) is gone or does not hold it; nothing was changed",
+                              hint=f"push it again: inv snapshot.push {record.id} --host {name}")  # fmt: skip
 
 
 def _running(targets: list[SshTarget], containers: dict[str, list[str]]) -> dict[str, list[str]]:

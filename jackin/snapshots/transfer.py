@@ -23,6 +23,7 @@ import shlex
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -33,8 +34,8 @@ from fabric import Connection
 from jackin.errors import ConnectError, JackinError, RemoteCommandError
 from jackin.paths import private_dir, state_dir
 from jackin.snapshots.mirror import (KINDS, MIRRORED, RESTIC_DIR, RESTIC_FILE, STAGES, TEMP_MARK, Listing,  # noqa: F401
-                                     TransferError, TransferPlan, TransferResult, classify, content_ok, list_local,
-                                     parse_listing, plan_transfer, result_of, temp_name)  # fmt: skip
+                                     TransferError, TransferPlan, TransferResult, aside_name, classify, content_ok,
+                                     list_local, parse_listing, plan_transfer, result_of, temp_name)  # fmt: skip
 from jackin.snapshots.restic import (NAME, SNAPSHOTS_ROOT, UPLOADED_RESTIC, checked_name, fleet_dir,  # noqa: F401
                                      imported_path, repo_path)  # fmt: skip
 from jackin.ssh import SshTarget, connect
@@ -188,18 +189,19 @@ def pull_with(conn: Connection, host: str, fleet: str, dest: Path) -> TransferRe
     if listing is None:
         raise TransferError(f"no restic repository at {source}", host=host,
                             hint="take a snapshot on that host first (snapshot.create)")  # fmt: skip
+    plan_transfer(listing, Listing(), where=where)  # refuses a source that is not a repository, before any move
+    try:
+        sftp = conn.sftp()
+        with sftp.open(f"{source}/config", "rb") as handle:
+            theirs = handle.read()
+    except _REMOTE_FAULTS as error:
+        raise _lost(error, conn, host=host, what=f"reading {source}/config") from None
+    aside = _move_aside_local(dest, theirs)
     private_dir(dest)
     local = list_local(dest)
     plan = plan_transfer(listing, local, where=where)
     for temp in plan.temps:
         (dest / temp).unlink(missing_ok=True)
-    try:
-        sftp = conn.sftp()
-        if "config" in local.files:
-            with sftp.open(f"{source}/config", "rb") as handle:
-                _same_config(handle.read(), (dest / "config").read_bytes(), dest, where)
-    except _REMOTE_FAULTS as error:
-        raise _lost(error, conn, host=host, what=f"reading {source}/config") from None
     for directory in plan.dirs:
         (dest / directory).mkdir(mode=0o700, exist_ok=True)
         (dest / directory).chmod(0o700)
@@ -211,7 +213,24 @@ def pull_with(conn: Connection, host: str, fleet: str, dest: Path) -> TransferRe
     for path in plan.delete:
         (dest / path).unlink()
     _fsync_dirs({(dest / p).parent for p in plan.delete})
-    return result_of(plan, listing, direction="pull", host=host, fleet=fleet, source=where, destination=str(dest))
+    result = result_of(plan, listing, direction="pull", host=host, fleet=fleet, source=where, destination=str(dest))
+    return result.model_copy(update={"moved_aside": aside})
+
+
+def _move_aside_local(dest: Path, theirs: bytes) -> str | None:
+    """When ``dest`` mirrors another repository than the host's (the host's was made anew: a host torn
+    down and brought back, or replaced), rename it to ``aside_name`` beside itself, keeping its older
+    snapshots, so the host's repository is pulled fresh; that path, or None when nothing moved. A copy
+    cut short before its ``config`` arrived holds no whole repository and is pulled into as it is."""
+    config = dest / "config"
+    if not config.is_file() or (ours := config.read_bytes()) == theirs:
+        return None
+    aside = dest.with_name(aside_name(dest.name, ours))
+    if aside.exists():
+        aside = aside.with_name(f"{aside.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    os.rename(dest, aside)
+    _fsync_dirs([dest.parent])
+    return str(aside)
 
 
 def _same_config(theirs: bytes, ours: bytes, dest: Path, where: str) -> None:
@@ -288,14 +307,18 @@ def push_with(conn: Connection, host: str, fleet: str, src: Path, origin: str) -
     _run(conn, "install -d -m 0700 -o root -g root " + " ".join(map(shlex.quote, dirs)), host=host,
          what=f"creating {dest}")  # fmt: skip
     remote = remote_listing(conn, dest, host=host) or Listing()
-    plan = plan_transfer(local, remote, where=str(src))
+    aside = None
     try:
         sftp = conn.sftp()
-        for temp in plan.temps:
-            sftp.remove(f"{dest}/{temp}")
         if "config" in remote.files:
             with sftp.open(f"{dest}/config", "rb") as handle:
-                _same_config((src / "config").read_bytes(), handle.read(), Path(f"{host}:{dest}"), str(src))
+                theirs = handle.read()
+            if theirs != (src / "config").read_bytes():  # an older repository of the origin was pushed here
+                aside = _move_aside_remote(conn, dest, theirs, host=host)
+                remote = Listing()
+        plan = plan_transfer(local, remote, where=str(src))
+        for temp in plan.temps:
+            sftp.remove(f"{dest}/{temp}")
         for directory in plan.dirs:
             sftp.mkdir(f"{dest}/{directory}", 0o700)
             sftp.chmod(f"{dest}/{directory}", 0o700)
@@ -308,7 +331,19 @@ def push_with(conn: Connection, host: str, fleet: str, src: Path, origin: str) -
     except _REMOTE_FAULTS as error:
         raise _lost(error, conn, host=host, what=f"copying {src} to {dest}") from None
     _run(conn, f"sync -f {shlex.quote(dest)}", host=host, what=f"syncing {dest}")
-    return result_of(plan, local, direction="push", host=host, fleet=fleet, source=str(src), destination=f"{host}:{dest}")
+    result = result_of(plan, local, direction="push", host=host, fleet=fleet, source=str(src), destination=f"{host}:{dest}")
+    return result.model_copy(update={"moved_aside": aside})
+
+
+def _move_aside_remote(conn: Connection, dest: str, config: bytes, *, host: str) -> str:
+    """Rename the host's ``dest`` (a copy of another repository) to ``aside_name`` beside it (root-only,
+    like its parent) and create ``dest`` anew, empty; the path it was moved to."""
+    aside = f"{dest.rsplit('/', 1)[0]}/{aside_name(dest.rsplit('/', 1)[1], config)}"
+    q, a = shlex.quote(dest), shlex.quote(aside)
+    out = _run(conn, f"A={a}; [ ! -e \"$A\" ] || A=\"$A-$(date -u +%Y%m%d-%H%M%S)\"; mv -T -- {q} \"$A\" && "
+                     f"install -d -m 0700 -o root -g root {q} && echo \"$A\"",
+               host=host, what=f"moving {dest} aside")  # fmt: skip
+    return out.strip().splitlines()[-1]
 
 
 def _push_stage(conn: Connection, sftp: paramiko.SFTPClient, paths: list[str], src: Path, dest: str, *,

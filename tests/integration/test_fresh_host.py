@@ -195,3 +195,79 @@ def test_restore_onto_the_fresh_host_needs_from_host_then_restores_the_origins_b
     undo = cli(world, "snapshot.restore", pre["id"], "--stop", "--yes")
     assert undo.returncode == 0, undo.stdout + undo.stderr
     assert listing(world, h1) == before
+
+
+def snapshot_ids(world) -> list[str]:
+    return [s["id"] for s in as_json(cli(world, "snapshot.list", "--json"))]
+
+
+def test_a_replaced_host_of_the_same_name_restores_once_its_own_copy_is_pushed_onto_it(world) -> None:
+    lab, sid = world["lab"], world["state"]["sid"]
+    lab.up(2)  # h0's container is gone: the lab brings back a new, empty host under the same name
+    hosts = lab.status().hosts
+    assert [h.name for h in hosts] == [world["h0"].name, world["h1"].name]
+    world["h0"] = h0 = hosts[0].target()
+    up = cli(world, "fleet.up", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+    before, ids = listing(world, h0), snapshot_ids(world)
+    assert before != world["state"]["h0"]
+    refused = cli(world, "snapshot.restore", sid, "--agent", "coder-1", "--from-host", h0.name, "--stop", "--yes")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert f"snapshot {sid} is not in {h0.name}'s repository (was {h0.name} replaced?)" in refused.stderr
+    assert f"snapshot.push {sid} --host {h0.name}" in refused.stderr
+    assert listing(world, h0) == before and snapshot_ids(world) == ids  # refused before the pre-restore snapshot
+    pushed = as_json(cli(world, "snapshot.push", sid, "--host", h0.name, "--json"))
+    assert not pushed["errors"]
+    assert {o["origin"]: o["path"] for o in pushed["origins"]}[h0.name] == transfer.imported_path(world["fleet"], h0.name)
+    done = cli(world, "snapshot.restore", sid, "--agent", "coder-1", "--from-host", h0.name, "--stop", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert listing(world, h0) == world["state"]["h0"]  # the destroyed h0's bytes, back on the new h0
+
+
+def same_but_owner(lines: list[str], old: int, new: int) -> list[str]:
+    """``listing`` lines (in its order) with the owner ``old`` (uid and gid fields) read as ``new``."""
+    out = []
+    for line in lines:
+        parts = line.split(" ", 4)
+        if len(parts) == 5 and parts[0] in ("f", "d", "l"):
+            parts[2:4] = [str(new) if p == str(old) else p for p in parts[2:4]]
+        out.append(" ".join(parts))
+    return out
+
+
+def test_a_second_lifecycle_with_the_same_names_pulls_at_down_and_restores_under_a_new_uid(world) -> None:
+    from jackin.ledger import Ledger
+
+    h0, h1, fleet = world["h0"], world["h1"], world["fleet"]
+    old_uid, kept = uid(world, h0), listing(world, h0)
+    first = cli(world, "fleet.down", "--yes", "--keep-lab")  # the replaced h0 made a new repository: pulled beside
+    assert first.returncode == 0, first.stdout + first.stderr
+    final = [s for s in as_json(cli(world, "snapshot.list", "--json")) if s["kind"] == "final"][-1]["id"]
+    pulled = state_dir() / "snapshots" / fleet / "pulled"
+    assert len(list((pulled / h0.name).glob("repo-*"))) == 1
+    occupier = f"{fleet}-occupier"
+    with Ledger() as ledger:  # the agent's old uid is taken when the fleet comes back: it gets another one
+        ledger.db.execute("INSERT INTO uids (uid, fleet, instance) VALUES (?, ?, ?)", (old_uid, occupier, "x"))
+    try:
+        up = cli(world, "fleet.up", "--yes")
+        assert up.returncode == 0, up.stdout + up.stderr
+        new_uid = uid(world, h0)
+        assert new_uid != old_uid
+        refused = cli(world, "snapshot.restore", final, "--from-host", h0.name, "--stop", "--yes")
+        assert refused.returncode == 1 and f"is not in {h0.name}'s repository" in refused.stderr
+        as_json(cli(world, "snapshot.push", final, "--host", h0.name, "--json"))
+        done = as_json(cli(world, "snapshot.restore", final, "--from-host", h0.name, "--stop", "--yes", "--json"))
+        assert [(a["restored"], a["tier"]) for a in done["agents"]] == [(True, "restic")]
+        assert f"uid {old_uid}:{old_uid} in the snapshot now belong to the agent's uid {new_uid}:{new_uid}" in (
+            done["agents"][0]["note"] or "")  # fmt: skip
+        after = listing(world, h0)
+        assert after == same_but_owner(kept, old_uid, new_uid) and after != kept
+        second = cli(world, "fleet.down", "--yes", "--keep-lab")  # both hosts' repositories are new again
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert len(list((pulled / h1.name).glob("repo-*"))) == 1 and len(list((pulled / h0.name).glob("repo-*"))) == 2
+        with Ledger() as ledger:
+            paths = {c["path"]: c["snapshots"] for c in ledger.copies(fleet, origin=h0.name, place="operator")}
+        assert len(paths) == 3 and sum(final in s for s in paths.values()) == 1
+    finally:
+        with Ledger() as ledger:
+            ledger.db.execute("DELETE FROM uids WHERE fleet = ?", (occupier,))

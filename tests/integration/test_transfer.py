@@ -294,13 +294,24 @@ def test_after_the_first_hosts_repository_is_gone_the_pushed_copy_still_restores
     assert remote_tree(h2, "/root/restored/root/work") == expected
 
 
-def test_a_mirror_is_never_mixed_with_another_repository(world, tmp_path) -> None:
-    h2, fleet = world["h2"], world["fleet"]
+def test_a_mirror_of_another_repository_is_moved_aside_never_mixed(world, tmp_path) -> None:
+    h2, fleet, mirror = world["h2"], world["fleet"], world["mirror"]
     restic(world, h2, transfer.repo_path(fleet), "--quiet", "init")  # h2's own repository of the fleet
-    before = list_local(world["mirror"])
-    with pytest.raises(TransferError, match="mirrors another repository"):
-        transfer.pull_repo(h2, fleet, world["mirror"])
-    assert list_local(world["mirror"]) == before
-    fresh = transfer.pull_repo(h2, fleet, tmp_path / "h2")  # positive control: into its own mirror
-    assert fresh.copied == len(repo_files(world, h2, transfer.repo_path(fleet)))
-    transfer.verify_local(tmp_path / "h2", world["password"])
+    before = list_local(mirror)
+    config = (mirror / "config").read_bytes()
+    pulled = transfer.pull_repo(h2, fleet, mirror)  # as if h1's repository had been made anew
+    aside = mirror.with_name(transfer.aside_name(mirror.name, config))
+    assert pulled.moved_aside == str(aside)
+    assert list_local(aside) == before  # the older copy, whole, under its new name
+    transfer.verify_local(aside, world["password"])
+    assert pulled.copied == len(repo_files(world, h2, transfer.repo_path(fleet)))
+    assert (mirror / "config").read_bytes() != config
+    transfer.verify_local(mirror, world["password"])
+    # the same on a host: an older copy of the origin pushed there is moved aside, then the new one pushed
+    imported = transfer.imported_path(fleet, world["h1"].name)
+    old_files = sorted(repo_files(world, h2, imported))
+    pushed = transfer.push_repo(h2, fleet, mirror, world["h1"].name)
+    assert pushed.moved_aside == transfer.aside_name(imported, config)
+    assert sorted(repo_files(world, h2, pushed.moved_aside)) == old_files
+    assert sh(h2, f"stat -c '%a %U' {pushed.moved_aside}").stdout.split() == ["700", "root"]
+    restic(world, h2, imported, "check")

@@ -115,3 +115,40 @@ def test_pull_and_push_tables_say_what_happened_per_host() -> None:
 def test_places_name_this_machine_first_then_the_hosts_pushed_onto() -> None:
     rows = [copy("h0", "h2", "/p", [SID]), copy("h0", "operator", "/o", [SID, "older"]), copy("h1", "operator", "/o1", [SID])]
     assert moves.places(rows) == {SID: ["operator", "h2"], "older": ["operator"]}
+
+
+def test_a_replaced_origin_gets_its_own_copy_pushed_onto_itself() -> None:
+    rec = record(item("h0"), item("h1"))
+    assert moves.origins_to_push(rec, "h0", own_holds=True) == ["h1"]
+    assert moves.origins_to_push(rec, "h0", own_holds=False) == ["h0", "h1"]
+    assert moves.origins_to_push(record(item("h0")), "h0", own_holds=False) == ["h0"]
+    assert moves.origins_to_push(record(item("h0")), "h2", own_holds=False) == ["h0"]  # h2 is no origin
+    assert moves.restic_ids_of(record(item("h0"), item("h0", "coder-2")), "h0") == ["h0-coder-1", "h0-coder-2"]
+    assert moves.holds({"abcdef0123"}, "abcdef") and moves.holds({"abcd"}, "abcdef0123")
+    assert not moves.holds({"abcdef"}, "abc0ef") and not moves.holds(set(), "abc")
+
+
+def test_pushed_to_prefers_a_copy_pushed_onto_the_origin_itself() -> None:
+    rows = [copy("h0", "h1", "/p1", [SID]), copy("h0", "h0", "/self", [SID]), copy("h0", "h0", "/older", [SID])]
+    assert moves.pushed_to(rows, SID, {"h0", "h1"}) == {"h0": "h0\0/self"}
+    assert moves.pushed_to(rows[:1], SID, {"h0", "h1"}) == {"h0": "h1\0/p1"}  # positive control: no self-import
+
+
+def test_a_current_origin_restores_from_its_self_import_when_there_is_one() -> None:
+    found = moves.placements([item("h0")], snapshot=SID, current={"h0"}, pushed={"h0": f"h0\0{IMPORTED}"})
+    assert [(p.host, p.repo) for p in found] == [("h0", IMPORTED)]
+    # a copy pushed onto another host does not take a current origin away from its own repository
+    found = moves.placements([item("h0")], snapshot=SID, current={"h0", "h1"}, pushed={"h0": f"h1\0{IMPORTED}"})
+    assert [(p.host, p.repo) for p in found] == [("h0", None)]
+
+
+def checkpoint_only(host: str) -> AgentSnapshot:
+    return AgentSnapshot(host=host, instance="coder-1", agent="coder", restic_id=None, tiers=["checkpoint"])
+
+
+def test_a_checkpoint_only_item_never_restores_from_a_pushed_copy() -> None:
+    with pytest.raises(JackinError, match="holds coder-1 from h0 as a checkpoint only"):
+        moves.placements([checkpoint_only("h0")], snapshot=SID, current={"h1"}, pushed={"h0": f"h1\0{IMPORTED}"})
+    # on its own host it stays with its own checkpoint, self-import or not
+    found = moves.placements([checkpoint_only("h0")], snapshot=SID, current={"h0"}, pushed={"h0": f"h0\0{IMPORTED}"})
+    assert [(p.host, p.repo) for p in found] == [("h0", None)]

@@ -152,3 +152,100 @@ def test_a_result_counts_what_the_plan_copied_skipped_deleted_and_kept() -> None
     assert (result.copied, result.copied_bytes, result.skipped, result.skipped_bytes) == (2, 1300, 2, 555)
     assert (result.deleted, result.kept, result.cleaned) == ([f"snapshots/{A}"], 1, 1)
     assert result.ignored == ["locks", f"locks/{A}"]
+
+
+def test_a_copy_of_another_repository_is_moved_aside_keeping_its_files(tmp_path: Path) -> None:
+    dest = tmp_path / "pulled" / "h0" / "repo"
+    (dest / "keys").mkdir(parents=True)
+    (dest / "config").write_bytes(b"old config")
+    (dest / "keys" / B).write_bytes(b"k")
+    assert transfer._move_aside_local(dest, b"old config") is None  # the same repository: pulled into
+    assert dest.is_dir()
+    aside = transfer._move_aside_local(dest, b"new config")
+    assert aside == str(dest.with_name(transfer.aside_name("repo", b"old config")))
+    assert Path(aside).name.startswith("repo-") and len(Path(aside).name) == len("repo-") + 12
+    assert not dest.exists() and (Path(aside) / "keys" / B).read_bytes() == b"k"
+    (dest / "keys").mkdir(parents=True)  # the same older repository again: a second name, nothing overwritten
+    (dest / "config").write_bytes(b"old config")
+    again = transfer._move_aside_local(dest, b"new config")
+    assert again and again != aside and Path(again).name.startswith(Path(aside).name + "-")
+    assert (Path(aside) / "keys" / B).is_file()
+
+
+def test_a_copy_cut_short_before_its_config_is_pulled_into_not_moved(tmp_path: Path) -> None:
+    dest = tmp_path / "repo"
+    (dest / "keys").mkdir(parents=True)
+    assert transfer._move_aside_local(dest, b"config") is None
+    assert (dest / "keys").is_dir()
+
+
+class _Result:
+    def __init__(self, stdout: str) -> None:
+        self.stdout, self.stderr, self.exited = stdout, "", 0
+
+
+class _Handle:
+    def __init__(self, path: Path) -> None:
+        self.file = path.open("rb")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.file.close()
+
+    def prefetch(self, _size: int) -> None:
+        pass
+
+    def read(self, size: int = -1) -> bytes:
+        return self.file.read(size)
+
+
+class FakeHost:
+    """A host whose repository is the local directory ``root`` (listing and SFTP reads only)."""
+
+    def __init__(self, root: Path, remote: str) -> None:
+        self.root, self.remote = root, remote
+
+    def _local(self, path: str) -> Path:
+        return self.root / path[len(self.remote):].lstrip("/")
+
+    def run(self, command: str, **_):
+        entries = sorted(self.root.rglob("*"))
+        body = "".join(f"{'d' if p.is_dir() else 'f'} {0 if p.is_dir() else p.stat().st_size} "
+                       f"{p.relative_to(self.root).as_posix()}\0" for p in entries)  # fmt: skip
+        return _Result("yes\n" + body)
+
+    def sftp(self):
+        return self
+
+    def open(self, path: str, _mode: str) -> _Handle:
+        return _Handle(self._local(path))
+
+
+def fake_repo(root: Path, config: bytes, extra: bytes) -> None:
+    import hashlib
+
+    (root / "keys").mkdir(parents=True)
+    (root / "config").write_bytes(config)
+    for directory, data in (("keys", b"key" + extra), ("index", b"index" + extra), ("snapshots", b"snap" + extra)):
+        (root / directory).mkdir(exist_ok=True)
+        (root / directory / hashlib.sha256(data).hexdigest()).write_bytes(data)
+    digest = hashlib.sha256(b"pack" + extra).hexdigest()
+    (root / "data" / digest[:2]).mkdir(parents=True)
+    (root / "data" / digest[:2] / digest).write_bytes(b"pack" + extra)
+
+
+def test_a_pull_from_a_repository_made_anew_moves_the_old_copy_aside_and_pulls_whole(tmp_path: Path) -> None:
+    first, second, dest = tmp_path / "first", tmp_path / "second", tmp_path / "pulled" / "h0" / "repo"
+    fake_repo(first, b"config one", b"1")
+    fake_repo(second, b"config two", b"2")
+    remote = transfer.repo_path("f")
+    done = transfer.pull_with(FakeHost(first, remote), "h0", "f", dest)  # type: ignore[arg-type]
+    assert done.moved_aside is None and transfer.list_local(dest).files == transfer.list_local(first).files
+    again = transfer.pull_with(FakeHost(second, remote), "h0", "f", dest)  # type: ignore[arg-type]
+    aside = Path(again.moved_aside or "")
+    assert aside == dest.with_name(transfer.aside_name("repo", b"config one"))
+    assert transfer.list_local(aside).files == transfer.list_local(first).files  # the older copy, whole
+    assert transfer.list_local(dest).files == transfer.list_local(second).files  # the new one, not mixed
+    assert (dest / "config").read_bytes() == b"config two" and stat.S_IMODE(dest.stat().st_mode) == 0o700
