@@ -335,6 +335,8 @@ def snapshot_prune(inventory: str | None, *, yes: bool, json: bool) -> int:
         ui.print_json(result.model_dump(mode="json"))
     else:
         ui.out.print(f"kept {len(result.kept)} snapshot(s); removed {len(result.removed)}: {', '.join(result.removed) or '-'}")
+        for note in result.notes:  # snapshots of hosts that left the fleet: kept for a copy, or forgotten
+            ui.out.print(f"note: {note}", highlight=False, soft_wrap=True)
     return _snapshot_errors(result.errors)
 # --- fleet.rollback ----------------------------------------------------------------
 
