@@ -429,7 +429,8 @@ def apply(rollback: Rollback, *, source: str | None = None, dry_run: bool = Fals
           on_event: fleet_api.OnEvent = lambda _: None, log: Log = lambda _: None) -> list[StepResult]:  # fmt: skip
     """Run each step as a recorded ``fleet.rollback`` (``dry_run``: preview only, nothing recorded); with
     ``with_snapshots``, then restore each step's matching snapshots on the hosts its spec succeeded on
-    (a failed restore is raised after every step ran, naming each)."""
+    (a failed restore is raised after every step ran, naming each). A step after the first whose
+    ``fleet.up`` raises stops the rollback: ``RollbackStopped`` carries the steps already applied."""
     check_snapshots(with_snapshots)
     if with_snapshots and not rollback.with_snapshots:
         raise JackinError("--with-snapshots: the snapshots were not chosen (prepare(..., with_snapshots=True))")

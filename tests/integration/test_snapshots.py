@@ -183,6 +183,22 @@ def test_diff_against_live_and_another_snapshot(slab, fleet):
     assert restore(spec, first["id"], "--agent", "coder-1", "--stop").returncode == 0
 
 
+def test_diff_on_a_host_without_the_fleets_repository_is_refused_and_creates_nothing(slab, fleet):
+    name, spec = fleet
+    base = f"/var/lib/jackin/snapshots/{name}"
+    sid = snap(spec, "--agent", "coder-1")["id"]
+    sh(slab, f"mv {base} {base}.aside")  # as after a teardown that removed the repository
+    try:
+        done = inv("snapshot.diff", "-i", spec, sid, "--json")
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"fleet {name!r} has no snapshot repository on" in done.stdout + done.stderr
+        assert sh(slab, f"test -e {base} && echo there || echo absent").stdout.strip() == "absent"  # no password, no repo
+    finally:
+        sh(slab, f"rm -rf {base} && mv {base}.aside {base}")
+    done = inv("snapshot.diff", "-i", spec, sid, "--json")  # positive control: the repository is back
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_a_corrupt_repository_is_refused_and_the_workspace_untouched(slab, fleet):
     name, spec = fleet
     w, repo = ws(name), f"/var/lib/jackin/snapshots/{name}/repo"
