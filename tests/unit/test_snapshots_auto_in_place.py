@@ -53,7 +53,7 @@ def up(ledger: Ledger, monkeypatch: pytest.MonkeyPatch, hosts: list[str], spec: 
        instance: str = "coder-1") -> None:  # fmt: skip
     found = [AutoSnapshot(host=h, changes=[Change(instance=instance, action="recreate", why="image changed")])
              for h in hosts]  # fmt: skip
-    monkeypatch.setattr(auto, "plan_snapshots", lambda plan, targets, known: (found, {}))
+    monkeypatch.setattr(auto, "plan_snapshots", lambda plan, targets, known, *_: (found, {}))
     auto.snapshot_before_up(ledger, spec, SimpleNamespace(fleet="demo"), [SimpleNamespace(name=h) for h in hosts],
                             action="fleet.up", dry_run=False, log=lambda _: None)  # fmt: skip
 
