@@ -341,6 +341,8 @@ def snapshot_prune(inventory: str | None, *, yes: bool, json: bool) -> int:
         ui.print_json(result.model_dump(mode="json"))
     else:
         ui.out.print(f"kept {len(result.kept)} snapshot(s); removed {len(result.removed)}: {', '.join(result.removed) or '-'}")
+        for note in result.notes:  # snapshots of hosts that left the fleet: kept for a copy, or forgotten
+            ui.out.print(f"note: {note}", highlight=False, soft_wrap=True)
     return _snapshot_errors(result.errors)
 # --- fleet.rollback ----------------------------------------------------------------
 
@@ -373,13 +375,19 @@ def fleet_rollback(inventory: str | None, *, to: str | int | None, host: str | N
 
 def _rollback(chosen: rollback_api.Rollback, inventory: str | None, *, dry_run: bool, with_snapshots: bool,
               json: bool) -> list[rollback_api.StepResult]:  # fmt: skip
+    stopped = None
     with ui.progress() as view:
-        results = rollback_api.apply(chosen, source=inventory, dry_run=dry_run, with_snapshots=with_snapshots,
-                                     on_event=view.update, log=ui.log)  # fmt: skip
+        try:
+            results = rollback_api.apply(chosen, source=inventory, dry_run=dry_run, with_snapshots=with_snapshots,
+                                         on_event=view.update, log=ui.log)  # fmt: skip
+        except rollback_api.RollbackStopped as error:  # a later step failed: the applied ones are shown, then it
+            results, stopped = error.results, error
     if json:
         ui.print_json({"fleet": chosen.fleet, "mode": chosen.mode, "dry_run": dry_run, "note": ui.INVENTORY_KEPT,
                        "steps": [{**r.step.model_dump(mode="json"), "run": r.up.run.model_dump(mode="json")}
-                                 for r in results]})  # fmt: skip
+                                 for r in results], **({"stopped": stopped.message} if stopped else {})})  # fmt: skip
+        if stopped:
+            raise stopped
         return results
     for result in results:
         if dry_run:
@@ -388,6 +396,8 @@ def _rollback(chosen: rollback_api.Rollback, inventory: str | None, *, dry_run: 
         ui.out.print(ui.up_table(result.up.run, title=title, agents=len(result.up.plan.agents)))
     if not dry_run:
         ui.out.print(ui.INVENTORY_KEPT)
+    if stopped:
+        raise stopped
     return results
 
 

@@ -429,14 +429,21 @@ def apply(rollback: Rollback, *, source: str | None = None, dry_run: bool = Fals
           on_event: fleet_api.OnEvent = lambda _: None, log: Log = lambda _: None) -> list[StepResult]:  # fmt: skip
     """Run each step as a recorded ``fleet.rollback`` (``dry_run``: preview only, nothing recorded); with
     ``with_snapshots``, then restore each step's matching snapshots on the hosts its spec succeeded on
-    (a failed restore is raised after every step ran, naming each)."""
+    (a failed restore is raised after every step ran, naming each). A step after the first whose
+    ``fleet.up`` raises stops the rollback: ``RollbackStopped`` carries the steps already applied."""
     check_snapshots(with_snapshots)
     if with_snapshots and not rollback.with_snapshots:
         raise JackinError("--with-snapshots: the snapshots were not chosen (prepare(..., with_snapshots=True))")
-    results, failures = [], []
-    for step in rollback.steps:
-        up = fleet_api.up(step.inventory, source=source, dry_run=dry_run, bring_up=False, on_event=on_event, log=log,
-                          action="fleet.rollback", detail={"to": step.to}, only=step.hosts)  # fmt: skip
+    results: list[StepResult] = []
+    failures: list[str] = []
+    for number, step in enumerate(rollback.steps, 1):
+        try:
+            up = fleet_api.up(step.inventory, source=source, dry_run=dry_run, bring_up=False, on_event=on_event,
+                              log=log, action="fleet.rollback", detail={"to": step.to}, only=step.hosts)  # fmt: skip
+        except JackinError as error:
+            if dry_run or not results:
+                raise  # nothing was applied yet: the step's own error says it all
+            raise RollbackStopped(rollback, results, number, error, failures) from error
         results.append(StepResult(step=step, up=up))
         if with_snapshots and not dry_run and restore_snapshots is not None:
             try:
@@ -447,3 +454,24 @@ def apply(rollback: Rollback, *, source: str | None = None, dry_run: bool = Fals
         raise JackinError("the spec was rolled back, but restoring snapshots failed: " + "; ".join(failures),
                           hint="each restore took a pre-restore snapshot first; inv snapshot.list shows them")  # fmt: skip
     return results
+
+
+class RollbackStopped(JackinError):
+    """A step after the first could not run (its ``fleet.up`` raised: a failed automatic snapshot, a busy
+    lock, ...): the steps before it were applied and stay applied, so they are reported (``results``, exit 1),
+    never dropped; the later steps are not run."""
+
+    def __init__(self, rollback: Rollback, results: list[StepResult], number: int, error: JackinError,
+                 failures: list[str]) -> None:  # fmt: skip
+        step = rollback.steps[number - 1]
+        applied = "; ".join(f"step {i} (run {r.step.to}'s spec on {', '.join(r.step.hosts)}): "
+                            + ", ".join(f"{h.host} {'ok' if h.ok else 'failed'}" for h in r.up.run.hosts)
+                            for i, r in enumerate(results, 1))  # fmt: skip
+        later = len(rollback.steps) - number
+        message = (f"fleet.rollback stopped at step {number} of {len(rollback.steps)} (run {step.to}'s spec on "
+                   f"{', '.join(step.hosts)}), which failed: {error.message}. Applied before it, and still in place: "
+                   f"{applied}" + (f"; {later} later step(s) not run" if later else "")
+                   + (f". Restoring snapshots failed: {'; '.join(failures)}" if failures else ""))  # fmt: skip
+        super().__init__(message, hint="inv fleet.runs lists what was applied; fix the cause, then "
+                                       f"fleet.rollback --to {step.to} --host H applies the missing step on H")  # fmt: skip
+        self.results = results

@@ -299,16 +299,18 @@ def find(ledger: Ledger, fleet: str, snapshot: str) -> SnapshotRecord:
 
 def diff(inventory: Inventory, snapshot: str, other: str | None = None, agent: str | None = None) -> DiffResult:
     """Files added, removed and changed from ``snapshot`` to ``other`` (another snapshot) or, without it,
-    to the live workspace (a temporary snapshot tagged ``tmp``, forgotten right after)."""
+    to the live workspace (a temporary snapshot tagged ``tmp``, forgotten right after). Holds the fleet's
+    lock (the temporary snapshot writes the agent's manifest file and the repository, as create does)
+    and reads only repositories that exist: a host where the fleet has none is that host's error."""
     fleet = inventory.fleet.name
     wanted = set(select(inventory, agent))
-    with Ledger() as ledger:
+    with Ledger() as ledger, ledger.lock(fleet, "snapshot.diff"):
         first = find(ledger, fleet, snapshot)
         second = find(ledger, fleet, other) if other else None
         targets = [t for t in provider_for(inventory, ledger).targets(bring_up=False) if t.name in first.hosts]
         plan = fleet_plan(inventory, ledger) if second is None else None
-    pairs = [a for a in first.agents if a.instance in wanted]
-    return _diff(inventory, first, second, pairs, targets, plan)
+        pairs = [a for a in first.agents if a.instance in wanted]
+        return _diff(inventory, first, second, pairs, targets, plan)
 
 
 def _diff(inventory: Inventory, first: SnapshotRecord, second: SnapshotRecord | None, pairs: list[AgentSnapshot],
@@ -318,9 +320,12 @@ def _diff(inventory: Inventory, first: SnapshotRecord, second: SnapshotRecord | 
     live_id = f"tmp-{secrets.token_hex(4)}"
 
     def work(conn: Connection, target: SshTarget) -> list[AgentDiff]:
-        restic_bin = prepare(conn, fleet, host=target.name)
+        mine = [p for p in pairs if p.host == target.name and p.restic_id]
+        if not mine:
+            return []
+        restic_bin = repo_or_refuse(conn, fleet, host=target.name)  # never prepare: a diff creates no repository
         found = []
-        for item in (p for p in pairs if p.host == target.name and p.restic_id):
+        for item in mine:
             other_item = second.agent(target.name, item.instance) if second else None
             if second is not None and (other_item is None or not other_item.restic_id):
                 continue
@@ -348,3 +353,23 @@ def _diff(inventory: Inventory, first: SnapshotRecord, second: SnapshotRecord | 
         else:
             result.agents.extend(found)
     return result
+
+
+def existing_repo(conn: Connection, fleet: str, *, host: str) -> str | None:
+    """restic's path when the fleet has its repository (and password) on the host, else None; creates
+    nothing (never ``prepare``): a read-only command or a prune must not leave a repository behind."""
+    from jackin.snapshots import restic
+
+    config, secret = restic.repo_path(fleet) + "/config", restic.password_path(fleet)
+    found = remote.run(conn, f"if [ -f {restic.q(config)} ] && [ -f {restic.q(secret)} ]; then echo yes; else echo no; fi",
+                       host=host, what="looking for the fleet's snapshot repository")  # fmt: skip
+    return remote.ensure_restic(conn, host=host) if found.strip() == "yes" else None
+
+
+def repo_or_refuse(conn: Connection, fleet: str, *, host: str) -> str:
+    """``existing_repo``, or a clear refusal when the fleet has no repository on the host."""
+    restic_bin = existing_repo(conn, fleet, host=host)
+    if restic_bin is None:
+        raise JackinError(f"fleet {fleet!r} has no snapshot repository on {host} (torn down, or never snapshotted "
+                          "there): nothing to read", host=host)  # fmt: skip
+    return restic_bin

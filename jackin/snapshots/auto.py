@@ -141,8 +141,39 @@ def snapshot_before_up(ledger: Ledger, inventory: Inventory, plan: FleetPlan, ho
                 log(f"{item.host}: would snapshot {change.instance} before {_verb(change)} it: {change.why}")
     if not dry_run:
         for group in _groups(found):
-            _take(ledger, inventory, hosts, group, action=action, log=log)
+            for spec, part in by_spec_in_place(ledger, inventory, group):
+                _take(ledger, spec, hosts, part, action=action, log=log)
     return found, failed
+
+
+PLACEMENT = ("name", "provider", "lab", "hosts")  # as jackin.rollback.PLACEMENT: where the fleet runs
+
+
+def by_spec_in_place(ledger: Ledger, inventory: Inventory,
+                     group: list[AutoSnapshot]) -> list[tuple[Inventory, list[AutoSnapshot]]]:  # fmt: skip
+    """The group's hosts by the fleet spec their agents run under, so the snapshot's manifests (spec,
+    image, network policy, firewall hash) record what runs now, not the spec this run is about to apply:
+    the spec of the last run that succeeded on the host (``jackin.applied.in_place``; after a rollback
+    not the file's). The spec being applied stands in where there is none, where it places the fleet
+    elsewhere, or where it does not name an agent to snapshot that the ledger has no row of either.
+    Hosts under different specs get different snapshots (ids)."""
+    from jackin.applied import load_fleet
+    from jackin.plan import instances as spec_instances
+
+    runs = ledger.spec_runs(inventory.fleet.name)
+    rows = {(r["host"], r["instance"]) for r in ledger.agents(inventory.fleet.name)}
+    parts: dict[str, tuple[Inventory, list[AutoSnapshot]]] = {}
+    for item in group:
+        run = next((r for r in reversed(runs) if r["results"].get(item.host) == "ok"), None)
+        row = ledger.run(run["id"]) if run else None
+        fleet = load_fleet(row["spec"]) if row and row.get("spec") else inventory.fleet
+        named = {i for _, i in spec_instances(fleet)}
+        wanted = {c.instance for c in item.changes} - set(item.skipped)
+        if any(getattr(fleet, f) != getattr(inventory.fleet, f) for f in PLACEMENT) or any(
+                i not in named and (item.host, i) not in rows for i in wanted):  # fmt: skip
+            fleet = inventory.fleet
+        parts.setdefault(fleet.model_dump_json(), (inventory.model_copy(update={"fleet": fleet}), []))[1].append(item)
+    return list(parts.values())
 
 
 def _groups(found: list[AutoSnapshot]) -> list[list[AutoSnapshot]]:

@@ -190,3 +190,4 @@ class PruneResult(_Model):
     removed: list[str] = Field(default_factory=list)
     errors: list[HostError] = Field(default_factory=list)
     checkpoints: int = 0  # checkpoints of the removed snapshots deleted from the hosts
+    notes: list[str] = Field(default_factory=list)  # snapshots of hosts that left the fleet: kept or forgotten, why

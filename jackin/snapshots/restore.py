@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fabric import Connection
+from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import JackinError, SpecError
 from jackin.ledger import Ledger
@@ -253,55 +254,110 @@ def _set_running(targets: list[SshTarget], containers: dict[str, list[str]], up:
 # --- prune ---------------------------------------------------------------------------------------
 
 
-def prune_plan(inventory: Inventory) -> tuple[list[SnapshotRecord], list[SnapshotRecord]]:
-    """(kept, removed): the spec's ``snapshots.keep`` newest fleet snapshots stay, older ones go."""
-    records = api.records(inventory)
-    keep = inventory.fleet.snapshots.keep
-    return records[-keep:], records[:-keep] if len(records) > keep else []
+class PrunePlan(BaseModel):
+    """What ``snapshot.prune`` does (``prune_plan``): the snapshots retention keeps, and per host the
+    snapshots it forgets there; ``gone``: per host that left the fleet, the snapshots forgotten from
+    the ledger alone (no copy of that host's repository holds them); ``notes``: what it leaves and why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kept: list[str] = Field(default_factory=list)
+    forget: dict[str, list[str]] = Field(default_factory=dict)
+    gone: dict[str, list[str]] = Field(default_factory=dict)
+    removed: list[SnapshotRecord] = Field(default_factory=list)  # each with the agents it loses only
+    notes: list[str] = Field(default_factory=list)
+
+
+def retained(records: list[SnapshotRecord], keep: int) -> set[str]:
+    """The ids retention keeps: a fleet snapshot stays while it is among the ``keep`` newest snapshots
+    of its kind of ANY (host, instance) it holds; ``manual``, ``auto`` and ``pre-restore`` count
+    apart (automatic snapshots never push out the ones an operator took, nor the one a restore came
+    from); ``final`` ones (the copy of a torn-down fleet) are never pruned automatically."""
+    newest: dict[tuple[str, str, str], list[str]] = {}
+    for record in sorted(records, key=lambda r: (r.created, r.id)):
+        for host, instance in sorted({(a.host, a.instance) for a in record.agents}):
+            newest.setdefault((host, instance, record.kind), []).append(record.id)
+    kept = {r.id for r in records if r.kind == "final"}
+    for ids in newest.values():
+        kept.update(ids[-keep:])
+    return kept
+
+
+def prune_plan(records: list[SnapshotRecord], keep: int, current: set[str], copies: list[dict]) -> PrunePlan:
+    """Pure: what prune does with ``records`` (oldest first) under ``keep``, the fleet's ``current``
+    hosts and the ledger's ``copies`` (``Ledger.copies``). A dropped snapshot is forgotten on each
+    current host holding it; on a host that left the fleet it is forgotten from the ledger alone when
+    no copy of that host's repository holds it (nothing can restore it), else kept for that copy
+    (snapshot.push, restore --from-host) and noted: never an error that repeats at every prune."""
+    kept = retained(records, keep)
+    plan = PrunePlan(kept=[r.id for r in records if r.id in kept])
+    for record in (r for r in records if r.id not in kept):
+        losing = []
+        for host in sorted({a.host for a in record.agents}):
+            places = sorted({c["place"] for c in copies if c["origin"] == host and record.id in c["snapshots"]})
+            if host in current:
+                plan.forget.setdefault(host, []).append(record.id)
+            elif not places:
+                plan.gone.setdefault(host, []).append(record.id)
+                plan.notes.append(f"{record.id} on {host}: {host} is no longer a host of the fleet and no copy holds "
+                                  "it: forgotten from the ledger alone (a repository left on that host is not touched)")
+            else:
+                plan.notes.append(f"{record.id} on {host}: {host} is no longer a host of the fleet; kept for its copy "
+                                  f"at {', '.join(places)} (snapshot.push, snapshot.restore --from-host)")
+                continue
+            losing.append(host)
+        if losing:
+            plan.removed.append(record.model_copy(update={"agents": [a for a in record.agents if a.host in losing]}))
+    return plan
 
 
 def prune(inventory: Inventory, *, confirm: Callable[[list[SnapshotRecord]], bool] | None = None) -> PruneResult:
-    """``snapshot.prune``: forget the snapshots retention drops, on every host that holds them:
-    delete their checkpoints and free the restic data only they used (``restic forget --prune``)."""
+    """``snapshot.prune``: forget the snapshots retention drops (``prune_plan``), on every host that holds
+    them: delete their checkpoints and free the restic data only they used (``restic forget --prune``)."""
     fleet = inventory.fleet.name
+    keep = inventory.fleet.snapshots.keep
     with Ledger() as ledger, ledger.lock(fleet, "snapshot.prune"):
-        kept, removed = prune_plan(inventory)
-        result = PruneResult(keep=inventory.fleet.snapshots.keep, kept=[r.id for r in kept])
-        if not removed:
+        records = [SnapshotRecord.model_validate(r) for r in ledger.snapshot_rows(fleet)]
+        fleet_targets = provider_for(inventory, ledger).targets(bring_up=False)
+        plan = prune_plan(records, keep, {t.name for t in fleet_targets}, ledger.copies(fleet))
+        result = PruneResult(keep=keep, kept=plan.kept, notes=plan.notes)
+        if not plan.removed:
             return result
-        if confirm is not None and not confirm(removed):
+        if confirm is not None and not confirm(plan.removed):
             raise JackinError("nothing changed: not confirmed")
-        hosts = {a.host for r in removed for a in r.agents}
-        targets = [t for t in provider_for(inventory, ledger).targets(bring_up=False) if t.name in hosts]
-        run = ledger.start_run(fleet, "snapshot.prune", {"remove": [r.id for r in removed]})
+        targets = [t for t in fleet_targets if t.name in plan.forget]
+        run = ledger.start_run(fleet, "snapshot.prune", {"remove": [r.id for r in plan.removed]})
+        by_id = {r.id: r for r in records}
 
         def work(conn: Connection, target: SshTarget) -> int:
-            deleted = delete_checkpoints(conn, fleet, [(a.instance, r.id) for r in removed for a in r.agents
-                                                       if a.host == target.name and "checkpoint" in a.tiers])  # fmt: skip
-            restic_bin = api.prepare(conn, fleet, host=target.name)
+            mine = [(i, a) for i in plan.forget[target.name] for a in by_id[i].agents if a.host == target.name]
+            deleted = delete_checkpoints(conn, fleet, [(a.instance, i) for i, a in mine if "checkpoint" in a.tiers])
+            restic_bin = api.existing_repo(conn, fleet, host=target.name)
+            if restic_bin is None:  # no repository here (torn down since): nothing left in restic to forget
+                return deleted
             there = [s["id"] for s in remote.snapshots(conn, restic_bin, fleet, host=target.name)]
-            ids = [a.restic_id for r in removed for a in r.agents if a.host == target.name and a.restic_id]
+            ids = [a.restic_id for _, a in mine if a.restic_id]
             # a snapshot already gone from the repository (lost, or never written) is forgotten by the ledger alone
             remote.forget(conn, restic_bin, fleet, [i for i in ids if any(t.startswith(i) for t in there)],
                           host=target.name)  # fmt: skip
             return deleted
 
-        found = api.in_parallel(targets, work)
-        for name, outcome in found.items():
-            ok = not isinstance(outcome, JackinError)
-            if not ok:
-                result.errors.append(HostError.of(name, outcome))  # type: ignore[arg-type]
-            else:
-                result.checkpoints += outcome  # type: ignore[operator]
-            for r in removed:
-                if ok:
-                    ledger.forget_snapshot(fleet, r.id, host=name)
-            ledger.audit(run, fleet, "snapshot.prune", "ok" if ok else "failed", host=name,
-                         detail={"removed": [r.id for r in removed], "checkpoints": outcome} if ok
-                         else {"error": outcome.message})  # type: ignore[union-attr]  # fmt: skip
-        unreached = hosts - {t.name for t in targets}
-        result.errors += [HostError(host=h, error="not a host of the fleet now", unreachable=True) for h in sorted(unreached)]
-        result.removed = [r.id for r in removed if ledger.snapshot(fleet, r.id) is None]
+        for name, outcome in api.in_parallel(targets, work).items():
+            if isinstance(outcome, JackinError):
+                result.errors.append(HostError.of(name, outcome))
+                ledger.audit(run, fleet, "snapshot.prune", "failed", host=name, detail={"error": outcome.message})
+                continue
+            result.checkpoints += outcome
+            for sid in plan.forget[name]:
+                ledger.forget_snapshot(fleet, sid, host=name)
+            ledger.audit(run, fleet, "snapshot.prune", "ok", host=name,
+                         detail={"removed": plan.forget[name], "checkpoints": outcome})  # fmt: skip
+        for name, ids in plan.gone.items():
+            for sid in ids:
+                ledger.forget_snapshot(fleet, sid, host=name)
+            ledger.audit(run, fleet, "snapshot.prune", "ok", host=name,
+                         detail={"removed": ids, "ledger_only": "not a host of the fleet now; no copy holds them"})  # fmt: skip
+        result.removed = [r.id for r in plan.removed if ledger.snapshot(fleet, r.id) is None]
         ledger.finish_run(run, "failed" if result.errors else "ok", {"removed": result.removed})
         return result
 

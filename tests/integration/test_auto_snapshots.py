@@ -179,6 +179,8 @@ def test_removing_an_agent_from_the_spec_snapshots_it_first(fleet):
     assert list(fleet.containers()) == [f"jk-{fleet.name}--coder-1"]
     done = inv("snapshot.show", "-i", str(fleet.path), auto["id"], "--json")
     [agent] = json.loads(done.stdout)["agents"]
+    # its manifest comes from the spec in place (which still names coder-2), not the one removing it
+    assert agent["manifest"]["spec"]["name"] == "coder" and agent["manifest"]["image"] and agent["manifest"]["network"]
     base = REPO.format(fleet=fleet.name)
     listed = fleet.sh(f"/usr/local/lib/jackin/restic -r {base}/repo --password-file {base}/password ls "
                       f"{agent['restic_id']}").stdout  # fmt: skip

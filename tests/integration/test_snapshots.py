@@ -183,6 +183,22 @@ def test_diff_against_live_and_another_snapshot(slab, fleet):
     assert restore(spec, first["id"], "--agent", "coder-1", "--stop").returncode == 0
 
 
+def test_diff_on_a_host_without_the_fleets_repository_is_refused_and_creates_nothing(slab, fleet):
+    name, spec = fleet
+    base = f"/var/lib/jackin/snapshots/{name}"
+    sid = snap(spec, "--agent", "coder-1")["id"]
+    sh(slab, f"mv {base} {base}.aside")  # as after a teardown that removed the repository
+    try:
+        done = inv("snapshot.diff", "-i", spec, sid, "--json")
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"fleet {name!r} has no snapshot repository on" in done.stdout + done.stderr
+        assert sh(slab, f"test -e {base} && echo there || echo absent").stdout.strip() == "absent"  # no password, no repo
+    finally:
+        sh(slab, f"rm -rf {base} && mv {base}.aside {base}")
+    done = inv("snapshot.diff", "-i", spec, sid, "--json")  # positive control: the repository is back
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_a_corrupt_repository_is_refused_and_the_workspace_untouched(slab, fleet):
     name, spec = fleet
     w, repo = ws(name), f"/var/lib/jackin/snapshots/{name}/repo"
@@ -277,13 +293,26 @@ def test_a_second_snapshot_after_one_percent_changed_adds_far_fewer_bytes(slab, 
 
 
 def test_prune_keeps_exactly_the_policys_count(slab, fleet):
+    """keep 3 counts per (host, instance) and kind: four snapshots of coder-2 alone, taken after
+    coder-1's, never push out coder-1's newest three (the newest three fleet snapshots would)."""
     name, spec = fleet
+    ones = [snap(spec, "--agent", "coder-1")["id"] for _ in range(4)]
+    twos = [snap(spec, "--agent", "coder-2")["id"] for _ in range(4)]
     before = snapshots(spec)
-    assert len(before) > 3
+
+    def newest(instance: str, kind: str) -> list[str]:
+        return [s["id"] for s in before if s["kind"] == kind and instance in s["agents"]][-3:]
+
+    kinds = {s["kind"] for s in before} - {"final"}
+    expected = {i for inst in ("coder-1", "coder-2") for k in kinds for i in newest(inst, k)}
+    expected |= {s["id"] for s in before if s["kind"] == "final"}
     done = inv("snapshot.prune", "-i", spec, "--yes", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     after = snapshots(spec)
-    assert [s["id"] for s in after] == [s["id"] for s in before[-3:]]
+    assert [s["id"] for s in after] == [s["id"] for s in before if s["id"] in expected]
+    assert ones[0] not in expected and twos[0] not in expected and len(after) < len(before)
+    assert set(ones[1:]) <= {s["id"] for s in after}
+    assert not set(ones[1:]) & {s["id"] for s in before[-3:]}  # the old rule (newest three overall) dropped them
     on_host = int(sh(slab, f"ls /var/lib/jackin/snapshots/{name}/repo/snapshots | wc -l").stdout)
     assert on_host == sum(len(s["agents"]) for s in after)
 

@@ -128,6 +128,9 @@ class FakeLedger:
     def agents(self, fleet: str) -> list[dict]:
         return self.rows
 
+    def spec_runs(self, fleet: str) -> list[dict]:  # no run in place: the spec being applied describes the agents
+        return []
+
 
 def targets(*names: str) -> list[SshTarget]:
     return [SshTarget(name=n, address="192.0.2.1", known_hosts=Path("/nonexistent")) for n in names]
