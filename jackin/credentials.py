@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from jackin.errors import SpecError
-from jackin.plan import CREDENTIALS_DIR, CREDENTIALS_TARGET
+from jackin.plan import CREDENTIALS_DIR
 from jackin.spec.models import AgentSpec, FleetSpec
 
 FILE_MODE = "0400"

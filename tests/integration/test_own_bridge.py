@@ -17,7 +17,6 @@ from jackin import agent as agent_api
 from jackin import fleet as fleet_api
 from jackin.lab import Lab
 from jackin.plan import bridge_name, user_name
-from jackin.ssh import connect
 
 from .conftest import inv, module_lab, sh
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from rich.errors import MarkupError
 
 from jackin import ui
 from jackin.engine import Event, HostResult, RunResult
