@@ -232,13 +232,16 @@ def test_prune_deletes_the_checkpoints_of_the_snapshots_it_forgets(tlab, fleet):
     name, spec = fleet
     ids = [s["id"] for s in snapshots(spec)]
     assert ids[:3] == [STATE["first"], STATE["pre1"], STATE["pre2"]] and len(ids) == 6
+    assert [s["kind"] for s in snapshots(spec)] == ["manual"] + ["pre-restore"] * 5
     there = checkpoints(tlab, name)
     assert there == ids[1:]  # the first one's checkpoint was deleted above
     done = inv("snapshot.prune", "-i", spec, "--yes", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
-    assert (result["removed"], result["checkpoints"]) == (ids[:4], 3)
+    # retention is per agent and kind (keep 2): the one manual snapshot stays, and the newest two of the
+    # five pre-restore ones; the three older pre-restore snapshots go, with their checkpoints
+    assert (result["removed"], result["checkpoints"]) == (ids[1:4], 3)
     assert checkpoints(tlab, name) == ids[4:]  # the kept snapshots keep theirs (control)
-    assert [s["id"] for s in snapshots(spec)] == ids[4:]
+    assert [s["id"] for s in snapshots(spec)] == [ids[0], *ids[4:]]
     restic = sh(tlab, f"ls /var/lib/jackin/snapshots/{name}/repo/snapshots | wc -l").stdout.strip()
-    assert int(restic) == 2
+    assert int(restic) == 3
