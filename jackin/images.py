@@ -163,7 +163,7 @@ def dockerfile(role: roles.Role, base: str) -> str:
     files = " ".join(role.image.files)
     lines = [
         f"FROM {base}",
-        "COPY common/jackin-entrypoint common/jackin-health /usr/local/bin/",
+        "COPY common/ /usr/local/bin/",  # the entrypoint, the health check, jackin-status
         *([f"COPY {files} /usr/local/bin/"] if files else []),
         f"ENV PATH={PATH}",
         "WORKDIR /workspace",
