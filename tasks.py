@@ -243,3 +243,30 @@ snapshot.add_task(snapshot_pull, "pull")
 snapshot.add_task(snapshot_push, "push")
 
 ns = Collection(lab, fleet, agent_ns, snapshot)
+
+
+# --- roles (jackin/roles.py) ----------------------------------------------------
+
+
+@task(help={"json": "print JSON for scripts"})
+def role_list(c, json=False):
+    """List the roles: name, how the image is built, credentials the agents must be given, default egress."""
+    from jackin import rolecli
+
+    with guard():
+        raise Exit(code=rolecli.role_list(json=json))
+
+
+@task(help={"name": "one role (default: every role)", "json": "print JSON for scripts"})
+def role_validate(c, name=None, json=False):
+    """Validate every role file (or NAME's) and its image recipe, offline; exit 2 on an invalid role."""
+    from jackin import rolecli
+
+    with guard():
+        raise Exit(code=rolecli.role_validate(name, json=json))
+
+
+role_ns = Collection("role")
+role_ns.add_task(role_list, "list")
+role_ns.add_task(role_validate, "validate")
+ns.add_collection(role_ns)

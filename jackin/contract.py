@@ -237,7 +237,8 @@ def _agent(agent: AgentPlan, credentials: list, hosts: list[HostFacts]) -> Agent
     network = _network(agent)
     return AgentContract(instance=agent.instance, agent=agent.agent, role=agent.role, image=agent.image,
                          identity=identity, mounts=mounts, credentials=creds, network=network, docker=docker,
-                         resources=_resources(agent), residual_risks=_risks(mounts, network, docker, hosts))  # fmt: skip
+                         resources=_resources(agent),
+                         residual_risks=_risks(mounts, network, docker, hosts) + _role_risks(agent, creds))  # fmt: skip
 
 
 def _mounts(agent: AgentPlan) -> list[MountTerm]:
@@ -503,3 +504,20 @@ def gate(inventory: Inventory, host_facts: Mapping[str, Any] | None = None) -> G
 def record(ledger: Ledger, run: int, contract: FleetContract) -> None:
     """Keep the contract a run applies (no secret: a contract holds credential names only)."""
     ledger.record_contract(run, contract.fleet, contract.schema_version, contract.model_dump_json())
+
+
+def _role_risks(agent: AgentPlan, creds: list[CredentialTerm]) -> list[str]:
+    """What the agent's role adds (jackin/roles.py): its credentials live in the runtime's environment, and
+    its default egress entries are in the allowlist (allowlist mode)."""
+    from jackin.spec.models import _role, _role_names
+
+    risks = []
+    if creds and agent.image != planning.DEFAULT_IMAGE:  # the busybox image has no entrypoint: files only
+        risks.append(f"the role's entrypoint exports {', '.join(c.name for c in creds)} into the runtime's process "
+                     "environment: the runtime and every command it runs can read it (and a prompt can make it leak "
+                     "through any allowed destination)")  # fmt: skip
+    if agent.role in _role_names() and agent.policy.mode == "allowlist":
+        egress = [e for e in _role(agent.role).egress if e in agent.policy.allow]
+        if egress:
+            risks.append(f"role {agent.role} adds {', '.join(egress)} to the allowlist (its model provider's API)")
+    return risks

@@ -13,7 +13,9 @@ editing any of them gives a new image (see jackin/images.py for the build and th
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -21,7 +23,7 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from jackin.errors import SpecError
-from jackin.spec.models import SLUG, Model, parse_duration
+from jackin.spec.models import SLUG, AllowEntry, Model, parse_duration
 
 ROLE_FILE = "role.yaml"
 COMMON = "common"
@@ -30,7 +32,7 @@ DEFAULT_ROLE = "demo"
 ENTRYPOINT = "/usr/local/bin/jackin-entrypoint"
 # Files of a role a recipe may name: plain relative names, no way out of the role's directory.
 FileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$", max_length=200)]
-CredentialName = Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$", max_length=64)]
+CredentialName = Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]*$", max_length=64)]  # as the spec's
 Package = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9+.-]+$", max_length=64)]
 Seconds = Annotated[int, Field(gt=0)]
 
@@ -95,7 +97,7 @@ class Role(Model):
     image: ImageRecipe
     command: list[str] = Field(min_length=1)
     credentials: list[CredentialName] = Field(default_factory=list)
-    egress: list[Annotated[str, Field(min_length=1, max_length=260)]] = Field(default_factory=list)
+    egress: list[AllowEntry] = Field(default_factory=list)  # joins an allowlist agent's allowlist
     state: StateDetection = StateDetection()
     healthcheck: Healthcheck
 
@@ -223,11 +225,173 @@ def recipe_files(name: str) -> list[tuple[str, Path]]:
 
 
 def recipe_hash(name: str) -> str:
-    """12 hex of sha256 over the role's files and roles/common (names, modes and bytes)."""
+    """12 hex of sha256 over the role's files and roles/common (names, modes and bytes), and the
+    image builder's version and Debian suite."""
     from jackin.images import BUILDER_VERSION
     from jackin.lab.image import suite
 
-    digest = hashlib.sha256(f"{BUILDER_VERSION}\0{suite()}".encode())
-    for relative, path in recipe_files(name):
+    files = recipe_files(name)
+    stats = tuple((relative, p.stat().st_mtime_ns, p.stat().st_ctime_ns, p.stat().st_size) for relative, p in files)
+    return _hash(f"{BUILDER_VERSION}\0{suite()}", tuple(files), stats)
+
+
+@lru_cache(maxsize=64)
+def _hash(salt: str, files: tuple[tuple[str, Path], ...], _stats: tuple) -> str:
+    digest = hashlib.sha256(salt.encode())
+    for relative, path in files:
         digest.update(f"{relative}\0{path.stat().st_mode & 0o111}\0".encode() + path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
+
+
+# --- the image recipe, checked without a network ------------------------------------------------
+
+_PINNED_FROM = re.compile(r"^(?:--platform=\S+\s+)?(?P<image>[a-z0-9][a-z0-9._/-]*)(?::(?P<tag>[A-Za-z0-9._-]+))?"
+                          r"(?:@sha256:[0-9a-f]{64})?(?:\s+AS\s+\S+)?$", re.IGNORECASE)  # fmt: skip
+_PIPE_TO_SHELL = re.compile(r"\b(curl|wget)\b[^|;&]*\|\s*(sudo\s+)?(ba|da|z)?sh\b")
+_NPM_GLOBAL = re.compile(r"\bnpm\s+(?:install|i)\s+(?:-g|--global)\b([^&;|]*)")
+
+
+def dockerfile_instructions(text: str) -> list[tuple[int, str, str]]:
+    """(line, INSTRUCTION, arguments) of a Dockerfile: continuations joined, comments dropped."""
+    out: list[tuple[int, str, str]] = []
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if pending and line.startswith("#"):
+            continue
+        if not pending:
+            start = number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        whole = (pending + line).strip()
+        pending = ""
+        word, _, rest = whole.partition(" ")
+        out.append((start, word.upper(), rest.strip()))
+    return out
+
+
+def check_dockerfile(role: Role, text: str, filename: str) -> list[str]:
+    """What an offline look at the role's Dockerfile can check: FROM pinned to a tag (or digest), not
+    ``latest``; no script piped from the network into a shell; every ``npm install -g`` package pinned to
+    a version; the last USER not root; a HEALTHCHECK equal to the role's; ENTRYPOINT the common
+    entrypoint; CMD the role's command; roles/common copied in. Problems as ``FILE:LINE: message``."""
+    steps = dockerfile_instructions(text)
+    problems: list[str] = []
+    args = {m.group(1): m.group(2) for _, word, rest in steps if word == "ARG"
+            for m in [re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=(\S+)$", rest)] if m}  # fmt: skip
+
+    def say(line: int, message: str) -> None:
+        problems.append(f"{filename}:{line}: {message}")
+
+    def last(word: str) -> tuple[int, str] | None:
+        found = [(n, rest) for n, w, rest in steps if w == word]
+        return found[-1] if found else None
+
+    froms = [(n, rest) for n, w, rest in steps if w == "FROM"]
+    if not froms:
+        say(1, "no FROM: the base image is not named")
+    for line, rest in froms:
+        match = _PINNED_FROM.match(rest)
+        if not match or (not match.group("tag") and "@sha256:" not in rest) or match.group("tag") == "latest":
+            say(line, f"FROM {rest}: pin the base image to a tag (not latest) or a digest")
+    for line, word, rest in steps:
+        if word == "RUN" and _PIPE_TO_SHELL.search(rest):
+            say(line, "a script fetched from the network is piped into a shell: install a pinned package instead")
+        if word == "RUN":
+            for spec in (_NPM_GLOBAL.search(rest).group(1).split() if _NPM_GLOBAL.search(rest) else []):
+                spec = spec.strip("\"'")
+                if spec.startswith("-"):
+                    continue
+                expanded = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: args.get(m.group(1), ""), spec)
+                version = expanded.rpartition("@")[2] if expanded.rfind("@") > 0 else ""
+                if not version or version in ("latest", "next") or not re.match(r"^\d", version):
+                    say(line, f"npm package {spec} is not pinned to a version")
+    user = last("USER")
+    if user is None or user[1].split(":")[0] in ("root", "0"):
+        say(user[0] if user else 1, "the image's USER must not be root (jackin runs it as the agent's uid anyway)")
+    health = last("HEALTHCHECK")
+    if health is None:
+        say(1, "no HEALTHCHECK")
+    elif f"HEALTHCHECK {health[1]}" != role.healthcheck.instruction():
+        say(health[0], f"HEALTHCHECK differs from role.yaml's healthcheck ({role.healthcheck.instruction()})")
+    entry = last("ENTRYPOINT")
+    if entry is None or _json_list(entry[1]) != [ENTRYPOINT]:
+        say(entry[0] if entry else 1, f"ENTRYPOINT must be [\"{ENTRYPOINT}\"] (the common entrypoint)")
+    cmd = last("CMD")
+    if cmd is None or _json_list(cmd[1]) != role.command:
+        say(cmd[0] if cmd else 1, "CMD must be role.yaml's command, in JSON form")
+    if not any(w in ("COPY", "ADD") and rest.split()[0].rstrip("/") == COMMON for _, w, rest in steps if rest):
+        say(1, f"roles/{COMMON} is not copied in (COPY {COMMON}/ /usr/local/bin/)")
+    return problems
+
+
+def _json_list(text: str) -> list[str] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
+
+
+class RoleCheck(Model):
+    """One role's validation: its file, and every problem found (empty: valid)."""
+
+    name: str
+    file: str
+    problems: list[str] = Field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def validate(name: str | None = None) -> list[RoleCheck]:
+    """Every role (or ``name``): role.yaml against the model, then its Dockerfile (or the generated one
+    of a debootstrap role) against ``check_dockerfile``."""
+    wanted = [name] if name else names()
+    if name and name not in names():
+        raise SpecError(f"unknown role {name!r} (known roles: {', '.join(names()) or 'none'})",
+                        hint=f"roles live in {roles_dir()}")  # fmt: skip
+    checks = []
+    for each in wanted:
+        path = roles_dir() / each / ROLE_FILE
+        try:
+            role = load_file(path)
+        except SpecError as error:
+            checks.append(RoleCheck(name=each, file=str(path), problems=error.problems or [error.message]))
+            continue
+        if role.image.dockerfile:
+            docker = role.directory / role.image.dockerfile
+            problems = check_dockerfile(role, docker.read_text(), str(docker))
+        else:
+            from jackin.images import dockerfile
+
+            problems = check_dockerfile(role, dockerfile(role, "jackin/base:0"), f"{path} (generated Dockerfile)")
+        checks.append(RoleCheck(name=each, file=str(path), problems=problems))
+    return checks
+
+
+class RoleRow(Model):
+    name: str
+    description: str
+    image: str  # how it is built
+    tag: str
+    command: list[str]
+    credentials: list[str]
+    egress: list[str]
+
+
+def rows() -> tuple[list[RoleRow], list[SpecError]]:
+    """``role.list``: every role that loads, and the errors of those that do not."""
+    found, errors = load_all()
+    out = []
+    for role in found:
+        recipe = (f"Dockerfile {role.image.dockerfile}" if role.image.dockerfile
+                  else f"debootstrap {' '.join(role.image.debootstrap or [])}")  # fmt: skip
+        out.append(RoleRow(name=role.name, description=role.description, image=f"{role.image.build}: {recipe}",
+                           tag=role.tag, command=role.command, credentials=role.credentials,
+                           egress=role.egress))  # fmt: skip
+    return out, errors

@@ -32,6 +32,7 @@ SLUG = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"  # no "--": names join with "--" (jk-<fl
 Slug = Annotated[str, Field(pattern=SLUG, max_length=24)]
 HostName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=63)]
 
+# Shipped in roles/; `role:` is checked against the roles found there (jackin/roles.py).
 ROLES = ("claude-code", "codex", "opencode", "gemini", "amp", "demo")
 HOST_KEY_TYPES = (
     "ssh-ed25519",
@@ -294,7 +295,7 @@ class Mount(Model):
 
 class AgentSpec(Model):
     name: Slug
-    role: Literal[ROLES] = "demo"  # type: ignore[valid-type]
+    role: str = "demo"  # one of the roles found under roles/ (jackin/roles.py); checked below
     count: int = Field(1, ge=1, le=64)
     network: NetworkPolicy | None = None
     resources: Resources | None = None
@@ -309,6 +310,16 @@ class AgentSpec(Model):
         if len(set(targets)) != len(targets):
             raise ValueError("two mounts have the same target")
         return value
+
+    @field_validator("role")
+    @classmethod
+    def _known_role(cls, value: str) -> str:
+        return _check_role(value)
+
+    @model_validator(mode="after")
+    def _role_credentials(self) -> AgentSpec:
+        """Every credential the agent's role needs is given to the agent (names only here)."""
+        return _check_role_credentials(self)
 
 
 MIN_CHECKPOINT_SIZE = parse_size("256m")
@@ -373,8 +384,9 @@ class FleetSpec(Model):
         return None if value is None else parse_duration(value)
 
     def agent_network(self, agent: AgentSpec) -> NetworkPolicy:
-        """An agent's own policy replaces the fleet's whole: a policy is read as one piece."""
-        return agent.network or self.network
+        """An agent's own policy replaces the fleet's whole: a policy is read as one piece. In allowlist
+        mode its role's ``egress`` entries (e.g. the model provider's API host) join the allowlist."""
+        return with_role_egress(agent.network or self.network, agent.role)
 
     def agent_resources(self, agent: AgentSpec) -> Resources:
         """The fleet's resources, with what the agent sets itself taking precedence, field by field."""
@@ -389,3 +401,52 @@ class Inventory(Model):
     hosts: list[HostSpec] = Field(default_factory=list)
     groups: dict[HostName, list[HostName]] = Field(default_factory=dict)
     fleet: FleetSpec
+
+
+# --- roles (jackin/roles.py): the spec's ``role:``, its credentials and egress ---------------------
+
+
+def _check_role(name: str) -> str:
+    from jackin import roles
+
+    known = roles.names()
+    if name not in known:
+        raise ValueError(f"unknown role {name!r}; known roles: {', '.join(known) or 'none'} (in {roles.roles_dir()})")
+    return name
+
+
+def _role(name: str):
+    from jackin import roles
+    from jackin.errors import SpecError
+
+    try:
+        return roles.load(name)
+    except SpecError as error:
+        raise ValueError(f"role {name!r} does not validate ({error.message}): run inv role.validate {name}") from None
+
+
+def _check_role_credentials(agent: AgentSpec) -> AgentSpec:
+    if agent.role not in _role_names():
+        return agent  # the unknown role is reported on its own field
+    given = {c.name for c in agent.credentials}
+    missing = [name for name in _role(agent.role).credentials if name not in given]
+    if missing:
+        raise ValueError(f"agent {agent.name!r} has role {agent.role!r}, which needs credential(s) "
+                         f"{', '.join(missing)}: give each under the agent's credentials (from_env or from_file)")  # fmt: skip
+    return agent
+
+
+def _role_names() -> list[str]:
+    from jackin import roles
+
+    return roles.names()
+
+
+def with_role_egress(policy: NetworkPolicy, role: str) -> NetworkPolicy:
+    """``policy`` with the role's egress entries added to its allowlist (allowlist mode only)."""
+    if policy.mode != "allowlist" or role not in _role_names():
+        return policy
+    extra = [entry for entry in _role(role).egress if entry not in policy.allow]
+    if not extra:
+        return policy
+    return NetworkPolicy.model_validate({**policy.model_dump(), "allow": [*policy.allow, *extra]})

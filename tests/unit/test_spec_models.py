@@ -9,6 +9,7 @@ import pydantic
 import pytest
 
 from jackin.errors import EXIT_SPEC, JackinError, SpecError
+from jackin import roles
 from jackin.spec import (
     AgentSpec,
     FleetSpec,
@@ -147,9 +148,10 @@ fleet:
 def test_unknown_role():
     text = LAB_TEXT + "      role: gpt\n"
     assert problems(text) == [
-        "f.yaml:6: fleet.agents[0].role: expected one of 'claude-code', 'codex', 'opencode', "
-        "'gemini', 'amp' or 'demo', got 'gpt'",
+        f"f.yaml:6: fleet.agents[0].role: unknown role 'gpt'; known roles: {', '.join(roles.names())} "
+        f"(in {roles.roles_dir()})",
     ]
+    assert {"claude-code", "codex", "opencode", "gemini", "amp", "demo"} <= set(roles.names())
 
 
 def test_bad_agent_name():
