@@ -82,6 +82,8 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
         out.append(_built("image", f"agent image {image}",
                           lambda image=image: _image_commands(image, state, busybox=busybox),
                           noop=f"image {image} is present"))  # fmt: skip
+        if out[-1].commands and isinstance(out[-1].commands[0], host_ops.ImageLoad):  # named as it is shown
+            out[-1].name = out[-1].commands[0].shown
     out.append(_built("files", f"fleet {plan.fleet}", lambda: fleet.fleet_commands(plan, state),
                       noop=f"fleet {plan.fleet} root is up to date"))  # fmt: skip
     if plan.checkpoints is not None:  # the checkpoint tier: homes on a loop-mounted btrfs, each a subvolume

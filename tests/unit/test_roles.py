@@ -216,6 +216,8 @@ def test_image_step_loads_a_missing_operator_image_and_shows_its_size(monkeypatc
     changes = hostplan.host_changes(fleet_plan, HostState(), {})
     lines = [line for c in changes.changes if c.category == "image" for line in c.lines]
     assert lines == [f"load image {tag} from the operator (67 MB)"]
+    [step] = [s for s in hostplan.steps(fleet_plan, HostState(), {}) if s.category == "image"]
+    assert step.name == lines[0]  # the fleet.up preview (a dry run of the deploy) shows the step by this name
     present = HostState(images=[tag])
     assert not [c for c in hostplan.host_changes(fleet_plan, present, {}).changes if c.category == "image"]
 
