@@ -14,9 +14,9 @@ carried over the SSH connection:
   fresh root-only directory, ``docker load``, remove it. Hosts load in parallel; a failure is that
   host's error (it is then not deployed), never the others'.
 
-Building a role with ``build: host`` (a ``docker build`` of its Dockerfile on the host) needs the
-host to reach the runtime's package registry: ``host_build_commands`` gives the commands; nothing
-here runs them on the operator's machine.
+A role with ``build: host`` is built on the host instead (jackin/operations/host.py
+``role_image_commands``: its files by SFTP, ``docker build`` there), which needs the host to reach
+the runtime's registries; ``source`` gives that step what it needs.
 """
 
 from __future__ import annotations
@@ -298,13 +298,6 @@ def deliver(wanted: dict[str, list[str]], targets: Sequence, *, log: Log = lambd
     with ThreadPoolExecutor(max_workers=min(8, len(by_name)) or 1) as pool:
         list(pool.map(one, sorted(by_name)))
     return failed
-
-
-def host_build_commands(role: roles.Role, directory: str) -> list[str]:
-    """``build: host``: build the role's image from its files copied (by SFTP) into ``directory``, a
-    root-only directory on the host. Needs the host to reach the runtime's package registry."""
-    return [f"DOCKER_BUILDKIT=0 docker build -q -t {shlex.quote(role.tag)} {shlex.quote(directory)}",
-            f"rm -rf {shlex.quote(directory)}"]  # fmt: skip
 
 
 def source(tag: str) -> dict:
