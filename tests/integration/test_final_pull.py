@@ -82,11 +82,18 @@ def as_agent(lab, fleet: str, script: str, instance: str = "coder-1") -> None:
     sh(lab, agent_paths.as_agent(uid, uid, "sh", "-c", script))
 
 
+def _not_status(entry: str) -> bool:
+    """Not the entrypoint's status directory (./.jackin): its heartbeat is rewritten every 5 s while the
+    agent's container runs, so its bytes differ between any two reads."""
+    path = entry.split(" ", 2)[-1].lstrip()
+    return bool(entry) and path != "./.jackin" and not path.startswith("./.jackin/")
+
+
 def files(lab, path: str) -> list[str]:
-    """Every path under ``path`` with type and mode, then every file's sha256 (NUL-safe)."""
+    """Every path under ``path`` with type and mode, then every file's sha256 (NUL-safe); not ./.jackin."""
     meta = sh(lab, f"cd {path} && find . -printf '%y %m %p\\0'").stdout.split("\0")
     sums = sh(lab, f"cd {path} && find . -type f -print0 | xargs -0r sha256sum -z").stdout.split("\0")
-    return sorted(m for m in meta if m) + sorted(s for s in sums if s)
+    return sorted(m for m in meta if _not_status(m)) + sorted(s for s in sums if _not_status(s))
 
 
 def local_files(path: Path) -> list[str]:
@@ -100,7 +107,7 @@ def local_files(path: Path) -> list[str]:
             if kind == "f":
                 sums.append(f"{hashlib.sha256(full.read_bytes()).hexdigest()}  {rel}")
     meta.append(f"d {oct(path.stat().st_mode & 0o7777)[2:]} .")
-    return sorted(meta) + sorted(sums)
+    return sorted(m for m in meta if _not_status(m)) + sorted(s for s in sums if _not_status(s))
 
 
 def host_state(lab, fleet: str) -> dict:

@@ -80,8 +80,8 @@ def listing(world, target) -> list[str]:
     """Every path of coder-1's workspace on ``target``: type, mode, uid, gid, mtime, size, name, link
     target; then every file's sha256."""
     w = ws(world)
-    meta = sh(target, f"cd {w} && find . -printf '%y %m %U %G %T@ %s %p\\0%l\\0'").stdout.split("\0")
-    sums = sh(target, f"cd {w} && find . -type f -print0 | xargs -0r sha256sum -z").stdout.split("\0")
+    meta = sh(target, f"cd {w} && find . -path ./.jackin -prune -o -printf '%y %m %U %G %T@ %s %p\\0%l\\0'").stdout.split("\0")
+    sums = sh(target, f"cd {w} && find . -path ./.jackin -prune -o -type f -print0 | xargs -0r sha256sum -z").stdout.split("\0")
     return sorted(f"{m} -> {link}" for m, link in zip(meta[0::2], meta[1::2])) + sorted(x for x in sums if x)
 
 

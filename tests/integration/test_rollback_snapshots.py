@@ -55,8 +55,8 @@ class Fleet:
         sh(self.lab, agent_paths.as_agent(uid, uid, "sh", "-c", f"cd {self.ws} && {script}"))
 
     def listing(self) -> list[str]:
-        meta = sh(self.lab, f"cd {self.ws} && find . -printf '%y %m %U %G %T@ %s %p\\0%l\\0'").stdout.split("\0")
-        sums = sh(self.lab, f"cd {self.ws} && find . -type f -print0 | xargs -0r sha256sum -z").stdout.split("\0")
+        meta = sh(self.lab, f"cd {self.ws} && find . -path ./.jackin -prune -o -printf '%y %m %U %G %T@ %s %p\\0%l\\0'").stdout.split("\0")
+        sums = sh(self.lab, f"cd {self.ws} && find . -path ./.jackin -prune -o -type f -print0 | xargs -0r sha256sum -z").stdout.split("\0")
         return sorted(f"{m} -> {link}" for m, link in zip(meta[0::2], meta[1::2])) + sorted(x for x in sums if x)
 
     def spec_state(self) -> list[str]:

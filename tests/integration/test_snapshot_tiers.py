@@ -75,8 +75,8 @@ def ws(name: str) -> str:
 def listing(lab: Lab, path: str) -> list[str]:
     """Every path under ``path``: type, mode, uid, gid, mtime (ns), size, name and link target; then every
     file's sha256. NUL-separated, so names with newlines are read right."""
-    meta = sh(lab, f"cd {path} && find . -printf '%y %m %U %G %T@ %s %p\\0%l\\0'").stdout.split("\0")
-    sums = sh(lab, f"cd {path} && find . -type f -print0 | xargs -0r sha256sum -z").stdout.split("\0")
+    meta = sh(lab, f"cd {path} && find . -path ./.jackin -prune -o -printf '%y %m %U %G %T@ %s %p\\0%l\\0'").stdout.split("\0")
+    sums = sh(lab, f"cd {path} && find . -path ./.jackin -prune -o -type f -print0 | xargs -0r sha256sum -z").stdout.split("\0")
     return sorted(f"{m} -> {link}" for m, link in zip(meta[0::2], meta[1::2])) + sorted(x for x in sums if x)
 
 
