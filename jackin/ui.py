@@ -131,26 +131,6 @@ def up_table(result: RunResult, *, title: str, agents: int | None = None) -> Tab
     return table
 
 
-def plan_view(result: RunResult) -> Table:
-    """What a dry run found would change, per host, with the commands."""
-    table = Table.grid(padding=(0, 1))
-    for host in result.hosts:
-        if host.error:
-            table.add_row(Text(f"{host.host}: cannot plan: {host.error}", style="red"))
-            continue
-        if not host.changes:
-            table.add_row(Text(f"{host.host}: no changes", style="green"))
-            continue
-        table.add_row(Text(f"{host.host}: {len(host.changes)} operation(s) would change", style="bold"))
-        for change in host.changes:
-            table.add_row(Text(f"  {change.op}", style="yellow"))
-            for command in change.commands:
-                for line in command.splitlines():
-                    if line != "set -e":
-                        table.add_row(Text(f"    $ {line}", style="dim"))
-    return table
-
-
 def _duration(seconds: float | None) -> str:
     """3d4h, 2h5m, 7m30s, 42s."""
     if seconds is None:
