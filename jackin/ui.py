@@ -410,7 +410,8 @@ def _agent_contract(contract, agent) -> Table:
     table.add_row("credentials", "\n".join(f"{c.name}: file {c.container_path}, mode {c.mode}, owner {c.owner}"
                                            for c in agent.credentials) or "none")  # fmt: skip
     table.add_row("network", Text(_network_line(agent.network)))
-    table.add_row("docker", f"{agent.docker.access}: {agent.docker.detail}")
+    table.add_row("docker", f"{agent.docker.access}: {agent.docker.detail}"
+                            + "".join(f"\n{line}" for line in agent.docker.apparmor))  # fmt: skip
     r = agent.resources
     table.add_row("resources", f"{r.cpus:g} CPU, {_bytes(r.memory)} memory (no swap), {r.pids} pids; "
                                + ", ".join(r.hardening))  # fmt: skip
@@ -446,9 +447,7 @@ def _fleet_contract(contract) -> Table:
     table.add_row("teardown", f"ttl {ttl}; fleet.down removes {', '.join(down.removes)}; keeps "
                               f"{', '.join(down.keeps)}; final snapshot: {down.final_snapshot}")  # fmt: skip
     if contract.hosts:
-        table.add_row("hosts", ", ".join(f"{h.name} (kernel {h.kernel or '?'}, AppArmor "
-                                         f"{'?' if h.apparmor is None else 'yes' if h.apparmor else 'no'})"
-                                         for h in contract.hosts))  # fmt: skip
+        table.add_row("hosts", "\n".join(f"{h.apparmor_line()} (kernel {h.kernel or '?'})" for h in contract.hosts))
     table.add_row("residual risks", Text("\n".join(f"- {r}" for r in contract.residual_risks), style="yellow"))
     return table
 
