@@ -210,7 +210,7 @@ def test_a_changed_value_is_redelivered_and_seen_by_the_running_container(cfleet
     monkeypatch.setenv(cfleet.env, cfleet.api_key)
     preview = inv("fleet.up", "-i", str(cfleet.spec), "--dry-run")  # the human preview: names and paths only
     assert preview.returncode == 0, preview.stdout + preview.stderr
-    assert "upload a credential by SFTP" in preview.stdout and f"{cfleet.dir}/coder-1/API_KEY" in preview.stdout
+    assert "credential API_KEY of coder-1: deliver" in preview.stdout  # fleet.plan's line: the in-process plan
     assert "GH_TOKEN" not in preview.stdout  # the unchanged one is not in the preview
     assert cfleet.api_key not in preview.stdout + preview.stderr and old not in preview.stdout
     control = f"CONTROL-{secrets.token_hex(8)}"
