@@ -131,26 +131,6 @@ def up_table(result: RunResult, *, title: str, agents: int | None = None) -> Tab
     return table
 
 
-def plan_view(result: RunResult) -> Table:
-    """What a dry run found would change, per host, with the commands."""
-    table = Table.grid(padding=(0, 1))
-    for host in result.hosts:
-        if host.error:
-            table.add_row(Text(f"{host.host}: cannot plan: {host.error}", style="red"))
-            continue
-        if not host.changes:
-            table.add_row(Text(f"{host.host}: no changes", style="green"))
-            continue
-        table.add_row(Text(f"{host.host}: {len(host.changes)} operation(s) would change", style="bold"))
-        for change in host.changes:
-            table.add_row(Text(f"  {change.op}", style="yellow"))
-            for command in change.commands:
-                for line in command.splitlines():
-                    if line != "set -e":
-                        table.add_row(Text(f"    $ {line}", style="dim"))
-    return table
-
-
 def _duration(seconds: float | None) -> str:
     """3d4h, 2h5m, 7m30s, 42s."""
     if seconds is None:
@@ -430,7 +410,8 @@ def _agent_contract(contract, agent) -> Table:
     table.add_row("credentials", "\n".join(f"{c.name}: file {c.container_path}, mode {c.mode}, owner {c.owner}"
                                            for c in agent.credentials) or "none")  # fmt: skip
     table.add_row("network", Text(_network_line(agent.network)))
-    table.add_row("docker", f"{agent.docker.access}: {agent.docker.detail}")
+    table.add_row("docker", f"{agent.docker.access}: {agent.docker.detail}"
+                            + "".join(f"\n{line}" for line in agent.docker.apparmor))  # fmt: skip
     r = agent.resources
     table.add_row("resources", f"{r.cpus:g} CPU, {_bytes(r.memory)} memory (no swap), {r.pids} pids; "
                                + ", ".join(r.hardening))  # fmt: skip
@@ -466,9 +447,7 @@ def _fleet_contract(contract) -> Table:
     table.add_row("teardown", f"ttl {ttl}; fleet.down removes {', '.join(down.removes)}; keeps "
                               f"{', '.join(down.keeps)}; final snapshot: {down.final_snapshot}")  # fmt: skip
     if contract.hosts:
-        table.add_row("hosts", ", ".join(f"{h.name} (kernel {h.kernel or '?'}, AppArmor "
-                                         f"{'?' if h.apparmor is None else 'yes' if h.apparmor else 'no'})"
-                                         for h in contract.hosts))  # fmt: skip
+        table.add_row("hosts", "\n".join(f"{h.apparmor_line()} (kernel {h.kernel or '?'})" for h in contract.hosts))
     table.add_row("residual risks", Text("\n".join(f"- {r}" for r in contract.residual_risks), style="yellow"))
     return table
 
