@@ -294,7 +294,10 @@ def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
     its policy dropped in all and since the last ``status`` (kept in the state dir).
     """
     spec = inventory.fleet
-    result = fleet_status(spec.name, targets(inventory, bring_up=False), timeout=timeout)
+    from jackin.agent_state import stale_after
+
+    result = fleet_status(spec.name, targets(inventory, bring_up=False), timeout=timeout,
+                          stale_after=stale_after(spec))  # fmt: skip
     applied_there = in_place(spec.name, [h.host for h in result.hosts])  # after a rollback: not the file's
     seen_file = private_dir(state_dir() / "fleets" / spec.name) / "drops.json"
     try:
