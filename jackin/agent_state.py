@@ -184,27 +184,17 @@ def order(state: str) -> int:
 
 
 def stale_after(fleet) -> dict[str, float]:
-    """Per instance of ``fleet`` (a FleetSpec), its role's ``state.stale_after`` when ``jackin.roles``
-    defines the role and says so; an instance not listed uses STALE_AFTER."""
+    """Per instance of ``fleet`` (a FleetSpec), its role's ``state.stale_after`` (jackin/roles.py). A
+    role that does not load leaves its instances at STALE_AFTER: role.validate reports what is wrong."""
     from jackin import plan as planning
+    from jackin import roles
+    from jackin.errors import JackinError
 
-    try:
-        from jackin import roles
-    except ImportError:  # the roles of issue 10 not merged yet
-        return {}
     found: dict[str, float] = {}
     for agent in fleet.agents:
-        seconds = _role_stale_after(roles, agent.role)
-        if seconds is not None:
-            found.update({i: seconds for a, i in planning.instances(fleet) if a == agent.name})
+        try:
+            seconds = float(roles.load(agent.role).state.stale_after)
+        except JackinError:
+            continue
+        found.update({i: seconds for a, i in planning.instances(fleet) if a == agent.name})
     return found
-
-
-def _role_stale_after(roles, name: str) -> float | None:
-    load = getattr(roles, "load_role", None) or getattr(roles, "load", None)
-    try:
-        role = load(name) if load else None
-    except Exception:  # noqa: BLE001 - an invalid role is role.validate's to report; here the default holds
-        return None
-    seconds = getattr(getattr(role, "state", None), "stale_after", None)
-    return float(seconds) if isinstance(seconds, int | float) and seconds > 0 else None

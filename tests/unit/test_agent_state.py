@@ -201,13 +201,11 @@ def test_order_puts_blocked_first_and_the_ones_to_look_at_next() -> None:
     assert sorted(states, key=order) == ["blocked", "stuck", "failed", "unknown", "working", "idle", "done"]
 
 
-def test_stale_after_of_a_fleet_without_roles_module_is_the_default(monkeypatch) -> None:
-    """No ``jackin.roles`` (or a role that says nothing): no per-instance value, STALE_AFTER holds."""
-    import sys
-
+def test_stale_after_comes_from_each_agents_role() -> None:
+    from jackin import roles
     from jackin.agent_state import stale_after
     from jackin.spec.models import FleetSpec
 
-    monkeypatch.setitem(sys.modules, "jackin.roles", None)  # import fails
-    fleet = FleetSpec.model_validate({"name": "f", "agents": [{"name": "coder", "count": 2}]})
-    assert stale_after(fleet) == {}
+    fleet = FleetSpec.model_validate({"name": "f", "agents": [{"name": "coder", "count": 2, "role": "demo"}]})
+    seconds = float(roles.load("demo").state.stale_after)
+    assert stale_after(fleet) == {"coder-1": seconds, "coder-2": seconds}
