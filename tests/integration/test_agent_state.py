@@ -30,6 +30,7 @@ pytestmark = pytest.mark.skipif("work" not in AgentSpec.model_fields,
 
 QUESTION = "Which database should I use?"
 ANSWER = f"use postgres {secrets.token_hex(4)}"
+ASK_AFTER = 20  # seconds the asker works before it asks: fleet.wait sees it change to blocked
 SICK_SLEEP = 100  # seconds the sick agent keeps working after its healthcheck starts failing
 
 
@@ -49,7 +50,7 @@ class Fleet:
         subprocess.run([*git, "add", "-A"], check=True)
         subprocess.run([*git, "commit", "-qm", "first"], check=True)
         self.spec = tmp / f"{self.name}.yaml"
-        asker = f"Ask a question\\nask: {QUESTION}\\nwrite: notes.txt: answered"
+        asker = f"Ask a question\\nsleep: {ASK_AFTER}\\nask: {QUESTION}\\nwrite: notes.txt: answered"
         sick = f"Fall ill\\nunhealthy\\nsleep: {SICK_SLEEP}\\nwrite: notes.txt: recovered"
         self.spec.write_text(f"""fleet:
   name: {self.name}
@@ -109,7 +110,8 @@ def test_wait_until_blocked_returns_when_the_agent_blocks(afleet: Fleet) -> None
     [blocked] = [a for a in result["agents"] if a["state"] == "blocked"]
     assert (blocked["instance"], blocked["question"]) == ("asker-1", QUESTION)
     assert result["agents"][0] == blocked  # blocked first
-    assert f"-> blocked  waiting for an answer  asks: {QUESTION}" in done.stderr  # the change, as it happened
+    assert result["polls"] > 1  # it waited: the agent was working when the wait began
+    assert f"asker-1  working -> blocked  waiting for an answer  asks: {QUESTION}" in done.stderr  # as it happened
 
 
 def test_status_shows_the_blocked_agent_with_its_question(afleet: Fleet) -> None:
