@@ -316,11 +316,15 @@ def agent_states(facts: Mapping[str, AgentFacts], stale_after: Mapping[str, floa
 
 def parse_host_status_with_agents(output: str, *, stale_after: Mapping[str, float]
                                   ) -> tuple[float, list[AgentStatus], dict[str, object]]:  # fmt: skip
-    """``parse_host_status`` with each agent's ``agent_state`` filled in from the appended read."""
+    """``parse_host_status`` with each agent's ``agent_state`` filled in from the appended read (a read
+    that does not parse leaves the host's other columns and makes its agents ``unknown``, saying why)."""
     now, agents, fields = parse_host_status(output)
     if "docker" in _sections(output) or not agents:
         return now, agents, fields
-    states = agent_states(parse_agents(output), stale_after)
+    try:
+        states = agent_states(parse_agents(output), stale_after)
+    except JackinError as error:  # the rest of the host's status still stands
+        states = {a.instance: AgentState(state="unknown", message=error.message) for a in agents}
     for agent in agents:
         agent.agent_state = states.get(agent.instance) or AgentState(
             state="unknown", message="container not in the agent state read (removed meanwhile?)")

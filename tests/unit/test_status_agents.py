@@ -103,6 +103,15 @@ def test_status_rows_gain_their_agent_state() -> None:
     assert agent.agent_state.state == "unknown"
 
 
+def test_an_agent_read_that_does_not_parse_leaves_the_rest_of_the_status() -> None:
+    status_part = "\n".join([f"{NOW}.5", "##rows", "|".join(
+        [A, "/jk-f--coder-1", "running", "2026-01-02T15:00:00Z", "0", "coder-1", "60000:60000", "jk-f--coder-1", "0",
+         "7", ""]), "##1", "##2"])  # fmt: skip
+    _now, [agent], _fields = parse_host_status_with_agents(status_part + "\n##agents-now\nnot a clock\n", stale_after={})
+    assert (agent.state, agent.uid, agent.agent_state.state) == ("running", 60000, "unknown")
+    assert agent.agent_state.message.startswith("agent state read: no host clock")
+
+
 def test_fill_rollup_counts_every_host() -> None:
     from jackin.agent_state import AgentState
 
