@@ -155,13 +155,13 @@ def fleet_status(inventory: str | None, *, watch: bool, json: bool) -> int:
     """Show the fleet's status; the exit code says whether every agent's policy is enforced."""
     spec = fleet_api.load(inventory)
     if watch:
-        ui.watch(lambda: ui.status_table(fleet_api.status(spec)))
+        ui.watch(lambda: ui.status_view(fleet_api.status(spec)))
         return EXIT_OK
     status = fleet_api.status(spec)
     if json:
         ui.print_json(status.model_dump(mode="json"))
     else:
-        ui.out.print(ui.status_table(status))
+        ui.out.print(ui.status_view(status))
     return status_exit(status)
 
 
@@ -575,3 +575,42 @@ def fleet_plan(inventory: str | None, *, json: bool) -> int:
         EXIT_CONNECT if h.unreachable else EXIT_FAILED if h.error or (h.changes and h.changes.refused) else EXIT_OK
         for h in result.hosts
     )  # fmt: skip
+
+
+# --- agent state: fleet.wait, agent.answer (issue 10) ----------------------------------
+
+
+def fleet_wait(inventory: str | None, *, until: str, timeout: str | int | None, json: bool) -> int:
+    """Poll until the condition holds (jackin/waiting.py), one line per state change as it is seen
+    (on stderr with ``--json``, whose document is the result). Exit: 0 held; 1 ``done`` held with a
+    failed agent; 3 a host stayed unreadable; 4 timed out."""
+    from jackin import waiting
+    from jackin.spec.models import parse_duration
+
+    spec = fleet_api.load(inventory)
+    until = waiting.check_until(until)
+    seconds = None
+    if timeout not in (None, ""):
+        try:
+            seconds = parse_duration(timeout)  # type: ignore[arg-type]
+        except ValueError as error:
+            raise SpecError(f"--timeout: {error}, got {timeout!r}") from None
+    console = ui.err if json else ui.out
+    result = waiting.wait(spec, until=until, timeout=seconds,
+                          on_change=lambda change: console.print(ui.change_line(change), soft_wrap=True))  # fmt: skip
+    if json:
+        ui.print_json(result.model_dump(mode="json"))
+    else:
+        ui.out.print(ui.wait_summary(result), soft_wrap=True)
+    return result.exit_code
+
+
+def agent_answer(inventory: str | None, agent: str, text: str, *, host: str | None) -> int:
+    """Write TEXT (``-``: stdin) to the blocked agent's answer file; refused unless it is blocked."""
+    from jackin import answer
+
+    if text == "-":
+        text = sys.stdin.read()
+    result = answer.answer(fleet_api.load(inventory), agent, text, host=host or None)
+    ui.out.print(ui.answered_line(result), soft_wrap=True)
+    return EXIT_OK

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin import contract, credentials, firewall
+from jackin import contract, credentials, firewall, images
 from jackin import plan as planning
 from jackin.applied import applied, in_place
 from jackin.engine import Event, HostResult, RunResult
@@ -124,6 +124,8 @@ def up(
             log(f"warning: host {name} is given by name: its address is not in the agents' always-denied set "
                 "(give it as an IP address to deny it)")
         states = read_states(plan, hosts)  # one parallel round trip: the snapshot decision and the plan
+        if not dry_run or bring_up:  # role images some host lacks: built and archived here first (jackin/images.py)
+            images.prepare_missing(plan, states, log=log)
         # Before anything changes: snapshot the agents this run recreates or removes (a dry run names them).
         auto, _ = snapshot_before_up(ledger, inventory, plan, hosts, action=action, dry_run=dry_run, log=log,
                                      states=states)  # fmt: skip
@@ -136,6 +138,8 @@ def up(
             result = RunResult(hosts=_in_order(planned + kept + not_run, hosts), dry_run=True)
             return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto, unchanged=split.unchanged,
                             changes=_host_plans(hosts, split), terms=contract.gate_of(ledger, inventory, plan, read))  # fmt: skip
+        # Role images a host lacks are loaded over SSH before the deploy; a host that cannot load one is not deployed.
+        not_run += images.load_missing(plan, split, states, log=log)
         ledger.record_fleet(fleet.name, fleet.provider, source, "up")
         provider.claim()
 
@@ -315,7 +319,10 @@ def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
     its policy dropped in all and since the last ``status`` (kept in the state dir).
     """
     spec = inventory.fleet
-    result = fleet_status(spec.name, targets(inventory, bring_up=False), timeout=timeout)
+    from jackin.agent_state import stale_after
+
+    result = fleet_status(spec.name, targets(inventory, bring_up=False), timeout=timeout,
+                          stale_after=stale_after(spec))  # fmt: skip
     applied_there = in_place(spec.name, [h.host for h in result.hosts])  # after a rollback: not the file's
     seen_file = private_dir(state_dir() / "fleets" / spec.name) / "drops.json"
     try:
