@@ -63,11 +63,11 @@ def test_fleet_plan_shows_the_image_load_from_the_operator(rfleet):
     lines = [line for host in json.loads(done.stdout)["hosts"] for change in host["changes"]["changes"]
              if change["category"] == "image" for line in change["lines"]]  # fmt: skip
     assert lines and lines[0].startswith(f"load image {rfleet.tag} from the operator (")
-    # The fleet.up preview (a dry run of the deploy) names the same step; nothing is loaded by it.
+    # The fleet.up preview (its dry run) shows the same step; nothing is loaded by it.
     done = inv("fleet.up", "-i", str(rfleet.spec), "--dry-run", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
-    ops = [c["op"] for host in json.loads(done.stdout)["run"]["hosts"] for c in host["changes"]]
-    assert any(op.startswith(f"load image {rfleet.tag} from the operator (") for op in ops), ops
+    steps = [c["step"] for host in json.loads(done.stdout)["changes"] for c in host["changes"]["changes"]]
+    assert any(step.startswith(f"load image {rfleet.tag} from the operator (") for step in steps), steps
     assert sh(rfleet.lab, f"docker image inspect {rfleet.tag}", warn=True).exited != 0
 
 
