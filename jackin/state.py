@@ -25,6 +25,7 @@ from jackin.daemon import DaemonState, daemon_section
 from jackin.daemon import parse_section as parse_daemon
 from jackin.errors import JackinError
 from jackin.firewall import NFT_DIR, owned_paths
+from jackin.operations import ttl as ttl_ops
 from jackin.plan import CREDENTIALS_DIR, ROOT, STATE_DIR, user_name
 from jackin.snapshots.cow import CowState
 from jackin.snapshots.cow import parse_state as parse_cow
@@ -123,6 +124,7 @@ class HostState(BaseModel):
     credentials: dict[str, PathInfo] = Field(default_factory=dict)
     credential_digests: dict[str, dict[str, str]] = Field(default_factory=dict)
     daemon: DaemonState | None = None  # the Docker daemon's settings (read only with ``bootstrap``; see jackin.daemon)
+    ttl: ttl_ops.TtlState = Field(default_factory=ttl_ops.TtlState)  # the time-to-live's file and units
 
     def user_by_uid(self, uid: int) -> User | None:
         return next((u for u in self.users.values() if u.uid == uid), None)
@@ -153,6 +155,7 @@ class HostState(BaseModel):
             "cow": list(self.cow.leftovers),
             "snapshots": self.snapshots.leftovers(self.fleet),
             "credentials": sorted(self.credentials),
+            "ttl": [] if self.fleet is None else self.ttl.leftovers(self.fleet),
         }
 
 
@@ -187,6 +190,7 @@ echo '##files'; for p in {" ".join(shlex.quote(p) for p in owned_paths(fleet))};
 {cow_section(fleet)}
 {snapshots_section(fleet)}
 {_credentials_command(fleet)}
+{ttl_ops.state_section(fleet)}
 {daemon_section() if bootstrap else ""}
 true
 """.strip()
@@ -340,4 +344,5 @@ def _parse_state(lines: list[str]) -> HostState:
     data["credentials"] = _paths(sections.get("creds", []))
     data["credential_digests"] = _digests(sections.get("creddigests", []))
     data["daemon"] = parse_daemon(sections.get("daemon", []))
+    data["ttl"] = ttl_ops.parse_section(sections.get("ttl", []))
     return HostState(**data)

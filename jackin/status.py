@@ -17,6 +17,7 @@ from jackin.errors import ConnectError, JackinError
 from jackin.firewall import GUARD, ident
 from jackin.remote import gather
 from jackin.ssh import SshTarget
+from jackin.ttl import TtlStatus, line
 
 SAMPLE = 0.25
 
@@ -54,6 +55,7 @@ class HostStatus(_Model):
     guard: str | None = None  # the guard service (systemctl is-active): active, inactive, failed...
     guard_timer: str | None = None  # its backstop timer
     not_enforced: str | None = None  # why the agents' egress policy is not enforced here; None if it is
+    ttl_timer: str | None = None  # the time-to-live's timer (systemctl is-active; inactive: none here)
     agents: list[AgentStatus] = Field(default_factory=list)
 
 
@@ -61,6 +63,7 @@ class FleetStatus(_Model):
     fleet: str
     at: float
     hosts: list[HostStatus]
+    ttl: TtlStatus | None = None  # the time-to-live: the time left (jackin/ttl.py)
 
 
 def status_command(fleet: str) -> str:
@@ -90,7 +93,7 @@ def status_command(fleet: str) -> str:
         'echo "$p $cpu $mem"; done'
     )
     return (
-        f"date +%s.%N; {drops}echo '##rows'; ids=$(docker ps -aq --no-trunc --filter {label}) || {{ echo '##docker'; echo down; exit 0; }}; "
+        f"date +%s.%N; {drops}{ttl_section(fleet)}echo '##rows'; ids=$(docker ps -aq --no-trunc --filter {label}) || {{ echo '##docker'; echo down; exit 0; }}; "
         f"[ -n \"$ids\" ] || exit 0; "
         f"rows=$(docker inspect --format '{fmt}' $ids); printf '%s\\n' \"$rows\"; "
         "pids=$(printf '%s\\n' \"$rows\" | awk -F'|' '$10 > 0 {print $10}'); "
@@ -120,6 +123,8 @@ def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, 
         "policy_loaded": "\n##table\nloaded" in output, "policy": policy,
         "guard": guard[0] if guard else "unknown", "guard_timer": guard[1] if len(guard) > 1 else "unknown",
     }  # fmt: skip
+    timer = sections.get("ttltimer", [])
+    fields["ttl_timer"] = timer[0] if timer else None
     if "docker" in sections:  # the host answered, its Docker engine did not: its agents are unknown, not absent
         fields["error"] = DOCKER_DOWN
     return now, agents, fields
@@ -216,3 +221,19 @@ def fleet_status(fleet: str, targets: list[SshTarget], *, timeout: float = 8) ->
             host.not_enforced = not_enforced(fleet, host)
             hosts.append(host)
     return FleetStatus(fleet=fleet, at=time.time(), hosts=hosts)
+
+
+# --- the time-to-live ------------------------------------------------------------------
+
+
+def ttl_section(fleet: str) -> str:
+    """``##ttltimer``: the state of the fleet's time-to-live timer on the host (inactive: none)."""
+    return f"echo '##ttltimer'; systemctl is-active {shlex.quote(f'jackin-ttl-{fleet}.timer')} 2>/dev/null; "
+
+
+def ttl_line(status: FleetStatus) -> str | None:
+    """The line fleet.status prints about the time left (None: status read without it)."""
+    if status.ttl is None:
+        return None
+    timers = {h.host: h.ttl_timer or "unknown" for h in status.hosts if h.reachable} if status.ttl.ttl else None
+    return line(status.fleet, status.ttl, timers)
