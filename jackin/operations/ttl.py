@@ -92,9 +92,10 @@ WantedBy=timers.target
 
 
 def service_unit(fleet: str) -> str:
-    """The stop: only once the deadline in the file has passed (``$$``: a literal ``$`` for systemd)."""
+    """The stop: only once the deadline in the file has passed (``$$`` and ``%%``: a literal ``$`` and ``%``
+    for systemd, which expands both in ``ExecStart``)."""
     label = shlex.quote(f"label=jackin.fleet={fleet}")
-    check = (f'd=$$(head -c 32 {deadline_file(fleet)} 2>/dev/null) && [ -n "$$d" ] && [ "$$(date +%s)" -ge "$$d" ] '
+    check = (f'd=$$(head -c 32 {deadline_file(fleet)} 2>/dev/null) && [ -n "$$d" ] && [ "$$(date +%%s)" -ge "$$d" ] '
              f"|| {{ echo 'jackin: the time-to-live of fleet {fleet} has not passed: nothing stopped'; exit 0; }}; "
              f"ids=$$(docker ps -q --filter {label}); "
              f'[ -z "$$ids" ] || docker stop $$ids')  # fmt: skip

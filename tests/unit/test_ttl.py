@@ -81,6 +81,8 @@ def test_a_host_without_it_gets_the_file_and_both_units() -> None:
     assert "OnCalendar=2027-01-15 09:00:00 UTC\nPersistent=true\n" in timer
     service = files["/etc/systemd/system/jackin-ttl-demo.service"].decode()
     assert "docker ps -q --filter label=jackin.fleet=demo" in service and "docker stop $$ids" in service
+    # systemd expands % and $ in ExecStart: the shell must see date +%s and $d
+    assert '[ "$$(date +%%s)" -ge "$$d" ]' in service and "%s" not in service.replace("%%s", "")
     assert [c.mode for c in commands if isinstance(c, Upload) and c.target.endswith("/demo")] == ["0600"]
     assert "systemctl enable jackin-ttl-demo.timer" in commands and "systemctl restart jackin-ttl-demo.timer" in commands
 

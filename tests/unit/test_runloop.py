@@ -1,0 +1,121 @@
+"""fleet.run's loop with fake phases: the order, where it stops, what it says is left, and its exit status.
+Never tears down before collecting; a failed collect leaves the fleet up and says how to retry."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from jackin import runloop
+from jackin.errors import ConnectError, JackinError
+from jackin.runloop import Phases, run, wait_limit
+
+SPEC = SimpleNamespace(fleet=SimpleNamespace(name="demo"))
+
+
+def agent(instance: str, state: str) -> SimpleNamespace:
+    return SimpleNamespace(model_dump=lambda: {"host": "h1", "instance": instance, "state": state})
+
+
+class Fake:
+    """The four phases, recording the order they ran in; each one's result is configurable."""
+
+    def __init__(self, *, up=0, held=True, reason="done", states=("done", "done"), collect=None, down=0):
+        self.calls: list[str] = []
+        self.up_code, self.down_code, self.collect_result = up, down, collect
+        self.waited = SimpleNamespace(held=held, reason=reason, errors={},
+                                      agents=[agent(f"coder-{n}", s) for n, s in enumerate(states, 1)])  # fmt: skip
+        self.wait_args: dict = {}
+
+    def phases(self) -> Phases:
+        return Phases(up=self.up, wait=self.wait, collect=self.collect, down=self.down)
+
+    def up(self) -> int:
+        self.calls.append("up")
+        return self.up_code
+
+    def wait(self, spec, **kwargs):
+        self.calls.append("wait")
+        self.wait_args = kwargs
+        kwargs["on_change"](SimpleNamespace(host="h1", instance="coder-1", old="working", new="done"))
+        if isinstance(self.waited, Exception):
+            raise self.waited
+        return self.waited
+
+    def collect(self, spec, agents=None, into=None):
+        self.calls.append("collect")
+        if isinstance(self.collect_result, Exception):
+            raise self.collect_result
+        return self.collect_result or SimpleNamespace(errors=[])
+
+    def down(self) -> int:
+        self.calls.append("down")
+        return self.down_code
+
+
+def statuses(outcome) -> list[str]:
+    return [f"{p.phase}:{p.status}" for p in outcome.phases]
+
+
+def test_the_whole_loop_in_order_and_exit_0() -> None:
+    fake, seen, changes = Fake(), [], []
+    outcome = run(SPEC, fake.phases(), on_phase=lambda p, _: seen.append(p), on_change=changes.append)
+    assert fake.calls == ["up", "wait", "collect", "down"] and seen == ["up", "wait", "collect", "down"]
+    assert fake.wait_args["until"] == "done" and fake.wait_args["timeout"] is None
+    assert (outcome.exit_code, outcome.stopped_at, outcome.left) == (0, None, None)
+    assert statuses(outcome) == ["up:ok", "wait:ok", "collect:ok", "down:ok"]
+    assert [c.new for c in changes] == ["done"]
+
+
+def test_a_failed_up_stops_before_waiting_and_says_what_is_left() -> None:
+    fake = Fake(up=3)
+    outcome = run(SPEC, fake.phases(), inventory="f.yaml")
+    assert fake.calls == ["up"] and outcome.exit_code == 3 and outcome.stopped_at == "up"
+    assert statuses(outcome) == ["up:failed", "wait:skipped", "collect:skipped", "down:skipped"]
+    assert "inv fleet.down -i f.yaml" in outcome.left
+
+
+def test_a_failed_collect_never_tears_down_and_says_how_to_retry() -> None:
+    for result in (JackinError("h1: bundle failed"), SimpleNamespace(errors={"coder-2": "no handoff"})):
+        fake = Fake(collect=result)
+        outcome = run(SPEC, fake.phases(), inventory="f.yaml")
+        assert fake.calls == ["up", "wait", "collect"]  # no down
+        assert (outcome.stopped_at, outcome.exit_code) == ("collect", 1)
+        assert "NOT torn down" in outcome.left and "inv fleet.collect -i f.yaml, then inv fleet.down -i f.yaml" in outcome.left
+
+
+def test_an_unreachable_host_stops_the_wait_with_exit_3() -> None:
+    fake = Fake(held=False, reason="unreachable")
+    outcome = run(SPEC, fake.phases())
+    assert fake.calls == ["up", "wait"] and (outcome.stopped_at, outcome.exit_code) == ("wait", 3)
+    fake = Fake()
+    fake.waited = ConnectError("h1: connection refused")
+    assert run(SPEC, fake.phases()).exit_code == 3
+
+
+def test_a_timeout_still_collects_and_tears_down_with_exit_4() -> None:
+    fake = Fake(held=False, reason="timeout", states=("done", "working"))
+    outcome = run(SPEC, fake.phases(), timeout=600, ttl_left=120)
+    assert fake.calls == ["up", "wait", "collect", "down"] and outcome.exit_code == 4
+    assert fake.wait_args["timeout"] == 120  # the time-to-live comes first
+    assert "the time-to-live passed" in outcome.phases[1].detail and "1 working" in outcome.phases[1].detail
+
+
+def test_a_failed_agent_runs_to_the_end_with_exit_5_and_a_failed_down_says_so() -> None:
+    assert run(SPEC, Fake(states=("done", "failed")).phases()).exit_code == 5
+    fake = Fake(down=1)
+    outcome = run(SPEC, fake.phases())
+    assert (outcome.stopped_at, outcome.exit_code) == ("down", 1) and "was collected" in outcome.left
+
+
+@pytest.mark.parametrize("timeout, ttl, expected", [(None, None, (None, "")), (600, None, (600, "--timeout")),
+                                                    (600, 30, (30, "the time-to-live")), (None, -5, (0.0, "the time-to-live"))])  # fmt: skip
+def test_wait_limit(timeout, ttl, expected) -> None:
+    assert wait_limit(timeout, ttl) == expected
+
+
+def test_change_line() -> None:
+    line = runloop.change_line(SimpleNamespace(at=0, host="h1", instance="coder-1", old="working", new="blocked",
+                                               question="which branch?", message=""))  # fmt: skip
+    assert line.endswith(" h1 coder-1: working -> blocked: which branch?")
