@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -114,27 +115,57 @@ def shell_command(ref: AgentRef) -> str:
             f"/bin/sh -c {shlex.quote(SHELL)}")  # fmt: skip
 
 
-def _run(ref: AgentRef, command: str, **options: Any) -> int:
-    """Run ``command`` on the agent's host, output streamed here; its exit status."""
+def _missing(ref: AgentRef) -> JackinError:
+    return JackinError(f"{ref.target.name}: no container {ref.container} (agent {ref.instance})",
+                       hint="is the fleet up? inv fleet.status shows its agents", host=ref.target.name)  # fmt: skip
+
+
+def stream(ref: AgentRef, command: str, *, out: Any = None, err: Any = None) -> int:
+    """Run ``command`` on the agent's host over one SSH channel, its stdout and stderr copied here as
+    they come (bytes, unchanged); its exit status. A Ctrl-C closes the channel (the remote command gets
+    a hangup) and is raised on: Fabric's own runner would wait on a command with no terminal forever."""
     from jackin.ssh import connect
 
+    out = out or sys.stdout.buffer
+    err = err or sys.stderr.buffer
     with connect(ref.target) as conn:
-        result = conn.run(command, warn=True, **options)
-    if result.exited == MISSING and "jackin: no container" in (result.stderr or ""):
-        raise JackinError(f"{ref.target.name}: no container {ref.container} (agent {ref.instance})",
-                          hint="is the fleet up? inv fleet.status shows its agents", host=ref.target.name)  # fmt: skip
-    return result.exited
+        channel = conn.client.get_transport().open_session()
+        try:
+            channel.exec_command(command)
+            tail = b""
+            while True:
+                idle = True
+                if channel.recv_ready():
+                    out.write(channel.recv(65536))
+                    out.flush()
+                    idle = False
+                if channel.recv_stderr_ready():
+                    data = channel.recv_stderr(65536)
+                    tail = (tail + data)[-4096:]
+                    err.write(data)
+                    err.flush()
+                    idle = False
+                if idle and channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                    break
+                if idle:
+                    time.sleep(0.05)
+            code = channel.recv_exit_status()
+        finally:
+            channel.close()
+    if code == MISSING and b"jackin: no container" in tail:
+        raise _missing(ref)
+    return code
 
 
-def run_exec(ref: AgentRef, argv: Sequence[str]) -> int:
+def run_exec(ref: AgentRef, argv: Sequence[str], *, out: Any = None, err: Any = None) -> int:
     """The command's exit status, passed through (its output streamed as it comes)."""
-    return _run(ref, exec_command(ref, argv), in_stream=False)
+    return stream(ref, exec_command(ref, argv), out=out, err=err)
 
 
-def run_logs(ref: AgentRef, *, follow: bool = False, tail: int | None = None) -> int:
+def run_logs(ref: AgentRef, *, follow: bool = False, tail: int | None = None, out: Any = None, err: Any = None) -> int:
     """The container's logs; with ``follow``, until Ctrl-C, which ends it cleanly (exit 0)."""
     try:
-        return _run(ref, logs_command(ref, follow=follow, tail=tail), in_stream=False)
+        return stream(ref, logs_command(ref, follow=follow, tail=tail), out=out, err=err)
     except KeyboardInterrupt:
         return EXIT_OK
 
@@ -145,4 +176,10 @@ def run_shell(ref: AgentRef, *, stdin: Any = None, stdout: Any = None) -> int:
     if not (stdin.isatty() and stdout.isatty()):
         raise SpecError(f"agent.shell needs a terminal (stdin and stdout are not both one); for one command "
                         f"use inv agent.exec {ref.instance} -- CMD")  # fmt: skip
-    return _run(ref, shell_command(ref), pty=True)
+    from jackin.ssh import connect
+
+    with connect(ref.target) as conn:  # Fabric's runner: a pty, the local terminal in raw mode, Ctrl-C sent on
+        result = conn.run(shell_command(ref), pty=True, warn=True)
+    if result.exited == MISSING and "jackin: no container" in (result.stdout or ""):
+        raise _missing(ref)
+    return result.exited
