@@ -74,14 +74,20 @@ class Phases(BaseModel):
 
 
 def default_wait() -> Callable[..., Any]:
-    from jackin.waiting import wait  # type: ignore[import-not-found,unused-ignore]  # the agent-state module
-
+    try:
+        from jackin.waiting import wait  # type: ignore[import-not-found,unused-ignore]  # the agent-state module
+    except ImportError as error:
+        raise JackinError(f"fleet.run needs fleet.wait's jackin.waiting.wait, which this build lacks ({error})",
+                          hint="nothing was touched") from None  # fmt: skip
     return wait
 
 
 def default_collect() -> Callable[..., Any]:
-    from jackin.work import collect  # type: ignore[attr-defined,unused-ignore]  # the work-delivery module
-
+    try:
+        from jackin.work import collect  # type: ignore[attr-defined,unused-ignore]  # the work-delivery module
+    except ImportError as error:
+        raise JackinError(f"fleet.run needs fleet.collect's jackin.work.collect, which this build lacks ({error})",
+                          hint="nothing was touched") from None  # fmt: skip
     return collect
 
 
@@ -196,6 +202,7 @@ def cli_run(inventory: str | None, *, yes: bool, timeout: str | float | None, js
     seconds = cli.count("--timeout", timeout, low=1, high=10**9)
     if json and not yes:
         raise SpecError("--json needs --yes (there is no one to ask)")
+    default_wait(), default_collect()  # refused before asking when this build lacks either
     found = ttl.status(spec.fleet)
     ttl_left = None if found.ttl is None else found.left if found.left is not None else float(found.ttl)
     if not yes:
@@ -203,9 +210,10 @@ def cli_run(inventory: str | None, *, yes: bool, timeout: str | float | None, js
         cli.confirm(f"Run fleet {spec.fleet.name!r} to the end: up, wait until every agent is done or failed, "
                     "collect their work, then tear it down (fleet.down, final snapshot first)?")  # fmt: skip
     say = ui.err if json else ui.out
+    wait, collect = default_wait(), default_collect()  # before anything is touched
     phases = Phases(
         up=lambda: _to(say, lambda: cli.fleet_up(inventory, yes=yes, json=False, dry_run=False)),
-        wait=default_wait(), collect=default_collect(),
+        wait=wait, collect=collect,
         down=lambda: _to(say, lambda: cli.fleet_down(inventory, yes=True, keep_data=False, keep_lab=keep_lab)),
     )  # fmt: skip
     outcome = run(spec, phases, inventory=inventory, timeout=seconds, ttl_left=ttl_left,

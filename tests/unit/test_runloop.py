@@ -119,3 +119,50 @@ def test_change_line() -> None:
     line = runloop.change_line(SimpleNamespace(at=0, host="h1", instance="coder-1", old="working", new="blocked",
                                                question="which branch?", message=""))  # fmt: skip
     assert line.endswith(" h1 coder-1: working -> blocked: which branch?")
+
+
+def test_a_build_without_wait_or_collect_is_refused_before_anything(monkeypatch, tmp_path) -> None:
+    import builtins
+
+    real = builtins.__import__
+
+    def without_waiting(name, *args, **kwargs):
+        if name == "jackin.waiting":
+            raise ImportError("No module named 'jackin.waiting'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_waiting)
+    with pytest.raises(JackinError, match="fleet.run needs fleet.wait's jackin.waiting.wait"):
+        runloop.default_wait()
+
+
+def test_cli_run_prints_each_phase_and_one_json_document(monkeypatch, capsys) -> None:
+    """The CLI's side: the up and down are fleet.up's and fleet.down's (with --yes passed on), the wait
+    gets the time-to-live as its limit, and --json prints only the outcome on stdout."""
+    import json
+
+    from jackin import cli, ui
+    from jackin import fleet as fleet_api
+    from jackin.spec import parse_inventory
+    from rich.console import Console
+
+    spec = parse_inventory("fleet:\n  name: demo\n  provider: lab\n  ttl: 1h\n  agents:\n    - name: coder\n", "f.yaml")
+    fake, calls = Fake(), []
+    monkeypatch.setattr(fleet_api, "load", lambda _: spec)
+    monkeypatch.setattr(runloop, "default_wait", lambda: fake.wait)
+    monkeypatch.setattr(runloop, "default_collect", lambda: fake.collect)
+    monkeypatch.setattr(cli, "fleet_up", lambda inv, **kw: calls.append(("up", kw)) or 0)
+    monkeypatch.setattr(cli, "fleet_down", lambda inv, **kw: calls.append(("down", kw)) or 0)
+    out, err = Console(file=__import__("io").StringIO(), width=200), Console(file=__import__("io").StringIO(), width=200)
+    monkeypatch.setattr(ui, "out", out)
+    monkeypatch.setattr(ui, "err", err)
+    monkeypatch.setattr(ui, "print_json", lambda data: out.print(json.dumps(data)))
+    assert runloop.cli_run("f.yaml", yes=True, timeout=None, json=True) == 0
+    assert calls == [("up", {"yes": True, "json": False, "dry_run": False}),
+                     ("down", {"yes": True, "keep_data": False, "keep_lab": False})]  # fmt: skip
+    assert fake.wait_args["timeout"] == 3600  # an unstarted fleet: its whole ttl
+    document = json.loads(out.file.getvalue())
+    assert [p["status"] for p in document["phases"]] == ["ok"] * 4 and document["exit_code"] == 0
+    assert "fleet.run: wait" in err.file.getvalue() and "coder-1: working -> done" in err.file.getvalue()
+    with pytest.raises(JackinError, match="--json needs --yes"):
+        runloop.cli_run("f.yaml", yes=False, timeout=None, json=True)
