@@ -179,7 +179,8 @@ def run_shell(ref: AgentRef, *, stdin: Any = None, stdout: Any = None) -> int:
     from jackin.ssh import connect
 
     with connect(ref.target) as conn:  # Fabric's runner: a pty, the local terminal in raw mode, Ctrl-C sent on
-        result = conn.run(shell_command(ref), pty=True, warn=True)
+        # (our connections read no stdin by default: the shell is the one place the terminal is forwarded)
+        result = conn.run(shell_command(ref), pty=True, warn=True, in_stream=stdin)
     if result.exited == MISSING and "jackin: no container" in (result.stdout or ""):
         raise _missing(ref)
     return result.exited

@@ -36,6 +36,7 @@ from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, Jack
 
 EXIT_TIMEOUT = 4  # the wait ended at --timeout or the time-to-live; collected and torn down
 EXIT_AGENT_FAILED = 5  # ran to the end; some agent reported failed
+TTL_MARGIN = 60.0  # seconds before the time-to-live's deadline the wait ends (at most; a tenth of a short ttl)
 Phase = Literal["up", "wait", "collect", "down"]
 PHASES: tuple[Phase, ...] = ("up", "wait", "collect", "down")
 
@@ -205,6 +206,8 @@ def cli_run(inventory: str | None, *, yes: bool, timeout: str | float | None, js
     default_wait(), default_collect()  # refused before asking when this build lacks either
     found = ttl.status(spec.fleet)
     ttl_left = None if found.ttl is None else found.left if found.left is not None else float(found.ttl)
+    if ttl_left is not None and found.ttl:  # end the wait a little before the hosts stop the agents, so the
+        ttl_left -= min(TTL_MARGIN, found.ttl / 10)  # collect runs while they still do
     if not yes:
         cli.require_terminal_or("--yes")
         cli.confirm(f"Run fleet {spec.fleet.name!r} to the end: up, wait until every agent is done or failed, "

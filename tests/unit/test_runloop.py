@@ -160,7 +160,7 @@ def test_cli_run_prints_each_phase_and_one_json_document(monkeypatch, capsys) ->
     assert runloop.cli_run("f.yaml", yes=True, timeout=None, json=True) == 0
     assert calls == [("up", {"yes": True, "json": False, "dry_run": False}),
                      ("down", {"yes": True, "keep_data": False, "keep_lab": False})]  # fmt: skip
-    assert fake.wait_args["timeout"] == 3600  # an unstarted fleet: its whole ttl
+    assert fake.wait_args["timeout"] == 3600 - 60  # an unstarted fleet: its whole ttl, less the margin for collect
     document = json.loads(out.file.getvalue())
     assert [p["status"] for p in document["phases"]] == ["ok"] * 4 and document["exit_code"] == 0
     assert "fleet.run: wait" in err.file.getvalue() and "coder-1: working -> done" in err.file.getvalue()
