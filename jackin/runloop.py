@@ -6,7 +6,7 @@ Each phase runs only when the one before it left the fleet in a state to go on:
     wait     until every agent is done or failed (``jackin.waiting.wait``, ``until="done"``), or the
              ``--timeout`` or the fleet's time-to-live passes, whichever comes first; the changes of
              state are printed as they are seen
-    collect  every finished agent's branch and handoff, to the operator's machine (``jackin.work.collect``)
+    collect  every finished agent's branch and handoff, to the operator's machine (``jackin.collect.collect``)
     down     fleet.down, with its final snapshot (``jackin.cli.fleet_down``)
 
 A phase that fails stops the loop: what is left running is said, and how to go on by hand. Nothing
@@ -20,7 +20,7 @@ or usage (before anything ran); 3 a host could not be reached (the loop stopped)
 at the ``--timeout`` or the time-to-live before every agent finished (what finished was collected,
 the fleet torn down); 5 the loop ran to the end but some agent reported ``failed``.
 
-The wait and the collect are looked up lazily (``jackin.waiting.wait``, ``jackin.work.collect``) and
+The wait and the collect are looked up lazily (``jackin.waiting.wait``, ``jackin.collect.collect``) and
 may be given as parameters (the unit tests give fakes).
 """
 
@@ -85,9 +85,9 @@ def default_wait() -> Callable[..., Any]:
 
 def default_collect() -> Callable[..., Any]:
     try:
-        from jackin.work import collect  # type: ignore[attr-defined,unused-ignore]  # the work-delivery module
+        from jackin.collect import collect  # type: ignore[import-not-found,unused-ignore]  # fleet.collect's
     except ImportError as error:
-        raise JackinError(f"fleet.run needs fleet.collect's jackin.work.collect, which this build lacks ({error})",
+        raise JackinError(f"fleet.run needs fleet.collect's jackin.collect.collect, which this build lacks ({error})",
                           hint="nothing was touched") from None  # fmt: skip
     return collect
 
@@ -126,13 +126,18 @@ def _failed(outcome: RunOutcome, phase: Phase, detail: str, code: int, inventory
     return outcome
 
 
-def _problems(result: Any) -> list[str]:
-    """A collect result's failures, whatever its shape: ``errors`` (list or dict), ``ok`` False."""
+def _problems(result: Any) -> tuple[list[str], bool]:
+    """A collect result's failures, whatever its shape (``jackin.collect.CollectReport``: ``failed``
+    agents and ``unreachable`` hosts; else ``errors`` or ``ok``), and whether a host was unreachable."""
+    found = [f"{getattr(a, 'host', '?')} {getattr(a, 'instance', '?')}: {getattr(a, 'reason', None) or 'failed'}"
+             for a in (getattr(result, "failed", None) or [])]  # fmt: skip
+    unreachable = getattr(result, "unreachable", None) or {}
+    found += [f"{host}: unreachable: {why}" for host, why in unreachable.items()]
     errors = getattr(result, "errors", None) or []
-    found = [f"{k}: {v}" for k, v in errors.items()] if isinstance(errors, dict) else [str(e) for e in errors]
+    found += [f"{k}: {v}" for k, v in errors.items()] if isinstance(errors, dict) else [str(e) for e in errors]
     if not found and getattr(result, "ok", True) is False:
         found.append("collect did not succeed")
-    return found
+    return found, bool(unreachable)
 
 
 def run(spec: Any, phases: Phases, *, inventory: str | None = None, timeout: float | None = None,
@@ -174,9 +179,10 @@ def run(spec: Any, phases: Phases, *, inventory: str | None = None, timeout: flo
     except JackinError as error:
         return _failed(outcome, "collect", error.message, EXIT_CONNECT if isinstance(error, ConnectError) else 1,
                        inventory)  # fmt: skip
-    problems = _problems(collected)
+    problems, unreachable = _problems(collected)
     if problems:
-        return _failed(outcome, "collect", "; ".join(problems), EXIT_FAILED, inventory)
+        return _failed(outcome, "collect", "; ".join(problems), EXIT_CONNECT if unreachable else EXIT_FAILED,
+                       inventory)  # fmt: skip
     outcome.phases.append(PhaseResult(phase="collect", status="ok"))
 
     on_phase("down", "fleet.down, with its final snapshot")

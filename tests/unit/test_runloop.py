@@ -77,12 +77,21 @@ def test_a_failed_up_stops_before_waiting_and_says_what_is_left() -> None:
 
 
 def test_a_failed_collect_never_tears_down_and_says_how_to_retry() -> None:
-    for result in (JackinError("h1: bundle failed"), SimpleNamespace(errors={"coder-2": "no handoff"})):
+    report = SimpleNamespace(failed=[SimpleNamespace(host="h1", instance="coder-2", reason="no handoff")],
+                             unreachable={})  # the shape of jackin.collect.CollectReport
+    for result in (JackinError("h1: bundle failed"), SimpleNamespace(errors={"coder-2": "no handoff"}), report):
         fake = Fake(collect=result)
         outcome = run(SPEC, fake.phases(), inventory="f.yaml")
         assert fake.calls == ["up", "wait", "collect"]  # no down
         assert (outcome.stopped_at, outcome.exit_code) == ("collect", 1)
         assert "NOT torn down" in outcome.left and "inv fleet.collect -i f.yaml, then inv fleet.down -i f.yaml" in outcome.left
+
+
+def test_an_unreachable_host_in_collect_is_exit_3_and_nothing_torn_down() -> None:
+    fake = Fake(collect=SimpleNamespace(failed=[], unreachable={"h2": "connection refused"}))
+    outcome = run(SPEC, fake.phases())
+    assert fake.calls == ["up", "wait", "collect"] and (outcome.stopped_at, outcome.exit_code) == ("collect", 3)
+    assert "h2: unreachable: connection refused" in outcome.phases[2].detail
 
 
 def test_an_unreachable_host_stops_the_wait_with_exit_3() -> None:
