@@ -127,7 +127,7 @@ def fleet_plan(c, inventory=None, json=False):
 
 
 @task(help={"inventory": INVENTORY, "yes": "do not ask (the whole loop, and fleet.up's changes and contract)",
-            "timeout": "stop waiting after S seconds (the time-to-live also ends the wait)",
+            "timeout": "stop waiting after this long (600, 90s, 10m, 2h; the time-to-live also ends the wait)",
             "json": "print one JSON document of the phases (needs --yes)",
             "keep_lab": "provider lab: keep the lab hosts running after fleet.down"})  # fmt: skip
 def fleet_run(c, inventory=None, yes=False, timeout=None, json=False, keep_lab=False):

@@ -206,7 +206,7 @@ def cli_run(inventory: str | None, *, yes: bool, timeout: str | float | None, js
     from jackin.errors import SpecError
 
     spec = fleet_api.load(inventory)
-    seconds = cli.count("--timeout", timeout, low=1, high=10**9)
+    seconds = timeout_seconds(timeout)
     if json and not yes:
         raise SpecError("--json needs --yes (there is no one to ask)")
     default_wait(), default_collect()  # refused before asking when this build lacks either
@@ -238,6 +238,20 @@ def cli_run(inventory: str | None, *, yes: bool, timeout: str | float | None, js
         ui.err.print(f"error: fleet.run stopped at {outcome.stopped_at}: {outcome.left}", soft_wrap=True,
                      style="bold red")  # fmt: skip
     return outcome.exit_code
+
+
+def timeout_seconds(value: str | float | None) -> float | None:
+    """``--timeout``: seconds, or a duration like fleet.wait's (``90s``, ``10m``, ``2h``); else exit 2."""
+    from jackin.errors import SpecError
+    from jackin.spec.models import parse_duration
+
+    if value is None or value == "":
+        return None
+    try:
+        return float(parse_duration(str(value)))
+    except ValueError as error:
+        raise SpecError(f"--timeout expects seconds or a duration such as 90s, 10m or 2h, got {value!r} "
+                        f"({error})") from None  # fmt: skip
 
 
 def _to(console: Any, phase: Callable[[], int]) -> int:

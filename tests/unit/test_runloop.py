@@ -175,3 +175,11 @@ def test_cli_run_prints_each_phase_and_one_json_document(monkeypatch, capsys) ->
     assert "fleet.run: wait" in err.file.getvalue() and "coder-1: working -> done" in err.file.getvalue()
     with pytest.raises(JackinError, match="--json needs --yes"):
         runloop.cli_run("f.yaml", yes=False, timeout=None, json=True)
+
+
+def test_timeout_takes_seconds_or_a_duration() -> None:
+    assert [runloop.timeout_seconds(v) for v in (None, "90", "10m", "1h30m")] == [None, 90.0, 600.0, 5400.0]
+    for bad in ("0", "soon", "-5"):
+        with pytest.raises(JackinError, match="--timeout expects seconds or a duration") as error:
+            runloop.timeout_seconds(bad)
+        assert error.value.exit_code == 2
