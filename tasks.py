@@ -134,6 +134,18 @@ def fleet_wait(c, inventory=None, until="done", timeout=None, json=False):
     Exit 0: it held; 1: done, but an agent failed; 3: a host stayed unreadable; 4: timed out."""
     with guard():
         raise Exit(code=cli.fleet_wait(inventory, until=until, timeout=timeout, json=json))
+@task(help={"inventory": INVENTORY, "yes": "do not ask (the whole loop, and fleet.up's changes and contract)",
+            "timeout": "stop waiting after this long (600, 90s, 10m, 2h; the time-to-live also ends the wait)",
+            "json": "print one JSON document of the phases (needs --yes)",
+            "keep_lab": "provider lab: keep the lab hosts running after fleet.down"})  # fmt: skip
+def fleet_run(c, inventory=None, yes=False, timeout=None, json=False, keep_lab=False):
+    """The whole loop: fleet.up, wait until every agent is done or failed, collect their work, fleet.down.
+    Exit 0 all done; 1 a phase failed (it says which and what is left); 2 usage; 3 a host unreachable;
+    4 the timeout or time-to-live ended the wait (collected, torn down); 5 some agent failed."""
+    from jackin import runloop
+
+    with guard():
+        raise Exit(code=runloop.cli_run(inventory, yes=yes, timeout=timeout, json=json, keep_lab=keep_lab))
 
 
 # --- agent -------------------------------------------------------------------
@@ -161,6 +173,42 @@ def agent_answer(c, agent, text, inventory=None, host=None):
     Refused (exit 1, nothing written) when the agent is not blocked."""
     with guard():
         raise Exit(code=cli.agent_answer(inventory, agent, text, host=host))
+@task(help={"agent": "instance (coder-1)", "inventory": INVENTORY,
+            "host": "the host to run it on (needed when the fleet has more than one)"})  # fmt: skip
+def agent_exec(c, agent, inventory=None, host=None):
+    """Run the command after -- in the agent's container as the agent (inv agent.exec coder-1 -- ls -la);
+    its output streams here and its exit status is passed through. Exit 2: unknown agent or no command."""
+    import sys
+
+    from jackin import agent_tools
+
+    with guard():
+        argv = agent_tools.command_of(sys.argv)  # after --, verbatim (before any host is asked)
+        ref = agent_tools.resolve(fleet_api.load(inventory), agent, host=host)
+        raise Exit(code=agent_tools.run_exec(ref, argv))
+
+
+@task(help={"agent": "instance (coder-1)", "follow": "keep printing new output until Ctrl-C",
+            "tail": "only the last N lines", "inventory": INVENTORY,
+            "host": "the host to read from (needed when the fleet has more than one)"})  # fmt: skip
+def agent_logs(c, agent, follow=False, tail=None, inventory=None, host=None):
+    """Print the agent container's output (docker logs); --follow until Ctrl-C (a clean exit)."""
+    from jackin import agent_tools
+
+    with guard():
+        ref = agent_tools.resolve(fleet_api.load(inventory), agent, host=host)
+        raise Exit(code=agent_tools.run_logs(ref, follow=follow, tail=count("--tail", tail, low=0, high=10**9)))
+
+
+@task(help={"agent": "instance (coder-1)", "inventory": INVENTORY,
+            "host": "the host to open it on (needed when the fleet has more than one)"})  # fmt: skip
+def agent_shell(c, agent, inventory=None, host=None):
+    """An interactive shell (bash, else sh) in the agent's container as the agent; needs a terminal."""
+    from jackin import agent_tools
+
+    with guard():
+        ref = agent_tools.resolve(fleet_api.load(inventory), agent, host=host)
+        raise Exit(code=agent_tools.run_shell(ref))
 
 
 # --- snapshot ----------------------------------------------------------------
@@ -247,11 +295,15 @@ fleet.add_task(fleet_rollback, "rollback")
 fleet.add_task(fleet_runs, "runs")
 fleet.add_task(fleet_plan, "plan")
 fleet.add_task(fleet_wait, "wait")
+fleet.add_task(fleet_run, "run")
 
 agent_ns = Collection("agent")
 agent_ns.add_task(agent_netcheck, "netcheck")
 agent_ns.add_task(agent_denials, "denials")
 agent_ns.add_task(agent_answer, "answer")
+agent_ns.add_task(agent_exec, "exec")
+agent_ns.add_task(agent_logs, "logs")
+agent_ns.add_task(agent_shell, "shell")
 
 snapshot = Collection("snapshot")
 snapshot.add_task(snapshot_create, "create")

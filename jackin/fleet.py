@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin import contract, credentials, firewall, images
+from jackin import contract, credentials, firewall, images, ttl
 from jackin import plan as planning
 from jackin.applied import applied, in_place
 from jackin.engine import Event, HostResult, RunResult
@@ -54,14 +54,16 @@ def targets(inventory: Inventory, *, log: Log = lambda _: None, bring_up: bool =
 
 
 def make_plan(inventory: Inventory, ledger: Ledger, *, store: bool = True,
-              fleet_hosts: list[str] | None = None) -> planning.FleetPlan:
+              fleet_hosts: list[str] | None = None, start_ttl: bool = False) -> planning.FleetPlan:
     """The fleet's plan; ``store=False`` previews new uids without allocating them (a dry run).
-    ``fleet_hosts``: every address of the fleet's hosts, always denied to its agents."""
+    ``fleet_hosts``: every address of the fleet's hosts, always denied to its agents.
+    ``start_ttl``: a real fleet.up, which fixes the time-to-live's start if none is (jackin/ttl.py)."""
     fleet = inventory.fleet
     names = [instance for _, instance in planning.instances(fleet)]
     assign = ledger.allocate_uids if store else ledger.preview_uids
     uids = assign(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET)
-    return planning.build(fleet, uids, firewall.host_addresses(fleet_hosts or []))
+    built = planning.build(fleet, uids, firewall.host_addresses(fleet_hosts or []))
+    return built.model_copy(update={"ttl_deadline": ttl.deadline(ledger, fleet, start=start_ttl)})
 
 
 # --- up ----------------------------------------------------------------------
@@ -119,7 +121,8 @@ def up(
         hosts = _only(provider.targets(log=log, bring_up=not dry_run if bring_up is None else bring_up), only)
         if dry_run and not hosts:
             log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
-        plan = make_plan(inventory, ledger, store=not dry_run, fleet_hosts=provider.addresses() if hosts else [])
+        plan = make_plan(inventory, ledger, store=not dry_run, fleet_hosts=provider.addresses() if hosts else [],
+                         start_ttl=not dry_run)  # fmt: skip
         for name in provider.unresolved():
             log(f"warning: host {name} is given by name: its address is not in the agents' always-denied set "
                 "(give it as an IP address to deny it)")
@@ -344,6 +347,7 @@ def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
                 agent.drops_new = agent.drops - before if agent.drops >= before else agent.drops
                 seen.setdefault(host.host, {})[agent.instance] = agent.drops
     seen_file.write_text(json.dumps(seen))
+    result.ttl = ttl.status(spec)  # the time left (from the ledger; each host's timer is in its HostStatus)
     return result
 
 

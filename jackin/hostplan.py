@@ -15,6 +15,7 @@ Credential values are never shown: a delivery is rendered as "credential NAME of
 from __future__ import annotations
 
 import shlex
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.credentials import Secrets, fleet_dir
 from jackin.operations import cow, credentials, firewall, fleet, host as host_ops
+from jackin.operations import ttl as ttl_ops
 from jackin.operations.files import Command, Refused, Upload
 from jackin.plan import FleetPlan
 from jackin.state import HostState
@@ -29,7 +31,7 @@ from jackin.state import HostState
 # Bootstrap: a Docker engine and nftables (any Docker engine will do: docker.io or docker-ce).
 PACKAGES = (("docker.io", "dockerd"), ("nftables", "nft"))
 CATEGORIES = ("bootstrap", "docker daemon", "image", "users", "files", "networks", "containers", "firewall",
-              "credentials", "checkpoint fs")  # fmt: skip
+              "credentials", "checkpoint fs", "time-to-live")  # fmt: skip
 
 
 @dataclass
@@ -101,6 +103,10 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
         out.append(_built("containers", f"agent {agent.instance}",
                           lambda agent=agent: fleet.agent_commands(agent, state, plan.address_pools),
                           noop=f"agent {agent.instance} is up to date"))  # fmt: skip
+    if plan.ttl_deadline is not None or state.ttl.present:  # the fleet's time-to-live, enforced by the host
+        out.append(_built("time-to-live", f"time-to-live of fleet {plan.fleet}",
+                          lambda: ttl_ops.ttl_commands(plan, state.ttl, now=time.time()),
+                          noop=f"the time-to-live of fleet {plan.fleet} is in place"))  # fmt: skip
     return out
 
 

@@ -170,6 +170,7 @@ class FleetPlan(_Model):
     address_pools: list[AddressPool] = Field(default_factory=list)
     fleet_hosts: list[str] = Field(default_factory=list)  # every fleet host's IP addresses: always denied to agents
     checkpoints: CheckpointPlan | None = None  # None: homes are plain directories (no checkpoint tier)
+    ttl_deadline: int | None = None  # epoch seconds (operator clock) the time-to-live ends (jackin/ttl.py)
 
     @property
     def fleet_dir(self) -> str:

@@ -25,6 +25,7 @@ from jackin.daemon import DaemonState, daemon_section
 from jackin.daemon import parse_section as parse_daemon
 from jackin.errors import JackinError
 from jackin.firewall import NFT_DIR, owned_paths
+from jackin.operations import ttl as ttl_ops
 from jackin.plan import CREDENTIALS_DIR, ROOT, STATE_DIR, user_name
 from jackin.snapshots.cow import CowState
 from jackin.snapshots.cow import parse_state as parse_cow
@@ -135,6 +136,7 @@ class HostState(BaseModel):
     credential_digests: dict[str, dict[str, str]] = Field(default_factory=dict)
     daemon: DaemonState | None = None  # the Docker daemon's settings (read only with ``bootstrap``; see jackin.daemon)
     apparmor: AppArmor | None = None  # None: not in the read
+    ttl: ttl_ops.TtlState = Field(default_factory=ttl_ops.TtlState)  # the time-to-live's file and units
 
     def user_by_uid(self, uid: int) -> User | None:
         return next((u for u in self.users.values() if u.uid == uid), None)
@@ -165,6 +167,7 @@ class HostState(BaseModel):
             "cow": list(self.cow.leftovers),
             "snapshots": self.snapshots.leftovers(self.fleet),
             "credentials": sorted(self.credentials),
+            "ttl": [] if self.fleet is None else self.ttl.leftovers(self.fleet),
         }
 
 
@@ -200,6 +203,7 @@ echo '##files'; for p in {" ".join(shlex.quote(p) for p in owned_paths(fleet))};
 {snapshots_section(fleet)}
 {_credentials_command(fleet)}
 {APPARMOR_SECTION}
+{ttl_ops.state_section(fleet)}
 {daemon_section() if bootstrap else ""}
 true
 """.strip()
@@ -371,4 +375,5 @@ def _parse_state(lines: list[str]) -> HostState:
     data["credential_digests"] = _digests(sections.get("creddigests", []))
     data["daemon"] = parse_daemon(sections.get("daemon", []))
     data["apparmor"] = parse_apparmor(sections["apparmor"]) if "apparmor" in sections else None
+    data["ttl"] = ttl_ops.parse_section(sections.get("ttl", []))
     return HostState(**data)

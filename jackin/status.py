@@ -25,6 +25,7 @@ from jackin.firewall import GUARD, ident
 from jackin.plan import ROOT
 from jackin.remote import gather
 from jackin.ssh import SshTarget
+from jackin.ttl import TtlStatus, line
 
 SAMPLE = 0.25
 
@@ -63,6 +64,7 @@ class HostStatus(_Model):
     guard: str | None = None  # the guard service (systemctl is-active): active, inactive, failed...
     guard_timer: str | None = None  # its backstop timer
     not_enforced: str | None = None  # why the agents' egress policy is not enforced here; None if it is
+    ttl_timer: str | None = None  # the time-to-live's timer (systemctl is-active; inactive: none here)
     agents: list[AgentStatus] = Field(default_factory=list)
 
 
@@ -72,6 +74,7 @@ class FleetStatus(_Model):
     hosts: list[HostStatus]
     agent_states: dict[str, int] = Field(default_factory=dict)  # agents per state, over every host read
     rollup: str | None = None  # "4 agents: 1 blocked, 2 working, 1 done"
+    ttl: TtlStatus | None = None  # the time-to-live: the time left (jackin/ttl.py)
 
 
 def status_command(fleet: str) -> str:
@@ -101,7 +104,7 @@ def status_command(fleet: str) -> str:
         'echo "$p $cpu $mem"; done'
     )
     return (
-        f"date +%s.%N; {drops}echo '##rows'; ids=$(docker ps -aq --no-trunc --filter {label}) || {{ echo '##docker'; echo down; exit 0; }}; "
+        f"date +%s.%N; {drops}{ttl_section(fleet)}echo '##rows'; ids=$(docker ps -aq --no-trunc --filter {label}) || {{ echo '##docker'; echo down; exit 0; }}; "
         f"[ -n \"$ids\" ] || exit 0; "
         f"rows=$(docker inspect --format '{fmt}' $ids); printf '%s\\n' \"$rows\"; "
         "pids=$(printf '%s\\n' \"$rows\" | awk -F'|' '$10 > 0 {print $10}'); "
@@ -131,6 +134,8 @@ def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, 
         "policy_loaded": "\n##table\nloaded" in output, "policy": policy,
         "guard": guard[0] if guard else "unknown", "guard_timer": guard[1] if len(guard) > 1 else "unknown",
     }  # fmt: skip
+    timer = sections.get("ttltimer", [])
+    fields["ttl_timer"] = timer[0] if timer else None
     if "docker" in sections:  # the host answered, its Docker engine did not: its agents are unknown, not absent
         fields["error"] = DOCKER_DOWN
     return now, agents, fields
@@ -342,3 +347,19 @@ def fill_rollup(status: FleetStatus) -> FleetStatus:
     status.agent_states = {s: states.count(s) for s in derivation.STATES if s in states}
     status.rollup = derivation.rollup(states)
     return status
+
+
+# --- the time-to-live ------------------------------------------------------------------
+
+
+def ttl_section(fleet: str) -> str:
+    """``##ttltimer``: the state of the fleet's time-to-live timer on the host (inactive: none)."""
+    return f"echo '##ttltimer'; systemctl is-active {shlex.quote(f'jackin-ttl-{fleet}.timer')} 2>/dev/null; "
+
+
+def ttl_line(status: FleetStatus) -> str | None:
+    """The line fleet.status prints about the time left (None: status read without it)."""
+    if status.ttl is None:
+        return None
+    timers = {h.host: h.ttl_timer or "unknown" for h in status.hosts if h.reachable} if status.ttl.ttl else None
+    return line(status.fleet, status.ttl, timers)

@@ -190,6 +190,10 @@ def status_table(status: FleetStatus) -> Table:
         table.caption += "\npolicy guard: " + ", ".join(guards)
     for host in (h for h in status.hosts if h.not_enforced):
         table.caption += f"\n{host.host}: egress policy NOT ENFORCED: {host.not_enforced}"
+    from jackin.status import ttl_line  # the time-to-live's time left (jackin/ttl.py)
+
+    if ttl_line(status):
+        table.caption += f"\n{ttl_line(status)}"
     return table
 
 
@@ -443,7 +447,8 @@ def _fleet_contract(contract) -> Table:
                               f"before_teardown {str(rec.before_teardown).lower()}, checkpoints {rec.checkpoints}; "
                               f"last snapshot {rec.last_snapshot or 'none'}"
                               + "".join(f"\n{n}" for n in rec.notes))  # fmt: skip
-    ttl = "none" if down.ttl is None else f"{_duration(down.ttl)} (not enforced yet)"
+    ttl = "none" if down.ttl is None else (f"{_duration(down.ttl)} from the first fleet.up (enforced on each "
+                                            "host: a systemd timer stops the agents)")  # fmt: skip
     table.add_row("teardown", f"ttl {ttl}; fleet.down removes {', '.join(down.removes)}; keeps "
                               f"{', '.join(down.keeps)}; final snapshot: {down.final_snapshot}")  # fmt: skip
     if contract.hosts:
