@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.credentials import Secrets, fleet_dir
-from jackin.operations import cow, credentials, firewall, fleet, host as host_ops
+from jackin.operations import cow, credentials, firewall, fleet, host as host_ops, work
 from jackin.operations.files import Command, Refused, Upload
 from jackin.plan import FleetPlan
 from jackin.state import HostState
@@ -29,7 +29,7 @@ from jackin.state import HostState
 # Bootstrap: a Docker engine and nftables (any Docker engine will do: docker.io or docker-ce).
 PACKAGES = (("docker.io", "dockerd"), ("nftables", "nft"))
 CATEGORIES = ("bootstrap", "docker daemon", "image", "users", "files", "networks", "containers", "firewall",
-              "credentials", "checkpoint fs")  # fmt: skip
+              "credentials", "checkpoint fs", "work")  # fmt: skip
 
 
 @dataclass
@@ -97,6 +97,9 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
         out.append(_built("credentials", f"credentials of fleet {plan.fleet}",
                           lambda: credentials.credential_commands(plan, state, values),
                           noop=f"credentials of fleet {plan.fleet} are up to date"))  # fmt: skip
+    if any(a.work for a in plan.agents) or state.work:  # before the containers that mount it (jackin/work.py)
+        out.append(_built("work", f"work of fleet {plan.fleet}", lambda: work.work_commands(plan, state),
+                          noop=f"work of fleet {plan.fleet} is up to date"))  # fmt: skip
     for agent in plan.agents:
         out.append(_built("containers", f"agent {agent.instance}",
                           lambda agent=agent: fleet.agent_commands(agent, state, plan.address_pools),
@@ -187,6 +190,8 @@ def _split(step: Step, plan: FleetPlan) -> list[Change]:
         return [Change(category=step.category, step=step.name, lines=["systemctl: docker running and enabled"])]
     if step.category == "credentials":
         return [Change(category="credentials", step=step.name, lines=_credential_lines(plan, step.commands))]
+    if step.category == "work":
+        return [Change(category="work", step=step.name, lines=work.lines(plan, step.commands))]
     classify = {"containers": _agent_category, "files": _fleet_category}.get(step.category)
     out: list[Change] = []
     for command in step.commands:
