@@ -51,6 +51,9 @@ def fleet_validate(c, inventory=None):
     """Check an inventory file; every problem is reported at once, nothing is touched."""
     with guard():
         spec = fleet_api.load(inventory)
+        from jackin import work
+
+        work.check(spec.fleet)  # repositories, refs and task files on this machine (exit 2), no host touched
         agents = sum(a.count for a in spec.fleet.agents)
         ui.out.print(f"{inventory or fleet_api.DEFAULT_INVENTORY}: ok (fleet {spec.fleet.name!r}, "
                      f"provider {spec.fleet.provider}, {agents} agent(s))")  # fmt: skip
