@@ -116,9 +116,12 @@ def fetch(repo: str, bundle: bytes, branch: str, ref: str) -> str:
         verify = git("-C", repo, "bundle", "verify", "--quiet", str(path), check=False)
         if verify.returncode != 0:
             raise WorkError(f"the agent's bundle does not verify: {verify.stderr.decode(errors='replace')[-300:]}")
-        git("-C", repo, "-c", "transfer.fsckObjects=true", "-c", "fetch.fsckObjects=true", "-c", "gc.auto=0",
-            "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules", str(path),
-            f"+refs/heads/{branch}:{ref}")  # fmt: skip
+        fetched = git("-C", repo, "-c", "transfer.fsckObjects=true", "-c", "fetch.fsckObjects=true", "-c",
+                      "gc.auto=0", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
+                      str(path), f"+refs/heads/{branch}:{ref}", check=False)  # fmt: skip
+        if fetched.returncode != 0:
+            raise WorkError(f"the agent's bundle cannot be fetched into {repo}: "
+                            f"{' '.join(fetched.stderr.decode(errors='replace').split())[-300:]}")  # fmt: skip
     commit = git("-C", repo, "rev-parse", "--verify", f"{ref}^{{commit}}").stdout.decode().strip()
     return commit
 
