@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin import contract, credentials, firewall, work
+from jackin import contract, credentials, firewall, images, work
 from jackin import plan as planning
 from jackin.applied import applied, in_place
 from jackin.engine import Event, HostResult, RunResult
@@ -122,12 +122,16 @@ def up(
             log(f"warning: host {name} is given by name: its address is not in the agents' always-denied set "
                 "(give it as an IP address to deny it)")
         states = read_states(plan, hosts)  # one parallel round trip: the snapshot decision and the plan
+        if not dry_run or bring_up:  # role images some host lacks: built and archived here first (jackin/images.py)
+            images.prepare_missing(plan, states, log=log)
         # Before anything changes: snapshot the agents this run recreates or removes (a dry run names them).
         auto, _ = snapshot_before_up(ledger, inventory, plan, hosts, action=action, dry_run=dry_run, log=log,
                                      states=states)  # fmt: skip
         split = split_hosts(plan, hosts, states, values)
         not_run = [_not_run(name, error) for name, error in split.unread.items()]
         kept = [_unchanged(name) for name in split.unchanged]
+        if not dry_run:  # loaded over SSH before the deploy; a host that could not load one is not deployed
+            not_run += images.load_missing(plan, split, states, log=log)
         if dry_run:  # changes nothing, the ledger included
             result = RunResult(hosts=[], dry_run=True)
             if split.run:

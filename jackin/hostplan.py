@@ -80,7 +80,7 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
     busybox = bool(state.host.get("busybox"))
     for image in sorted({a.image for a in plan.agents}):
         out.append(_built("image", f"agent image {image}",
-                          lambda image=image: host_ops.image_commands(image, state.images, busybox=busybox),
+                          lambda image=image: _image_commands(image, state, busybox=busybox),
                           noop=f"image {image} is present"))  # fmt: skip
     out.append(_built("files", f"fleet {plan.fleet}", lambda: fleet.fleet_commands(plan, state),
                       noop=f"fleet {plan.fleet} root is up to date"))  # fmt: skip
@@ -105,6 +105,15 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
                           lambda agent=agent: fleet.agent_commands(agent, state, plan.address_pools),
                           noop=f"agent {agent.instance} is up to date"))  # fmt: skip
     return out
+
+
+def _image_commands(image: str, state: HostState, *, busybox: bool) -> list[Command]:
+    """The agent image on the host: a role's (loaded from the operator, or built there) or the busybox one."""
+    from jackin import images
+
+    if images.is_role_image(image):
+        return host_ops.role_image_commands(image, state.images, **images.source(image))
+    return host_ops.image_commands(image, state.images, busybox=busybox)
 
 
 # --- what is shown ---------------------------------------------------------------
@@ -192,6 +201,9 @@ def _split(step: Step, plan: FleetPlan) -> list[Change]:
         return [Change(category="credentials", step=step.name, lines=_credential_lines(plan, step.commands))]
     if step.category == "work":
         return [Change(category="work", step=step.name, lines=work.lines(plan, step.commands))]
+    if step.category == "image":  # a role image loaded from the operator: by tag and size, not its check
+        lines = [c.shown if isinstance(c, host_ops.ImageLoad) else str(c) for c in step.commands]
+        return [Change(category="image", step=step.name, lines=lines)]
     classify = {"containers": _agent_category, "files": _fleet_category}.get(step.category)
     out: list[Change] = []
     for command in step.commands:

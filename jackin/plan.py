@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -62,6 +63,21 @@ class WorkPlan(_Model):
     files: dict[str, str] = Field(default_factory=dict)  # file name -> sha256 hex; empty: not prepared
 
 
+class Health(_Model):
+    """The role's healthcheck as ``docker run`` flags (durations in seconds)."""
+
+    test: list[str]
+    interval: int
+    timeout: int
+    retries: int
+    start_period: int
+
+    def run_args(self) -> list[str]:
+        return ["--health-cmd", shlex.join(self.test), "--health-interval", f"{self.interval}s",
+                "--health-timeout", f"{self.timeout}s", "--health-retries", str(self.retries),
+                "--health-start-period", f"{self.start_period}s"]  # fmt: skip
+
+
 class AgentPlan(_Model):
     fleet: str
     agent: str
@@ -82,6 +98,7 @@ class AgentPlan(_Model):
     policy: NetworkPolicy = NetworkPolicy()
     credentials: list[str] = Field(default_factory=list)  # names only: values never enter a plan
     mounts: list[Mount] = Field(default_factory=list)
+    healthcheck: Health | None = None  # the role's Docker HEALTHCHECK (None: the image's own, if any)
     work: WorkPlan | None = None  # a repository and a task delivered to /run/jackin/work (jackin/work.py)
 
     @property
@@ -148,6 +165,8 @@ class AgentPlan(_Model):
             args += ["--publish", f"{port.bind}:{host_port}:{port.port}/{port.protocol}"]
         for key, value in sorted(self.labels.items()):
             args += ["--label", f"{key}={value}"]
+        if self.healthcheck is not None:
+            args += self.healthcheck.run_args()
         return args, [self.image, *self.command]
 
     @property
@@ -229,7 +248,7 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
                 fleet=spec.name, agent=agent_name, instance=instance, role=agent.role,
                 uid=uids[instance], user=user, home=home, workspace=f"{home}/workspace",
                 container=user, network=user, bridge=bridge_name(spec.name, instance),
-                image=agent.image or DEFAULT_IMAGE, command=IDLE,
+                **role_settings(agent.role, agent.image),
                 memory=resources.memory, cpus=resources.cpus, pids=resources.pids,
                 policy=spec.agent_network(agent),
                 credentials=sorted({c.name for c in agent.credentials}), mounts=agent.mounts,
@@ -255,3 +274,17 @@ def work_plan(work: WorkSpec | None, instance: str) -> WorkPlan | None:
         return None
     name = work.repo.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1].removesuffix(".git") or "repo"
     return WorkPlan(repo=work.repo, name=name, ref=work.ref, branch=f"jackin/{instance}")
+
+
+def role_settings(role_name: str, image: str | None) -> dict:
+    """The agent's image, command and healthcheck from its role (jackin/roles.py): the role's image
+    (``jackin/role-<name>:<hash>``), its command (run by the image's entrypoint) and healthcheck.
+    The spec's ``image:`` overrides the image; the registry-free busybox image (``DEFAULT_IMAGE``)
+    has no entrypoint or health script, so it idles with no healthcheck."""
+    from jackin import roles
+
+    if image == DEFAULT_IMAGE:
+        return {"image": image, "command": IDLE, "healthcheck": None}
+    role = roles.load(role_name)
+    return {"image": image or role.tag, "command": list(role.command),
+            "healthcheck": Health(**role.healthcheck.model_dump())}

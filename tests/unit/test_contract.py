@@ -84,7 +84,8 @@ def test_build_resolves_identity_mounts_credentials_network_resources() -> None:
 def test_host_effects_recovery_teardown_and_risks() -> None:
     c = contract_of(inventory())
     effects = c.host_effects
-    assert [p.name for p in effects.packages] == ["docker.io", "nftables", "dnsmasq-base", "btrfs-progs", "busybox-static"]
+    # busybox-static only for the busybox image (image: jackin/agent:busybox); the demo role's image comes from the operator
+    assert [p.name for p in effects.packages] == ["docker.io", "nftables", "dnsmasq-base", "btrfs-progs"]
     assert "jackin-nft-demo.service" in effects.services and "jackin-dns-demo@coder-1.service" in effects.services
     assert {"/etc/jackin/nft/demo.nft", "/etc/docker/daemon.json", "/var/lib/jackin/fleet-demo.json"} <= set(effects.files)
     assert effects.firewall_tables == ["inet jackin-demo"]
