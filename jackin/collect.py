@@ -44,6 +44,7 @@ STATUS_FILE = "/workspace/.jackin/status.json"
 HANDOFF_FILE = "/workspace/.jackin/handoff.md"
 REPO_DIR = "/workspace/repo"
 READ_TIMEOUT = 600
+STATES = ("idle", "working", "blocked", "done", "failed")
 
 
 class AgentCollect(BaseModel):
@@ -201,6 +202,12 @@ def read_status(conn, agent: planning.AgentPlan, *, host: str) -> dict:
     return found if isinstance(found, dict) else {}
 
 
+def state_of(status: dict) -> str:
+    """The state a status file names, when it is one of the contract's (agent-written text is never shown raw)."""
+    state = status.get("state")
+    return state if state in STATES else "unknown"
+
+
 def _started_from(data: bytes | None) -> str | None:
     """The commit in a work.json (the agent's starting point), when it is a commit id."""
     try:
@@ -216,7 +223,7 @@ def _one(conn, inventory: Inventory, agent: planning.AgentPlan, *, host: str, in
     fleet = inventory.fleet.name
     result = AgentCollect(host=host, instance=agent.instance, agent=agent.agent)
     status = read_status(conn, agent, host=host)
-    result.state = str(status.get("state") or "unknown")[:20]
+    result.state = state_of(status)
     if not asked and result.state != "done":
         result.reason = f"state {result.state} (not done; --agent collects any state)"
         return result
@@ -339,8 +346,7 @@ def diff_stat(repo: str | None, source: str | None, ref: str | None) -> str | No
 def _live(target: SshTarget, agents: list[planning.AgentPlan]) -> dict[str, str] | JackinError:
     try:
         with connect(target, timeout=10) as conn:
-            return {a.instance: str(read_status(conn, a, host=target.name).get("state") or "unknown")[:20]
-                    for a in agents}  # fmt: skip
+            return {a.instance: state_of(read_status(conn, a, host=target.name)) for a in agents}
     except JackinError as error:
         return error
     except Exception as error:  # noqa: BLE001 - SSH faults become that host's error

@@ -78,8 +78,8 @@ class Prepared(BaseModel):
 
 def git(*args: str, cwd: str | Path | None = None, check: bool = True, input: bytes | None = None,
         timeout: float = GIT_TIMEOUT) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
-    """Run git without a terminal prompt, without the operator's global or system config's
-    surprises for what we run (no pager, no prompts); raises WorkError with git's own message."""
+    """Run git on this machine with no terminal prompt and no pager, bounded by ``timeout``; raises
+    WorkError with git's own message unless ``check=False``."""
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "LC_ALL": "C"}
     try:
         done = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True, env=env,

@@ -203,7 +203,14 @@ def test_the_same_work_is_not_rewritten_and_a_changed_task_is_redelivered_alone(
     done = inv("fleet.up", "-i", str(wfleet.spec), "--yes", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     assert files_seen(wfleet) == before
+    assert json.loads(done.stdout)["unchanged"] == [json.loads(done.stdout)["run"]["hosts"][0]["host"]]
     wfleet.write_spec("Add more notes\\nwrite: notes.txt: second note")
+    plan = inv("fleet.plan", "-i", str(wfleet.spec), "--json")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    lines = [line for host in json.loads(plan.stdout)["hosts"] for change in host["changes"]["changes"]
+             for line in change["lines"]]  # fmt: skip
+    size = len(b"Add more notes\nwrite: notes.txt: second note")
+    assert lines[0] == f"work of coder-1: deliver task.md ({size} bytes)", lines
     done = inv("fleet.up", "-i", str(wfleet.spec), "--yes", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     after = files_seen(wfleet)

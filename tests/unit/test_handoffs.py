@@ -133,3 +133,34 @@ def test_a_bundle_that_does_not_verify_is_refused(tmp_path: Path) -> None:
 def test_a_host_name_that_cannot_be_in_a_ref_is_refused() -> None:
     with pytest.raises(SpecError):
         collect.ref_name("demo", "bad..host", "coder-1")
+
+
+# --- what collect reads from the agent (agent-written: never shown raw) ----------------------
+
+
+def test_only_the_contracts_states_are_shown() -> None:
+    assert [collect.state_of(s) for s in ({"state": "done"}, {"state": "\x1b[2Jdone"}, {}, {"state": 3})] == [
+        "done", "unknown", "unknown", "unknown"]
+
+
+def test_the_starting_commit_is_taken_only_when_it_is_a_commit_id() -> None:
+    commit = "ab" * 20
+    assert collect._started_from(f'{{"commit":"{commit}"}}'.encode()) == commit
+    assert collect._started_from(b'{"commit":"HEAD; rm -rf /"}') is None
+    assert collect._started_from(b"not json") is None and collect._started_from(None) is None
+
+
+def test_agents_are_chosen_by_instance_or_agent_and_an_unknown_name_is_exit_2() -> None:
+    from jackin.plan import build
+    from jackin.spec import parse_inventory
+
+    spec = parse_inventory("fleet:\n  name: demo\n  provider: lab\n  agents:\n    - {name: coder, count: 2}\n"
+                           "    - {name: rev}\n", "f.yaml").fleet  # fmt: skip
+    plan = build(spec, {"coder-1": 60000, "coder-2": 60001, "rev-1": 60002})
+    assert [a.instance for a in collect.select(plan, ["coder"])] == ["coder-1", "coder-2"]
+    assert [a.instance for a in collect.select(plan, ["rev-1", "coder-2"])] == ["coder-2", "rev-1"]
+    assert len(collect.select(plan, None)) == 3
+    with pytest.raises(SpecError, match="no agent nobody in fleet demo"):
+        collect.select(plan, ["nobody"])
+    assert collect.as_agent(plan.agents[0], "head", "-c", "10", "/workspace/.jackin/handoff.md") == (
+        "docker exec --user 60000:60000 jk-demo--coder-1 head -c 10 /workspace/.jackin/handoff.md")
