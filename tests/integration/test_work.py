@@ -190,6 +190,23 @@ def test_fleet_review_lists_state_commit_diff_and_evidence(wfleet: Fleet) -> Non
     assert table.returncode == 0 and "coder-1" in table.stdout and "reviewer-1" in table.stdout
 
 
+def test_a_handoff_without_evidence_is_flagged_and_shown_in_review(wfleet: Fleet) -> None:
+    coder = wfleet.uid(wfleet.coder)
+    text = "## What I did\\n\\nThings.\\n\\n## Commit\\n\\nsee the branch\\n"
+    sh(wfleet.lab, f"docker exec --user {coder}:{coder} {wfleet.coder} sh -c "
+                   f"'printf \"{text}\" > /workspace/.jackin/handoff.md'")  # the agent writes a thin handoff
+    done = inv("fleet.collect", "-i", str(wfleet.spec), "--agent", "coder-1", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (item,) = json.loads(done.stdout)["agents"]
+    assert item["instance"] == "coder-1" and item["result"] == "collected"
+    assert item["evidence"]["ok"] is False
+    assert item["evidence"]["problems"] == ["no '## Files changed' section", "no '## Tests run' section",
+                                            "no '## Could not verify' section", "no '## Risks' section",
+                                            "the Commit section names no commit id"]  # fmt: skip
+    rows = {r["instance"]: r for r in json.loads(inv("fleet.review", "-i", str(wfleet.spec), "--json").stdout)["rows"]}
+    assert rows["coder-1"]["evidence"].startswith("without evidence: ") and rows["reviewer-1"]["evidence"] == "ok"
+
+
 def files_seen(fleet: Fleet) -> dict[str, str]:
     d = fleet.dir
     names = [f"{d}/{i}/{n}" for i in ("coder-1", "reviewer-1") for n in ("repo.bundle", "task.md", "work.json")]

@@ -16,7 +16,7 @@ from jackin.operations.files import Refused, Upload
 from jackin.operations.fleet import teardown_commands as fleet_teardown
 from jackin.operations.work import digests_file, teardown_commands, work_commands
 from jackin.plan import WORK_TARGET, FleetPlan, build
-from jackin.spec import load_inventory, parse_inventory
+from jackin.spec import load_inventory
 from jackin.state import HostState, PathInfo, parse_state
 
 
