@@ -129,6 +129,16 @@ def fleet_plan(c, inventory=None, json=False):
         raise Exit(code=cli.fleet_plan(inventory, json=json))
 
 
+@task(help={"inventory": INVENTORY, "until": "done (default: every agent done, failed or idle), blocked (an agent "
+            "is blocked) or any (an agent changes state)", "timeout": "give up after this long (90s, 10m, 2h; default: "
+            "no limit)", "json": "print the result as JSON (the changes go to stderr)"})  # fmt: skip
+def fleet_wait(c, inventory=None, until="done", timeout=None, json=False):
+    """Wait until the fleet's agents reach a state, printing each change as it happens.
+    Exit 0: it held; 1: done, but an agent failed; 3: a host stayed unreadable; 4: timed out."""
+    with guard():
+        raise Exit(code=cli.fleet_wait(inventory, until=until, timeout=timeout, json=json))
+
+
 # --- agent -------------------------------------------------------------------
 
 
@@ -145,6 +155,15 @@ def agent_denials(c, agent, inventory=None, json=False):
     """List destinations the agent's egress policy denied in the last hour."""
     with guard():
         raise Exit(code=cli.agent_denials(inventory, agent, json=json))
+
+
+@task(help={"agent": "instance (coder-1)", "text": "the answer (- reads it from stdin)", "inventory": INVENTORY,
+            "host": "the host whose instance to answer (default: the one where it is blocked)"})  # fmt: skip
+def agent_answer(c, agent, text, inventory=None, host=None):
+    """Answer a blocked agent's question: the text is written into its workspace as the agent.
+    Refused (exit 1, nothing written) when the agent is not blocked."""
+    with guard():
+        raise Exit(code=cli.agent_answer(inventory, agent, text, host=host))
 
 
 # --- snapshot ----------------------------------------------------------------
@@ -265,12 +284,14 @@ fleet.add_task(fleet_gc, "gc")
 fleet.add_task(fleet_rollback, "rollback")
 fleet.add_task(fleet_runs, "runs")
 fleet.add_task(fleet_plan, "plan")
+fleet.add_task(fleet_wait, "wait")
 fleet.add_task(fleet_collect, "collect")
 fleet.add_task(fleet_review, "review")
 
 agent_ns = Collection("agent")
 agent_ns.add_task(agent_netcheck, "netcheck")
 agent_ns.add_task(agent_denials, "denials")
+agent_ns.add_task(agent_answer, "answer")
 
 snapshot = Collection("snapshot")
 snapshot.add_task(snapshot_create, "create")

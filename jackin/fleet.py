@@ -75,6 +75,8 @@ class UpResult(BaseModel):
     plan: planning.FleetPlan
     snapshots: list[AutoSnapshot] = Field(default_factory=list)  # automatic, before agents were recreated or removed
     unchanged: list[str] = Field(default_factory=list)  # hosts with nothing to change: not handed to the engine
+    changes: list[HostPlan] = Field(default_factory=list)  # a dry run: per host what the deploy would do
+    terms: contract.Gate | None = Field(default=None, exclude=True)  # a dry run: the launch contract, hosts read
 
     @property
     def changed(self) -> int:
@@ -106,6 +108,8 @@ def up(
     - what the deploy would do on each host (``jackin.hostplan``): a host with nothing to change is
       not handed to the pyinfra engine (recorded in the run as ok, no change; ``unchanged`` in the
       run's detail), and a host whose state cannot be read is not run.
+    ``dry_run`` stops there: no engine, nothing recorded; the result carries that in-process plan per host
+    (``changes``, what ``fleet.plan`` shows) and the launch contract with the hosts' facts (``terms``).
     """
     fleet = inventory.fleet
     credentials.check(fleet)  # refused (exit 2) before anything: credential-like mounts, duplicate names
@@ -130,16 +134,14 @@ def up(
         split = split_hosts(plan, hosts, states, values)
         not_run = [_not_run(name, error) for name, error in split.unread.items()]
         kept = [_unchanged(name) for name in split.unchanged]
-        if not dry_run:  # loaded over SSH before the deploy; a host that could not load one is not deployed
-            not_run += images.load_missing(plan, split, states, log=log)
-        if dry_run:  # changes nothing, the ledger included
-            result = RunResult(hosts=[], dry_run=True)
-            if split.run:
-                _, result = recorded_run(None, fleet=fleet.name, action="fleet.up --dry-run", deploy="fleet.py",
-                                         hosts=split.run, data=plan.model_dump(mode="json"), dry_run=True,
-                                         on_event=on_event, secrets=values)  # fmt: skip
-            result.hosts = _in_order(result.hosts + kept + not_run, hosts)
-            return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto, unchanged=split.unchanged)
+        read = {name: state for name, state in states.items() if isinstance(state, HostState)}
+        if dry_run:  # changes nothing, the ledger included: the in-process plan (fleet.plan's), no engine
+            planned = [_planned(split.plans[h.name]) for h in split.run]
+            result = RunResult(hosts=_in_order(planned + kept + not_run, hosts), dry_run=True)
+            return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto, unchanged=split.unchanged,
+                            changes=_host_plans(hosts, split), terms=contract.gate_of(ledger, inventory, plan, read))  # fmt: skip
+        # Role images a host lacks are loaded over SSH before the deploy; a host that cannot load one is not deployed.
+        not_run += images.load_missing(plan, split, states, log=log)
         ledger.record_fleet(fleet.name, fleet.provider, source, "up")
         provider.claim()
 
@@ -149,7 +151,7 @@ def up(
                 ledger.record_agents(fleet.name, host.host, [a.model_dump() for a in plan.agents])
 
         names, spec = [h.name for h in hosts], applied(inventory)
-        terms = contract.current(inventory, ledger, plan)  # the launch contract this run applies
+        terms = contract.current(inventory, ledger, plan, read)  # the launch contract this run applies
         by_name = {h.name: h for h in hosts}
 
         def record_spec(run_id: int) -> None:
@@ -251,6 +253,10 @@ class PlanResult(BaseModel):
     plan: planning.FleetPlan
     hosts: list[HostPlan] = Field(default_factory=list)
     note: str | None = None  # e.g. the lab is not up: nothing to plan against
+    host_facts: dict[str, HostState] = Field(default_factory=dict, exclude=True)  # for the contract's host lines
+
+
+UpResult.model_rebuild()
 
 
 def plan(inventory: Inventory, *, log: Log = lambda _: None) -> PlanResult:
@@ -269,7 +275,14 @@ def plan(inventory: Inventory, *, log: Log = lambda _: None) -> PlanResult:
     if not hosts:
         return PlanResult(fleet=fleet.name, plan=fleet_plan,
                           note="the lab is not up: fleet.up would create its hosts first; nothing to plan against yet")  # fmt: skip
-    split = split_hosts(fleet_plan, hosts, read_states(fleet_plan, hosts), values)
+    states = read_states(fleet_plan, hosts)
+    split = split_hosts(fleet_plan, hosts, states, values)
+    return PlanResult(fleet=fleet.name, plan=fleet_plan, hosts=_host_plans(hosts, split),
+                      host_facts={n: s for n, s in states.items() if isinstance(s, HostState)})  # fmt: skip
+
+
+def _host_plans(hosts: list[SshTarget], split: HostSplit) -> list[HostPlan]:
+    """Per host, in order: what the deploy would change there, or why that is unknown."""
     found = []
     for host in hosts:
         error = split.unread.get(host.name)
@@ -277,7 +290,15 @@ def plan(inventory: Inventory, *, log: Log = lambda _: None) -> PlanResult:
             found.append(HostPlan(host=host.name, error=error.message, unreachable=isinstance(error, ConnectError)))
         else:
             found.append(HostPlan(host=host.name, changes=split.plans[host.name]))
-    return PlanResult(fleet=fleet.name, plan=fleet_plan, hosts=found)
+    return found
+
+
+def _planned(changes: HostChanges) -> HostResult:
+    """A dry run's host with changes: how many of the deploy's steps would change something; a step
+    the deploy would refuse fails the host, as the deploy would while preparing."""
+    refused = "; ".join(changes.refused)
+    return HostResult(host=changes.host, connected=True, changed=len({c.step for c in changes.changes}),
+                      failed=1 if refused else 0, error=f"fleet.up would refuse: {refused}" if refused else None)  # fmt: skip
 
 
 def _only(hosts: list[SshTarget], only: list[str] | None) -> list[SshTarget]:
@@ -302,7 +323,10 @@ def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
     its policy dropped in all and since the last ``status`` (kept in the state dir).
     """
     spec = inventory.fleet
-    result = fleet_status(spec.name, targets(inventory, bring_up=False), timeout=timeout)
+    from jackin.agent_state import stale_after
+
+    result = fleet_status(spec.name, targets(inventory, bring_up=False), timeout=timeout,
+                          stale_after=stale_after(spec))  # fmt: skip
     applied_there = in_place(spec.name, [h.host for h in result.hosts])  # after a rollback: not the file's
     seen_file = private_dir(state_dir() / "fleets" / spec.name) / "drops.json"
     try:

@@ -99,6 +99,17 @@ class SnapshotDirs(BaseModel):
         return left + ([UPLOADED_RESTIC] if self.restic and not self.others and not self.fleet else [])
 
 
+class AppArmor(BaseModel):
+    """The host's AppArmor, as the launch contract states it: whether the kernel's AppArmor is enabled
+    (``/sys/module/apparmor/parameters/enabled`` is ``Y``; no such file: a kernel without it), and the
+    mode of Docker's default profile when it is loaded (``docker-default (enforce)`` in
+    ``/sys/kernel/security/apparmor/profiles``; Docker loads it when its daemon starts)."""
+
+    model_config = ConfigDict(frozen=True)
+    enabled: bool
+    docker_default: str | None = None  # "enforce", "complain"...; None: not loaded (or unreadable)
+
+
 class HostState(BaseModel):
     """What a host has of one fleet."""
 
@@ -123,6 +134,7 @@ class HostState(BaseModel):
     credentials: dict[str, PathInfo] = Field(default_factory=dict)
     credential_digests: dict[str, dict[str, str]] = Field(default_factory=dict)
     daemon: DaemonState | None = None  # the Docker daemon's settings (read only with ``bootstrap``; see jackin.daemon)
+    apparmor: AppArmor | None = None  # None: not in the read
     # Delivered work (jackin/work.py): the fleet's work dir, each agent's dir and files, and per
     # instance the sha256 of each delivered file (name -> digest), from its root-only record.
     work: dict[str, PathInfo] = Field(default_factory=dict)
@@ -192,10 +204,28 @@ echo '##files'; for p in {" ".join(shlex.quote(p) for p in owned_paths(fleet))};
 {cow_section(fleet)}
 {snapshots_section(fleet)}
 {_credentials_command(fleet)}
+{APPARMOR_SECTION}
 {_work_command(fleet)}
 {daemon_section() if bootstrap else ""}
 true
 """.strip()
+
+
+# ``##apparmor``: ``enabled=Y|N|`` and, when Docker's default profile is loaded, ``docker-default=MODE``.
+# Kernel files only (no name an agent chose); a missing file reads as empty: no AppArmor, not loaded.
+APPARMOR_SECTION = ("echo '##apparmor'; echo \"enabled=$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)\"; "
+                    "sed -n 's/^docker-default (\\([a-z]*\\))$/docker-default=\\1/p' "
+                    "/sys/kernel/security/apparmor/profiles 2>/dev/null | head -n 1")
+_APPARMOR_MODE = re.compile(r"[a-z]{1,16}")
+
+
+def parse_apparmor(lines: list[str]) -> AppArmor:
+    """``##apparmor``'s lines: enabled only when the kernel says ``Y``; a mode that is not a short
+    lowercase word is dropped (not loaded), never shown as read."""
+    values = dict(line.strip().split("=", 1) for line in lines if "=" in line)
+    mode = values.get("docker-default")
+    return AppArmor(enabled=values.get("enabled") == "Y",
+                    docker_default=mode if mode and _APPARMOR_MODE.fullmatch(mode) else None)  # fmt: skip
 
 
 def snapshots_section(fleet: str) -> str:
@@ -358,6 +388,7 @@ def _parse_state(lines: list[str]) -> HostState:
     data["credentials"] = _paths(sections.get("creds", []))
     data["credential_digests"] = _digests(sections.get("creddigests", []))
     data["daemon"] = parse_daemon(sections.get("daemon", []))
+    data["apparmor"] = parse_apparmor(sections["apparmor"]) if "apparmor" in sections else None
     data["work"] = _paths(sections.get("work", []))
     data["work_digests"] = _digests(sections.get("workdigests", []), _WORK_DIGEST)
     return HostState(**data)
