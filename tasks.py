@@ -51,6 +51,9 @@ def fleet_validate(c, inventory=None):
     """Check an inventory file; every problem is reported at once, nothing is touched."""
     with guard():
         spec = fleet_api.load(inventory)
+        from jackin import work
+
+        work.check(spec.fleet)  # repositories, refs and task files on this machine (exit 2), no host touched
         agents = sum(a.count for a in spec.fleet.agents)
         ui.out.print(f"{inventory or fleet_api.DEFAULT_INVENTORY}: ok (fleet {spec.fleet.name!r}, "
                      f"provider {spec.fleet.provider}, {agents} agent(s))")  # fmt: skip
@@ -280,6 +283,41 @@ def snapshot_push(c, snapshot, host=None, inventory=None, json=False):
         raise Exit(code=cli.snapshot_push(inventory, snapshot, host=host, json=json))
 
 
+# --- work and handoffs ---------------------------------------------------------
+
+
+@task(help={"inventory": INVENTORY, "agent": "collect this instance (coder-1) or agent (coder) in any state "
+            "(repeatable; default: every agent whose status is done)", "into": "fetch into this git repository "
+            "(default: the agent's source repository when it is a local path, else one under the state dir)",
+            "json": "print JSON"}, iterable=["agent"])  # fmt: skip
+def fleet_collect(c, inventory=None, agent=None, into=None, json=False):
+    """Bring each finished agent's branch (under refs/jackin/<fleet>/<host>/<instance>) and handoff back here.
+    Exit 1: an agent's collection failed; 3: a host is unreachable."""
+    from jackin import collect
+
+    with guard():
+        report = collect.collect(fleet_api.load(inventory), agents=agent or None, into=into)
+        if json:
+            ui.print_json(report.model_dump(mode="json"))
+        else:
+            ui.out.print(ui.collect_table(report))
+        raise Exit(code=1 if report.failed else 3 if report.unreachable else 0)
+
+
+@task(help={"inventory": INVENTORY, "json": "print JSON"})
+def fleet_review(c, inventory=None, json=False):
+    """Per agent: state, collected commit, diff stat against its source commit, handoff evidence and path."""
+    from jackin import collect
+
+    with guard():
+        review = collect.review(fleet_api.load(inventory))
+        if json:
+            ui.print_json(review.model_dump(mode="json"))
+        else:
+            ui.out.print(ui.review_table(review))
+        raise Exit(code=3 if review.unreachable else 0)
+
+
 lab = Collection("lab")
 lab.add_task(lab_up, "up")
 lab.add_task(lab_status, "status")
@@ -296,6 +334,8 @@ fleet.add_task(fleet_runs, "runs")
 fleet.add_task(fleet_plan, "plan")
 fleet.add_task(fleet_wait, "wait")
 fleet.add_task(fleet_run, "run")
+fleet.add_task(fleet_collect, "collect")
+fleet.add_task(fleet_review, "review")
 
 agent_ns = Collection("agent")
 agent_ns.add_task(agent_netcheck, "netcheck")

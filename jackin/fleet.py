@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin import contract, credentials, firewall, images, ttl
+from jackin import contract, credentials, firewall, images, ttl, work
 from jackin import plan as planning
 from jackin.applied import applied, in_place
 from jackin.engine import Event, HostResult, RunResult
@@ -116,6 +116,7 @@ def up(
     fleet = inventory.fleet
     credentials.check(fleet)  # refused (exit 2) before anything: credential-like mounts, duplicate names
     values = credentials.read(fleet)  # every value read here, before any host is touched; never in the plan
+    ready = work.prepare(fleet)  # every repository checked and bundled here, before any host is touched
     with Ledger() as ledger, ledger.lock(fleet.name, action):
         provider = provider_for(inventory, ledger)
         hosts = _only(provider.targets(log=log, bring_up=not dry_run if bring_up is None else bring_up), only)
@@ -123,6 +124,7 @@ def up(
             log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
         plan = make_plan(inventory, ledger, store=not dry_run, fleet_hosts=provider.addresses() if hosts else [],
                          start_ttl=not dry_run)  # fmt: skip
+        plan = work.attach(plan, ready)
         for name in provider.unresolved():
             log(f"warning: host {name} is given by name: its address is not in the agents' always-denied set "
                 "(give it as an IP address to deny it)")
@@ -267,10 +269,12 @@ def plan(inventory: Inventory, *, log: Log = lambda _: None) -> PlanResult:
     fleet = inventory.fleet
     credentials.check(fleet)
     values = credentials.read(fleet)
+    ready = work.prepare(fleet)
     with Ledger() as ledger:
         provider = provider_for(inventory, ledger)
         hosts = provider.targets(log=log, bring_up=False)
-        fleet_plan = make_plan(inventory, ledger, store=False, fleet_hosts=provider.addresses() if hosts else [])
+        fleet_plan = work.attach(make_plan(inventory, ledger, store=False,
+                                           fleet_hosts=provider.addresses() if hosts else []), ready)  # fmt: skip
     if not hosts:
         return PlanResult(fleet=fleet.name, plan=fleet_plan,
                           note="the lab is not up: fleet.up would create its hosts first; nothing to plan against yet")  # fmt: skip

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.credentials import Secrets, fleet_dir
-from jackin.operations import cow, credentials, firewall, fleet, host as host_ops
+from jackin.operations import cow, credentials, firewall, fleet, host as host_ops, work
 from jackin.operations import ttl as ttl_ops
 from jackin.operations.files import Command, Refused, Upload
 from jackin.plan import FleetPlan
@@ -31,7 +31,7 @@ from jackin.state import HostState
 # Bootstrap: a Docker engine and nftables (any Docker engine will do: docker.io or docker-ce).
 PACKAGES = (("docker.io", "dockerd"), ("nftables", "nft"))
 CATEGORIES = ("bootstrap", "docker daemon", "image", "users", "files", "networks", "containers", "firewall",
-              "credentials", "checkpoint fs", "time-to-live")  # fmt: skip
+              "credentials", "checkpoint fs", "work", "time-to-live")  # fmt: skip
 
 
 @dataclass
@@ -99,6 +99,9 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
         out.append(_built("credentials", f"credentials of fleet {plan.fleet}",
                           lambda: credentials.credential_commands(plan, state, values),
                           noop=f"credentials of fleet {plan.fleet} are up to date"))  # fmt: skip
+    if any(a.work for a in plan.agents) or state.work:  # before the containers that mount it (jackin/work.py)
+        out.append(_built("work", f"work of fleet {plan.fleet}", lambda: work.work_commands(plan, state),
+                          noop=f"work of fleet {plan.fleet} is up to date"))  # fmt: skip
     for agent in plan.agents:
         out.append(_built("containers", f"agent {agent.instance}",
                           lambda agent=agent: fleet.agent_commands(agent, state, plan.address_pools),
@@ -202,6 +205,8 @@ def _split(step: Step, plan: FleetPlan) -> list[Change]:
         return [Change(category=step.category, step=step.name, lines=["systemctl: docker running and enabled"])]
     if step.category == "credentials":
         return [Change(category="credentials", step=step.name, lines=_credential_lines(plan, step.commands))]
+    if step.category == "work":
+        return [Change(category="work", step=step.name, lines=work.lines(plan, step.commands))]
     if step.category == "image":  # a role image loaded from the operator: by tag and size, not its check
         lines = [c.shown if isinstance(c, host_ops.ImageLoad) else str(c) for c in step.commands]
         return [Change(category="image", step=step.name, lines=lines)]

@@ -86,6 +86,11 @@ CREATE TABLE IF NOT EXISTS run_contracts (
 CREATE TABLE IF NOT EXISTS fleet_ttl (
     fleet TEXT PRIMARY KEY, started REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS collections (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, fleet TEXT NOT NULL, host TEXT NOT NULL, instance TEXT NOT NULL,
+    at REAL NOT NULL, who TEXT NOT NULL, result TEXT NOT NULL, state TEXT, repo TEXT, ref TEXT,
+    commit_id TEXT, source_commit TEXT, handoff TEXT, evidence TEXT, detail TEXT
+);
 """
 
 
@@ -464,3 +469,22 @@ class Ledger:
         fleet.down (``forget_fleet``, ``keep_fleet``) ends it. Returns the start in force."""
         self.db.execute("INSERT OR IGNORE INTO fleet_ttl (fleet, started) VALUES (?, ?)", (fleet, now))
         return self.ttl_started(fleet) or now
+
+    # --- collections (jackin.collect) ---------------------------------------------------
+
+    def record_collection(self, fleet: str, host: str, instance: str, result: str, **fields: Any) -> None:
+        """One agent's collection by fleet.collect: ``result`` (collected / failed), and ``fields`` among
+        state, repo, ref, commit_id, source_commit, handoff, evidence, detail (a dict, kept as JSON)."""
+        known = ("state", "repo", "ref", "commit_id", "source_commit", "handoff", "evidence")
+        values = [fields.get(k) for k in known]
+        detail = json.dumps(fields["detail"]) if fields.get("detail") is not None else None
+        self.db.execute(f"INSERT INTO collections (fleet, host, instance, at, who, result, {', '.join(known)}, detail) "
+                        f"VALUES (?, ?, ?, ?, ?, ?, {', '.join('?' * len(known))}, ?)",
+                        (fleet, host, instance, time.time(), _who(), result, *values, detail))  # fmt: skip
+
+    def collections(self, fleet: str) -> list[dict[str, Any]]:
+        """The newest collection of each (host, instance) of ``fleet`` that succeeded, by host then instance."""
+        rows = self.db.execute(
+            "SELECT * FROM collections WHERE id IN (SELECT MAX(id) FROM collections WHERE fleet = ? "
+            "AND result = 'collected' GROUP BY host, instance) ORDER BY host, instance", (fleet,))  # fmt: skip
+        return [{**dict(r), "detail": json.loads(r["detail"]) if r["detail"] else None} for r in rows]
