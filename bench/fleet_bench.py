@@ -108,6 +108,27 @@ def ssh_all(lab: Lab, ports: list[int], script: str) -> float:
     return seconds
 
 
+def parts(lab: Lab, inventory: Path, repeat: int) -> dict[str, float]:
+    """Where fleet.status's and a warm fleet.up's time goes, in this process (masters open): the lab
+    lookup (``Lab.status``: docker CLI calls on this machine), the status read and the state read."""
+    from jackin.snapshots.auto import read_states
+    from jackin.status import fleet_status
+
+    spec = fleet_api.load(inventory)
+    hosts = [h.target() for h in lab.status().hosts]
+    with fleet_api.Ledger() as ledger:
+        plan = fleet_api.make_plan(spec, ledger, store=False)
+
+    def clock(fn: Callable[[], object]) -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    return {"lab lookup": median(lambda: clock(lab.status), repeat),
+            "status read": median(lambda: clock(lambda: fleet_status(spec.fleet.name, hosts)), repeat),
+            "state read": median(lambda: clock(lambda: read_states(plan, hosts)), repeat)}  # fmt: skip
+
+
 def close_masters() -> None:
     """End the OpenSSH master connections jackin's reads left open (jackin.openssh), so the next read
     starts cold: each with ``ssh -O exit`` on its socket (only ours: the bench's private state dir)."""
@@ -215,6 +236,11 @@ def bench(n: int, repeat: int, work: Path) -> dict[str, Any]:
         r["fleet.status cold"], _ = cli("fleet.status", "-i", str(inv), "--json")
         statuses = [cli("fleet.status", "-i", str(inv), "--json") for _ in range(repeat)]  # warm: masters open
         r["fleet.status"] = statistics.median(s for s, _ in statuses)
+        try:
+            r.update(parts(lab, inv, repeat))
+        except Exception as error:  # noqa: BLE001 - a breakdown that fails must not lose the run's figures
+            print(f"   (breakdown failed: {type(error).__name__}: {error})")
+            r.update({"lab lookup": float("nan"), "status read": float("nan"), "state read": float("nan")})
         doc = json.loads(statuses[-1][1])
         r["status agents"] = sum(a["state"] == "running" for h in doc["hosts"] for a in h["agents"])
         wall0 = time.time()
@@ -255,6 +281,9 @@ def report(r: dict[str, Any]) -> None:
         print(f"   {op:<15}{r[op]:>9.3f}{floor:>9.3f}  {what:<16}{ratio:>6.2f}x{tgt:>8}  {verdict}")
     print(f"   fleet.up warm / plain warm: {r['fleet.up warm'] / r['plain warm']:.2f}x; fleet.down is "
           "--no-final-snapshot (the plain floor takes none)")
+    print(f"   in process, masters open: lab lookup {r['lab lookup']:.3f}s, status read {r['status read']:.3f}s, "
+          f"state read {r['state read']:.3f}s; fleet.status = cli start + lab lookup + status read + "
+          f"{r['fleet.status'] - r['cli start'] - r['lab lookup'] - r['status read']:.3f}s")  # fmt: skip
     cold = r["fleet.status cold"]
     print(f"   fleet.status is the median of {r['repeat']} runs with the SSH masters of earlier reads open (what an "
           f"operator's next command within {PERSIST}s gets); from cold (masters closed) it took {cold:.3f}s = "
