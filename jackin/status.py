@@ -1,8 +1,9 @@
 """Fleet status: hosts × agents, read in one SSH round trip per host.
 
 Per agent: container state, uptime, CPU (from the container's cgroup, over a window of at
-least SAMPLE seconds that the read's other checks run inside, measured on the host's clock), memory, restarts and the last error. A host that does not
-answer within the timeout is shown as unreachable; it never stalls the others.
+least SAMPLE seconds that the read's other checks run inside, measured on the host's clock),
+memory, restarts and the last error. A host that does not answer within the timeout is shown
+as unreachable; it never stalls the others.
 """
 
 from __future__ import annotations
