@@ -86,17 +86,22 @@ def confirm(question: str) -> None:
 
 def fleet_up(inventory: str | None, *, yes: bool, json: bool, dry_run: bool) -> int:
     """Preview, confirm, apply. ``--dry-run`` touches nothing, not even the local lab; the
-    interactive preview plans against real hosts, so it may bring the lab up."""
+    interactive preview plans against real hosts, so it may bring the lab up. The preview is the
+    in-process host plan (``jackin.hostplan``, what ``fleet.plan`` shows and the deploy runs)."""
     spec = fleet_api.load(inventory)
     if dry_run:
         return exit_code(_up(spec, inventory, dry_run=True, bring_up=False, json=json).run)
-    terms = contract_gate(spec, yes=yes, json=json)
-    if not yes:
+    if yes:
+        contract_gate(spec, yes=True, json=json)
+        return exit_code(_up(spec, inventory, dry_run=False, bring_up=True, json=json).run)
+    if not sys.stdin.isatty():
+        contract_gate(spec, yes=False, json=json)  # a first or changed contract: refused naming each difference
         require_terminal_or("--yes")
-        preview = _up(spec, inventory, dry_run=True, bring_up=True, json=json)
-        if not preview.changed and not terms.differs:
-            return exit_code(preview.run)
-        confirm("Apply these changes and the launch contract above?" if terms.differs else "Apply these changes?")
+    preview = _up(spec, inventory, dry_run=True, bring_up=True, json=json)
+    terms = show_contract(preview.terms or contract_gate_of(spec), fleet=spec.fleet.name, yes=False, json=json)
+    if not preview.changed and not terms.differs:
+        return exit_code(preview.run)
+    confirm("Apply these changes and the launch contract above?" if terms.differs else "Apply these changes?")
     return exit_code(_up(spec, inventory, dry_run=False, bring_up=True, json=json).run)
 
 
@@ -105,10 +110,20 @@ def contract_gate(spec, *, yes: bool, json: bool = False):
     when it differs from the last one applied to the fleet, the difference (a first up: the whole
     contract). A difference needs a confirmation: without ``--yes`` and with no terminal to ask on,
     refused (exit 2) naming each difference; nothing is touched before. Returns the ``Gate``; the
-    question itself is ``fleet_up``'s one confirmation. ``json``: shown on stderr."""
+    question itself is ``fleet_up``'s one confirmation. ``json``: shown on stderr. No host is read
+    here: the hosts' facts are those of the last applied contract (the interactive preview reads them)."""
+    return show_contract(contract_gate_of(spec), fleet=spec.fleet.name, yes=yes, json=json)
+
+
+def contract_gate_of(spec):
     from jackin import contract as contract_api
 
-    found = contract_api.gate(spec)
+    return contract_api.gate(spec)
+
+
+def show_contract(found, *, fleet: str, yes: bool, json: bool = False, what: str = "launch contract"):
+    """Print a ``contract.Gate`` (the whole contract when first and asked; the summary; the
+    difference) and refuse a difference with no terminal and no ``--yes``. Returns ``found``."""
     console = ui.err if json else ui.out
     if found.first and not yes:
         for table in ui.contract_tables(found.contract):
@@ -117,9 +132,9 @@ def contract_gate(spec, *, yes: bool, json: bool = False):
     if found.differs:
         console.print(ui.contract_changes(found.changes, first=found.first))
         if not yes and not sys.stdin.isatty():
-            what = ("fleet has no launch contract applied yet" if found.first
-                    else f"launch contract changed ({len(found.changes)} difference(s))")  # fmt: skip
-            raise SpecError(f"fleet {spec.fleet.name!r}: the {what} and there is no terminal to confirm it on: "
+            change = ("fleet has no launch contract applied yet" if found.first
+                      else f"{what} changed ({len(found.changes)} difference(s))")  # fmt: skip
+            raise SpecError(f"fleet {fleet!r}: the {change} and there is no terminal to confirm it on: "
                             "pass --yes to apply it without asking", problems=found.changes)  # fmt: skip
     return found
 
@@ -132,23 +147,28 @@ def _up(spec, inventory: str | None, *, dry_run: bool, bring_up: bool, json: boo
         ui.print_json(result.model_dump(mode="json"))
     else:
         if dry_run:
-            ui.out.print(ui.plan_view(result.run))
+            ui.out.print(ui.host_plan_view(_host_plans(result)))
         title = f"fleet {spec.fleet.name}: {'plan' if dry_run else 'up'}"
         ui.out.print(ui.up_table(result.run, title=title, agents=len(result.plan.agents)))
     return result
+
+
+def _host_plans(result: fleet_api.UpResult) -> fleet_api.PlanResult:
+    """A dry run's in-process plan as ``fleet.plan`` shows it."""
+    return fleet_api.PlanResult(fleet=result.fleet, plan=result.plan, hosts=result.changes)
 
 
 def fleet_status(inventory: str | None, *, watch: bool, json: bool) -> int:
     """Show the fleet's status; the exit code says whether every agent's policy is enforced."""
     spec = fleet_api.load(inventory)
     if watch:
-        ui.watch(lambda: ui.status_table(fleet_api.status(spec)))
+        ui.watch(lambda: ui.status_view(fleet_api.status(spec)))
         return EXIT_OK
     status = fleet_api.status(spec)
     if json:
         ui.print_json(status.model_dump(mode="json"))
     else:
-        ui.out.print(ui.status_table(status))
+        ui.out.print(ui.status_view(status))
     return status_exit(status)
 
 
@@ -369,15 +389,34 @@ def fleet_rollback(inventory: str | None, *, to: str | int | None, host: str | N
             ui.out.print(ui.rollback_view(step, fleet=chosen.fleet))
             for line in rollback_api.snapshot_lines(step):  # --with-snapshots: what each host gets back
                 ui.out.print(line, highlight=False, soft_wrap=True)
+    differs = any(g.differs for g in rollback_gate(chosen, yes=yes or dry_run, json=json))
     if not dry_run and not yes:
         require_terminal_or("--yes")
     if dry_run or not yes:
         preview = _rollback(chosen, inventory, dry_run=True, with_snapshots=with_snapshots, json=json)
         if dry_run:
             return worst(exit_code(r.up.run) for r in preview)
-        confirm("Roll back?")
+        confirm("Roll back, applying the launch contract above?" if differs else "Roll back?")
     done = _rollback(chosen, inventory, dry_run=False, with_snapshots=with_snapshots, json=json)
     return worst(exit_code(r.up.run) for r in done)
+
+
+def rollback_gate(chosen: rollback_api.Rollback, *, yes: bool, json: bool) -> list:
+    """The launch contract each step applies (an older spec's: a rollback changes the contract) and
+    its difference from the one before it (the last applied, then the previous step's), shown like
+    ``fleet.up``'s; a difference with no terminal and no ``--yes`` is refused (exit 2) before anything
+    runs. Reads the ledger only; the hosts' facts are those of the last applied contract."""
+    from jackin import contract as contract_api
+    from jackin.ledger import Ledger
+
+    gates, previous = [], None
+    with Ledger() as ledger:
+        for step in chosen.steps:
+            gates.append(contract_api.gate_of(ledger, step.inventory, previous=previous))
+            previous = gates[-1].contract
+    for step, found in zip(chosen.steps, gates):
+        show_contract(found, fleet=chosen.fleet, yes=yes, json=json, what=f"launch contract (run {step.to}'s spec)")
+    return gates
 
 
 def _rollback(chosen: rollback_api.Rollback, inventory: str | None, *, dry_run: bool, with_snapshots: bool,
@@ -398,7 +437,7 @@ def _rollback(chosen: rollback_api.Rollback, inventory: str | None, *, dry_run: 
         return results
     for result in results:
         if dry_run:
-            ui.out.print(ui.plan_view(result.up.run))
+            ui.out.print(ui.host_plan_view(_host_plans(result.up)))
         title = f"fleet {chosen.fleet}: {'plan of the ' if dry_run else ''}rollback to run {result.step.to}"
         ui.out.print(ui.up_table(result.up.run, title=title, agents=len(result.up.plan.agents)))
     if not dry_run:
@@ -527,7 +566,7 @@ def fleet_plan(inventory: str | None, *, json: bool) -> int:
 
     spec = fleet_api.load(inventory)
     result = fleet_api.plan(spec, log=ui.log)
-    terms = contract_api.gate(spec)  # the launch contract fleet.up would apply, and its difference
+    terms = contract_api.gate(spec, host_facts=result.host_facts)  # the contract fleet.up would apply, hosts read
     if json:
         document = result.model_dump(mode="json", exclude={"plan"})
         document["contract"] = terms.contract.model_dump(mode="json")
@@ -543,3 +582,42 @@ def fleet_plan(inventory: str | None, *, json: bool) -> int:
         EXIT_CONNECT if h.unreachable else EXIT_FAILED if h.error or (h.changes and h.changes.refused) else EXIT_OK
         for h in result.hosts
     )  # fmt: skip
+
+
+# --- agent state: fleet.wait, agent.answer (issue 10) ----------------------------------
+
+
+def fleet_wait(inventory: str | None, *, until: str, timeout: str | int | None, json: bool) -> int:
+    """Poll until the condition holds (jackin/waiting.py), one line per state change as it is seen
+    (on stderr with ``--json``, whose document is the result). Exit: 0 held; 1 ``done`` held with a
+    failed agent; 3 a host stayed unreadable; 4 timed out."""
+    from jackin import waiting
+    from jackin.spec.models import parse_duration
+
+    spec = fleet_api.load(inventory)
+    until = waiting.check_until(until)
+    seconds = None
+    if timeout not in (None, ""):
+        try:
+            seconds = parse_duration(timeout)  # type: ignore[arg-type]
+        except ValueError as error:
+            raise SpecError(f"--timeout: {error}, got {timeout!r}") from None
+    console = ui.err if json else ui.out
+    result = waiting.wait(spec, until=until, timeout=seconds,
+                          on_change=lambda change: console.print(ui.change_line(change), soft_wrap=True))  # fmt: skip
+    if json:
+        ui.print_json(result.model_dump(mode="json"))
+    else:
+        ui.out.print(ui.wait_summary(result), soft_wrap=True)
+    return result.exit_code
+
+
+def agent_answer(inventory: str | None, agent: str, text: str, *, host: str | None) -> int:
+    """Write TEXT (``-``: stdin) to the blocked agent's answer file; refused unless it is blocked."""
+    from jackin import answer
+
+    if text == "-":
+        text = sys.stdin.read()
+    result = answer.answer(fleet_api.load(inventory), agent, text, host=host or None)
+    ui.out.print(ui.answered_line(result), soft_wrap=True)
+    return EXIT_OK

@@ -71,7 +71,7 @@ class MountTerm(_Model):
     source: str  # on the host
     target: str  # in the container
     mode: Literal["ro", "rw"]
-    kind: Literal["workspace", "credentials", "spec"]
+    kind: Literal["workspace", "credentials", "spec", "work"]
     acknowledged_credentials: bool = False  # a credential-like path the spec acknowledged
 
 
@@ -109,6 +109,7 @@ class DockerTerm(_Model):
     access: Literal["none", "socket"]
     detail: str
     risk: str
+    apparmor: list[str] = []  # per host read: "h1: no AppArmor on this host", "h1: AppArmor: docker-default (enforce)"
 
 
 class ResourcesTerm(_Model):
@@ -180,7 +181,18 @@ class TeardownTerm(_Model):
 class HostFacts(_Model):
     name: str
     kernel: str | None = None
-    apparmor: bool | None = None  # None: not read
+    apparmor: bool | None = None  # the kernel's AppArmor is enabled; None: not read
+    apparmor_docker: str | None = None  # docker-default's mode when loaded (enforce, complain); None: not loaded
+
+    def apparmor_line(self) -> str:
+        """What confines a container on this host, as the contract's Docker and risk lines say it."""
+        if self.apparmor is None:
+            return f"{self.name}: AppArmor not checked"
+        if not self.apparmor:
+            return f"{self.name}: no AppArmor on this host"
+        if self.apparmor_docker:
+            return f"{self.name}: AppArmor: docker-default ({self.apparmor_docker})"
+        return f"{self.name}: AppArmor enabled, docker-default not loaded when read (Docker loads it when it starts)"
 
 
 class FleetContract(_Model):
@@ -220,9 +232,17 @@ def build(inventory: Inventory, plan: FleetPlan, host_facts: Mapping[str, Any] |
 
 
 def _facts(name: str, facts: Any) -> HostFacts:
+    """A host's facts from its state read (``HostState``: ``apparmor`` read by ``jackin.state``), a
+    mapping (``kernel``, ``apparmor``: "Y"/"N", ``apparmor_docker``), or facts a contract already holds."""
+    if isinstance(facts, HostFacts):
+        return facts.model_copy(update={"name": name})
     values = getattr(facts, "host", facts) or {}
-    apparmor = values.get("apparmor")
-    return HostFacts(name=name, kernel=values.get("kernel") or None,
+    read = getattr(facts, "apparmor", None)
+    if read is not None:  # a HostState whose read included AppArmor
+        return HostFacts(name=name, kernel=values.get("kernel") or None, apparmor=read.enabled,
+                         apparmor_docker=read.docker_default if read.enabled else None)  # fmt: skip
+    apparmor = values.get("apparmor") if isinstance(values, Mapping) else None
+    return HostFacts(name=name, kernel=values.get("kernel") or None, apparmor_docker=values.get("apparmor_docker"),
                      apparmor=None if apparmor is None else apparmor.strip().upper().startswith("Y"))  # fmt: skip
 
 
@@ -233,7 +253,8 @@ def _agent(agent: AgentPlan, credentials: list, hosts: list[HostFacts]) -> Agent
                             container_path=f"{CREDENTIALS_TARGET}/{c.name}", owner=agent.user,
                             source="env" if c.from_env else "file") for c in sorted(credentials, key=lambda c: c.name)]  # fmt: skip
     mounts = _mounts(agent)
-    docker = _docker(mounts)
+    docker = _docker(mounts).model_copy(update={"apparmor": [h.apparmor_line() for h in hosts] or
+                                                ["AppArmor not checked (no host facts read)"]})  # fmt: skip
     network = _network(agent)
     return AgentContract(instance=agent.instance, agent=agent.agent, role=agent.role, image=agent.image,
                          identity=identity, mounts=mounts, credentials=creds, network=network, docker=docker,
@@ -244,6 +265,8 @@ def _mounts(agent: AgentPlan) -> list[MountTerm]:
     mounts = [MountTerm(source=agent.workspace, target="/workspace", mode="rw", kind="workspace")]
     if agent.credentials:
         mounts.append(MountTerm(source=agent.credentials_dir, target=CREDENTIALS_TARGET, mode="ro", kind="credentials"))
+    if agent.work is not None:  # the repository bundle, the task and work.json (jackin/work.py)
+        mounts.append(MountTerm(source=agent.work_dir, target=planning.WORK_TARGET, mode="ro", kind="work"))
     mounts += [MountTerm(source=m.source, target=m.target, mode="ro" if m.readonly else "rw", kind="spec",
                          acknowledged_credentials=m.acknowledge_credentials) for m in agent.mounts]  # fmt: skip
     return mounts
@@ -291,6 +314,10 @@ def _risks(mounts: list[MountTerm], network: NetworkTerm, docker: DockerTerm, ho
     absent = [h.name for h in hosts if h.apparmor is False]
     if absent:
         risks.append(f"no AppArmor on {', '.join(absent)}: the container runs without a mandatory access control profile")
+    unloaded = [h.name for h in hosts if h.apparmor and h.apparmor_docker != "enforce"]
+    if unloaded:
+        risks.append(f"AppArmor on {', '.join(unloaded)} is enabled but docker-default was not enforcing when read: "
+                     "the container's profile is not confirmed")  # fmt: skip
     if not hosts or any(h.apparmor is None for h in hosts):
         risks.append("AppArmor not checked (no host facts read): the container may run without a MAC profile")
     if network.mode == "open":
@@ -330,9 +357,15 @@ def _effects(plan: FleetPlan) -> HostEffects:
     if any(a.credentials for a in plan.agents):
         directories += [f"{planning.CREDENTIALS_DIR}/{fleet}",
                         *(a.credentials_dir for a in plan.agents if a.credentials)]  # fmt: skip
+    if any(a.work for a in plan.agents):
+        directories += [f"{planning.WORK_DIR}/{fleet}", *(a.work_dir for a in plan.agents if a.work)]
     if plan.checkpoints is not None:
         directories.append(f"{STATE_DIR}/cow/{fleet}.img (a sparse file, loop-mounted btrfs at {plan.fleet_dir})")
     directories.append(f"{SNAPSHOTS_ROOT}/{fleet} (when a snapshot is taken)")
+    if plan.ttl_deadline is not None:  # the time-to-live (jackin/operations/ttl.py)
+        services.append(f"jackin-ttl-{fleet}.timer (stops the agents at the deadline)")
+        files += [f"/var/lib/jackin/ttl/{fleet}", f"/etc/systemd/system/jackin-ttl-{fleet}.timer",
+                  f"/etc/systemd/system/jackin-ttl-{fleet}.service"]  # fmt: skip
     files.append(f"{UPLOADED_RESTIC} (when a snapshot is taken and the host has no restic)")
     return HostEffects(packages=packages, services=services, files=files, directories=directories,
                        firewall_tables=[f"inet {firewall.table_name(fleet)}"],
@@ -368,9 +401,10 @@ def _teardown(inventory: Inventory) -> TeardownTerm:
     if not fleet.snapshots.before_teardown:
         final = "none (snapshots.before_teardown: false): the workspaces are removed with no copy"
     return TeardownTerm(
-        ttl=fleet.ttl, ttl_enforced=False,
+        ttl=fleet.ttl, ttl_enforced=fleet.ttl is not None,  # a systemd timer on each host (jackin/operations/ttl.py)
         removes=["containers", "networks", "users and groups", "homes and workspaces", "delivered credentials",
-                 "the nftables table and its units and files", "the checkpoint filesystem",
+                 "delivered work", "the nftables table and its units and files", "the checkpoint filesystem",
+                 f"the time-to-live's timer and deadline file (jackin-ttl-{fleet.name}.timer, /var/lib/jackin/ttl/{fleet.name})",
                  f"{SNAPSHOTS_ROOT}/{fleet.name} (the host's snapshots)", "the fleet marker"],
         keeps=["Docker and the installed packages", "daemon.json settings", "the agent images",
                "the operator's pulled snapshot copies and the ledger's history"],
@@ -493,10 +527,20 @@ def last_applied(ledger: Ledger, fleet: str) -> FleetContract | None:
 
 def gate(inventory: Inventory, host_facts: Mapping[str, Any] | None = None) -> Gate:
     """What ``fleet.up`` shows before it applies: the contract, and how it differs from the last
-    one applied to the fleet. Reads the ledger; touches no host."""
+    one applied to the fleet. Reads the ledger; touches no host. No ``host_facts`` (no host read
+    now): the hosts as the last applied contract found them, so only the spec makes a difference."""
     with Ledger() as ledger:
-        contract = current(inventory, ledger, host_facts=host_facts)
-        previous = last_applied(ledger, inventory.fleet.name)
+        return gate_of(ledger, inventory, host_facts=host_facts)
+
+
+def gate_of(ledger: Ledger, inventory: Inventory, plan: FleetPlan | None = None,
+            host_facts: Mapping[str, Any] | None = None, previous: FleetContract | None = None) -> Gate:  # fmt: skip
+    """``gate`` on an open ledger, with ``plan`` when it is made; ``previous``: compare with it
+    instead of the last applied contract (a rollback's later step follows its earlier one)."""
+    previous = previous or last_applied(ledger, inventory.fleet.name)
+    if host_facts is None and previous is not None and previous.hosts:
+        host_facts = {h.name: h for h in previous.hosts}
+    contract = current(inventory, ledger, plan, host_facts=host_facts)
     return Gate(contract=contract, previous=previous, changes=diff(previous, contract) if previous else [])
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin import firewall, lazy
+from jackin import firewall, images, lazy, ttl, work
 from jackin import plan as planning
 from jackin.applied import applied, in_place
 from jackin.engine import Event, HostResult, RunResult
@@ -60,14 +60,16 @@ def targets(inventory: Inventory, *, log: Log = lambda _: None, bring_up: bool =
 
 
 def make_plan(inventory: Inventory, ledger: Ledger, *, store: bool = True,
-              fleet_hosts: list[str] | None = None) -> planning.FleetPlan:
+              fleet_hosts: list[str] | None = None, start_ttl: bool = False) -> planning.FleetPlan:
     """The fleet's plan; ``store=False`` previews new uids without allocating them (a dry run).
-    ``fleet_hosts``: every address of the fleet's hosts, always denied to its agents."""
+    ``fleet_hosts``: every address of the fleet's hosts, always denied to its agents.
+    ``start_ttl``: a real fleet.up, which fixes the time-to-live's start if none is (jackin/ttl.py)."""
     fleet = inventory.fleet
     names = [instance for _, instance in planning.instances(fleet)]
     assign = ledger.allocate_uids if store else ledger.preview_uids
     uids = assign(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET)
-    return planning.build(fleet, uids, firewall.host_addresses(fleet_hosts or []))
+    built = planning.build(fleet, uids, firewall.host_addresses(fleet_hosts or []))
+    return built.model_copy(update={"ttl_deadline": ttl.deadline(ledger, fleet, start=start_ttl)})
 
 
 # --- up ----------------------------------------------------------------------
@@ -81,6 +83,8 @@ class UpResult(BaseModel):
     plan: planning.FleetPlan
     snapshots: list[AutoSnapshot] = Field(default_factory=list)  # automatic, before agents were recreated or removed
     unchanged: list[str] = Field(default_factory=list)  # hosts with nothing to change: not handed to the engine
+    changes: list[HostPlan] = Field(default_factory=list)  # a dry run: per host what the deploy would do
+    terms: contract.Gate | None = Field(default=None, exclude=True)  # a dry run: the launch contract, hosts read
 
     @property
     def changed(self) -> int:
@@ -112,34 +116,41 @@ def up(
     - what the deploy would do on each host (``jackin.hostplan``): a host with nothing to change is
       not handed to the pyinfra engine (recorded in the run as ok, no change; ``unchanged`` in the
       run's detail), and a host whose state cannot be read is not run.
+    ``dry_run`` stops there: no engine, nothing recorded; the result carries that in-process plan per host
+    (``changes``, what ``fleet.plan`` shows) and the launch contract with the hosts' facts (``terms``).
     """
     fleet = inventory.fleet
     credentials.check(fleet)  # refused (exit 2) before anything: credential-like mounts, duplicate names
     values = credentials.read(fleet)  # every value read here, before any host is touched; never in the plan
+    ready = work.prepare(fleet)  # every repository checked and bundled here, before any host is touched
     with Ledger() as ledger, ledger.lock(fleet.name, action):
         provider = provider_for(inventory, ledger)
         hosts = _only(provider.targets(log=log, bring_up=not dry_run if bring_up is None else bring_up), only)
         if dry_run and not hosts:
             log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
-        plan = make_plan(inventory, ledger, store=not dry_run, fleet_hosts=provider.addresses() if hosts else [])
+        plan = make_plan(inventory, ledger, store=not dry_run, fleet_hosts=provider.addresses() if hosts else [],
+                         start_ttl=not dry_run)  # fmt: skip
+        plan = work.attach(plan, ready)
         for name in provider.unresolved():
             log(f"warning: host {name} is given by name: its address is not in the agents' always-denied set "
                 "(give it as an IP address to deny it)")
         states = read_states(plan, hosts)  # one parallel round trip: the snapshot decision and the plan
+        if not dry_run or bring_up:  # role images some host lacks: built and archived here first (jackin/images.py)
+            images.prepare_missing(plan, states, log=log)
         # Before anything changes: snapshot the agents this run recreates or removes (a dry run names them).
         auto, _ = snapshot_before_up(ledger, inventory, plan, hosts, action=action, dry_run=dry_run, log=log,
                                      states=states)  # fmt: skip
         split = split_hosts(plan, hosts, states, values)
         not_run = [_not_run(name, error) for name, error in split.unread.items()]
         kept = [_unchanged(name) for name in split.unchanged]
-        if dry_run:  # changes nothing, the ledger included
-            result = RunResult(hosts=[], dry_run=True)
-            if split.run:
-                _, result = recorded_run(None, fleet=fleet.name, action="fleet.up --dry-run", deploy="fleet.py",
-                                         hosts=split.run, data=plan.model_dump(mode="json"), dry_run=True,
-                                         on_event=on_event, secrets=values)  # fmt: skip
-            result.hosts = _in_order(result.hosts + kept + not_run, hosts)
-            return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto, unchanged=split.unchanged)
+        read = {name: state for name, state in states.items() if isinstance(state, HostState)}
+        if dry_run:  # changes nothing, the ledger included: the in-process plan (fleet.plan's), no engine
+            planned = [_planned(split.plans[h.name]) for h in split.run]
+            result = RunResult(hosts=_in_order(planned + kept + not_run, hosts), dry_run=True)
+            return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto, unchanged=split.unchanged,
+                            changes=_host_plans(hosts, split), terms=contract.gate_of(ledger, inventory, plan, read))  # fmt: skip
+        # Role images a host lacks are loaded over SSH before the deploy; a host that cannot load one is not deployed.
+        not_run += images.load_missing(plan, split, states, log=log)
         ledger.record_fleet(fleet.name, fleet.provider, source, "up")
         provider.claim()
 
@@ -149,7 +160,7 @@ def up(
                 ledger.record_agents(fleet.name, host.host, [a.model_dump() for a in plan.agents])
 
         names, spec = [h.name for h in hosts], applied(inventory)
-        terms = contract.current(inventory, ledger, plan)  # the launch contract this run applies
+        terms = contract.current(inventory, ledger, plan, read)  # the launch contract this run applies
         by_name = {h.name: h for h in hosts}
 
         def record_spec(run_id: int) -> None:
@@ -251,6 +262,10 @@ class PlanResult(BaseModel):
     plan: planning.FleetPlan
     hosts: list[HostPlan] = Field(default_factory=list)
     note: str | None = None  # e.g. the lab is not up: nothing to plan against
+    host_facts: dict[str, HostState] = Field(default_factory=dict, exclude=True)  # for the contract's host lines
+
+
+UpResult.model_rebuild()
 
 
 def plan(inventory: Inventory, *, log: Log = lambda _: None) -> PlanResult:
@@ -260,14 +275,23 @@ def plan(inventory: Inventory, *, log: Log = lambda _: None) -> PlanResult:
     fleet = inventory.fleet
     credentials.check(fleet)
     values = credentials.read(fleet)
+    ready = work.prepare(fleet)
     with Ledger() as ledger:
         provider = provider_for(inventory, ledger)
         hosts = provider.targets(log=log, bring_up=False)
-        fleet_plan = make_plan(inventory, ledger, store=False, fleet_hosts=provider.addresses() if hosts else [])
+        fleet_plan = work.attach(make_plan(inventory, ledger, store=False,
+                                           fleet_hosts=provider.addresses() if hosts else []), ready)  # fmt: skip
     if not hosts:
         return PlanResult(fleet=fleet.name, plan=fleet_plan,
                           note="the lab is not up: fleet.up would create its hosts first; nothing to plan against yet")  # fmt: skip
-    split = split_hosts(fleet_plan, hosts, read_states(fleet_plan, hosts), values)
+    states = read_states(fleet_plan, hosts)
+    split = split_hosts(fleet_plan, hosts, states, values)
+    return PlanResult(fleet=fleet.name, plan=fleet_plan, hosts=_host_plans(hosts, split),
+                      host_facts={n: s for n, s in states.items() if isinstance(s, HostState)})  # fmt: skip
+
+
+def _host_plans(hosts: list[SshTarget], split: HostSplit) -> list[HostPlan]:
+    """Per host, in order: what the deploy would change there, or why that is unknown."""
     found = []
     for host in hosts:
         error = split.unread.get(host.name)
@@ -275,7 +299,15 @@ def plan(inventory: Inventory, *, log: Log = lambda _: None) -> PlanResult:
             found.append(HostPlan(host=host.name, error=error.message, unreachable=isinstance(error, ConnectError)))
         else:
             found.append(HostPlan(host=host.name, changes=split.plans[host.name]))
-    return PlanResult(fleet=fleet.name, plan=fleet_plan, hosts=found)
+    return found
+
+
+def _planned(changes: HostChanges) -> HostResult:
+    """A dry run's host with changes: how many of the deploy's steps would change something; a step
+    the deploy would refuse fails the host, as the deploy would while preparing."""
+    refused = "; ".join(changes.refused)
+    return HostResult(host=changes.host, connected=True, changed=len({c.step for c in changes.changes}),
+                      failed=1 if refused else 0, error=f"fleet.up would refuse: {refused}" if refused else None)  # fmt: skip
 
 
 def _only(hosts: list[SshTarget], only: list[str] | None) -> list[SshTarget]:
@@ -300,7 +332,10 @@ def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
     its policy dropped in all and since the last ``status`` (kept in the state dir).
     """
     spec = inventory.fleet
-    result = fleet_status(spec.name, targets(inventory, bring_up=False), timeout=timeout)
+    from jackin.agent_state import stale_after
+
+    result = fleet_status(spec.name, targets(inventory, bring_up=False), timeout=timeout,
+                          stale_after=stale_after(spec))  # fmt: skip
     applied_there = in_place(spec.name, [h.host for h in result.hosts])  # after a rollback: not the file's
     seen_file = private_dir(state_dir() / "fleets" / spec.name) / "drops.json"
     try:
@@ -322,6 +357,7 @@ def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
                 agent.drops_new = agent.drops - before if agent.drops >= before else agent.drops
                 seen.setdefault(host.host, {})[agent.instance] = agent.drops
     seen_file.write_text(json.dumps(seen))
+    result.ttl = ttl.status(spec)  # the time left (from the ledger; each host's timer is in its HostStatus)
     return result
 
 

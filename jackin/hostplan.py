@@ -15,13 +15,15 @@ Credential values are never shown: a delivery is rendered as "credential NAME of
 from __future__ import annotations
 
 import shlex
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.credentials import Secrets, fleet_dir
-from jackin.operations import cow, credentials, firewall, fleet, host as host_ops
+from jackin.operations import cow, credentials, firewall, fleet, host as host_ops, work
+from jackin.operations import ttl as ttl_ops
 from jackin.operations.files import Command, Refused, Upload
 from jackin.plan import FleetPlan
 from jackin.state import HostState
@@ -29,7 +31,7 @@ from jackin.state import HostState
 # Bootstrap: a Docker engine and nftables (any Docker engine will do: docker.io or docker-ce).
 PACKAGES = (("docker.io", "dockerd"), ("nftables", "nft"))
 CATEGORIES = ("bootstrap", "docker daemon", "image", "users", "files", "networks", "containers", "firewall",
-              "credentials", "checkpoint fs")  # fmt: skip
+              "credentials", "checkpoint fs", "work", "time-to-live")  # fmt: skip
 
 
 @dataclass
@@ -80,7 +82,7 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
     busybox = bool(state.host.get("busybox"))
     for image in sorted({a.image for a in plan.agents}):
         out.append(_built("image", f"agent image {image}",
-                          lambda image=image: host_ops.image_commands(image, state.images, busybox=busybox),
+                          lambda image=image: _image_commands(image, state, busybox=busybox),
                           noop=f"image {image} is present"))  # fmt: skip
     out.append(_built("files", f"fleet {plan.fleet}", lambda: fleet.fleet_commands(plan, state),
                       noop=f"fleet {plan.fleet} root is up to date"))  # fmt: skip
@@ -97,11 +99,27 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
         out.append(_built("credentials", f"credentials of fleet {plan.fleet}",
                           lambda: credentials.credential_commands(plan, state, values),
                           noop=f"credentials of fleet {plan.fleet} are up to date"))  # fmt: skip
+    if any(a.work for a in plan.agents) or state.work:  # before the containers that mount it (jackin/work.py)
+        out.append(_built("work", f"work of fleet {plan.fleet}", lambda: work.work_commands(plan, state),
+                          noop=f"work of fleet {plan.fleet} is up to date"))  # fmt: skip
     for agent in plan.agents:
         out.append(_built("containers", f"agent {agent.instance}",
                           lambda agent=agent: fleet.agent_commands(agent, state, plan.address_pools),
                           noop=f"agent {agent.instance} is up to date"))  # fmt: skip
+    if plan.ttl_deadline is not None or state.ttl.present:  # the fleet's time-to-live, enforced by the host
+        out.append(_built("time-to-live", f"time-to-live of fleet {plan.fleet}",
+                          lambda: ttl_ops.ttl_commands(plan, state.ttl, now=time.time()),
+                          noop=f"the time-to-live of fleet {plan.fleet} is in place"))  # fmt: skip
     return out
+
+
+def _image_commands(image: str, state: HostState, *, busybox: bool) -> list[Command]:
+    """The agent image on the host: a role's (loaded from the operator, or built there) or the busybox one."""
+    from jackin import images
+
+    if images.is_role_image(image):
+        return host_ops.role_image_commands(image, state.images, **images.source(image))
+    return host_ops.image_commands(image, state.images, busybox=busybox)
 
 
 # --- what is shown ---------------------------------------------------------------
@@ -187,6 +205,11 @@ def _split(step: Step, plan: FleetPlan) -> list[Change]:
         return [Change(category=step.category, step=step.name, lines=["systemctl: docker running and enabled"])]
     if step.category == "credentials":
         return [Change(category="credentials", step=step.name, lines=_credential_lines(plan, step.commands))]
+    if step.category == "work":
+        return [Change(category="work", step=step.name, lines=work.lines(plan, step.commands))]
+    if step.category == "image":  # a role image loaded from the operator: by tag and size, not its check
+        lines = [c.shown if isinstance(c, host_ops.ImageLoad) else str(c) for c in step.commands]
+        return [Change(category="image", step=step.name, lines=lines)]
     classify = {"containers": _agent_category, "files": _fleet_category}.get(step.category)
     out: list[Change] = []
     for command in step.commands:

@@ -21,12 +21,13 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.spec.models import SLUG, AddressPool, FleetSpec, Mount, NetworkPolicy
+from jackin.spec.models import SLUG, AddressPool, FleetSpec, Mount, NetworkPolicy, WorkSpec
 
 ROOT = "/srv/jackin"
 DEFAULT_IMAGE = "jackin/agent:busybox"
@@ -35,6 +36,8 @@ UIDS_PER_FLEET = 1000
 STATE_DIR = "/var/lib/jackin"
 CREDENTIALS_DIR = f"{STATE_DIR}/credentials"  # per agent: <fleet>/<instance>/<NAME> (jackin/credentials.py)
 CREDENTIALS_TARGET = "/run/jackin/credentials"  # where the agent's container sees them, read-only
+WORK_DIR = f"{STATE_DIR}/work"  # per agent: <fleet>/<instance>/{repo.bundle,task.md,work.json} (jackin/work.py)
+WORK_TARGET = "/run/jackin/work"  # where the agent's container sees its work, read-only
 # Stands for the agent network's gateway in the run line (and its hash): known only on the host.
 BRIDGE_GATEWAY = "@bridge-gateway"
 
@@ -44,6 +47,35 @@ IDLE = ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; d
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkPlan(_Model):
+    """An agent instance's work (jackin/work.py): what the spec names, and once prepared on the
+    operator's machine (``jackin.work.attach``: fleet.up and fleet.plan) the commit and the sha256 of
+    each file delivered (``repo.bundle``, ``task.md``, ``work.json``). Not in the container's hash:
+    a new commit or task is re-delivered into the mounted directory, the container stays."""
+
+    repo: str  # the spec's repository: an absolute local path or a git URL
+    name: str  # the repository's short name (its last path component, without .git)
+    ref: str
+    branch: str  # jackin/<instance>: the agent's own branch, fixed by jackin
+    commit: str | None = None
+    files: dict[str, str] = Field(default_factory=dict)  # file name -> sha256 hex; empty: not prepared
+
+
+class Health(_Model):
+    """The role's healthcheck as ``docker run`` flags (durations in seconds)."""
+
+    test: list[str]
+    interval: int
+    timeout: int
+    retries: int
+    start_period: int
+
+    def run_args(self) -> list[str]:
+        return ["--health-cmd", shlex.join(self.test), "--health-interval", f"{self.interval}s",
+                "--health-timeout", f"{self.timeout}s", "--health-retries", str(self.retries),
+                "--health-start-period", f"{self.start_period}s"]  # fmt: skip
 
 
 class AgentPlan(_Model):
@@ -66,6 +98,13 @@ class AgentPlan(_Model):
     policy: NetworkPolicy = NetworkPolicy()
     credentials: list[str] = Field(default_factory=list)  # names only: values never enter a plan
     mounts: list[Mount] = Field(default_factory=list)
+    healthcheck: Health | None = None  # the role's Docker HEALTHCHECK (None: the image's own, if any)
+    work: WorkPlan | None = None  # a repository and a task delivered to /run/jackin/work (jackin/work.py)
+
+    @property
+    def work_dir(self) -> str:
+        """The host directory holding this agent's delivered work (see jackin/work.py)."""
+        return f"{WORK_DIR}/{self.fleet}/{self.instance}"
 
     @property
     def credentials_dir(self) -> str:
@@ -115,6 +154,8 @@ class AgentPlan(_Model):
         ]  # fmt: skip
         if self.credentials:  # the directory, not each file: a re-delivered file is seen at once
             args += ["--mount", f"type=bind,src={self.credentials_dir},dst={CREDENTIALS_TARGET},readonly"]
+        if self.work is not None:  # the directory: a re-delivered task is seen at once, like credentials
+            args += ["--mount", f"type=bind,src={self.work_dir},dst={WORK_TARGET},readonly"]
         for mount in self.mounts:
             args += ["--mount", f"type=bind,src={mount.source},dst={mount.target}" + (",readonly" if mount.readonly else "")]
         for server in self.dns:
@@ -124,6 +165,8 @@ class AgentPlan(_Model):
             args += ["--publish", f"{port.bind}:{host_port}:{port.port}/{port.protocol}"]
         for key, value in sorted(self.labels.items()):
             args += ["--label", f"{key}={value}"]
+        if self.healthcheck is not None:
+            args += self.healthcheck.run_args()
         return args, [self.image, *self.command]
 
     @property
@@ -151,6 +194,7 @@ class FleetPlan(_Model):
     address_pools: list[AddressPool] = Field(default_factory=list)
     fleet_hosts: list[str] = Field(default_factory=list)  # every fleet host's IP addresses: always denied to agents
     checkpoints: CheckpointPlan | None = None  # None: homes are plain directories (no checkpoint tier)
+    ttl_deadline: int | None = None  # epoch seconds (operator clock) the time-to-live ends (jackin/ttl.py)
 
     @property
     def fleet_dir(self) -> str:
@@ -205,12 +249,13 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
                 fleet=spec.name, agent=agent_name, instance=instance, role=agent.role,
                 uid=uids[instance], user=user, home=home, workspace=f"{home}/workspace",
                 container=user, network=user, bridge=bridge_name(spec.name, instance),
-                image=agent.image or DEFAULT_IMAGE, command=IDLE,
+                **role_settings(agent.role, agent.image),
                 memory=resources.memory, cpus=resources.cpus, pids=resources.pids,
                 policy=spec.agent_network(agent),
                 credentials=sorted({c.name for c in agent.credentials}), mounts=agent.mounts,
             )  # fmt: skip
         )
+    agents = [a.model_copy(update={"work": work_plan(by_name[a.agent].work, a.instance)}) for a in agents]
     return FleetPlan(
         fleet=spec.name,
         uid_min=spec.uid_base,
@@ -221,3 +266,26 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
         checkpoints=(CheckpointPlan(size=spec.snapshots.checkpoint_size)
                      if spec.snapshots.checkpoints == "btrfs" else None),  # fmt: skip
     )
+
+
+def work_plan(work: WorkSpec | None, instance: str) -> WorkPlan | None:
+    """The plan's part of an agent's work, from the spec alone (``jackin.work.attach`` adds the commit
+    and the files' digests once the repository is bundled on the operator's machine)."""
+    if work is None:
+        return None
+    name = work.repo.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1].removesuffix(".git") or "repo"
+    return WorkPlan(repo=work.repo, name=name, ref=work.ref, branch=f"jackin/{instance}")
+
+
+def role_settings(role_name: str, image: str | None) -> dict:
+    """The agent's image, command and healthcheck from its role (jackin/roles.py): the role's image
+    (``jackin/role-<name>:<hash>``), its command (run by the image's entrypoint) and healthcheck.
+    The spec's ``image:`` overrides the image; the registry-free busybox image (``DEFAULT_IMAGE``)
+    has no entrypoint or health script, so it idles with no healthcheck."""
+    from jackin import roles
+
+    if image == DEFAULT_IMAGE:
+        return {"image": image, "command": IDLE, "healthcheck": None}
+    role = roles.load(role_name)
+    return {"image": image or role.tag, "command": list(role.command),
+            "healthcheck": Health(**role.healthcheck.model_dump())}

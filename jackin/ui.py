@@ -131,26 +131,6 @@ def up_table(result: RunResult, *, title: str, agents: int | None = None) -> Tab
     return table
 
 
-def plan_view(result: RunResult) -> Table:
-    """What a dry run found would change, per host, with the commands."""
-    table = Table.grid(padding=(0, 1))
-    for host in result.hosts:
-        if host.error:
-            table.add_row(Text(f"{host.host}: cannot plan: {host.error}", style="red"))
-            continue
-        if not host.changes:
-            table.add_row(Text(f"{host.host}: no changes", style="green"))
-            continue
-        table.add_row(Text(f"{host.host}: {len(host.changes)} operation(s) would change", style="bold"))
-        for change in host.changes:
-            table.add_row(Text(f"  {change.op}", style="yellow"))
-            for command in change.commands:
-                for line in command.splitlines():
-                    if line != "set -e":
-                        table.add_row(Text(f"    $ {line}", style="dim"))
-    return table
-
-
 def _duration(seconds: float | None) -> str:
     """3d4h, 2h5m, 7m30s, 42s."""
     if seconds is None:
@@ -210,6 +190,10 @@ def status_table(status: FleetStatus) -> Table:
         table.caption += "\npolicy guard: " + ", ".join(guards)
     for host in (h for h in status.hosts if h.not_enforced):
         table.caption += f"\n{host.host}: egress policy NOT ENFORCED: {host.not_enforced}"
+    from jackin.status import ttl_line  # the time-to-live's time left (jackin/ttl.py)
+
+    if ttl_line(status):
+        table.caption += f"\n{ttl_line(status)}"
     return table
 
 
@@ -430,7 +414,8 @@ def _agent_contract(contract, agent) -> Table:
     table.add_row("credentials", "\n".join(f"{c.name}: file {c.container_path}, mode {c.mode}, owner {c.owner}"
                                            for c in agent.credentials) or "none")  # fmt: skip
     table.add_row("network", Text(_network_line(agent.network)))
-    table.add_row("docker", f"{agent.docker.access}: {agent.docker.detail}")
+    table.add_row("docker", f"{agent.docker.access}: {agent.docker.detail}"
+                            + "".join(f"\n{line}" for line in agent.docker.apparmor))  # fmt: skip
     r = agent.resources
     table.add_row("resources", f"{r.cpus:g} CPU, {_bytes(r.memory)} memory (no swap), {r.pids} pids; "
                                + ", ".join(r.hardening))  # fmt: skip
@@ -462,13 +447,12 @@ def _fleet_contract(contract) -> Table:
                               f"before_teardown {str(rec.before_teardown).lower()}, checkpoints {rec.checkpoints}; "
                               f"last snapshot {rec.last_snapshot or 'none'}"
                               + "".join(f"\n{n}" for n in rec.notes))  # fmt: skip
-    ttl = "none" if down.ttl is None else f"{_duration(down.ttl)} (not enforced yet)"
+    ttl = "none" if down.ttl is None else (f"{_duration(down.ttl)} from the first fleet.up (enforced on each "
+                                            "host: a systemd timer stops the agents)")  # fmt: skip
     table.add_row("teardown", f"ttl {ttl}; fleet.down removes {', '.join(down.removes)}; keeps "
                               f"{', '.join(down.keeps)}; final snapshot: {down.final_snapshot}")  # fmt: skip
     if contract.hosts:
-        table.add_row("hosts", ", ".join(f"{h.name} (kernel {h.kernel or '?'}, AppArmor "
-                                         f"{'?' if h.apparmor is None else 'yes' if h.apparmor else 'no'})"
-                                         for h in contract.hosts))  # fmt: skip
+        table.add_row("hosts", "\n".join(f"{h.apparmor_line()} (kernel {h.kernel or '?'})" for h in contract.hosts))
     table.add_row("residual risks", Text("\n".join(f"- {r}" for r in contract.residual_risks), style="yellow"))
     return table
 
@@ -523,4 +507,110 @@ def host_plan_view(result) -> Table:
                 for part in line.splitlines():
                     if part != "set -e":
                         table.add_row(Text(f"    {part}", style="dim"))
+    return table
+
+
+# --- agent state (issue 10): fleet.status's agents, fleet.wait's changes, agent.answer ---------------
+
+STATE_STYLE = {"blocked": "bold yellow", "stuck": "bold red", "failed": "red", "unknown": "magenta",
+               "working": "cyan", "idle": "dim", "done": "green"}  # fmt: skip
+
+
+def agent_state_text(state: str) -> Text:
+    return Text(state, style=STATE_STYLE.get(state, ""))
+
+
+def _said(message: str, question: str | None) -> Text:
+    """The agent's message, and its question when blocked (plain text: it is the agent's)."""
+    text = Text(message or "")
+    if question:
+        text += Text(("  " if message else "") + "asks: ", style="bold yellow") + Text(question)
+    return text
+
+
+def agents_table(status: FleetStatus) -> Table:
+    """Every agent read, blocked first (then stuck, failed, unknown, working, idle, done), with its
+    message or question; the caption is the fleet's roll-up."""
+    from jackin.agent_state import order
+
+    table = Table(title=f"fleet {status.fleet}: agents", title_justify="left")
+    for column in ("state", "host", "agent", "heartbeat", "message / question"):
+        table.add_column(column, justify="right" if column == "heartbeat" else "left")
+    rows = [(h.host, a) for h in status.hosts for a in h.agents if a.agent_state]
+    for host, agent in sorted(rows, key=lambda r: (order(r[1].agent_state.state), r[0], r[1].instance)):
+        state = agent.agent_state
+        age = "-" if state.heartbeat_age is None else f"{_duration(state.heartbeat_age)} ago"
+        table.add_row(agent_state_text(state.state), host, agent.instance, age, _said(state.message, state.question))
+    table.caption = status.rollup or "0 agents"
+    return table
+
+
+def status_view(status: FleetStatus):
+    """fleet.status: the hosts × agents table, then the agents' states (blocked first) and roll-up."""
+    from rich.console import Group
+
+    return Group(status_table(status), agents_table(status))
+
+
+def change_line(change) -> Text:
+    """``12:03:04  lab-0/coder-1  working -> blocked  asks: Which database?`` (a fleet.wait change)."""
+    import time
+
+    when = time.strftime("%H:%M:%S", time.localtime(change.at))
+    line = Text(f"{when}  ", style="dim") + Text(f"{change.host}/{change.instance}  ", style="bold")
+    if change.old is not None:
+        line += agent_state_text(change.old) + Text(" -> ")
+    line += agent_state_text(change.new)
+    said = _said(change.message, change.question)
+    return line + (Text("  ") + said if said.plain else Text(""))
+
+
+def wait_summary(result) -> Text:
+    """How fleet.wait ended, and the agents' last states in roll-up form."""
+    from jackin.agent_state import rollup
+
+    why = {"done": "every agent finished", "blocked": "an agent is blocked", "any": "an agent changed state",
+           "timeout": "timed out", "unreachable": "a host could not be read"}.get(result.reason, result.reason)  # fmt: skip
+    style = "green" if result.exit_code == 0 else "bold red"
+    text = Text(f"fleet {result.fleet}: {why} after {_duration(result.elapsed)} ", style=style)
+    text += Text(f"({rollup([a.state for a in result.agents])}; exit {result.exit_code})")
+    for host, error in result.errors.items():
+        text += Text(f"\n{host}: not read: {error}", style="red")
+    return text
+
+
+def answered_line(result) -> Text:
+    asked = f" (it asked: {result.question})" if result.question else ""
+    return Text(f"answer delivered to {result.instance} on {result.host}: {result.size} bytes{asked}")
+
+
+# --- work and handoffs (jackin.collect) ------------------------------------------------------
+
+
+def collect_table(report) -> Table:
+    """fleet.collect: per host and agent what was collected, under which ref, and the handoff's evidence."""
+    table = Table(title=f"fleet {report.fleet}: collect", title_justify="left")
+    for column in ("host", "agent", "state", "result", "commit", "ref", "handoff"):
+        table.add_column(column)
+    for a in report.agents:
+        style = {"collected": "green", "failed": "bold red"}.get(a.result, "dim")
+        handoff = "" if a.evidence is None else a.evidence.label
+        table.add_row(a.host, a.instance, a.state, Text(a.result if not a.reason else f"{a.result}: {a.reason}",
+                                                        style=style),
+                      (a.commit or "")[:12], a.ref or "", Text(handoff, style="green" if handoff == "ok" else "yellow"))  # fmt: skip
+    for host, why in report.unreachable.items():
+        table.add_row(host, "", "", Text(f"unreachable: {why}", style="bold red"), "", "", "")
+    return table
+
+
+def review_table(review) -> Table:
+    """fleet.review: per host and agent its state, collected commit, diff stat, evidence and handoff."""
+    table = Table(title=f"fleet {review.fleet}: review", title_justify="left")
+    for column in ("host", "agent", "state", "commit", "diff", "evidence", "handoff"):
+        table.add_column(column)
+    for r in review.rows:
+        evidence = Text(r.evidence or "not collected", style="green" if r.evidence == "ok" else "yellow")
+        table.add_row(r.host, r.instance, r.state, (r.commit or "")[:12], r.diff or "", evidence, r.handoff or "")
+    for host, why in review.unreachable.items():
+        table.add_row(host, "", Text(f"unreachable: {why}", style="bold red"), "", "", "", "")
     return table

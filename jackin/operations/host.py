@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from importlib import resources
 
 from jackin.daemon import DAEMON_JSON, DaemonState
-from jackin.operations.files import Command, Refused, write_files
+from jackin.operations.files import Command, Refused, Upload, file_mode, write_files
 from jackin.plan import DEFAULT_IMAGE
 from jackin.spec.models import AddressPool
 
@@ -127,3 +127,54 @@ def image_commands(image: str, present_images: Sequence[str], *, busybox: bool) 
     recipe = resources.files("jackin.lab").joinpath("recipe/agent-image.sh").read_text()
     commands = [] if busybox else ["DEBIAN_FRONTEND=noninteractive apt-get install -y -q busybox-static"]
     return commands + [f"sh -c {shlex.quote(recipe)} agent-image import {shlex.quote(image)}"]  # a fixed 1 KiB script
+
+
+# --- role images (jackin/roles.py, jackin/images.py) ------------------------------------------------
+
+BUILD_DIR = "/var/lib/jackin/build"  # build: host: the role's files, root-only, while docker build runs
+
+
+class ImageLoad(str):
+    """A role image built on the operator's machine: ``fleet.up`` loads it over SSH before the deploy
+    (jackin/images.py ``deliver``). In the deploy it is a check that it arrived (the host fails if not);
+    shown as "load image TAG from the operator (NN MB)"."""
+
+    image: str
+    size: int | None
+
+    def __new__(cls, image: str, size: int | None) -> ImageLoad:
+        quoted = shlex.quote(image)
+        why = shlex.quote(f"image {image} is not on this host: fleet.up loads it from the operator before the deploy")
+        made = super().__new__(cls, f"docker image inspect --format ok {quoted} >/dev/null 2>&1 || "
+                                    f"{{ echo {why} >&2; exit 1; }}")  # fmt: skip
+        made.image, made.size = image, size
+        return made
+
+    @property
+    def shown(self) -> str:
+        size = f"{self.size / 1e6:.0f} MB" if self.size is not None else "size known once built"
+        return f"load image {self.image} from the operator ({size})"
+
+
+def role_image_commands(image: str, present_images: Sequence[str], *, build: str, size: int | None = None,
+                        files: dict[str, bytes] | None = None) -> list[Command]:  # fmt: skip
+    """A role's image on the host: nothing when present; ``build: operator``: loaded from the operator
+    (``ImageLoad``); ``build: host``: the role's files (``files``: path in the build context -> bytes) sent
+    by SFTP into a root-only directory, ``docker build`` there (offline only if the Dockerfile needs nothing
+    from a registry), the directory removed."""
+    if image in present_images:
+        return []
+    if build == "operator":
+        return [ImageLoad(image, size)]
+    if not files:
+        raise Refused(f"image {image}: no build context to send")
+    directory = f"{BUILD_DIR}/{image.rsplit(':', 1)[1]}"
+    quoted = shlex.quote(directory)
+    commands: list[Command] = [f"rm -rf {quoted}", f"install -d -m 0700 {shlex.quote(BUILD_DIR)} {quoted}"]
+    for sub in sorted({p.rsplit("/", 1)[0] for p in files if "/" in p}):
+        commands.append(f"install -d -m 0700 {shlex.quote(f'{directory}/{sub}')}")
+    for path, data in sorted(files.items()):
+        target = f"{directory}/{path}"
+        commands.append(Upload(data, target, target=target, mode=file_mode(data)))
+        commands.append(f"chmod {file_mode(data)} {shlex.quote(target)}")
+    return commands + [f"DOCKER_BUILDKIT=0 docker build -q -t {shlex.quote(image)} {quoted}", f"rm -rf {quoted}"]

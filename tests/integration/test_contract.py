@@ -104,6 +104,23 @@ def test_up_with_yes_stores_the_contract(kfleet: Fleet) -> None:
         assert ledger.runs(kfleet.name)[-1]["id"] == row["run"]
 
 
+def test_the_stored_contract_states_each_hosts_apparmor_as_the_host_has_it(kfleet: Fleet) -> None:
+    """The lab's hosts (and this machine's kernel) have no AppArmor: no /sys/module/apparmor. The
+    contract fleet.up stored says so per host, in the Docker line and the risks, not "not checked"."""
+    truth = sh(kfleet.lab, "test -e /sys/module/apparmor && echo present || echo absent; uname -r").stdout.split()
+    assert truth[0] == "absent"  # what the lab truly has; a host with AppArmor would need the other branch
+    host = f"{kfleet.lab.name}-1"
+    terms = stored(kfleet)
+    assert [(h.name, h.kernel, h.apparmor, h.apparmor_docker) for h in terms.hosts] == [(host, truth[1], False, None)]
+    coder = terms.agent("coder-1")
+    assert coder.docker.apparmor == [f"{host}: no AppArmor on this host"]
+    assert any(r.startswith(f"no AppArmor on {host}:") for r in coder.residual_risks)
+    assert not any("not checked" in r for r in coder.residual_risks)
+    planned = inv("fleet.plan", "-i", str(kfleet.spec))  # fleet.plan reads the hosts too: the same line
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert f"{host}: no AppArmor on this host" in planned.stdout and "not checked" not in planned.stdout
+
+
 def test_a_changed_contract_without_a_terminal_is_refused_naming_the_difference(kfleet: Fleet) -> None:
     host_before, ledger_before = host_state(kfleet), ledger_state(kfleet)
     assert "93.184.216.34" in host_before  # the state read sees the policy

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from jackin import contract
 from jackin.lab import Lab
 from jackin.operations import agent_paths
 from jackin.paths import state_dir
@@ -210,9 +211,19 @@ def test_a_changed_value_is_redelivered_and_seen_by_the_running_container(cfleet
     monkeypatch.setenv(cfleet.env, cfleet.api_key)
     preview = inv("fleet.up", "-i", str(cfleet.spec), "--dry-run")  # the human preview: names and paths only
     assert preview.returncode == 0, preview.stdout + preview.stderr
-    assert "upload a credential by SFTP" in preview.stdout and f"{cfleet.dir}/coder-1/API_KEY" in preview.stdout
+    assert "credential API_KEY of coder-1: deliver" in preview.stdout  # fleet.plan's line: the in-process plan
     assert "GH_TOKEN" not in preview.stdout  # the unchanged one is not in the preview
     assert cfleet.api_key not in preview.stdout + preview.stderr and old not in preview.stdout
+    plans = [inv("fleet.plan", "-i", str(cfleet.spec), *extra) for extra in ((), ("--json",))]  # fleet.plan too
+    for plan in plans:
+        assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "credential API_KEY of coder-1: deliver" in plans[0].stdout
+    document = json.loads(plans[1].stdout)
+    assert any("credential API_KEY of coder-1: deliver" in c["lines"] for c in document["hosts"][0]["changes"]["changes"])
+    assert [c.name for c in contract.FleetContract.model_validate(document["contract"]).agent("coder-1").credentials] == [
+        "API_KEY", "GH_TOKEN"]  # names in the contract, never a value
+    assert_nowhere(cfleet, *(p.stdout + p.stderr for p in plans))
+    assert not any(old in p.stdout + p.stderr for p in plans)
     control = f"CONTROL-{secrets.token_hex(8)}"
     watcher = start_watch(cfleet, [cfleet.api_key, old, cfleet.gh_token], control)
     try:

@@ -14,6 +14,7 @@ import sqlite3
 
 import pytest
 
+from jackin import contract
 from jackin.ledger import Ledger
 from jackin.plan import UIDS_PER_FLEET
 from jackin.state import state_command
@@ -55,7 +56,8 @@ class Fleet:
         with Ledger() as ledger:
             uids = [r["uid"] for r in ledger.db.execute("SELECT uid FROM uids WHERE fleet = ?", (self.name,))]
         low = min(uids, default=60000)
-        return sh(self.lab, state_command(self.name, low, low + UIDS_PER_FLEET - 1, bootstrap=True)).stdout
+        out = sh(self.lab, state_command(self.name, low, low + UIDS_PER_FLEET - 1, bootstrap=True)).stdout
+        return "\n".join(line for line in out.split("\n") if not line.startswith("now="))  # the host's clock moves
 
     def ledger(self) -> list[str]:
         with Ledger() as ledger:
@@ -94,6 +96,15 @@ def test_plan_on_a_fresh_host_lists_changes_and_changes_nothing(fleet):
     categories = {c["category"] for c in host["changes"]["changes"]}
     assert {"users", "files", "networks", "containers", "firewall"} <= categories
     assert fleet.host_state() == state and fleet.ledger() == ledger
+    # the contract fleet.up would apply: valid against the committed schema, with the host's facts as read
+    import jsonschema
+
+    jsonschema.validate(document["contract"], json.loads(contract.SCHEMA_FILE.read_text()))
+    kernel = sh(fleet.lab, "uname -r").stdout.strip()
+    assert sh(fleet.lab, "test -e /sys/module/apparmor", warn=True).failed  # the lab truly has no AppArmor
+    assert document["contract"]["hosts"] == [{"name": fleet.host, "kernel": kernel, "apparmor": False,
+                                              "apparmor_docker": None}]  # fmt: skip
+    assert document["contract_changes"] is None  # no contract applied yet
 
 
 def test_after_up_plan_says_unchanged(fleet):
@@ -101,10 +112,13 @@ def test_after_up_plan_says_unchanged(fleet):
     assert done.returncode == 0, done.stdout + done.stderr
     detail, _ = fleet.last_up()
     assert detail["unchanged"] == []  # the first up ran the engine on the host
+    state, ledger = fleet.host_state(), fleet.ledger()
     done = fleet.run("fleet.plan")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{fleet.host}: unchanged (fleet.up would not touch it)" in done.stdout
-    assert fleet.plan()["hosts"][0]["changes"]["changes"] == []
+    document = fleet.plan()
+    assert document["hosts"][0]["changes"]["changes"] == [] and document["contract_changes"] == []
+    assert fleet.host_state() == state and fleet.ledger() == ledger  # a provisioned host: nothing changed either
 
 
 def test_a_warm_no_change_up_starts_no_engine_and_changes_nothing(fleet):
@@ -120,7 +134,10 @@ def test_a_warm_no_change_up_starts_no_engine_and_changes_nothing(fleet):
 
 def test_a_spec_change_shows_only_that_change_and_up_applies_it(fleet):
     fleet.write(memory="144m")
-    [host] = fleet.plan()["hosts"]
+    document = fleet.plan()
+    [host] = document["hosts"]
+    for n in (1, 2):  # the spec change shows in the contract's difference too
+        assert f"coder-{n} resources: memory {128 * 2**20} -> {144 * 2**20}" in document["contract_changes"]
     changes = host["changes"]["changes"]
     assert {c["category"] for c in changes} == {"containers"}
     assert sorted(c["step"] for c in changes) == ["agent coder-1", "agent coder-2"]

@@ -6,6 +6,7 @@ import json
 
 from jackin.engine import EngineRequest, run
 from jackin.fleet import deploys_dir
+from jackin.ledger import Ledger
 from jackin.plan import build
 from jackin.spec import parse_inventory
 from jackin.ssh import connect
@@ -39,12 +40,31 @@ def test_fleet_up_deploys_to_every_host_and_converges(lab, tmp_path):
     assert [h["changed"] for h in second["run"]["hosts"]] == [0, 0]
 
 
-def test_dry_run_shows_the_commands_and_changes_nothing(lab, tmp_path):
+def _host_and_ledger(lab, fleet: str) -> tuple[list[str], list, dict]:
+    """What a run could change: each host's users, containers, networks, jackin files; the fleet's ledger rows."""
+    read = ("getent passwd | sort; docker ps -a --format '{{.Names}} {{.State}}' | sort; "
+            "docker network ls --format '{{.Name}}' | sort; ls -laR /var/lib/jackin /srv/jackin 2>&1; nft list tables")
+    hosts = []
+    for host in lab.status().hosts:
+        with connect(host.target()) as conn:
+            hosts.append(conn.run(read, hide=True, warn=True).stdout)
+    with Ledger() as ledger:
+        return hosts, [dict(r) for r in ledger.runs(fleet)], ledger.uids(fleet)
+
+
+def test_dry_run_shows_the_in_process_plan_and_changes_nothing(lab, tmp_path):
     spec = _inventory(tmp_path, lab.name)
     text = open(spec).read().replace("name: itest", "name: idry")
     open(spec, "w").write(text)
+    before = _host_and_ledger(lab, "idry")
     done = inv("fleet.up", "-i", spec, "--dry-run", check=True)
-    assert "would change" in done.stdout and "$ useradd" in done.stdout
+    # fleet.plan's per-host view (jackin.hostplan), the commands shown without a "$"
+    assert f"{lab.name}-1: would change" in done.stdout and "    useradd " in done.stdout
+    assert " would change, " in done.stdout  # the summary's caption
+    document = json.loads(inv("fleet.up", "-i", spec, "--dry-run", "--json", check=True).stdout)
+    assert [h["host"] for h in document["changes"]] == [f"{lab.name}-1", f"{lab.name}-2"]
+    assert all(h["changes"]["changes"] for h in document["changes"]) and document["run"]["dry_run"] is True
+    assert _host_and_ledger(lab, "idry") == before  # the hosts, the runs and the uids: all as they were
     with connect(lab.status().hosts[0].target()) as conn:
         assert conn.run("getent passwd jk-idry--coder-1", hide=True, warn=True).failed
 

@@ -14,6 +14,7 @@ import secrets
 
 import pytest
 
+from jackin import contract
 from jackin.lab import Lab
 from jackin.ledger import Ledger
 
@@ -126,6 +127,14 @@ def test_rollback_returns_the_host_to_spec_a_and_records_the_run(fleet):
     last = fleet.runs()[-1]
     assert (last["action"], last["status"], json.loads(last["detail"])["to"]) == ("fleet.rollback", "ok", fleet.run_a)
     assert fleet.path.read_text() == file_before  # the operator's file still holds B
+    # the launch contract changed back: shown (on stderr with --json) and recorded against the rollback's run
+    for line in ("gone-1: new agent", "fresh-1: removed", "keep-1 network: mode allowlist -> none"):
+        assert line in done.stderr, line
+    with Ledger() as ledger:
+        row = ledger.db.execute("SELECT run FROM run_contracts WHERE fleet = ? ORDER BY run DESC",
+                                (fleet.name,)).fetchone()  # fmt: skip
+        terms = contract.last_applied(ledger, fleet.name)
+    assert row["run"] == last["id"] and [a.instance for a in terms.agents] == ["keep-1", "gone-1"]
     fleet.run_back = last["id"]
 
 

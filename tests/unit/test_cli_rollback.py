@@ -25,9 +25,23 @@ STEP = rollback_api.PlannedStep(to=3, from_run=5, hosts=["h1"], inventory=INV, d
 CHOSEN = rollback_api.Rollback(fleet="demo", mode="step-back", steps=[STEP])
 
 
+def _applied(inventory: Inventory) -> None:
+    """Record ``inventory``'s launch contract as the fleet's last applied one (a finished ok run)."""
+    from jackin import contract
+    from jackin.ledger import Ledger
+
+    with Ledger() as ledger:
+        run = ledger.start_run("demo", "fleet.up")
+        contract.record(ledger, run, contract.current(inventory, ledger))
+        ledger.finish_run(run, "ok")
+
+
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Each ``apply`` call's dry_run flag; nothing reaches a host or the ledger."""
+def calls(monkeypatch: pytest.MonkeyPatch, tmp_path) -> list[bool]:
+    """Each ``apply`` call's dry_run flag; nothing reaches a host. A ledger of its own whose last
+    applied contract is the rollback target's (so the contract gate has nothing to ask by default)."""
+    monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
+    _applied(INV)
     seen: list[bool] = []
 
     def apply(chosen, *, dry_run, **_):
@@ -118,3 +132,61 @@ def test_with_snapshots_lists_each_hosts_snapshot_before_asking(calls: list[bool
     assert rollback(dry_run=True, with_snapshots=True) == 0
     assert seen["with_snapshots"] is True and calls == [True]
     assert "  snapshot 20261203-080000-abcd (auto, 2026-12-03T08:00:00+00:00) -> coder-1 on h1" in ui.out.file.getvalue()
+
+
+# --- the launch contract gate (cli.rollback_gate) ----------------------------------------------
+
+NEWER = Inventory.model_validate({"fleet": {"name": "demo", "provider": "lab", "agents": [
+    {"name": "coder", "network": {"mode": "allowlist", "allow": ["1.1.1.1/32:443"]}}]}})  # fmt: skip
+CHANGE = "coder-1 network: mode allowlist -> none"
+
+
+def test_a_changed_contract_without_terminal_is_refused_naming_it(calls: list[bool],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    _applied(NEWER)  # the fleet runs the newer spec; rolling back to INV changes its contract
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+    with pytest.raises(SpecError, match=r"launch contract \(run 3's spec\) changed \(\d+ difference") as refused:
+        rollback()
+    assert CHANGE in refused.value.problems and "--yes" in refused.value.message
+    assert calls == []
+    assert CHANGE in ui.out.file.getvalue()  # shown before the refusal
+    assert rollback(yes=True) == 0 and calls == [False]  # positive control: --yes goes ahead
+
+
+def test_a_changed_contract_is_asked_about_in_the_question(calls: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    _applied(NEWER)
+    asked: list[str] = []
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr(cli, "confirm", asked.append)
+    assert rollback() == 0
+    assert asked == ["Roll back, applying the launch contract above?"] and calls == [True, False]
+    assert "the launch contract changed since the last fleet.up" in ui.out.file.getvalue()
+
+
+def test_an_unchanged_contract_asks_the_plain_question(calls: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr(cli, "confirm", asked.append)
+    assert rollback() == 0
+    assert asked == ["Roll back?"] and "changed since" not in ui.out.file.getvalue()
+
+
+def test_dry_run_shows_the_contract_change_without_asking(calls: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    _applied(NEWER)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+    assert rollback(dry_run=True) == 0 and calls == [True]
+    assert CHANGE in ui.out.file.getvalue()
+
+
+def test_json_puts_the_contract_on_stderr(calls: list[bool]) -> None:
+    _applied(NEWER)
+    assert rollback(yes=True, json=True) == 0
+    assert CHANGE in ui.err.file.getvalue() and CHANGE not in ui.out.file.getvalue()
+
+
+def test_each_step_is_compared_with_the_one_before(calls: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    second = STEP.model_copy(update={"to": 4, "inventory": NEWER})
+    monkeypatch.setattr(rollback_api, "prepare", lambda *a, **k: CHOSEN.model_copy(update={"steps": [STEP, second]}))
+    gates = cli.rollback_gate(rollback_api.prepare(), yes=True, json=False)
+    assert [g.differs for g in gates] == [False, True]  # step 1 = last applied; step 2 differs from step 1
+    assert "coder-1 network: mode none -> allowlist" in gates[1].changes

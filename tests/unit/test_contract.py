@@ -84,25 +84,85 @@ def test_build_resolves_identity_mounts_credentials_network_resources() -> None:
 def test_host_effects_recovery_teardown_and_risks() -> None:
     c = contract_of(inventory())
     effects = c.host_effects
-    assert [p.name for p in effects.packages] == ["docker.io", "nftables", "dnsmasq-base", "btrfs-progs", "busybox-static"]
+    # busybox-static only for the busybox image (image: jackin/agent:busybox); the demo role's image comes from the operator
+    assert [p.name for p in effects.packages] == ["docker.io", "nftables", "dnsmasq-base", "btrfs-progs"]
     assert "jackin-nft-demo.service" in effects.services and "jackin-dns-demo@coder-1.service" in effects.services
     assert {"/etc/jackin/nft/demo.nft", "/etc/docker/daemon.json", "/var/lib/jackin/fleet-demo.json"} <= set(effects.files)
     assert effects.firewall_tables == ["inet jackin-demo"]
     assert "/srv/jackin/demo" in effects.directories and "/var/lib/jackin/credentials/demo/coder-1" in effects.directories
     assert effects.users == ["jk-demo--coder-1", "jk-demo--other-1"]
     assert (c.recovery.keep, c.recovery.checkpoints, c.recovery.checkpoint_size) == (3, "btrfs", 1024**3)
-    assert c.teardown.ttl == 8 * 3600 and not c.teardown.ttl_enforced
+    assert c.teardown.ttl == 8 * 3600 and c.teardown.ttl_enforced  # a systemd timer on each host
     risks = " | ".join(c.agent("coder-1").residual_risks)
     assert "kernel" in risks and "shared CDN" in risks and "127.0.0.1:8080/tcp" in risks and "AppArmor not checked" in risks
     assert "CDN" not in " ".join(c.agent("other-1").residual_risks)
 
 
 def test_host_facts_name_a_host_without_apparmor() -> None:
-    c = contract_of(inventory(), {"h1": {"kernel": "6.1.0", "apparmor": "N"}, "h2": {"kernel": "6.1.0", "apparmor": "Y"}})
-    assert [(h.name, h.apparmor) for h in c.hosts] == [("h1", False), ("h2", True)]
+    c = contract_of(inventory(), {"h1": {"kernel": "6.1.0", "apparmor": "N"},
+                                  "h2": {"kernel": "6.1.0", "apparmor": "Y", "apparmor_docker": "enforce"}})  # fmt: skip
+    assert [(h.name, h.apparmor, h.apparmor_docker) for h in c.hosts] == [("h1", False, None), ("h2", True, "enforce")]
     risks = c.agent("other-1").residual_risks
     assert any("no AppArmor on h1" in r for r in risks) and not any("h2" in r for r in risks)
     assert not any("not checked" in r for r in risks)
+    assert c.agent("other-1").docker.apparmor == ["h1: no AppArmor on this host", "h2: AppArmor: docker-default (enforce)"]
+
+
+def _state(apparmor_lines: list[str] | None):
+    """A parsed state read whose ``##apparmor`` section holds ``apparmor_lines`` (None: no such section)."""
+    from jackin.state import parse_state
+
+    lines = ["##host", "kernel=6.1.0-28-amd64"]
+    return parse_state(lines + (["##apparmor", *apparmor_lines] if apparmor_lines is not None else []))
+
+
+def test_host_states_read_give_each_hosts_apparmor_line_and_risk() -> None:
+    states = {"a": _state(["enabled=Y", "docker-default=enforce"]), "b": _state(["enabled="]),
+              "c": _state(["enabled=Y"]), "d": _state(None)}  # fmt: skip
+    c = contract_of(inventory(), states)
+    assert [(h.name, h.kernel, h.apparmor, h.apparmor_docker) for h in c.hosts] == [
+        ("a", "6.1.0-28-amd64", True, "enforce"), ("b", "6.1.0-28-amd64", False, None),
+        ("c", "6.1.0-28-amd64", True, None), ("d", "6.1.0-28-amd64", None, None)]  # fmt: skip
+    coder = c.agent("coder-1")
+    assert coder.docker.apparmor == [
+        "a: AppArmor: docker-default (enforce)", "b: no AppArmor on this host",
+        "c: AppArmor enabled, docker-default not loaded when read (Docker loads it when it starts)",
+        "d: AppArmor not checked"]  # fmt: skip
+    risks = [r for r in coder.residual_risks if "AppArmor" in r]
+    assert risks == [
+        "no AppArmor on b: the container runs without a mandatory access control profile",
+        "AppArmor on c is enabled but docker-default was not enforcing when read: the container's profile is not "
+        "confirmed", "AppArmor not checked (no host facts read): the container may run without a MAC profile"]  # fmt: skip
+
+
+def test_no_host_read_says_not_checked_in_the_docker_line() -> None:
+    assert contract_of(inventory()).agent("coder-1").docker.apparmor == ["AppArmor not checked (no host facts read)"]
+
+
+def test_a_contract_stored_before_the_apparmor_fields_still_loads() -> None:
+    document = contract_of(inventory(), {"h1": {"kernel": "6.1.0", "apparmor": "N"}}).model_dump(mode="json")
+    for agent in document["agents"]:
+        del agent["docker"]["apparmor"]
+    for host in document["hosts"]:
+        del host["apparmor_docker"]
+    old = FleetContract.model_validate(document)
+    new = contract_of(inventory(), {"h1": {"kernel": "6.1.0", "apparmor": "N"}})
+    assert diff(old, new) == ["coder-1 docker: apparmor gained h1: no AppArmor on this host",
+                              "other-1 docker: apparmor gained h1: no AppArmor on this host"]  # fmt: skip
+
+
+def test_gate_without_a_host_read_takes_the_hosts_of_the_last_contract(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
+    with Ledger() as ledger:
+        applied = contract.current(inventory(), ledger, host_facts={"h1": _state(["enabled="])})
+        _record_ok(ledger, applied)
+    found = contract.gate(inventory())  # no host read: the hosts as last found, so only the spec differs
+    assert not found.differs and found.contract.hosts == applied.hosts
+    assert "no AppArmor on h1" in " ".join(found.contract.agent("coder-1").residual_risks)
+    read = contract.gate(inventory(), host_facts={"h1": _state(["enabled=Y", "docker-default=enforce"])})
+    assert "coder-1 docker: apparmor gained h1: AppArmor: docker-default (enforce)" in read.changes
+    assert "fleet hosts: h1.apparmor false -> true" in read.changes
 
 
 def test_daemon_keys_match_the_hardening_applied() -> None:

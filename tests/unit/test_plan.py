@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from jackin import plan
+from jackin import plan, roles
 from jackin.plan import BRIDGE_GATEWAY, AgentPlan, FleetPlan, bridge_name, build, instances, user_name
 from jackin.spec import parse_inventory
 
@@ -135,7 +135,7 @@ def test_build_fleet() -> None:
 
 def test_build_agent() -> None:
     coder = agent("coder-2")
-    assert coder.model_dump(exclude={"command", "policy", "credentials", "mounts"}) == {
+    assert coder.model_dump(exclude={"command", "policy", "credentials", "mounts", "work", "healthcheck"}) == {
         "fleet": "demo",
         "agent": "coder",
         "instance": "coder-2",
@@ -147,12 +147,13 @@ def test_build_agent() -> None:
         "container": "jk-demo--coder-2",
         "network": "jk-demo--coder-2",
         "bridge": bridge_name("demo", "coder-2"),
-        "image": "jackin/agent:busybox",
+        "image": roles.load("demo").tag,  # the role's image (jackin/role-demo:<hash>)
         "memory": 2 * 1024**3,
         "cpus": 2.0,
         "pids": 512,
     }
-    assert coder.command == plan.IDLE
+    assert coder.command == ["jackin-demo-agent"]  # the role's command, run by the image's entrypoint
+    assert coder.healthcheck is not None and coder.healthcheck.test == ["/usr/local/bin/jackin-health"]
     assert coder.labels == {"jackin.fleet": "demo", "jackin.agent": "coder-2"}
 
 
@@ -175,7 +176,15 @@ def test_build_agent_resources_and_image_override_the_fleet() -> None:
 def test_build_defaults_without_any_resources() -> None:
     text = "fleet:\n  name: demo\n  provider: lab\n  agents:\n    - name: coder\n"
     only = make_plan(text, {"coder-1": 60000}).agents[0]
-    assert (only.memory, only.cpus, only.pids, only.image) == (1024**3, 1.0, 256, plan.DEFAULT_IMAGE)
+    assert (only.memory, only.cpus, only.pids, only.image) == (1024**3, 1.0, 256, roles.load("demo").tag)
+
+
+def test_build_busybox_image_idles_without_a_healthcheck() -> None:
+    """``image: jackin/agent:busybox`` stays usable: no entrypoint there, so the idle loop, no healthcheck."""
+    text = "fleet:\n  name: demo\n  provider: lab\n  agents:\n    - name: coder\n      image: jackin/agent:busybox\n"
+    only = make_plan(text, {"coder-1": 60000}).agents[0]
+    assert (only.image, only.command, only.healthcheck) == (plan.DEFAULT_IMAGE, plan.IDLE, None)
+    assert not any(a.startswith("--health") for a in only.run_args())
 
 
 def test_build_missing_uid_is_an_error() -> None:
@@ -210,9 +219,14 @@ def test_run_args_exact() -> None:
         "--dns", "127.0.0.1",
         "--label", "jackin.agent=reviewer-1",
         "--label", "jackin.fleet=demo",
+        "--health-cmd", "/usr/local/bin/jackin-health",
+        "--health-interval", "10s",
+        "--health-timeout", "5s",
+        "--health-retries", "3",
+        "--health-start-period", "10s",
         "--label", f"jackin.config={reviewer.config_hash}",
-        "jackin/agent:v2",
-        "sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done",
+        "jackin/agent:v2",  # the spec's image overrides the role's; the role's command and healthcheck stay
+        "jackin-demo-agent",
     ]  # fmt: skip
 
 

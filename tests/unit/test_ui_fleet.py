@@ -10,7 +10,6 @@ from rich.console import Console
 
 from jackin import ui
 from jackin.engine import HostResult, RunResult
-from jackin.engine.protocol import PlannedChange
 from jackin.fleet import CleanCheck
 from jackin.status import AgentStatus, FleetStatus, HostStatus
 
@@ -120,33 +119,6 @@ def test_up_table_dry_run_and_planned_agents() -> None:
     lines = render(ui.up_table(UP.model_copy(update={"dry_run": True}), title="t", agents=7))
     assert lines[5] == "│ web-2 │ FAILED │      7 │       0 │      0 │ 0.1s │ cannot reach root@192.0.2.11:22: refused │"
     assert lines[-1].strip() == "1 ok, 1 failed, 3 would change, 5.0s"
-
-
-# --- plan_view -------------------------------------------------------------------
-
-
-def test_plan_view() -> None:
-    result = RunResult(dry_run=True, hosts=[
-        HostResult(host="web-1", connected=True, changes=[
-            PlannedChange(op="agent coder-1", commands=["groupadd --gid 60000 jk-demo--coder-1", "docker run -d [x]"]),
-            PlannedChange(op="fleet demo"),
-        ]),
-        HostResult(host="web-2", connected=True),
-        HostResult(host="web-3", error="cannot reach root@192.0.2.12:22 [refused]"),
-    ])  # fmt: skip
-    assert render(ui.plan_view(result)) == [
-        "web-1: 2 operation(s) would change",
-        "  agent coder-1",
-        "    $ groupadd --gid 60000 jk-demo--coder-1",
-        "    $ docker run -d [x]",
-        "  fleet demo",
-        "web-2: no changes",
-        "web-3: cannot plan: cannot reach root@192.0.2.12:22 [refused]",
-    ]
-
-
-def test_plan_view_of_no_hosts_is_blank() -> None:
-    assert not any(render(ui.plan_view(RunResult(hosts=[]))))
 
 
 # --- formats ---------------------------------------------------------------------

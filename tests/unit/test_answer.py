@@ -1,0 +1,116 @@
+"""agent.answer's checks (jackin/answer.py): which host it answers on, what it refuses before anything
+is written, and the command it runs (the text never in it). No host."""
+
+from __future__ import annotations
+
+import pytest
+
+from jackin.agent_state import AgentFacts, AgentState
+from jackin.answer import MAX_ANSWER, WRITE, NotBlocked, _user, check_instance, check_text, choose
+from jackin.errors import ConnectError, SpecError
+from jackin.spec import Inventory
+
+
+def st(state: str, message: str = "") -> AgentState:
+    return AgentState(state=state, message=message, question="Q?" if state == "blocked" else None)
+
+
+def test_the_one_host_where_it_is_blocked_is_chosen() -> None:
+    assert choose("coder-1", {"h1": st("working"), "h2": st("blocked"), "h3": ConnectError("down")}) == "h2"
+
+
+@pytest.mark.parametrize("state", ["working", "done", "failed", "idle", "stuck", "unknown"])
+def test_not_blocked_is_refused_naming_its_state(state: str) -> None:
+    with pytest.raises(NotBlocked) as caught:
+        choose("coder-1", {"h1": st(state, "busy")})
+    assert caught.value.exit_code == 1
+    assert caught.value.message == f"coder-1 is not blocked, nothing written: h1: {state} (busy)"
+
+
+def test_not_blocked_names_the_hosts_not_read() -> None:
+    with pytest.raises(NotBlocked, match=r"h1: working \(not read: h2\)"):
+        choose("coder-1", {"h1": st("working"), "h2": ConnectError("down")})
+
+
+def test_blocked_on_two_hosts_needs_host() -> None:
+    with pytest.raises(SpecError, match="blocked on 2 hosts \\(h1, h2\\): name one with --host"):
+        choose("coder-1", {"h1": st("blocked"), "h2": st("blocked")})
+
+
+def test_no_host_read_raises_its_error() -> None:
+    with pytest.raises(ConnectError, match="down"):
+        choose("coder-1", {"h1": ConnectError("down")})
+
+
+def test_text_gets_a_final_newline_and_is_capped() -> None:
+    assert check_text("use postgres") == b"use postgres\n"
+    assert check_text("two\nlines\n") == b"two\nlines\n"
+    assert len(check_text("é" * ((MAX_ANSWER - 1) // 2))) <= MAX_ANSWER
+    with pytest.raises(SpecError, match=f"at most {MAX_ANSWER} are sent"):
+        check_text("x" * MAX_ANSWER)
+    with pytest.raises(SpecError, match="the answer is empty"):
+        check_text(" \n")
+
+
+def test_the_instance_must_be_one_of_the_fleets() -> None:
+    spec = Inventory.model_validate({"fleet": {"name": "f", "agents": [{"name": "coder", "count": 2}]}})
+    check_instance(spec, "coder-2")
+    with pytest.raises(SpecError, match="no agent instance 'coder' in fleet 'f'") as caught:
+        check_instance(spec, "coder")
+    assert caught.value.hint == "expected one of: coder-1, coder-2"
+
+
+@pytest.mark.parametrize("user, expected", [("60000:60000", "60000:60000"), ("60001", "60001:60001")])
+def test_the_containers_user_is_used(user: str, expected: str) -> None:
+    assert _user(AgentFacts(container="running", user=user, now=0), "h1") == expected
+
+
+@pytest.mark.parametrize("user", [None, "0:0", "root", "60000:0", "999:999", "60000:x"])
+def test_a_root_or_system_user_is_refused(user: str | None) -> None:
+    with pytest.raises(Exception, match="not an agent's uid:gid: nothing written"):
+        _user(AgentFacts(container="running", user=user, now=0), "h1")
+
+
+def test_the_write_is_atomic_and_private() -> None:
+    assert WRITE == ("umask 077; mkdir -p /workspace/.jackin && cat > /workspace/.jackin/answer.tmp && "
+                     "mv -f /workspace/.jackin/answer.tmp /workspace/.jackin/answer")  # fmt: skip
+
+
+def test_deliver_sends_the_text_on_stdin_never_in_the_command(monkeypatch) -> None:
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from jackin import answer
+
+    calls = []
+
+    class Conn:
+        def run(self, command, **kwargs):
+            calls.append((command, kwargs["in_stream"].read()))
+            return SimpleNamespace(exited=0, stderr="")
+
+    @contextmanager
+    def connect(target):
+        yield Conn()
+
+    monkeypatch.setattr(answer, "connect", connect)
+    answer.deliver(SimpleNamespace(name="h1"), "jk-f--coder-1", "60000:60000", b"secret plan\n")
+    [(command, stdin)] = calls
+    assert stdin == "secret plan\n" and "secret" not in command
+    assert command == f"docker exec -i --user 60000:60000 jk-f--coder-1 sh -c '{WRITE}'"
+
+
+def test_a_failed_delivery_is_that_hosts_error(monkeypatch) -> None:
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from jackin import answer
+    from jackin.errors import RemoteCommandError
+
+    @contextmanager
+    def connect(target):
+        yield SimpleNamespace(run=lambda *a, **k: SimpleNamespace(exited=1, stderr="Error: No such container\n"))
+
+    monkeypatch.setattr(answer, "connect", connect)
+    with pytest.raises(RemoteCommandError, match="answer not delivered \\(exit 1\\): Error: No such container"):
+        answer.deliver(SimpleNamespace(name="h1"), "c", "60000:60000", b"x\n")

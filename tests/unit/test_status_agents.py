@@ -1,0 +1,192 @@
+"""The agent-state read of fleet.status and fleet.wait (jackin/status.py, appended part): its output
+parsed strictly and NUL-safely, and the command itself run against a fake ``docker`` and ``setpriv``
+on PATH (no host): the status file is read as the container's uid:gid, never as root, and only for a
+plain instance name."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jackin.agent_state import AgentFacts
+from jackin.errors import JackinError
+from jackin.status import (agents_command, parse_agents, parse_host_status_with_agents, status_with_agents_command,
+                           FleetStatus, HostStatus, AgentStatus, fill_rollup)  # fmt: skip
+
+NOW = 1_800_000_000
+A, B = "a" * 64, "b" * 64
+
+
+def state(status: str = "running", code: int = 0, health: dict | None = None) -> str:
+    data = {"Status": status, "Running": status == "running", "ExitCode": code, "Pid": 7}
+    if health is not None:
+        data["Health"] = health
+    return json.dumps(data, separators=(",", ":"))
+
+
+def row(cid: str, instance: str | None, st: str, *, user: str = "60000:60000", restarts: int = 0) -> str:
+    return "\t".join([cid, str(restarts), json.dumps(user), json.dumps(instance), st])
+
+
+def status_doc(state_: str = "blocked", question: str | None = "Which db?") -> bytes:
+    return json.dumps({"schema_version": 1, "state": state_, "message": "m", "question": question,
+                       "heartbeat": NOW - 2, "commit": None}).encode()  # fmt: skip
+
+
+def output(rows: list[str], files: list[str]) -> str:
+    return "\n".join(["##agents-now", str(NOW), "##agents", *rows, "##agent-files", *files]) + "\n"
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def test_parse_agents() -> None:
+    health = {"Status": "unhealthy", "FailingStreak": 3,
+              "Log": [{"ExitCode": 1, "Output": "old"}, {"ExitCode": 1, "Output": "unhealthy: the task said so\n"}]}
+    out = output([row(A, "coder-1", state()), row(B, "coder-2", state("exited", 143, health), restarts=2)],
+                 [f"{A} {b64(status_doc())}", f"{B} -"])  # fmt: skip
+    assert parse_agents(out) == {
+        "coder-1": AgentFacts(container="running", user="60000:60000", exit_code=0, now=NOW, status=status_doc()),
+        "coder-2": AgentFacts(container="exited", user="60000:60000", exit_code=143, restarts=2, health="unhealthy",
+                              health_output="unhealthy: the task said so\n", now=NOW),
+    }  # fmt: skip
+
+
+def test_a_status_file_with_nuls_newlines_and_section_markers_stays_in_its_field() -> None:
+    """The file is the agent's: whatever bytes it holds arrive as bytes, and break no section."""
+    nasty = b"\x00\n##agents\n" + B.encode() + b"\t0\t\"\"\tnull\t{}\n##agents-now\n1\n"
+    out = output([row(A, "coder-1", state())], [f"{A} {b64(nasty)}"])
+    found = parse_agents(out)
+    assert list(found) == ["coder-1"] and found["coder-1"].status == nasty
+
+
+def test_an_empty_status_file_reads_as_none() -> None:
+    assert parse_agents(output([row(A, "coder-1", state())], [f"{A} -"]))["coder-1"].status is None
+
+
+def test_a_container_without_an_agent_label_is_not_an_agent() -> None:
+    assert parse_agents(output([row(A, None, state())], [])) == {}
+
+
+def test_no_containers_no_agents() -> None:
+    assert parse_agents(f"##agents-now\n{NOW}\n") == {}
+
+
+@pytest.mark.parametrize("bad", [
+    output([row(A, "coder-1", state()).replace("\t", " ", 1)], []),
+    output([row(A, "coder-1", "{not json")], []),
+    output([row(A, "coder-1", '{"Running":true}')], []),
+    output([row(A, "coder-1", state())], [f"{A} not*base64"]),
+    "##agents\n" + row(A, "coder-1", state()),
+])  # fmt: skip
+def test_output_docker_did_not_print_fails_the_hosts_read(bad: str) -> None:
+    with pytest.raises(JackinError, match="agent state read"):
+        parse_agents(bad)
+
+
+def test_status_rows_gain_their_agent_state() -> None:
+    """The combined read: status_command's output, then the agent-state sections."""
+    status_part = "\n".join([f"{NOW}.5", "##rows", "|".join(
+        [A, "/jk-f--coder-1", "running", "2026-01-02T15:00:00Z", "0", "coder-1", "60000:60000", "jk-f--coder-1", "0",
+         "7", ""]), "##1", "##2"])  # fmt: skip
+    out = status_part + "\n" + output([row(A, "coder-1", state())], [f"{A} {b64(status_doc())}"])
+    _now, [agent], _fields = parse_host_status_with_agents(out, stale_after={})
+    assert (agent.state, agent.agent_state.state, agent.agent_state.question) == ("running", "blocked", "Which db?")
+    _now, [agent], _fields = parse_host_status_with_agents(out.replace(f"{A} {b64(status_doc())}", f"{A} -"),
+                                                           stale_after={})  # fmt: skip
+    assert agent.agent_state.state == "unknown"
+
+
+def test_an_agent_read_that_does_not_parse_leaves_the_rest_of_the_status() -> None:
+    status_part = "\n".join([f"{NOW}.5", "##rows", "|".join(
+        [A, "/jk-f--coder-1", "running", "2026-01-02T15:00:00Z", "0", "coder-1", "60000:60000", "jk-f--coder-1", "0",
+         "7", ""]), "##1", "##2"])  # fmt: skip
+    _now, [agent], _fields = parse_host_status_with_agents(status_part + "\n##agents-now\nnot a clock\n", stale_after={})
+    assert (agent.state, agent.uid, agent.agent_state.state) == ("running", 60000, "unknown")
+    assert agent.agent_state.message.startswith("agent state read: no host clock")
+
+
+def test_fill_rollup_counts_every_host() -> None:
+    from jackin.agent_state import AgentState
+
+    def agent(instance: str, st: str) -> AgentStatus:
+        return AgentStatus(instance=instance, container=instance, state="running", agent_state=AgentState(state=st))
+
+    hosts = [HostStatus(host=h, address="x", port=22, reachable=True, agents=[agent("c-1", s1), agent("c-2", s2)])
+             for h, s1, s2 in (("h1", "working", "blocked"), ("h2", "done", "working"))]  # fmt: skip
+    status = fill_rollup(FleetStatus(fleet="f", at=0, hosts=hosts))
+    assert status.rollup == "4 agents: 1 blocked, 2 working, 1 done"
+    assert status.agent_states == {"blocked": 1, "working": 2, "done": 1}
+
+
+# --- the command, against a fake docker and setpriv ----------------------------------------------------
+
+
+FAKE_DOCKER = r"""#!/bin/sh
+case "$1" in
+    ps) cat "$FAKE/ids" ;;
+    inspect) case "$3" in *json*) cat "$FAKE/rows" ;; *) cat "$FAKE/plain" ;; esac ;;
+esac
+"""
+FAKE_SETPRIV = r"""#!/bin/sh
+echo "$*" >> "$FAKE/setpriv.log"
+while [ "$1" != "--" ]; do shift; done; shift
+exec "$@"
+"""
+
+
+def fake_host(tmp_path: Path, containers: list[tuple[str, str, str]]) -> dict[str, str]:
+    """A PATH where docker lists ``containers`` (id, user, instance) and setpriv logs its call."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("docker", FAKE_DOCKER), ("setpriv", FAKE_SETPRIV)):
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "ids").write_text("".join(f"{c}\n" for c, _, _ in containers))
+    (tmp_path / "rows").write_text("".join(row(c, i, state(), user=u) + "\n" for c, u, i in containers))
+    (tmp_path / "plain").write_text("".join(f"{c} {u} {i}\n" for c, u, i in containers))
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE": str(tmp_path)}
+
+
+def run(command: str, env: dict[str, str]) -> str:
+    return subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, check=True).stdout
+
+
+def test_the_command_reads_each_status_file_as_its_agent(tmp_path: Path) -> None:
+    root = tmp_path / "srv"
+    for instance, data in (("coder-1", status_doc()), ("coder-2", b"\x00##x\n")):
+        (root / "f" / instance / "workspace" / ".jackin").mkdir(parents=True)
+        (root / "f" / instance / "workspace" / ".jackin" / "status.json").write_bytes(data)
+    env = fake_host(tmp_path, [(A, "60000:60001", "coder-1"), (B, "60002:60002", "coder-2")])
+    found = parse_agents(run(agents_command("f", root=str(root)), env))
+    assert {i: f.status for i, f in found.items()} == {"coder-1": status_doc(), "coder-2": b"\x00##x\n"}
+    log = (tmp_path / "setpriv.log").read_text().splitlines()
+    assert log == [f"--reuid=60000 --regid=60001 --clear-groups -- head -c 8193 -- {root}/f/coder-1/workspace/.jackin/status.json",
+                   f"--reuid=60002 --regid=60002 --clear-groups -- head -c 8193 -- {root}/f/coder-2/workspace/.jackin/status.json"]  # fmt: skip
+
+
+@pytest.mark.parametrize("user, instance", [
+    ("0:0", "coder-1"), ("", "coder-1"), ("999:999", "coder-1"), ("60000:0", "coder-1"), ("root", "coder-1"),
+    ("60000:60000", "../../etc"), ("60000:60000", "-rf"), ("60000:60000", "Coder"), ("60000:60000", "a/b"),
+])  # fmt: skip
+def test_no_file_is_read_for_a_system_user_or_an_odd_instance(tmp_path: Path, user: str, instance: str) -> None:
+    """Nothing is read (``-``) unless uid and gid are >= 1000 and the instance is a plain name."""
+    env = fake_host(tmp_path, [(A, user, instance)])
+    out = run(agents_command("f", root=str(tmp_path)), env)
+    assert f"{A} -\n" in out
+    assert not (tmp_path / "setpriv.log").exists()
+
+
+def test_no_containers_prints_the_clock_only(tmp_path: Path) -> None:
+    env = fake_host(tmp_path, [])
+    assert parse_agents(run(agents_command("f", root=str(tmp_path)), env)) == {}
+
+
+def test_combined_command_is_valid_posix_sh() -> None:
+    subprocess.run(["sh", "-n", "-c", status_with_agents_command("demo")], check=True)
