@@ -2,12 +2,14 @@
 
 from invoke import Collection, Exit, task
 
-from jackin import fleet as fleet_api
-from jackin import providers, ui
+from jackin import lazy, ui
 from jackin import cli
 from jackin.cli import count, guard
 from jackin.lab import Lab
 from jackin.lab.lab import DEFAULT_HOSTS
+
+fleet_api = lazy.module("jackin.fleet")  # loaded by the first task that uses it: `inv --list` stays quick
+providers = lazy.module("jackin.providers")
 
 # --- lab ---------------------------------------------------------------------
 

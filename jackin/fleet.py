@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin import contract, credentials, firewall, images, ttl, work
+from jackin import firewall, images, lazy, ttl, work
 from jackin import plan as planning
 from jackin.applied import applied, in_place
 from jackin.engine import Event, HostResult, RunResult
@@ -34,6 +34,12 @@ from jackin.spec.models import FleetSpec, NetworkPolicy
 from jackin.ssh import SshTarget
 from jackin.state import HostState, parse_state, state_command
 from jackin.status import FleetStatus, fleet_status
+
+if TYPE_CHECKING:
+    from jackin import contract, credentials
+else:  # loaded by fleet.up and fleet.plan, not by fleet.status (jackin.lazy)
+    contract = lazy.module("jackin.contract")
+    credentials = lazy.module("jackin.credentials")
 
 DEFAULT_INVENTORY = Path("inventory/lab.yaml")
 KEPT = ["homes", "workspaces", "uids"]  # what fleet.down --keep-data keeps

@@ -1,8 +1,9 @@
 """Fleet status: hosts × agents, read in one SSH round trip per host.
 
-Per agent: container state, uptime, CPU (sampled over a quarter second from the
-container's cgroup), memory, restarts and the last error. A host that does not
-answer within the timeout is shown as unreachable; it never stalls the others.
+Per agent: container state, uptime, CPU (from the container's cgroup, over a window of at
+least SAMPLE seconds that the read's other checks run inside, measured on the host's clock),
+memory, restarts and the last error. A host that does not answer within the timeout is shown
+as unreachable; it never stalls the others.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from jackin.remote import gather
 from jackin.ssh import SshTarget
 from jackin.ttl import TtlStatus, line
 
-SAMPLE = 0.25
+SAMPLE = 0.1  # seconds: the shortest window CPU is measured over (see status_command)
 
 
 class _Model(BaseModel):
@@ -103,12 +104,17 @@ def status_command(fleet: str) -> str:
         "mem=$(cat /sys/fs/cgroup/memory$m/memory.usage_in_bytes 2>/dev/null); fi; "
         'echo "$p $cpu $mem"; done'
     )
+    # The CPU window opens after the container rows and closes after the policy checks, which run inside
+    # it; only what is left of SAMPLE is slept. Each sample carries its clock (@ns): CPU is over the real window.
+    window = (f"t1=$(date +%s%N); echo '##1'; echo \"@$t1\"; {sample}; {drops}{ttl_section(fleet)}"
+              f"if [ -n \"$pids\" ]; then r=$(( {int(SAMPLE * 1e9)} - $(date +%s%N) + t1 )); "
+              "[ \"$r\" -le 0 ] || sleep \"$(printf '0.%09d' \"$r\")\"; "
+              f"echo '##2'; echo \"@$(date +%s%N)\"; {sample}; fi")  # fmt: skip
     return (
-        f"date +%s.%N; {drops}{ttl_section(fleet)}echo '##rows'; ids=$(docker ps -aq --no-trunc --filter {label}) || {{ echo '##docker'; echo down; exit 0; }}; "
-        f"[ -n \"$ids\" ] || exit 0; "
-        f"rows=$(docker inspect --format '{fmt}' $ids); printf '%s\\n' \"$rows\"; "
-        "pids=$(printf '%s\\n' \"$rows\" | awk -F'|' '$10 > 0 {print $10}'); "
-        f"echo '##1'; {sample}; sleep {SAMPLE}; echo '##2'; {sample}"
+        f"date +%s.%N; pids=; echo '##rows'; if ids=$(docker ps -aq --no-trunc --filter {label}); then "
+        f"if [ -n \"$ids\" ]; then rows=$(docker inspect --format '{fmt}' $ids); printf '%s\\n' \"$rows\"; "
+        "pids=$(printf '%s\\n' \"$rows\" | awk -F'|' '$10 > 0 {print $10}'); fi; "
+        f"else echo '##docker'; echo down; fi; {window}"
     )
 
 
@@ -184,8 +190,11 @@ def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
         if name.startswith("drops_") and count.strip().isdigit():
             drops[name[len("drops_") :]] = int(count)
     samples: dict[str, dict[str, tuple[int, int]]] = {"1": {}, "2": {}}
+    clock: dict[str, int] = {}  # each sample's host clock in ns (@ns), when the read printed it
     for key in samples:
         for line in sections.get(key, []):
+            if line.startswith("@") and line[1:].strip().isdigit():
+                clock[key] = int(line[1:])
             parts = line.split()
             if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
                 samples[key][parts[0]] = (int(parts[1]), int(parts[2]))
@@ -196,7 +205,8 @@ def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
             uptime = max(0.0, now - _parse_time(started))
         cpu = mem = None
         if pid in samples["1"] and pid in samples["2"]:
-            cpu = round((samples["2"][pid][0] - samples["1"][pid][0]) / (SAMPLE * 1e9) * 100, 1)
+            window = clock["2"] - clock["1"] if len(clock) == 2 and clock["2"] > clock["1"] else SAMPLE * 1e9
+            cpu = round((samples["2"][pid][0] - samples["1"][pid][0]) / window * 100, 1)
             mem = samples["2"][pid][1]
         agents.append(
             AgentStatus(
