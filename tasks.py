@@ -2,12 +2,14 @@
 
 from invoke import Collection, Exit, task
 
-from jackin import fleet as fleet_api
-from jackin import providers, ui
+from jackin import lazy, ui
 from jackin import cli
 from jackin.cli import count, guard
 from jackin.lab import Lab
 from jackin.lab.lab import DEFAULT_HOSTS
+
+fleet_api = lazy.module("jackin.fleet")  # loaded by the first task that uses it: `inv --list` stays quick
+providers = lazy.module("jackin.providers")
 
 # --- lab ---------------------------------------------------------------------
 
@@ -51,6 +53,9 @@ def fleet_validate(c, inventory=None):
     """Check an inventory file; every problem is reported at once, nothing is touched."""
     with guard():
         spec = fleet_api.load(inventory)
+        from jackin import work
+
+        work.check(spec.fleet)  # repositories, refs and task files on this machine (exit 2), no host touched
         agents = sum(a.count for a in spec.fleet.agents)
         ui.out.print(f"{inventory or fleet_api.DEFAULT_INVENTORY}: ok (fleet {spec.fleet.name!r}, "
                      f"provider {spec.fleet.provider}, {agents} agent(s))")  # fmt: skip
@@ -134,6 +139,18 @@ def fleet_wait(c, inventory=None, until="done", timeout=None, json=False):
     Exit 0: it held; 1: done, but an agent failed; 3: a host stayed unreadable; 4: timed out."""
     with guard():
         raise Exit(code=cli.fleet_wait(inventory, until=until, timeout=timeout, json=json))
+@task(help={"inventory": INVENTORY, "yes": "do not ask (the whole loop, and fleet.up's changes and contract)",
+            "timeout": "stop waiting after this long (600, 90s, 10m, 2h; the time-to-live also ends the wait)",
+            "json": "print one JSON document of the phases (needs --yes)",
+            "keep_lab": "provider lab: keep the lab hosts running after fleet.down"})  # fmt: skip
+def fleet_run(c, inventory=None, yes=False, timeout=None, json=False, keep_lab=False):
+    """The whole loop: fleet.up, wait until every agent is done or failed, collect their work, fleet.down.
+    Exit 0 all done; 1 a phase failed (it says which and what is left); 2 usage; 3 a host unreachable;
+    4 the timeout or time-to-live ended the wait (collected, torn down); 5 some agent failed."""
+    from jackin import runloop
+
+    with guard():
+        raise Exit(code=runloop.cli_run(inventory, yes=yes, timeout=timeout, json=json, keep_lab=keep_lab))
 
 
 # --- agent -------------------------------------------------------------------
@@ -161,6 +178,42 @@ def agent_answer(c, agent, text, inventory=None, host=None):
     Refused (exit 1, nothing written) when the agent is not blocked."""
     with guard():
         raise Exit(code=cli.agent_answer(inventory, agent, text, host=host))
+@task(help={"agent": "instance (coder-1)", "inventory": INVENTORY,
+            "host": "the host to run it on (needed when the fleet has more than one)"})  # fmt: skip
+def agent_exec(c, agent, inventory=None, host=None):
+    """Run the command after -- in the agent's container as the agent (inv agent.exec coder-1 -- ls -la);
+    its output streams here and its exit status is passed through. Exit 2: unknown agent or no command."""
+    import sys
+
+    from jackin import agent_tools
+
+    with guard():
+        argv = agent_tools.command_of(sys.argv)  # after --, verbatim (before any host is asked)
+        ref = agent_tools.resolve(fleet_api.load(inventory), agent, host=host)
+        raise Exit(code=agent_tools.run_exec(ref, argv))
+
+
+@task(help={"agent": "instance (coder-1)", "follow": "keep printing new output until Ctrl-C",
+            "tail": "only the last N lines", "inventory": INVENTORY,
+            "host": "the host to read from (needed when the fleet has more than one)"})  # fmt: skip
+def agent_logs(c, agent, follow=False, tail=None, inventory=None, host=None):
+    """Print the agent container's output (docker logs); --follow until Ctrl-C (a clean exit)."""
+    from jackin import agent_tools
+
+    with guard():
+        ref = agent_tools.resolve(fleet_api.load(inventory), agent, host=host)
+        raise Exit(code=agent_tools.run_logs(ref, follow=follow, tail=count("--tail", tail, low=0, high=10**9)))
+
+
+@task(help={"agent": "instance (coder-1)", "inventory": INVENTORY,
+            "host": "the host to open it on (needed when the fleet has more than one)"})  # fmt: skip
+def agent_shell(c, agent, inventory=None, host=None):
+    """An interactive shell (bash, else sh) in the agent's container as the agent; needs a terminal."""
+    from jackin import agent_tools
+
+    with guard():
+        ref = agent_tools.resolve(fleet_api.load(inventory), agent, host=host)
+        raise Exit(code=agent_tools.run_shell(ref))
 
 
 # --- snapshot ----------------------------------------------------------------
@@ -232,6 +285,41 @@ def snapshot_push(c, snapshot, host=None, inventory=None, json=False):
         raise Exit(code=cli.snapshot_push(inventory, snapshot, host=host, json=json))
 
 
+# --- work and handoffs ---------------------------------------------------------
+
+
+@task(help={"inventory": INVENTORY, "agent": "collect this instance (coder-1) or agent (coder) in any state "
+            "(repeatable; default: every agent whose status is done)", "into": "fetch into this git repository "
+            "(default: the agent's source repository when it is a local path, else one under the state dir)",
+            "json": "print JSON"}, iterable=["agent"])  # fmt: skip
+def fleet_collect(c, inventory=None, agent=None, into=None, json=False):
+    """Bring each finished agent's branch (under refs/jackin/<fleet>/<host>/<instance>) and handoff back here.
+    Exit 1: an agent's collection failed; 3: a host is unreachable."""
+    from jackin import collect
+
+    with guard():
+        report = collect.collect(fleet_api.load(inventory), agents=agent or None, into=into)
+        if json:
+            ui.print_json(report.model_dump(mode="json"))
+        else:
+            ui.out.print(ui.collect_table(report))
+        raise Exit(code=1 if report.failed else 3 if report.unreachable else 0)
+
+
+@task(help={"inventory": INVENTORY, "json": "print JSON"})
+def fleet_review(c, inventory=None, json=False):
+    """Per agent: state, collected commit, diff stat against its source commit, handoff evidence and path."""
+    from jackin import collect
+
+    with guard():
+        review = collect.review(fleet_api.load(inventory))
+        if json:
+            ui.print_json(review.model_dump(mode="json"))
+        else:
+            ui.out.print(ui.review_table(review))
+        raise Exit(code=3 if review.unreachable else 0)
+
+
 lab = Collection("lab")
 lab.add_task(lab_up, "up")
 lab.add_task(lab_status, "status")
@@ -247,11 +335,17 @@ fleet.add_task(fleet_rollback, "rollback")
 fleet.add_task(fleet_runs, "runs")
 fleet.add_task(fleet_plan, "plan")
 fleet.add_task(fleet_wait, "wait")
+fleet.add_task(fleet_run, "run")
+fleet.add_task(fleet_collect, "collect")
+fleet.add_task(fleet_review, "review")
 
 agent_ns = Collection("agent")
 agent_ns.add_task(agent_netcheck, "netcheck")
 agent_ns.add_task(agent_denials, "denials")
 agent_ns.add_task(agent_answer, "answer")
+agent_ns.add_task(agent_exec, "exec")
+agent_ns.add_task(agent_logs, "logs")
+agent_ns.add_task(agent_shell, "shell")
 
 snapshot = Collection("snapshot")
 snapshot.add_task(snapshot_create, "create")

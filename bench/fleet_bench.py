@@ -2,7 +2,8 @@
 
 For W(N hosts, 3 agents) with N in --hosts (default 1,4,8; --scale adds 16,32)
 it times, the way an operator runs them (``python -m invoke ...`` in the repo):
-cold ``fleet.up``, warm no-change ``fleet.up``, ``fleet.status --json`` and
+cold ``fleet.up``, warm no-change ``fleet.up``, ``fleet.status --json`` (once from cold, with the
+SSH master connections of earlier reads closed, and the median of --repeat runs with them open) and
 ``fleet.down --yes --no-final-snapshot`` (then, after a second cold up, ``fleet.down`` with its
 final snapshot and pull, reported apart as the final snapshot's cost). Beside each, in the same
 run and on the same lab hosts, a floor: N parallel ``ssh host true``; one bare Python start
@@ -47,6 +48,7 @@ from jackin import plan as planning  # noqa: E402
 from jackin.errors import JackinError  # noqa: E402
 from jackin.lab import Lab  # noqa: E402
 from jackin.lab.limits import INOTIFY_LIMIT, inotify_in_use  # noqa: E402
+from jackin.openssh import PERSIST  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -104,6 +106,35 @@ def ssh_all(lab: Lab, ports: list[int], script: str) -> float:
         if proc.returncode != 0:
             raise BenchError(f"floor script failed (exit {proc.returncode}): {err.strip()[-1000:]}")
     return seconds
+
+
+def parts(lab: Lab, inventory: Path, repeat: int) -> dict[str, float]:
+    """Where fleet.status's and a warm fleet.up's time goes, in this process (masters open): the lab
+    lookup (``Lab.status``: docker CLI calls on this machine), the status read and the state read."""
+    from jackin.snapshots.auto import read_states
+    from jackin.status import fleet_status
+
+    spec = fleet_api.load(inventory)
+    hosts = [h.target() for h in lab.status().hosts]
+    with fleet_api.Ledger() as ledger:
+        plan = fleet_api.make_plan(spec, ledger, store=False)
+
+    def clock(fn: Callable[[], object]) -> float:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    return {"lab lookup": median(lambda: clock(lab.status), repeat),
+            "status read": median(lambda: clock(lambda: fleet_status(spec.fleet.name, hosts)), repeat),
+            "state read": median(lambda: clock(lambda: read_states(plan, hosts)), repeat)}  # fmt: skip
+
+
+def close_masters() -> None:
+    """End the OpenSSH master connections jackin's reads left open (jackin.openssh), so the next read
+    starts cold: each with ``ssh -O exit`` on its socket (only ours: the bench's private state dir)."""
+    for socket in sorted((Path(STATE) / "ssh").glob("*")):
+        subprocess.run(["ssh", "-F", "/dev/null", "-o", f"ControlPath={socket}", "-O", "exit", "x"],
+                       capture_output=True)  # fmt: skip
 
 
 def inotify() -> tuple[int, int]:
@@ -166,7 +197,7 @@ def plain_scripts(plan: planning.FleetPlan) -> dict[str, str]:
 
 
 def bench(n: int, repeat: int, work: Path) -> dict[str, Any]:
-    lab_name, r = f"bench{n}", {"n": n}  # type: str, dict[str, Any]
+    lab_name, r = f"bench{n}", {"n": n, "repeat": repeat}  # type: str, dict[str, Any]
     inv, floor_inv = work / f"bench{n}.yaml", work / f"floor{n}.yaml"
     inv.write_text(INVENTORY.format(fleet="bench", lab=lab_name, n=n, uid_base=60000))
     floor_inv.write_text(INVENTORY.format(fleet="floor", lab=lab_name, n=n, uid_base=62000))
@@ -201,8 +232,15 @@ def bench(n: int, repeat: int, work: Path) -> dict[str, Any]:
             r[f"{kind} host max"] = max(h["elapsed"] for h in run["hosts"])
             batch = runs[1:] if kind == "warm" else runs[:1]  # warm: the most any warm run changed
             r[f"{kind} changed"] = max(sum(h["changed"] for h in x["hosts"]) for _, x in batch)
-        statuses = [cli("fleet.status", "-i", str(inv), "--json") for _ in range(repeat)]
+        close_masters()  # status from cold: no SSH master connection left by the ups
+        r["fleet.status cold"], _ = cli("fleet.status", "-i", str(inv), "--json")
+        statuses = [cli("fleet.status", "-i", str(inv), "--json") for _ in range(repeat)]  # warm: masters open
         r["fleet.status"] = statistics.median(s for s, _ in statuses)
+        try:
+            r.update(parts(lab, inv, repeat))
+        except Exception as error:  # noqa: BLE001 - a breakdown that fails must not lose the run's figures
+            print(f"   (breakdown failed: {type(error).__name__}: {error})")
+            r.update({"lab lookup": float("nan"), "status read": float("nan"), "state read": float("nan")})
         doc = json.loads(statuses[-1][1])
         r["status agents"] = sum(a["state"] == "running" for h in doc["hosts"] for a in h["agents"])
         wall0 = time.time()
@@ -243,6 +281,13 @@ def report(r: dict[str, Any]) -> None:
         print(f"   {op:<15}{r[op]:>9.3f}{floor:>9.3f}  {what:<16}{ratio:>6.2f}x{tgt:>8}  {verdict}")
     print(f"   fleet.up warm / plain warm: {r['fleet.up warm'] / r['plain warm']:.2f}x; fleet.down is "
           "--no-final-snapshot (the plain floor takes none)")
+    print(f"   in process, masters open: lab lookup {r['lab lookup']:.3f}s, status read {r['status read']:.3f}s, "
+          f"state read {r['state read']:.3f}s; fleet.status = cli start + lab lookup + status read + "
+          f"{r['fleet.status'] - r['cli start'] - r['lab lookup'] - r['status read']:.3f}s")  # fmt: skip
+    cold = r["fleet.status cold"]
+    print(f"   fleet.status is the median of {r['repeat']} runs with the SSH masters of earlier reads open (what an "
+          f"operator's next command within {PERSIST}s gets); from cold (masters closed) it took {cold:.3f}s = "
+          f"{cold / status_floor:.2f}x the floor")  # fmt: skip
     for kind in ("cold", "warm"):
         wall, engine = r[f"fleet.up {kind}"], r[f"{kind} engine"]
         print(f"   {kind} up: engine {engine:.3f}s (slowest host {r[f'{kind} host max']:.3f}s), outside the engine "

@@ -10,19 +10,26 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from invoke.exceptions import Exit
 from rich.prompt import Confirm
 
-from jackin import agent as agent_api
-from jackin import fleet as fleet_api
-from jackin import rollback as rollback_api
-from jackin import ui
-from jackin.engine import RunResult
+from jackin import lazy, ui
 from jackin.errors import (EXIT_CONNECT, EXIT_FAILED, EXIT_NOT_ENFORCED, EXIT_OK, JackinError, NotImplementedYet,
                            SpecError, worst)  # fmt: skip
-from jackin.remote import HostError
-from jackin.status import FleetStatus
+
+if TYPE_CHECKING:
+    from jackin import agent as agent_api
+    from jackin import fleet as fleet_api
+    from jackin import rollback as rollback_api
+    from jackin.engine import RunResult
+    from jackin.remote import HostError
+    from jackin.status import FleetStatus
+else:  # loaded by the first command that uses them (jackin.lazy): the CLI's start stays short
+    agent_api = lazy.module("jackin.agent")
+    fleet_api = lazy.module("jackin.fleet")
+    rollback_api = lazy.module("jackin.rollback")
 
 
 @contextmanager

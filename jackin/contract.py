@@ -71,7 +71,7 @@ class MountTerm(_Model):
     source: str  # on the host
     target: str  # in the container
     mode: Literal["ro", "rw"]
-    kind: Literal["workspace", "credentials", "spec"]
+    kind: Literal["workspace", "credentials", "spec", "work"]
     acknowledged_credentials: bool = False  # a credential-like path the spec acknowledged
 
 
@@ -266,6 +266,8 @@ def _mounts(agent: AgentPlan) -> list[MountTerm]:
     mounts = [MountTerm(source=agent.workspace, target="/workspace", mode="rw", kind="workspace")]
     if agent.credentials:
         mounts.append(MountTerm(source=agent.credentials_dir, target=CREDENTIALS_TARGET, mode="ro", kind="credentials"))
+    if agent.work is not None:  # the repository bundle, the task and work.json (jackin/work.py)
+        mounts.append(MountTerm(source=agent.work_dir, target=planning.WORK_TARGET, mode="ro", kind="work"))
     mounts += [MountTerm(source=m.source, target=m.target, mode="ro" if m.readonly else "rw", kind="spec",
                          acknowledged_credentials=m.acknowledge_credentials) for m in agent.mounts]  # fmt: skip
     return mounts
@@ -356,9 +358,15 @@ def _effects(plan: FleetPlan) -> HostEffects:
     if any(a.credentials for a in plan.agents):
         directories += [f"{planning.CREDENTIALS_DIR}/{fleet}",
                         *(a.credentials_dir for a in plan.agents if a.credentials)]  # fmt: skip
+    if any(a.work for a in plan.agents):
+        directories += [f"{planning.WORK_DIR}/{fleet}", *(a.work_dir for a in plan.agents if a.work)]
     if plan.checkpoints is not None:
         directories.append(f"{STATE_DIR}/cow/{fleet}.img (a sparse file, loop-mounted btrfs at {plan.fleet_dir})")
     directories.append(f"{SNAPSHOTS_ROOT}/{fleet} (when a snapshot is taken)")
+    if plan.ttl_deadline is not None:  # the time-to-live (jackin/operations/ttl.py)
+        services.append(f"jackin-ttl-{fleet}.timer (stops the agents at the deadline)")
+        files += [f"/var/lib/jackin/ttl/{fleet}", f"/etc/systemd/system/jackin-ttl-{fleet}.timer",
+                  f"/etc/systemd/system/jackin-ttl-{fleet}.service"]  # fmt: skip
     files.append(f"{UPLOADED_RESTIC} (when a snapshot is taken and the host has no restic)")
     return HostEffects(packages=packages, services=services, files=files, directories=directories,
                        firewall_tables=[f"inet {firewall.table_name(fleet)}"],
@@ -394,9 +402,10 @@ def _teardown(inventory: Inventory) -> TeardownTerm:
     if not fleet.snapshots.before_teardown:
         final = "none (snapshots.before_teardown: false): the workspaces are removed with no copy"
     return TeardownTerm(
-        ttl=fleet.ttl, ttl_enforced=False,
+        ttl=fleet.ttl, ttl_enforced=fleet.ttl is not None,  # a systemd timer on each host (jackin/operations/ttl.py)
         removes=["containers", "networks", "users and groups", "homes and workspaces", "delivered credentials",
-                 "the nftables table and its units and files", "the checkpoint filesystem",
+                 "delivered work", "the nftables table and its units and files", "the checkpoint filesystem",
+                 f"the time-to-live's timer and deadline file (jackin-ttl-{fleet.name}.timer, /var/lib/jackin/ttl/{fleet.name})",
                  f"{SNAPSHOTS_ROOT}/{fleet.name} (the host's snapshots)", "the fleet marker"],
         keeps=["Docker and the installed packages", "daemon.json settings", "the agent images",
                "the operator's pulled snapshot copies and the ledger's history"],

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin import contract, credentials, firewall, images
+from jackin import firewall, images, lazy, ttl, work
 from jackin import plan as planning
 from jackin.applied import applied, in_place
 from jackin.engine import Event, HostResult, RunResult
@@ -34,6 +34,12 @@ from jackin.spec.models import FleetSpec, NetworkPolicy
 from jackin.ssh import SshTarget
 from jackin.state import HostState, parse_state, state_command
 from jackin.status import FleetStatus, fleet_status
+
+if TYPE_CHECKING:
+    from jackin import contract, credentials
+else:  # loaded by fleet.up and fleet.plan, not by fleet.status (jackin.lazy)
+    contract = lazy.module("jackin.contract")
+    credentials = lazy.module("jackin.credentials")
 
 DEFAULT_INVENTORY = Path("inventory/lab.yaml")
 KEPT = ["homes", "workspaces", "uids"]  # what fleet.down --keep-data keeps
@@ -54,14 +60,16 @@ def targets(inventory: Inventory, *, log: Log = lambda _: None, bring_up: bool =
 
 
 def make_plan(inventory: Inventory, ledger: Ledger, *, store: bool = True,
-              fleet_hosts: list[str] | None = None) -> planning.FleetPlan:
+              fleet_hosts: list[str] | None = None, start_ttl: bool = False) -> planning.FleetPlan:
     """The fleet's plan; ``store=False`` previews new uids without allocating them (a dry run).
-    ``fleet_hosts``: every address of the fleet's hosts, always denied to its agents."""
+    ``fleet_hosts``: every address of the fleet's hosts, always denied to its agents.
+    ``start_ttl``: a real fleet.up, which fixes the time-to-live's start if none is (jackin/ttl.py)."""
     fleet = inventory.fleet
     names = [instance for _, instance in planning.instances(fleet)]
     assign = ledger.allocate_uids if store else ledger.preview_uids
     uids = assign(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET)
-    return planning.build(fleet, uids, firewall.host_addresses(fleet_hosts or []))
+    built = planning.build(fleet, uids, firewall.host_addresses(fleet_hosts or []))
+    return built.model_copy(update={"ttl_deadline": ttl.deadline(ledger, fleet, start=start_ttl)})
 
 
 # --- up ----------------------------------------------------------------------
@@ -114,12 +122,15 @@ def up(
     fleet = inventory.fleet
     credentials.check(fleet)  # refused (exit 2) before anything: credential-like mounts, duplicate names
     values = credentials.read(fleet)  # every value read here, before any host is touched; never in the plan
+    ready = work.prepare(fleet)  # every repository checked and bundled here, before any host is touched
     with Ledger() as ledger, ledger.lock(fleet.name, action):
         provider = provider_for(inventory, ledger)
         hosts = _only(provider.targets(log=log, bring_up=not dry_run if bring_up is None else bring_up), only)
         if dry_run and not hosts:
             log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
-        plan = make_plan(inventory, ledger, store=not dry_run, fleet_hosts=provider.addresses() if hosts else [])
+        plan = make_plan(inventory, ledger, store=not dry_run, fleet_hosts=provider.addresses() if hosts else [],
+                         start_ttl=not dry_run)  # fmt: skip
+        plan = work.attach(plan, ready)
         for name in provider.unresolved():
             log(f"warning: host {name} is given by name: its address is not in the agents' always-denied set "
                 "(give it as an IP address to deny it)")
@@ -264,10 +275,12 @@ def plan(inventory: Inventory, *, log: Log = lambda _: None) -> PlanResult:
     fleet = inventory.fleet
     credentials.check(fleet)
     values = credentials.read(fleet)
+    ready = work.prepare(fleet)
     with Ledger() as ledger:
         provider = provider_for(inventory, ledger)
         hosts = provider.targets(log=log, bring_up=False)
-        fleet_plan = make_plan(inventory, ledger, store=False, fleet_hosts=provider.addresses() if hosts else [])
+        fleet_plan = work.attach(make_plan(inventory, ledger, store=False,
+                                           fleet_hosts=provider.addresses() if hosts else []), ready)  # fmt: skip
     if not hosts:
         return PlanResult(fleet=fleet.name, plan=fleet_plan,
                           note="the lab is not up: fleet.up would create its hosts first; nothing to plan against yet")  # fmt: skip
@@ -344,6 +357,7 @@ def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
                 agent.drops_new = agent.drops - before if agent.drops >= before else agent.drops
                 seen.setdefault(host.host, {})[agent.instance] = agent.drops
     seen_file.write_text(json.dumps(seen))
+    result.ttl = ttl.status(spec)  # the time left (from the ledger; each host's timer is in its HostStatus)
     return result
 
 

@@ -36,6 +36,7 @@ GC_COMMAND = (
     "ls /srv/jackin 2>/dev/null; "
     "ls /var/lib/jackin/cow 2>/dev/null | sed -n 's/\\.img$//p'; "
     "ls /var/lib/jackin/credentials 2>/dev/null; "  # delivered credentials (jackin/credentials.py)
+    "ls /var/lib/jackin/work 2>/dev/null; "  # delivered work (jackin/work.py)
     "ls /var/lib/jackin 2>/dev/null | sed -n 's/^fleet-\\(.*\\)\\.json$/\\1/p'; } | sort -u"
 )
 

@@ -15,13 +15,15 @@ Credential values are never shown: a delivery is rendered as "credential NAME of
 from __future__ import annotations
 
 import shlex
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.credentials import Secrets, fleet_dir
-from jackin.operations import cow, credentials, firewall, fleet, host as host_ops
+from jackin.operations import cow, credentials, firewall, fleet, host as host_ops, work
+from jackin.operations import ttl as ttl_ops
 from jackin.operations.files import Command, Refused, Upload
 from jackin.plan import FleetPlan
 from jackin.state import HostState
@@ -29,7 +31,7 @@ from jackin.state import HostState
 # Bootstrap: a Docker engine and nftables (any Docker engine will do: docker.io or docker-ce).
 PACKAGES = (("docker.io", "dockerd"), ("nftables", "nft"))
 CATEGORIES = ("bootstrap", "docker daemon", "image", "users", "files", "networks", "containers", "firewall",
-              "credentials", "checkpoint fs")  # fmt: skip
+              "credentials", "checkpoint fs", "work", "time-to-live")  # fmt: skip
 
 
 @dataclass
@@ -99,10 +101,17 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
         out.append(_built("credentials", f"credentials of fleet {plan.fleet}",
                           lambda: credentials.credential_commands(plan, state, values),
                           noop=f"credentials of fleet {plan.fleet} are up to date"))  # fmt: skip
+    if any(a.work for a in plan.agents) or state.work:  # before the containers that mount it (jackin/work.py)
+        out.append(_built("work", f"work of fleet {plan.fleet}", lambda: work.work_commands(plan, state),
+                          noop=f"work of fleet {plan.fleet} is up to date"))  # fmt: skip
     for agent in plan.agents:
         out.append(_built("containers", f"agent {agent.instance}",
                           lambda agent=agent: fleet.agent_commands(agent, state, plan.address_pools),
                           noop=f"agent {agent.instance} is up to date"))  # fmt: skip
+    if plan.ttl_deadline is not None or state.ttl.present:  # the fleet's time-to-live, enforced by the host
+        out.append(_built("time-to-live", f"time-to-live of fleet {plan.fleet}",
+                          lambda: ttl_ops.ttl_commands(plan, state.ttl, now=time.time()),
+                          noop=f"the time-to-live of fleet {plan.fleet} is in place"))  # fmt: skip
     return out
 
 
@@ -198,6 +207,8 @@ def _split(step: Step, plan: FleetPlan) -> list[Change]:
         return [Change(category=step.category, step=step.name, lines=["systemctl: docker running and enabled"])]
     if step.category == "credentials":
         return [Change(category="credentials", step=step.name, lines=_credential_lines(plan, step.commands))]
+    if step.category == "work":
+        return [Change(category="work", step=step.name, lines=work.lines(plan, step.commands))]
     if step.category == "image":  # a role image loaded from the operator: by tag and size, not its check
         lines = [c.shown if isinstance(c, host_ops.ImageLoad) else str(c) for c in step.commands]
         return [Change(category="image", step=step.name, lines=lines)]

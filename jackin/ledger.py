@@ -83,6 +83,14 @@ CREATE TABLE IF NOT EXISTS run_specs (
 CREATE TABLE IF NOT EXISTS run_contracts (
     run INTEGER PRIMARY KEY, fleet TEXT NOT NULL, schema_version INTEGER NOT NULL, contract TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS fleet_ttl (
+    fleet TEXT PRIMARY KEY, started REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS collections (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, fleet TEXT NOT NULL, host TEXT NOT NULL, instance TEXT NOT NULL,
+    at REAL NOT NULL, who TEXT NOT NULL, result TEXT NOT NULL, state TEXT, repo TEXT, ref TEXT,
+    commit_id TEXT, source_commit TEXT, handoff TEXT, evidence TEXT, detail TEXT
+);
 """
 
 
@@ -249,7 +257,8 @@ class Ledger:
 
         ``keep_uids``: data kept on the hosts is owned by these uids; they must not be given to another fleet.
         """
-        for table in ("agents", "hosts", "kept") if keep_uids else ("agents", "hosts", "kept", "uids"):
+        for table in ("agents", "hosts", "kept", "fleet_ttl") if keep_uids else ("agents", "hosts", "kept", "uids",
+                                                                                 "fleet_ttl"):
             self.db.execute(f"DELETE FROM {table} WHERE fleet = ?", (fleet,))  # noqa: S608 - fixed names
         self.db.execute("UPDATE fleets SET status = 'down', updated = ? WHERE name = ?", (time.time(), fleet))
 
@@ -257,7 +266,7 @@ class Ledger:
         """After ``fleet.down --keep-data``: the fleet is ``kept``; its uids stay reserved and each
         host (name, address, port) records what is kept there, until purged or brought up again."""
         now = time.time()
-        for table in ("agents", "hosts", "kept"):
+        for table in ("agents", "hosts", "kept", "fleet_ttl"):  # fleet.down ends the time-to-live too
             self.db.execute(f"DELETE FROM {table} WHERE fleet = ?", (fleet,))  # noqa: S608 - fixed names
         for name, address, port in hosts:
             self.db.execute("INSERT INTO kept (fleet, host, address, port, what, at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -447,3 +456,35 @@ class Ledger:
                               "WHERE c.fleet = ? AND runs.status = 'ok' ORDER BY c.run DESC LIMIT 1",
                               (fleet,)).fetchone()  # fmt: skip
         return row["contract"] if row else None
+
+    # --- the time-to-live: when the fleet's lifecycle started (jackin/ttl.py) ---------------
+
+    def ttl_started(self, fleet: str) -> float | None:
+        """When the fleet's first fleet.up of this lifecycle ran (its deadline is that plus the spec's ttl)."""
+        row = self.db.execute("SELECT started FROM fleet_ttl WHERE fleet = ?", (fleet,)).fetchone()
+        return None if row is None else row["started"]
+
+    def start_ttl(self, fleet: str, now: float) -> float:
+        """Fix the lifecycle's start at ``now`` unless it is already fixed (a later fleet.up keeps it);
+        fleet.down (``forget_fleet``, ``keep_fleet``) ends it. Returns the start in force."""
+        self.db.execute("INSERT OR IGNORE INTO fleet_ttl (fleet, started) VALUES (?, ?)", (fleet, now))
+        return self.ttl_started(fleet) or now
+
+    # --- collections (jackin.collect) ---------------------------------------------------
+
+    def record_collection(self, fleet: str, host: str, instance: str, result: str, **fields: Any) -> None:
+        """One agent's collection by fleet.collect: ``result`` (collected / failed), and ``fields`` among
+        state, repo, ref, commit_id, source_commit, handoff, evidence, detail (a dict, kept as JSON)."""
+        known = ("state", "repo", "ref", "commit_id", "source_commit", "handoff", "evidence")
+        values = [fields.get(k) for k in known]
+        detail = json.dumps(fields["detail"]) if fields.get("detail") is not None else None
+        self.db.execute(f"INSERT INTO collections (fleet, host, instance, at, who, result, {', '.join(known)}, detail) "
+                        f"VALUES (?, ?, ?, ?, ?, ?, {', '.join('?' * len(known))}, ?)",
+                        (fleet, host, instance, time.time(), _who(), result, *values, detail))  # fmt: skip
+
+    def collections(self, fleet: str) -> list[dict[str, Any]]:
+        """The newest collection of each (host, instance) of ``fleet`` that succeeded, by host then instance."""
+        rows = self.db.execute(
+            "SELECT * FROM collections WHERE id IN (SELECT MAX(id) FROM collections WHERE fleet = ? "
+            "AND result = 'collected' GROUP BY host, instance) ORDER BY host, instance", (fleet,))  # fmt: skip
+        return [{**dict(r), "detail": json.loads(r["detail"]) if r["detail"] else None} for r in rows]

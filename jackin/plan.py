@@ -27,7 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.spec.models import SLUG, AddressPool, FleetSpec, Mount, NetworkPolicy
+from jackin.spec.models import SLUG, AddressPool, FleetSpec, Mount, NetworkPolicy, WorkSpec
 
 ROOT = "/srv/jackin"
 DEFAULT_IMAGE = "jackin/agent:busybox"
@@ -36,6 +36,8 @@ UIDS_PER_FLEET = 1000
 STATE_DIR = "/var/lib/jackin"
 CREDENTIALS_DIR = f"{STATE_DIR}/credentials"  # per agent: <fleet>/<instance>/<NAME> (jackin/credentials.py)
 CREDENTIALS_TARGET = "/run/jackin/credentials"  # where the agent's container sees them, read-only
+WORK_DIR = f"{STATE_DIR}/work"  # per agent: <fleet>/<instance>/{repo.bundle,task.md,work.json} (jackin/work.py)
+WORK_TARGET = "/run/jackin/work"  # where the agent's container sees its work, read-only
 # Stands for the agent network's gateway in the run line (and its hash): known only on the host.
 BRIDGE_GATEWAY = "@bridge-gateway"
 
@@ -45,6 +47,20 @@ IDLE = ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; d
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkPlan(_Model):
+    """An agent instance's work (jackin/work.py): what the spec names, and once prepared on the
+    operator's machine (``jackin.work.attach``: fleet.up and fleet.plan) the commit and the sha256 of
+    each file delivered (``repo.bundle``, ``task.md``, ``work.json``). Not in the container's hash:
+    a new commit or task is re-delivered into the mounted directory, the container stays."""
+
+    repo: str  # the spec's repository: an absolute local path or a git URL
+    name: str  # the repository's short name (its last path component, without .git)
+    ref: str
+    branch: str  # jackin/<instance>: the agent's own branch, fixed by jackin
+    commit: str | None = None
+    files: dict[str, str] = Field(default_factory=dict)  # file name -> sha256 hex; empty: not prepared
 
 
 class Health(_Model):
@@ -83,6 +99,12 @@ class AgentPlan(_Model):
     credentials: list[str] = Field(default_factory=list)  # names only: values never enter a plan
     mounts: list[Mount] = Field(default_factory=list)
     healthcheck: Health | None = None  # the role's Docker HEALTHCHECK (None: the image's own, if any)
+    work: WorkPlan | None = None  # a repository and a task delivered to /run/jackin/work (jackin/work.py)
+
+    @property
+    def work_dir(self) -> str:
+        """The host directory holding this agent's delivered work (see jackin/work.py)."""
+        return f"{WORK_DIR}/{self.fleet}/{self.instance}"
 
     @property
     def credentials_dir(self) -> str:
@@ -132,6 +154,8 @@ class AgentPlan(_Model):
         ]  # fmt: skip
         if self.credentials:  # the directory, not each file: a re-delivered file is seen at once
             args += ["--mount", f"type=bind,src={self.credentials_dir},dst={CREDENTIALS_TARGET},readonly"]
+        if self.work is not None:  # the directory: a re-delivered task is seen at once, like credentials
+            args += ["--mount", f"type=bind,src={self.work_dir},dst={WORK_TARGET},readonly"]
         for mount in self.mounts:
             args += ["--mount", f"type=bind,src={mount.source},dst={mount.target}" + (",readonly" if mount.readonly else "")]
         for server in self.dns:
@@ -170,6 +194,7 @@ class FleetPlan(_Model):
     address_pools: list[AddressPool] = Field(default_factory=list)
     fleet_hosts: list[str] = Field(default_factory=list)  # every fleet host's IP addresses: always denied to agents
     checkpoints: CheckpointPlan | None = None  # None: homes are plain directories (no checkpoint tier)
+    ttl_deadline: int | None = None  # epoch seconds (operator clock) the time-to-live ends (jackin/ttl.py)
 
     @property
     def fleet_dir(self) -> str:
@@ -230,6 +255,7 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
                 credentials=sorted({c.name for c in agent.credentials}), mounts=agent.mounts,
             )  # fmt: skip
         )
+    agents = [a.model_copy(update={"work": work_plan(by_name[a.agent].work, a.instance)}) for a in agents]
     return FleetPlan(
         fleet=spec.name,
         uid_min=spec.uid_base,
@@ -240,6 +266,15 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
         checkpoints=(CheckpointPlan(size=spec.snapshots.checkpoint_size)
                      if spec.snapshots.checkpoints == "btrfs" else None),  # fmt: skip
     )
+
+
+def work_plan(work: WorkSpec | None, instance: str) -> WorkPlan | None:
+    """The plan's part of an agent's work, from the spec alone (``jackin.work.attach`` adds the commit
+    and the files' digests once the repository is bundled on the operator's machine)."""
+    if work is None:
+        return None
+    name = work.repo.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1].removesuffix(".git") or "repo"
+    return WorkPlan(repo=work.repo, name=name, ref=work.ref, branch=f"jackin/{instance}")
 
 
 def role_settings(role_name: str, image: str | None) -> dict:

@@ -1,4 +1,5 @@
-"""Imperative reads from many hosts at once over strict SSH (Fabric), with bounded timeouts.
+"""Imperative reads from many hosts at once over strict SSH, with bounded timeouts: the system's
+OpenSSH client, multiplexed, where it serves the target (``jackin.openssh``), else Fabric.
 
 A host that does not answer is a result (its ConnectError), never a hang and
 never an exception that hides the other hosts; a command that fails on a host
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from jackin import openssh
 from jackin.errors import ConnectError, JackinError, RemoteCommandError
 from jackin.ssh import SshTarget, connect
 
@@ -49,8 +51,11 @@ def gather(
 
     def one(target: SshTarget) -> T | JackinError:
         try:
-            with connect(target, timeout=min(timeout, 10)) as conn:
-                result = conn.run(command, hide=True, warn=True, timeout=timeout)
+            if openssh.usable(target):  # the system client, multiplexed; as strict (jackin.openssh)
+                result: Any = openssh.run(target, command, timeout=timeout, connect_timeout=min(timeout, 10))
+            else:
+                with connect(target, timeout=min(timeout, 10)) as conn:
+                    result = conn.run(command, hide=True, warn=True, timeout=timeout)
         except ConnectError as error:
             return error
         except Exception as error:  # noqa: BLE001 - timeouts and SSH faults become that host's error

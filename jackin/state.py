@@ -25,7 +25,8 @@ from jackin.daemon import DaemonState, daemon_section
 from jackin.daemon import parse_section as parse_daemon
 from jackin.errors import JackinError
 from jackin.firewall import NFT_DIR, owned_paths
-from jackin.plan import CREDENTIALS_DIR, ROOT, STATE_DIR, user_name
+from jackin.operations import ttl as ttl_ops
+from jackin.plan import CREDENTIALS_DIR, ROOT, STATE_DIR, WORK_DIR, user_name
 from jackin.snapshots.cow import CowState
 from jackin.snapshots.cow import parse_state as parse_cow
 from jackin.snapshots.cow import state_section as cow_section
@@ -135,6 +136,11 @@ class HostState(BaseModel):
     credential_digests: dict[str, dict[str, str]] = Field(default_factory=dict)
     daemon: DaemonState | None = None  # the Docker daemon's settings (read only with ``bootstrap``; see jackin.daemon)
     apparmor: AppArmor | None = None  # None: not in the read
+    ttl: ttl_ops.TtlState = Field(default_factory=ttl_ops.TtlState)  # the time-to-live's file and units
+    # Delivered work (jackin/work.py): the fleet's work dir, each agent's dir and files, and per
+    # instance the sha256 of each delivered file (name -> digest), from its root-only record.
+    work: dict[str, PathInfo] = Field(default_factory=dict)
+    work_digests: dict[str, dict[str, str]] = Field(default_factory=dict)
 
     def user_by_uid(self, uid: int) -> User | None:
         return next((u for u in self.users.values() if u.uid == uid), None)
@@ -165,6 +171,8 @@ class HostState(BaseModel):
             "cow": list(self.cow.leftovers),
             "snapshots": self.snapshots.leftovers(self.fleet),
             "credentials": sorted(self.credentials),
+            "ttl": [] if self.fleet is None else self.ttl.leftovers(self.fleet),
+            "work": sorted(self.work),
         }
 
 
@@ -200,6 +208,8 @@ echo '##files'; for p in {" ".join(shlex.quote(p) for p in owned_paths(fleet))};
 {snapshots_section(fleet)}
 {_credentials_command(fleet)}
 {APPARMOR_SECTION}
+{ttl_ops.state_section(fleet)}
+{_work_command(fleet)}
 {daemon_section() if bootstrap else ""}
 true
 """.strip()
@@ -250,14 +260,26 @@ def _credentials_command(fleet: str) -> str:
     ])
 
 
+def _work_command(fleet: str) -> str:
+    """The fleet's work dir, each agent's dir and files (hex), then the digest records' lines (``grep -H``)."""
+    fmt, d = shlex.quote(PATH_FORMAT), shlex.quote(f"{WORK_DIR}/{fleet}")
+    return "\n".join([
+        f"echo '##work'; [ -d {d} ] && find {d} -maxdepth 2 -printf {fmt} | od -An -v -tx1",
+        f"echo '##workdigests'; [ -d {d} ] && grep -H '' {d}/*.digests 2>/dev/null",
+    ])
+
+
+_WORK_DIGEST = re.compile(r"^.*/([a-z][a-z0-9-]*)\.digests:([a-z][a-z.]*) ([0-9a-f]{64})$")
+
+
 _DIGEST_LINE = re.compile(r"^.*/([a-z][a-z0-9-]*)\.digests:([A-Z][A-Z0-9_]*) ([0-9a-f]{64})$")
 
 
-def _digests(lines: list[str]) -> dict[str, dict[str, str]]:
+def _digests(lines: list[str], pattern: re.Pattern[str] | None = None) -> dict[str, dict[str, str]]:
     """``<dir>/<instance>.digests:NAME HMAC`` lines -> instance -> name -> HMAC; other lines dropped."""
     found: dict[str, dict[str, str]] = {}
     for line in lines:
-        match = _DIGEST_LINE.match(line.strip())
+        match = (pattern or _DIGEST_LINE).match(line.strip())
         if match:
             found.setdefault(match.group(1), {})[match.group(2)] = match.group(3)
     return found
@@ -371,4 +393,7 @@ def _parse_state(lines: list[str]) -> HostState:
     data["credential_digests"] = _digests(sections.get("creddigests", []))
     data["daemon"] = parse_daemon(sections.get("daemon", []))
     data["apparmor"] = parse_apparmor(sections["apparmor"]) if "apparmor" in sections else None
+    data["ttl"] = ttl_ops.parse_section(sections.get("ttl", []))
+    data["work"] = _paths(sections.get("work", []))
+    data["work_digests"] = _digests(sections.get("workdigests", []), _WORK_DIGEST)
     return HostState(**data)

@@ -1,8 +1,9 @@
 """Fleet status: hosts × agents, read in one SSH round trip per host.
 
-Per agent: container state, uptime, CPU (sampled over a quarter second from the
-container's cgroup), memory, restarts and the last error. A host that does not
-answer within the timeout is shown as unreachable; it never stalls the others.
+Per agent: container state, uptime, CPU (from the container's cgroup, over a window of at
+least SAMPLE seconds that the read's other checks run inside, measured on the host's clock),
+memory, restarts and the last error. A host that does not answer within the timeout is shown
+as unreachable; it never stalls the others.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from jackin.firewall import GUARD, ident
 from jackin.plan import ROOT
 from jackin.remote import gather
 from jackin.ssh import SshTarget
+from jackin.ttl import TtlStatus, line
 
-SAMPLE = 0.25
+SAMPLE = 0.1  # seconds: the shortest window CPU is measured over (see status_command)
 
 
 class _Model(BaseModel):
@@ -63,6 +65,7 @@ class HostStatus(_Model):
     guard: str | None = None  # the guard service (systemctl is-active): active, inactive, failed...
     guard_timer: str | None = None  # its backstop timer
     not_enforced: str | None = None  # why the agents' egress policy is not enforced here; None if it is
+    ttl_timer: str | None = None  # the time-to-live's timer (systemctl is-active; inactive: none here)
     agents: list[AgentStatus] = Field(default_factory=list)
 
 
@@ -72,6 +75,7 @@ class FleetStatus(_Model):
     hosts: list[HostStatus]
     agent_states: dict[str, int] = Field(default_factory=dict)  # agents per state, over every host read
     rollup: str | None = None  # "4 agents: 1 blocked, 2 working, 1 done"
+    ttl: TtlStatus | None = None  # the time-to-live: the time left (jackin/ttl.py)
 
 
 def status_command(fleet: str) -> str:
@@ -100,12 +104,17 @@ def status_command(fleet: str) -> str:
         "mem=$(cat /sys/fs/cgroup/memory$m/memory.usage_in_bytes 2>/dev/null); fi; "
         'echo "$p $cpu $mem"; done'
     )
+    # The CPU window opens after the container rows and closes after the policy checks, which run inside
+    # it; only what is left of SAMPLE is slept. Each sample carries its clock (@ns): CPU is over the real window.
+    window = (f"t1=$(date +%s%N); echo '##1'; echo \"@$t1\"; {sample}; {drops}{ttl_section(fleet)}"
+              f"if [ -n \"$pids\" ]; then r=$(( {int(SAMPLE * 1e9)} - $(date +%s%N) + t1 )); "
+              "[ \"$r\" -le 0 ] || sleep \"$(printf '0.%09d' \"$r\")\"; "
+              f"echo '##2'; echo \"@$(date +%s%N)\"; {sample}; fi")  # fmt: skip
     return (
-        f"date +%s.%N; {drops}echo '##rows'; ids=$(docker ps -aq --no-trunc --filter {label}) || {{ echo '##docker'; echo down; exit 0; }}; "
-        f"[ -n \"$ids\" ] || exit 0; "
-        f"rows=$(docker inspect --format '{fmt}' $ids); printf '%s\\n' \"$rows\"; "
-        "pids=$(printf '%s\\n' \"$rows\" | awk -F'|' '$10 > 0 {print $10}'); "
-        f"echo '##1'; {sample}; sleep {SAMPLE}; echo '##2'; {sample}"
+        f"date +%s.%N; pids=; echo '##rows'; if ids=$(docker ps -aq --no-trunc --filter {label}); then "
+        f"if [ -n \"$ids\" ]; then rows=$(docker inspect --format '{fmt}' $ids); printf '%s\\n' \"$rows\"; "
+        "pids=$(printf '%s\\n' \"$rows\" | awk -F'|' '$10 > 0 {print $10}'); fi; "
+        f"else echo '##docker'; echo down; fi; {window}"
     )
 
 
@@ -131,6 +140,8 @@ def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, 
         "policy_loaded": "\n##table\nloaded" in output, "policy": policy,
         "guard": guard[0] if guard else "unknown", "guard_timer": guard[1] if len(guard) > 1 else "unknown",
     }  # fmt: skip
+    timer = sections.get("ttltimer", [])
+    fields["ttl_timer"] = timer[0] if timer else None
     if "docker" in sections:  # the host answered, its Docker engine did not: its agents are unknown, not absent
         fields["error"] = DOCKER_DOWN
     return now, agents, fields
@@ -179,8 +190,11 @@ def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
         if name.startswith("drops_") and count.strip().isdigit():
             drops[name[len("drops_") :]] = int(count)
     samples: dict[str, dict[str, tuple[int, int]]] = {"1": {}, "2": {}}
+    clock: dict[str, int] = {}  # each sample's host clock in ns (@ns), when the read printed it
     for key in samples:
         for line in sections.get(key, []):
+            if line.startswith("@") and line[1:].strip().isdigit():
+                clock[key] = int(line[1:])
             parts = line.split()
             if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
                 samples[key][parts[0]] = (int(parts[1]), int(parts[2]))
@@ -191,7 +205,8 @@ def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
             uptime = max(0.0, now - _parse_time(started))
         cpu = mem = None
         if pid in samples["1"] and pid in samples["2"]:
-            cpu = round((samples["2"][pid][0] - samples["1"][pid][0]) / (SAMPLE * 1e9) * 100, 1)
+            window = clock["2"] - clock["1"] if len(clock) == 2 and clock["2"] > clock["1"] else SAMPLE * 1e9
+            cpu = round((samples["2"][pid][0] - samples["1"][pid][0]) / window * 100, 1)
             mem = samples["2"][pid][1]
         agents.append(
             AgentStatus(
@@ -342,3 +357,19 @@ def fill_rollup(status: FleetStatus) -> FleetStatus:
     status.agent_states = {s: states.count(s) for s in derivation.STATES if s in states}
     status.rollup = derivation.rollup(states)
     return status
+
+
+# --- the time-to-live ------------------------------------------------------------------
+
+
+def ttl_section(fleet: str) -> str:
+    """``##ttltimer``: the state of the fleet's time-to-live timer on the host (inactive: none)."""
+    return f"echo '##ttltimer'; systemctl is-active {shlex.quote(f'jackin-ttl-{fleet}.timer')} 2>/dev/null; "
+
+
+def ttl_line(status: FleetStatus) -> str | None:
+    """The line fleet.status prints about the time left (None: status read without it)."""
+    if status.ttl is None:
+        return None
+    timers = {h.host: h.ttl_timer or "unknown" for h in status.hosts if h.reachable} if status.ttl.ttl else None
+    return line(status.fleet, status.ttl, timers)

@@ -190,6 +190,10 @@ def status_table(status: FleetStatus) -> Table:
         table.caption += "\npolicy guard: " + ", ".join(guards)
     for host in (h for h in status.hosts if h.not_enforced):
         table.caption += f"\n{host.host}: egress policy NOT ENFORCED: {host.not_enforced}"
+    from jackin.status import ttl_line  # the time-to-live's time left (jackin/ttl.py)
+
+    if ttl_line(status):
+        table.caption += f"\n{ttl_line(status)}"
     return table
 
 
@@ -443,7 +447,8 @@ def _fleet_contract(contract) -> Table:
                               f"before_teardown {str(rec.before_teardown).lower()}, checkpoints {rec.checkpoints}; "
                               f"last snapshot {rec.last_snapshot or 'none'}"
                               + "".join(f"\n{n}" for n in rec.notes))  # fmt: skip
-    ttl = "none" if down.ttl is None else f"{_duration(down.ttl)} (not enforced yet)"
+    ttl = "none" if down.ttl is None else (f"{_duration(down.ttl)} from the first fleet.up (enforced on each "
+                                            "host: a systemd timer stops the agents)")  # fmt: skip
     table.add_row("teardown", f"ttl {ttl}; fleet.down removes {', '.join(down.removes)}; keeps "
                               f"{', '.join(down.keeps)}; final snapshot: {down.final_snapshot}")  # fmt: skip
     if contract.hosts:
@@ -577,3 +582,35 @@ def wait_summary(result) -> Text:
 def answered_line(result) -> Text:
     asked = f" (it asked: {result.question})" if result.question else ""
     return Text(f"answer delivered to {result.instance} on {result.host}: {result.size} bytes{asked}")
+
+
+# --- work and handoffs (jackin.collect) ------------------------------------------------------
+
+
+def collect_table(report) -> Table:
+    """fleet.collect: per host and agent what was collected, under which ref, and the handoff's evidence."""
+    table = Table(title=f"fleet {report.fleet}: collect", title_justify="left")
+    for column in ("host", "agent", "state", "result", "commit", "ref", "handoff"):
+        table.add_column(column)
+    for a in report.agents:
+        style = {"collected": "green", "failed": "bold red"}.get(a.result, "dim")
+        handoff = "" if a.evidence is None else a.evidence.label
+        table.add_row(a.host, a.instance, a.state, Text(a.result if not a.reason else f"{a.result}: {a.reason}",
+                                                        style=style),
+                      (a.commit or "")[:12], a.ref or "", Text(handoff, style="green" if handoff == "ok" else "yellow"))  # fmt: skip
+    for host, why in report.unreachable.items():
+        table.add_row(host, "", "", Text(f"unreachable: {why}", style="bold red"), "", "", "")
+    return table
+
+
+def review_table(review) -> Table:
+    """fleet.review: per host and agent its state, collected commit, diff stat, evidence and handoff."""
+    table = Table(title=f"fleet {review.fleet}: review", title_justify="left")
+    for column in ("host", "agent", "state", "commit", "diff", "evidence", "handoff"):
+        table.add_column(column)
+    for r in review.rows:
+        evidence = Text(r.evidence or "not collected", style="green" if r.evidence == "ok" else "yellow")
+        table.add_row(r.host, r.instance, r.state, (r.commit or "")[:12], r.diff or "", evidence, r.handoff or "")
+    for host, why in review.unreachable.items():
+        table.add_row(host, "", Text(f"unreachable: {why}", style="bold red"), "", "", "", "")
+    return table

@@ -11,7 +11,7 @@ import json
 import shlex
 from collections.abc import Sequence
 
-from jackin.operations import changes, cow, credentials
+from jackin.operations import changes, cow, credentials, work
 from jackin.operations.agent_paths import home_commands, workspace_commands
 from jackin.operations.files import Command, Refused, write_files
 from jackin.operations.firewall import remove_commands
@@ -178,6 +178,7 @@ def teardown_commands(plan: FleetPlan, state: HostState, *, keep_data: bool) -> 
         commands.append(f"rmdir {ROOT} 2>/dev/null || true")
     commands += snapshot_teardown(plan.fleet, state, keep_data=keep_data)
     commands += credentials.teardown_commands(plan.fleet, state)  # never kept, not even with --keep-data
+    commands += work.teardown_commands(plan.fleet, state)  # the operator has the repository: never kept
     if state.marker:
         commands.append(q("rm", "-f", plan.marker))
         commands.append(f"rmdir {STATE_DIR} 2>/dev/null || true")

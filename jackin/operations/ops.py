@@ -17,6 +17,7 @@ from jackin.facts.fleet import FleetState
 from jackin.hostplan import Step
 from jackin.operations.fleet import teardown_commands
 from jackin.operations.script import script
+from jackin.operations.ttl import teardown_commands as ttl_teardown
 from jackin.plan import FleetPlan
 from jackin.state import HostState
 
@@ -51,4 +52,7 @@ def apply(step: Step) -> None:
 @operation()
 def teardown(plan: FleetPlan, state: HostState, keep_data: bool = False):
     """Remove the fleet's containers, networks, users, directories, marker and firewall table."""
-    yield from script(teardown_commands(plan, state, keep_data=keep_data), noop=f"nothing of fleet {plan.fleet} is left")
+    # The time-to-live's timer goes first (it must not stop what is being torn down), and its
+    # directory before the state dir's rmdir at the end of teardown_commands.
+    commands = ttl_teardown(plan.fleet, state.ttl) + teardown_commands(plan, state, keep_data=keep_data)
+    yield from script(commands, noop=f"nothing of fleet {plan.fleet} is left")

@@ -146,7 +146,9 @@ def parse_inventory(text: str, filename: str = "<inventory>") -> Inventory:
         problems.append(Problem(1, (), f"expected a mapping with 'fleet' (and 'hosts', 'groups'), got {got}"))
     else:
         try:
-            inventory = Inventory.model_validate(data)
+            # Relative paths in the spec (work's repo and task_file) are the inventory file's neighbours.
+            base = str(Path(filename).parent) if not filename.startswith("<") else "."
+            inventory = Inventory.model_validate(data, context={"base_dir": base})
         except ValidationError as error:
             problems.extend(_from_validation(error, tree.lines, Inventory))
         problems.extend(_check_references(data, tree.lines))

@@ -14,6 +14,7 @@ operator's machine keeps it (an environment variable or a file), never its value
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, get_args
@@ -302,6 +303,7 @@ class AgentSpec(Model):
     credentials: list[Credential] = Field(default_factory=list)
     image: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?$")
     mounts: list[Mount] = Field(default_factory=list)
+    work: WorkSpec | None = None  # a repository and a task delivered to each instance (jackin/work.py)
 
     @field_validator("mounts")
     @classmethod
@@ -450,3 +452,56 @@ def with_role_egress(policy: NetworkPolicy, role: str) -> NetworkPolicy:
     if not extra:
         return policy
     return NetworkPolicy.model_validate({**policy.model_dump(), "allow": [*policy.allow, *extra]})
+
+# --- work (jackin/work.py) -------------------------------------------------------
+
+_GIT_URL = re.compile(r"^(?:(?:https?|ssh|git|file)://|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:)")
+_REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/@^~+-]{1,200}$")
+
+
+def is_git_url(repo: str) -> bool:
+    """``https://``, ``http://``, ``ssh://``, ``git://``, ``file://`` or scp-like ``git@host:path``."""
+    return bool(_GIT_URL.match(repo))
+
+
+class WorkSpec(Model):
+    """An agent's work: a source repository (a local path, relative to the inventory file's
+    directory, or a git URL), a ref in it (default HEAD) and a task, as text (``task``) or as a
+    file (``task_file``, relative like ``repo``). jackin/work.py checks the repository, ref and
+    task on the operator's machine before any host is touched and delivers them as a git bundle."""
+
+    repo: str = Field(min_length=1, max_length=1000)
+    ref: str = "HEAD"
+    task: str | None = Field(None, min_length=1, max_length=256 * 1024)
+    task_file: str | None = Field(None, min_length=1, max_length=1000)
+
+    @field_validator("repo", "task_file")
+    @classmethod
+    def _resolved(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A local path is made absolute against the inventory file's directory (the loader passes
+        it as ``base_dir`` in the validation context; without one, the working directory)."""
+        if value is None:
+            return None
+        if any(ord(c) < 32 for c in value):
+            raise ValueError("a path or URL cannot hold a control character")
+        if info.field_name == "repo" and is_git_url(value):
+            return value
+        base = Path((info.context or {}).get("base_dir") or ".")
+        return os.path.normpath((base / Path(value).expanduser()).absolute())
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, value: str) -> str:
+        if not _REF.match(value):
+            raise ValueError("expected a git ref such as HEAD, main, v1.2 or a commit id")
+        return value
+
+    @model_validator(mode="after")
+    def _one_task(self) -> WorkSpec:
+        if (self.task is None) == (self.task_file is None):
+            raise ValueError("work needs exactly one of task (text) or task_file (a path)")
+        return self
+
+
+for _model in (AgentSpec, FleetSpec, Inventory):  # AgentSpec.work names WorkSpec, defined after it
+    _model.model_rebuild()

@@ -31,3 +31,19 @@ def test_status_plan_and_up_paths_load_neither_pyinfra_nor_gevent() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_tasks_module_leaves_what_commands_need_to_their_first_use() -> None:
+    """`inv --list` (and every command's start) executes neither the fleet API nor what only fleet.up, plan or
+    rollback need (jackin.lazy stand-ins); each stand-in becomes the real module on its first use."""
+    code = (
+        "import sys, tasks; from importlib.util import _LazyModule; "
+        "loaded = lambda n: n in sys.modules and not isinstance(sys.modules[n], _LazyModule); "
+        "names = ['jackin.fleet', 'jackin.contract', 'jackin.rollback', 'jackin.agent', 'jackin.snapshots.final', "
+        "'jackin.hostplan', 'jackin.providers']; "
+        "print(sorted(n for n in names if loaded(n))); "
+        "tasks.fleet_api.status; print(loaded('jackin.fleet')); "
+        "import jackin.contract as c; c.current; print(loaded('jackin.contract'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[:3] == ["[]", "True", "True"]

@@ -135,7 +135,7 @@ def test_build_fleet() -> None:
 
 def test_build_agent() -> None:
     coder = agent("coder-2")
-    assert coder.model_dump(exclude={"command", "policy", "credentials", "mounts", "healthcheck"}) == {
+    assert coder.model_dump(exclude={"command", "policy", "credentials", "mounts", "work", "healthcheck"}) == {
         "fleet": "demo",
         "agent": "coder",
         "instance": "coder-2",

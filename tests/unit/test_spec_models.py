@@ -609,3 +609,12 @@ def test_wildcard_domains_and_scoped_addresses_are_refused():
 def test_link_local_resolver_is_refused_because_link_local_is_always_denied():
     text = LAB_TEXT + "      network:\n        mode: allowlist\n        dns: [169.254.169.253]\n"
     assert any("link-local addresses are always denied" in p for p in problems(text))
+
+
+def test_the_shipped_run_inventory_gives_each_demo_agent_this_repository_and_a_task() -> None:
+    from jackin import work
+
+    inv = load_inventory(REPO / "inventory" / "run.yaml")
+    assert {a.role for a in inv.fleet.agents} == {"demo"}
+    assert all(a.work is not None and a.work.repo == str(REPO) for a in inv.fleet.agents)
+    work.check(inv.fleet)  # the repository and its ref resolve here, as fleet.up checks before any host

@@ -28,9 +28,11 @@ OUTPUT = "\n".join([
     row("jk-demo--coder-2", "running", "2026-01-02T15:59:00.250000000Z", 0, "coder-2", "60001:60001", 536870912, 4242),
     row("jk-demo--coder-1", "running", "2026-01-01T12:00:00.500000000Z", 3, "coder-1", "60000:60000", 1073741824, 4141),
     "##1",
+    "@1767369600600000000",
     "4242 1000000000 10485760",
     "4141 5000000000 20971520",
     "##2",
+    "@1767369600850000000",
     "4242 1050000000 10485761",
     "4141 5250000000 20971530",
 ])  # fmt: skip
@@ -59,8 +61,24 @@ def test_rows_right_after_the_date_are_read_too() -> None:
     assert parse_status(plain) == parse_status(OUTPUT)
 
 
+def test_cpu_percent_is_over_the_window_the_host_clocked() -> None:
+    """Each sample carries the host's clock (@ns): CPU is over the window measured there, not SAMPLE."""
+    output = "\n".join(["100", row("c", "running", "1970-01-01T00:00:00Z", 0, "a-1", "60000:60000", 0, 7),
+                        "##1", "@1000000000", "7 0 1", "##drops", "##policy", "enforced",
+                        "##2", "@1160000000", "7 40000000 2"])  # fmt: skip
+    [agent] = parse_status(output)[1]
+    assert (agent.cpu_percent, agent.memory) == (25.0, 2)  # 40 ms of CPU over 160 ms
+
+
+def test_the_cpu_window_sleeps_only_what_the_checks_inside_it_left() -> None:
+    command = status_command("demo")
+    first, second = command.index("echo '##1'"), command.index("echo '##2'")
+    assert first < command.index("##policy") < second  # the policy checks run inside the window
+    assert "r=$(( 100000000 - $(date +%s%N) + t1 ))" in command and "sleep 0.25" not in command
+
+
 def test_cpu_percent_is_over_the_sample_interval() -> None:
-    assert SAMPLE == 0.25
+    assert SAMPLE == 0.1
     output = "\n".join(["100", row("c", "running", "1970-01-01T00:00:00Z", 0, "a-1", "60000:60000", 0, 7),
                         "##1", "7 0 1", "##2", f"7 {int(SAMPLE * 1e9 * 1.5)} 2"])  # fmt: skip
     [agent] = parse_status(output)[1]
@@ -126,8 +144,7 @@ def test_status_command_shape() -> None:
     command = status_command("my fleet")
     assert command.startswith("date +%s.%N; ")
     assert "--filter 'label=jackin.fleet=my fleet'" in command
-    assert f"sleep {SAMPLE};" in command
-    assert command.index("echo '##1'") < command.index(f"sleep {SAMPLE}") < command.index("echo '##2'")
+    assert command.index("echo '##1'") < command.index("sleep ") < command.index("echo '##2'")
 
 
 def test_status_command_writes_no_temp_file() -> None:

@@ -1,0 +1,89 @@
+"""Operator tools without a host: the trailing ``-- CMD`` as Invoke leaves it, the exact docker commands
+(argv quoted, as the agent's uid), which host and container an agent name resolves to, and the refusals
+(unknown agent or host, no command, no terminal) with their exit codes."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jackin import agent_tools
+from jackin.errors import EXIT_SPEC, JackinError, SpecError
+from jackin.spec import parse_inventory
+from jackin.ssh import SshTarget
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = parse_inventory("fleet:\n  name: demo\n  provider: lab\n  agents:\n    - name: coder\n      count: 2\n", "f.yaml")
+H1 = SshTarget(name="h1", address="127.0.0.1", port=2201, known_hosts=Path("/dev/null"))
+H2 = SshTarget(name="h2", address="127.0.0.1", port=2202, known_hosts=Path("/dev/null"))
+UIDS = {"coder-1": 60000, "coder-2": 60001}
+
+
+def ref(host: str | None = None, targets=(H1,)) -> agent_tools.AgentRef:
+    return agent_tools.resolve(SPEC, "coder-2", host=host, uids=UIDS, targets=list(targets))
+
+
+def test_remainder_is_everything_after_the_first_double_dash_verbatim() -> None:
+    argv = ["inv", "agent.exec", "coder-1", "--", "sh", "-c", "echo 'a b'; exit 3", "--", "x"]
+    assert agent_tools.remainder(argv) == ["sh", "-c", "echo 'a b'; exit 3", "--", "x"]
+    assert agent_tools.remainder(["inv", "agent.exec", "coder-1"]) == []
+    with pytest.raises(SpecError, match="needs a command after --"):
+        agent_tools.command_of(["inv", "agent.exec", "coder-1", "--"])
+
+
+def test_resolve_names_the_container_uid_and_host() -> None:
+    found = ref()
+    assert (found.container, found.user, found.target.name) == ("jk-demo--coder-2", "60001:60001", "h1")
+    assert ref("h2", targets=(H1, H2)).target.name == "h2"
+
+
+def test_resolve_refusals() -> None:
+    with pytest.raises(SpecError, match="no agent 'coder' in fleet 'demo': expected an instance name, one of: "
+                                        "coder-1, coder-2"):  # fmt: skip
+        agent_tools.resolve(SPEC, "coder", uids=UIDS, targets=[H1])
+    with pytest.raises(SpecError, match="give --host, one of: h1, h2"):
+        ref(targets=(H1, H2))
+    with pytest.raises(SpecError, match="no host 'h3'"):
+        ref("h3", targets=(H1, H2))
+    with pytest.raises(JackinError, match="is not up"):
+        agent_tools.resolve(SPEC, "coder-1", uids={}, targets=[H1])
+
+
+def test_the_exact_commands() -> None:
+    check = ("docker inspect --format ok jk-demo--coder-2 >/dev/null 2>&1 || { echo 'jackin: no container "
+             "jk-demo--coder-2 on this host (is the fleet up?)' >&2; exit 125; }; ")  # fmt: skip
+    assert agent_tools.exec_command(ref(), ["sh", "-c", "echo 'a b'; id -u"]) == (
+        check + "exec docker exec --user 60001:60001 jk-demo--coder-2 sh -c 'echo '\"'\"'a b'\"'\"'; id -u'")
+    assert agent_tools.logs_command(ref(), follow=True, tail=5) == (
+        check + "exec docker logs --follow --tail 5 jk-demo--coder-2")
+    assert agent_tools.shell_command(ref()) == (
+        check + "exec docker exec -it --user 60001:60001 jk-demo--coder-2 /bin/sh -c "
+        "'if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l'")
+
+
+def test_shell_refuses_without_a_terminal() -> None:
+    with pytest.raises(SpecError, match="agent.shell needs a terminal") as error:
+        agent_tools.run_shell(ref(), stdin=io.StringIO(), stdout=io.StringIO())
+    assert error.value.exit_code == EXIT_SPEC
+
+
+def _inv(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], cwd=cwd, capture_output=True,
+                          text=True, env={**os.environ, "COLUMNS": "200"}, timeout=60)  # fmt: skip
+
+
+def test_invoke_accepts_the_trailing_command_and_refuses_before_any_host(tmp_path: Path) -> None:
+    spec = tmp_path / "f.yaml"
+    spec.write_text("fleet:\n  name: demo\n  provider: lab\n  agents:\n    - name: coder\n")
+    unknown = _inv("agent.exec", "nobody-1", "-i", str(spec), "--", "ls", "-la", cwd=tmp_path)
+    assert unknown.returncode == 2, unknown.stderr
+    assert "no agent 'nobody-1' in fleet 'demo': expected an instance name, one of: coder-1" in unknown.stderr
+    bare = _inv("agent.exec", "coder-1", "-i", str(spec), cwd=tmp_path)
+    assert bare.returncode == 2 and "needs a command after --" in bare.stderr
+    shell = _inv("agent.logs", "nobody-1", "-i", str(spec), cwd=tmp_path)
+    assert shell.returncode == 2 and "no agent 'nobody-1'" in shell.stderr
