@@ -453,6 +453,7 @@ def with_role_egress(policy: NetworkPolicy, role: str) -> NetworkPolicy:
         return policy
     return NetworkPolicy.model_validate({**policy.model_dump(), "allow": [*policy.allow, *extra]})
 
+
 # --- work (jackin/work.py) -------------------------------------------------------
 
 _GIT_URL = re.compile(r"^(?:(?:https?|ssh|git|file)://|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:)")
