@@ -289,7 +289,9 @@ def test_a_second_snapshot_after_one_percent_changed_adds_far_fewer_bytes(slab, 
     incremental = snap(spec, "--agent", "coder-2")["agents"][0]
     assert full["added"] > 10_000_000
     assert incremental["added"] < full["added"] / 20
-    assert incremental["files_changed"] == 3  # the two files and the manifest (its snapshot id and time)
+    # The two files and the manifest (its snapshot id and time); and when the agent's heartbeat ticked in
+    # between (every 5 s while its container runs), its status file and the status lock (.jackin/).
+    assert 3 <= incremental["files_changed"] <= 5
 
 
 def test_prune_keeps_exactly_the_policys_count(slab, fleet):
