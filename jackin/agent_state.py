@@ -105,10 +105,10 @@ def parse_status_file(raw: bytes) -> StatusFile:
     """The document, or ValueError saying what is wrong with it (one line, safe to show)."""
     if len(raw) > MAX_STATUS:
         raise ValueError(f"larger than {MAX_STATUS} bytes")
-    try:
-        data = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except UnicodeDecodeError:
-        raise ValueError("not UTF-8") from None
+    try:  # invalid UTF-8 (e.g. a long message cut inside a character) is replaced, not refused: the
+        # state and the question stay readable, and every string is cleaned before it is shown
+        data = json.loads(raw.decode("utf-8", errors="replace"), object_pairs_hook=_no_duplicates,
+                          parse_constant=_no_constant)  # fmt: skip
     except ValueError as error:
         raise ValueError(f"not JSON: {clean(str(error), 200)}") from None
     try:

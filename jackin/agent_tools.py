@@ -14,10 +14,11 @@ known ones. Every host of the fleet runs every agent: with more than one host, `
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -120,6 +121,20 @@ def _missing(ref: AgentRef) -> JackinError:
                        hint="is the fleet up? inv fleet.status shows its agents", host=ref.target.name)  # fmt: skip
 
 
+# What an agent prints is the agent's: on a terminal, control bytes (escape sequences that could
+# retitle, clear or rewrite the operator's screen; C1 controls in UTF-8) are shown as U+FFFD. Tabs,
+# newlines and carriage returns stay; output to a pipe or a file is copied unchanged.
+_UNSAFE = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]")
+
+
+def _for(stream_: Any) -> Callable[[bytes], bytes]:
+    try:
+        tty = stream_.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return (lambda data: _UNSAFE.sub("\ufffd".encode(), data)) if tty else (lambda data: data)
+
+
 def stream(ref: AgentRef, command: str, *, out: Any = None, err: Any = None) -> int:
     """Run ``command`` on the agent's host over one SSH channel, its stdout and stderr copied here as
     they come (bytes, unchanged); its exit status. A Ctrl-C closes the channel (the remote command gets
@@ -128,6 +143,7 @@ def stream(ref: AgentRef, command: str, *, out: Any = None, err: Any = None) -> 
 
     out = out or sys.stdout.buffer
     err = err or sys.stderr.buffer
+    shown_out, shown_err = _for(out), _for(err)
     with connect(ref.target) as conn:
         channel = conn.client.get_transport().open_session()
         try:
@@ -136,13 +152,13 @@ def stream(ref: AgentRef, command: str, *, out: Any = None, err: Any = None) -> 
             while True:
                 idle = True
                 if channel.recv_ready():
-                    out.write(channel.recv(65536))
+                    out.write(shown_out(channel.recv(65536)))
                     out.flush()
                     idle = False
                 if channel.recv_stderr_ready():
                     data = channel.recv_stderr(65536)
                     tail = (tail + data)[-4096:]
-                    err.write(data)
+                    err.write(shown_err(data))
                     err.flush()
                     idle = False
                 if idle and channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():

@@ -127,8 +127,9 @@ def fetch(repo: str, bundle: bytes, branch: str, ref: str) -> str:
     return commit
 
 
-def on_branch(repo: str, ref: str):
-    """``handoffs.check``'s lookup: a word naming a commit reachable from ``ref`` -> its full id."""
+def on_branch(repo: str, ref: str, since: str | None = None):
+    """``handoffs.check``'s lookup: a word naming a commit reachable from ``ref`` -> its full id.
+    ``since``: the commit the agent started from; a commit already in it is not the agent's work."""
 
     def lookup(word: str) -> str | None:
         found = git("-C", repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{word}^{{commit}}",
@@ -137,6 +138,8 @@ def on_branch(repo: str, ref: str):
         if found.returncode != 0 or not commit:
             return None
         inside = git("-C", repo, "merge-base", "--is-ancestor", commit, ref, check=False).returncode == 0
+        if inside and since:
+            inside = git("-C", repo, "merge-base", "--is-ancestor", commit, since, check=False).returncode != 0
         return commit if inside else None
 
     return lookup
@@ -249,10 +252,12 @@ def _one(conn, inventory: Inventory, agent: planning.AgentPlan, *, host: str, in
         elif path.exists():
             path.unlink()  # an older collection's handoff is not this one's
         result.evidence = handoffs.check(None if text is None else text.decode(errors="replace"),
-                                         on_branch(result.repo, result.ref))  # fmt: skip
+                                         on_branch(result.repo, result.ref, result.source_commit))  # fmt: skip
         result.result = "collected"
     except JackinError as error:
-        result.result, result.reason = "failed", error.message
+        from jackin.agent_state import clean
+
+        result.result, result.reason = "failed", clean(error.message, 500)  # it may carry the container's stderr
     return result
 
 

@@ -81,6 +81,6 @@ def check(text: str | None, on_branch: Callable[[str], str | None]) -> Evidence:
         words = _COMMIT.findall(body)
         commit = next((c for c in (on_branch(w) for w in words[:20]) if c), None)
         if commit is None:
-            problems.append("the Commit section names no commit on the agent's branch"
+            problems.append("the Commit section names no commit the agent made on its branch"
                             if words else "the Commit section names no commit id")  # fmt: skip
     return Evidence(ok=not problems, problems=problems, commit=commit)

@@ -118,6 +118,9 @@ def _left(fleet: str, inventory: str | None, phase: Phase) -> str:
 
 
 def _failed(outcome: RunOutcome, phase: Phase, detail: str, code: int, inventory: str | None) -> RunOutcome:
+    from jackin.agent_state import clean
+
+    detail = clean(detail, 2000) or ""  # it may carry a host's or an agent's text (stderr, a reason)
     outcome.phases.append(PhaseResult(phase=phase, status="failed", detail=detail, exit_code=code or EXIT_FAILED))
     outcome.stopped_at, outcome.exit_code = phase, code or EXIT_FAILED
     outcome.left = _left(outcome.fleet, inventory, phase)
@@ -141,10 +144,12 @@ def _problems(result: Any) -> tuple[list[str], bool]:
 
 
 def run(spec: Any, phases: Phases, *, inventory: str | None = None, timeout: float | None = None,
-        ttl_left: float | None = None, on_phase: Callable[[Phase, str], None] = lambda *_: None,
+        ttl_left: float | None | Callable[[], float | None] = None,
+        on_phase: Callable[[Phase, str], None] = lambda *_: None,
         on_change: Callable[[Any], None] = lambda _: None) -> RunOutcome:  # fmt: skip
     """Run the four phases in order, stopping at the first that fails (see the module's docstring).
-    ``ttl_left``: seconds of the time-to-live left before the up (None: no time-to-live)."""
+    ``ttl_left``: seconds of the time-to-live left (None: no time-to-live), or a function that says
+    so, asked once the up is done: the deadline is fixed by the up, and the wait starts after it."""
     outcome = RunOutcome(fleet=spec.fleet.name)
     on_phase("up", "start")
     code = phases.up()
@@ -152,7 +157,7 @@ def run(spec: Any, phases: Phases, *, inventory: str | None = None, timeout: flo
         return _failed(outcome, "up", f"fleet.up exited {code}", code, inventory)
     outcome.phases.append(PhaseResult(phase="up", status="ok"))
 
-    limit, why = wait_limit(timeout, ttl_left)
+    limit, why = wait_limit(timeout, ttl_left() if callable(ttl_left) else ttl_left)
     on_phase("wait", f"until every agent is done or failed" + (f" (at most {limit:.0f} s: {why})" if why else ""))
     started = time.monotonic()
     try:
@@ -175,7 +180,9 @@ def run(spec: Any, phases: Phases, *, inventory: str | None = None, timeout: flo
 
     on_phase("collect", "each finished agent's branch and handoff")
     try:
-        collected = phases.collect(spec, agents=None, into=None)
+        # Every agent, whatever its state (failed, or still working at the timeout, too): nothing is
+        # torn down before its work is collected; an agent that cannot be collected stops the loop.
+        collected = phases.collect(spec, agents=[a.name for a in spec.fleet.agents], into=None)
     except JackinError as error:
         return _failed(outcome, "collect", error.message, EXIT_CONNECT if isinstance(error, ConnectError) else 1,
                        inventory)  # fmt: skip
@@ -210,10 +217,14 @@ def cli_run(inventory: str | None, *, yes: bool, timeout: str | float | None, js
     if json and not yes:
         raise SpecError("--json needs --yes (there is no one to ask)")
     default_wait(), default_collect()  # refused before asking when this build lacks either
-    found = ttl.status(spec.fleet)
-    ttl_left = None if found.ttl is None else found.left if found.left is not None else float(found.ttl)
-    if ttl_left is not None and found.ttl:  # end the wait a little before the hosts stop the agents, so the
-        ttl_left -= min(TTL_MARGIN, found.ttl / 10)  # collect runs while they still do
+
+    def ttl_left() -> float | None:  # asked after the up, which fixes the deadline
+        found = ttl.status(spec.fleet)
+        left = None if found.ttl is None else found.left if found.left is not None else float(found.ttl)
+        if left is not None and found.ttl:  # end the wait a little before the hosts stop the agents, so
+            left -= min(TTL_MARGIN, found.ttl / 10)  # the collect runs while they still do
+        return left
+
     if not yes:
         cli.require_terminal_or("--yes")
         cli.confirm(f"Run fleet {spec.fleet.name!r} to the end: up, wait until every agent is done or failed, "
@@ -227,16 +238,16 @@ def cli_run(inventory: str | None, *, yes: bool, timeout: str | float | None, js
     )  # fmt: skip
     outcome = run(spec, phases, inventory=inventory, timeout=seconds, ttl_left=ttl_left,
                   on_phase=lambda p, what: say.print(f"[bold]fleet.run: {p}[/bold] {what}", soft_wrap=True),
-                  on_change=lambda c: say.print(change_line(c), soft_wrap=True, highlight=False))  # fmt: skip
+                  on_change=lambda c: say.print(change_line(c), soft_wrap=True, highlight=False, markup=False))  # fmt: skip
     if json:
         ui.print_json(outcome.model_dump(mode="json"))
     else:
         for phase in outcome.phases:
             ui.out.print(f"{phase.phase}: {phase.status}" + (f": {phase.detail}" if phase.detail else ""),
-                         soft_wrap=True, highlight=False)  # fmt: skip
+                         soft_wrap=True, highlight=False, markup=False)  # fmt: skip
     if outcome.stopped_at:
         ui.err.print(f"error: fleet.run stopped at {outcome.stopped_at}: {outcome.left}", soft_wrap=True,
-                     style="bold red")  # fmt: skip
+                     style="bold red", markup=False)  # fmt: skip
     return outcome.exit_code
 
 

@@ -140,7 +140,7 @@ def test_no_status_file_is_unknown() -> None:
 
 @pytest.mark.parametrize("raw, why", [
     (b"{", "not JSON: "),
-    (b"\xff\xfe", "not UTF-8"),
+    (b"\xff\xfe", "not JSON"),
     (b"[]", "document: "),
     (doc(schema_version=2), "schema_version: "),
     (doc("sleeping"), "state: "),
@@ -209,3 +209,12 @@ def test_stale_after_comes_from_each_agents_role() -> None:
     fleet = FleetSpec.model_validate({"name": "f", "agents": [{"name": "coder", "count": 2, "role": "demo"}]})
     seconds = float(roles.load("demo").state.stale_after)
     assert stale_after(fleet) == {"coder-1": seconds, "coder-2": seconds}
+
+
+def test_a_status_file_cut_inside_a_character_still_parses() -> None:
+    from jackin.agent_state import parse_status_file
+
+    question = ("中" * 400).encode()[:1000].decode(errors="ignore").encode() + "中".encode()[:2]  # cut mid-character
+    raw = b'{"schema_version":1,"state":"blocked","message":"m","question":"' + question + b'","heartbeat":1,"commit":null}'
+    document = parse_status_file(raw)
+    assert document.state == "blocked" and document.question.startswith("中")

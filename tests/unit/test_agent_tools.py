@@ -87,3 +87,18 @@ def test_invoke_accepts_the_trailing_command_and_refuses_before_any_host(tmp_pat
     assert bare.returncode == 2 and "needs a command after --" in bare.stderr
     shell = _inv("agent.logs", "nobody-1", "-i", str(spec), cwd=tmp_path)
     assert shell.returncode == 2 and "no agent 'nobody-1'" in shell.stderr
+
+
+class _Tty(io.BytesIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_agent_output_on_a_terminal_shows_control_bytes_as_replacement_characters() -> None:
+    from jackin.agent_tools import _for
+
+    data = "a\tb\r\nc \x1b]0;title\x07 \x1b[2J d\u009b e 中\n".encode()
+    assert _for(io.BytesIO())(data) == data  # a pipe or a file gets the bytes unchanged
+    shown = _for(_Tty())(data).decode()
+    assert "\x1b" not in shown and "\x07" not in shown and "\u009b" not in shown
+    assert shown.startswith("a\tb\r\nc ") and shown.endswith(" e 中\n") and "\ufffd" in shown

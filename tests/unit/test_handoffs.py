@@ -54,7 +54,7 @@ def test_a_complete_handoff_has_evidence() -> None:
     ("  \n", ["the handoff is empty"]),
     (GOOD.replace("## Risks\n\n- None known.\n", ""), ["no '## Risks' section"]),
     (GOOD.replace("- `true`: exit 0", ""), ["'## Tests run' is empty"]),
-    (GOOD.format(commit="b" * 40).replace("{", ""), ["the Commit section names no commit on the agent's branch"]),
+    (GOOD.format(commit="b" * 40).replace("{", ""), ["the Commit section names no commit the agent made on its branch"]),
     (GOOD.replace("{commit}", "see above"), ["the Commit section names no commit id"]),
 ])  # fmt: skip
 def test_a_handoff_without_evidence_is_flagged_with_reasons(text: str | None, problems: list[str]) -> None:
@@ -120,7 +120,7 @@ def test_a_commit_not_on_the_branch_is_flagged(tmp_path: Path) -> None:
     git("-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "elsewhere")
     elsewhere = git("-C", str(src), "rev-parse", "HEAD")
     found = handoffs.check(GOOD.format(commit=elsewhere), collect.on_branch(str(src), ref))
-    assert found.problems == ["the Commit section names no commit on the agent's branch"]
+    assert found.problems == ["the Commit section names no commit the agent made on its branch"]
 
 
 def test_a_bundle_that_does_not_verify_is_refused(tmp_path: Path) -> None:

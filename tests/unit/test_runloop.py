@@ -11,7 +11,7 @@ from jackin import runloop
 from jackin.errors import ConnectError, JackinError
 from jackin.runloop import Phases, run, wait_limit
 
-SPEC = SimpleNamespace(fleet=SimpleNamespace(name="demo"))
+SPEC = SimpleNamespace(fleet=SimpleNamespace(name="demo", agents=[SimpleNamespace(name="coder"), SimpleNamespace(name="reviewer")]))
 
 
 def agent(instance: str, state: str) -> SimpleNamespace:
@@ -45,6 +45,7 @@ class Fake:
 
     def collect(self, spec, agents=None, into=None):
         self.calls.append("collect")
+        self.collect_agents = agents
         if isinstance(self.collect_result, Exception):
             raise self.collect_result
         return self.collect_result or SimpleNamespace(errors=[])
@@ -183,3 +184,27 @@ def test_timeout_takes_seconds_or_a_duration() -> None:
         with pytest.raises(JackinError, match="--timeout expects seconds or a duration") as error:
             runloop.timeout_seconds(bad)
         assert error.value.exit_code == 2
+
+
+def test_the_collect_takes_every_agent_whatever_its_state_before_the_teardown() -> None:
+    fake = Fake(states=("done", "failed"))
+    run(SPEC, fake.phases())
+    assert fake.collect_agents == ["coder", "reviewer"]  # not only the done ones: down deletes the workspaces
+
+
+def test_the_time_to_live_left_is_asked_after_the_up_which_fixes_the_deadline() -> None:
+    fake, asked = Fake(), []
+
+    def ttl_left() -> float:
+        asked.append(list(fake.calls))
+        return 30.0
+
+    run(SPEC, fake.phases(), ttl_left=ttl_left)
+    assert asked == [["up"]] and fake.wait_args["timeout"] == 30.0
+
+
+def test_a_failed_phase_detail_loses_the_agents_control_characters() -> None:
+    fake = Fake(collect=JackinError("bundle failed: \x1b]0;owned\x07 [/] \x1b[2J"))
+    outcome = run(SPEC, fake.phases())
+    detail = next(p.detail for p in outcome.phases if p.phase == "collect")
+    assert "\x1b" not in detail and "\x07" not in detail and "[/]" in detail and "down" not in fake.calls
