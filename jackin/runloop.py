@@ -158,7 +158,7 @@ def run(spec: Any, phases: Phases, *, inventory: str | None = None, timeout: flo
     outcome.phases.append(PhaseResult(phase="up", status="ok"))
 
     limit, why = wait_limit(timeout, ttl_left() if callable(ttl_left) else ttl_left)
-    on_phase("wait", f"until every agent is done or failed" + (f" (at most {limit:.0f} s: {why})" if why else ""))
+    on_phase("wait", "until every agent is done or failed" + (f" (at most {limit:.0f} s: {why})" if why else ""))
     started = time.monotonic()
     try:
         waited = phases.wait(spec, until="done", timeout=limit, on_change=on_change)

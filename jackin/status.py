@@ -26,7 +26,8 @@ from jackin.firewall import GUARD, ident
 from jackin.plan import ROOT
 from jackin.remote import gather
 from jackin.ssh import SshTarget
-from jackin.ttl import TtlStatus, line
+from jackin.ttl import TtlStatus
+from jackin.ttl import line as ttl_text
 
 SAMPLE = 0.1  # seconds: the shortest window CPU is measured over (see status_command)
 
@@ -372,4 +373,4 @@ def ttl_line(status: FleetStatus) -> str | None:
     if status.ttl is None:
         return None
     timers = {h.host: h.ttl_timer or "unknown" for h in status.hosts if h.reachable} if status.ttl.ttl else None
-    return line(status.fleet, status.ttl, timers)
+    return ttl_text(status.fleet, status.ttl, timers)
