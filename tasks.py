@@ -139,6 +139,8 @@ def fleet_wait(c, inventory=None, until="done", timeout=None, json=False):
     Exit 0: it held; 1: done, but an agent failed; 3: a host stayed unreadable; 4: timed out."""
     with guard():
         raise Exit(code=cli.fleet_wait(inventory, until=until, timeout=timeout, json=json))
+
+
 @task(help={"inventory": INVENTORY, "yes": "do not ask (the whole loop, and fleet.up's changes and contract)",
             "timeout": "stop waiting after this long (600, 90s, 10m, 2h; the time-to-live also ends the wait)",
             "json": "print one JSON document of the phases (needs --yes)",
@@ -178,6 +180,8 @@ def agent_answer(c, agent, text, inventory=None, host=None):
     Refused (exit 1, nothing written) when the agent is not blocked."""
     with guard():
         raise Exit(code=cli.agent_answer(inventory, agent, text, host=host))
+
+
 @task(help={"agent": "instance (coder-1)", "inventory": INVENTORY,
             "host": "the host to run it on (needed when the fleet has more than one)"})  # fmt: skip
 def agent_exec(c, agent, inventory=None, host=None):
@@ -188,9 +192,7 @@ def agent_exec(c, agent, inventory=None, host=None):
     from jackin import agent_tools
 
     with guard():
-        argv = agent_tools.command_of(sys.argv)  # after --, verbatim (before any host is asked)
-        ref = agent_tools.resolve(fleet_api.load(inventory), agent, host=host)
-        raise Exit(code=agent_tools.run_exec(ref, argv))
+        raise Exit(code=agent_tools.cli_exec(inventory, agent, sys.argv, host=host))
 
 
 @task(help={"agent": "instance (coder-1)", "follow": "keep printing new output until Ctrl-C",
@@ -201,8 +203,8 @@ def agent_logs(c, agent, follow=False, tail=None, inventory=None, host=None):
     from jackin import agent_tools
 
     with guard():
-        ref = agent_tools.resolve(fleet_api.load(inventory), agent, host=host)
-        raise Exit(code=agent_tools.run_logs(ref, follow=follow, tail=count("--tail", tail, low=0, high=10**9)))
+        raise Exit(code=agent_tools.cli_logs(inventory, agent, follow=follow, host=host,
+                                             tail=count("--tail", tail, low=0, high=10**9)))  # fmt: skip
 
 
 @task(help={"agent": "instance (coder-1)", "inventory": INVENTORY,
@@ -212,8 +214,7 @@ def agent_shell(c, agent, inventory=None, host=None):
     from jackin import agent_tools
 
     with guard():
-        ref = agent_tools.resolve(fleet_api.load(inventory), agent, host=host)
-        raise Exit(code=agent_tools.run_shell(ref))
+        raise Exit(code=agent_tools.cli_shell(inventory, agent, host=host))
 
 
 # --- snapshot ----------------------------------------------------------------
@@ -298,12 +299,7 @@ def fleet_collect(c, inventory=None, agent=None, into=None, json=False):
     from jackin import collect
 
     with guard():
-        report = collect.collect(fleet_api.load(inventory), agents=agent or None, into=into)
-        if json:
-            ui.print_json(report.model_dump(mode="json"))
-        else:
-            ui.out.print(ui.collect_table(report))
-        raise Exit(code=1 if report.failed else 3 if report.unreachable else 0)
+        raise Exit(code=collect.cli_collect(inventory, agents=agent, into=into, json=json))
 
 
 @task(help={"inventory": INVENTORY, "json": "print JSON"})
@@ -312,12 +308,7 @@ def fleet_review(c, inventory=None, json=False):
     from jackin import collect
 
     with guard():
-        review = collect.review(fleet_api.load(inventory))
-        if json:
-            ui.print_json(review.model_dump(mode="json"))
-        else:
-            ui.out.print(ui.review_table(review))
-        raise Exit(code=3 if review.unreachable else 0)
+        raise Exit(code=collect.cli_review(inventory, json=json))
 
 
 lab = Collection("lab")

@@ -200,3 +200,27 @@ def run_shell(ref: AgentRef, *, stdin: Any = None, stdout: Any = None) -> int:
     if result.exited == MISSING and "jackin: no container" in (result.stdout or ""):
         raise _missing(ref)
     return result.exited
+
+
+# --- the CLI's side: inventory in, exit status out (tasks.py stays thin) ------------------------
+
+
+def cli_exec(inventory: str | None, agent: str, argv_all: Sequence[str], *, host: str | None) -> int:
+    """``inv agent.exec AGENT -- CMD...``: the command is read from the process's argv after ``--``,
+    verbatim, before any host is asked."""
+    from jackin import fleet as fleet_api
+
+    argv = command_of(argv_all)
+    return run_exec(resolve(fleet_api.load(inventory), agent, host=host), argv)
+
+
+def cli_logs(inventory: str | None, agent: str, *, follow: bool, tail: int | None, host: str | None) -> int:
+    from jackin import fleet as fleet_api
+
+    return run_logs(resolve(fleet_api.load(inventory), agent, host=host), follow=follow, tail=tail)
+
+
+def cli_shell(inventory: str | None, agent: str, *, host: str | None) -> int:
+    from jackin import fleet as fleet_api
+
+    return run_shell(resolve(fleet_api.load(inventory), agent, host=host))

@@ -43,17 +43,17 @@ class SecretUpload(Upload):
     __str__ = __repr__
 
 
-def _dir(path: str, mode: str, gid: int) -> list[str]:
+def root_dir(path: str, mode: str, gid: int) -> list[str]:
     """``path`` a real directory, root:``gid`` ``mode`` (its parent is root's: nothing here follows an agent's link)."""
     p = shlex.quote(path)
     return [f"{{ [ -d {p} ] && [ ! -L {p} ]; }} || mkdir -m {mode} -- {p}",
             q("chown", "-h", f"0:{gid}", "--", path), q("chmod", "0" + mode, "--", path)]  # fmt: skip
 
 
-def _children(state: HostState, parent: str) -> dict[str, PathInfo]:
-    """Entries directly in ``parent`` among the state read's credential paths, by name."""
+def children(paths: dict[str, PathInfo], parent: str) -> dict[str, PathInfo]:
+    """Entries directly in ``parent`` among a state read's ``paths`` (credentials, work), by name."""
     prefix = parent + "/"
-    return {p[len(prefix):]: info for p, info in state.credentials.items()
+    return {p[len(prefix):]: info for p, info in paths.items()
             if p.startswith(prefix) and "/" not in p[len(prefix):]}  # fmt: skip
 
 
@@ -67,14 +67,14 @@ def _agent(agent: AgentPlan, state: HostState, values: Secrets) -> list[Command]
     directory = agent.credentials_dir
     want = {n: values.digest(agent.fleet, agent.instance, agent.agent, n) for n in agent.credentials}
     have = state.credential_digests.get(agent.instance, {})
-    entries = _children(state, directory)
+    entries = children(state.credentials, directory)
     file_ok = PathInfo(kind="f", mode=FILE_MODE, uid=agent.uid, gid=agent.uid)
     dir_ok = state.credentials.get(directory) == PathInfo(kind="d", mode=DIR_MODE, uid=0, gid=agent.uid)
     deliver = [n for n in agent.credentials if not dir_ok or entries.get(n) != file_ok or have.get(n) != want[n]]
     stale = sorted(set(entries) - set(agent.credentials))
     if not deliver and not stale and have == want:
         return []
-    commands: list[Command] = [] if dir_ok else _dir(directory, DIR_MODE, agent.uid)
+    commands: list[Command] = [] if dir_ok else root_dir(directory, DIR_MODE, agent.uid)
     commands += [q("rm", "-rf", "--one-file-system", "--", f"{directory}/{name}") for name in stale]
     if deliver:
         mac = hmac.new(_KEY, "\0".join(f"{n}={want[n]}" for n in deliver).encode(), hashlib.sha256)
@@ -102,9 +102,9 @@ def credential_commands(plan: FleetPlan, state: HostState, values: Secrets) -> l
         return teardown_commands(plan.fleet, state)
     commands: list[Command] = []
     if state.credentials.get(base) != PathInfo(kind="d", mode="0700", uid=0, gid=0):
-        commands += [f"[ -d {STATE_DIR} ] || install -d -m 0700 {STATE_DIR}", *_dir(CREDENTIALS_DIR, "0700", 0),
-                     *_dir(base, "0700", 0)]  # fmt: skip
-    for name, info in sorted(_children(state, base).items()):
+        commands += [f"[ -d {STATE_DIR} ] || install -d -m 0700 {STATE_DIR}", *root_dir(CREDENTIALS_DIR, "0700", 0),
+                     *root_dir(base, "0700", 0)]  # fmt: skip
+    for name, info in sorted(children(state.credentials, base).items()):
         instance = name.removesuffix(".digests")
         if instance not in wanted:  # an agent that left the plan or has no credentials left
             commands.append(q("rm", "-rf", "--one-file-system", "--", f"{base}/{name}"))

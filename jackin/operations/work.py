@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shlex
 
+from jackin.operations.credentials import children, root_dir
 from jackin.operations.files import UPLOAD_DIR, Command, Refused, Upload, write_files
 from jackin.plan import STATE_DIR, WORK_DIR, AgentPlan, FleetPlan
 from jackin.state import HostState, PathInfo
@@ -31,19 +32,6 @@ def digests_file(fleet: str, instance: str) -> str:
     return f"{WORK_DIR}/{fleet}/{instance}.digests"
 
 
-def _dir(path: str, mode: str, gid: int) -> list[str]:
-    """``path`` a real directory, root:``gid`` ``mode`` (its parent is root's: nothing here follows an agent's link)."""
-    p = shlex.quote(path)
-    return [f"{{ [ -d {p} ] && [ ! -L {p} ]; }} || mkdir -m {mode} -- {p}",
-            q("chown", "-h", f"0:{gid}", "--", path), q("chmod", "0" + mode, "--", path)]  # fmt: skip
-
-
-def _children(state: HostState, parent: str) -> dict[str, PathInfo]:
-    prefix = parent + "/"
-    return {p[len(prefix):]: info for p, info in state.work.items()
-            if p.startswith(prefix) and "/" not in p[len(prefix):]}  # fmt: skip
-
-
 def _agent(agent: AgentPlan, state: HostState) -> list[Command]:
     """One agent's work directory and files (changed ones re-delivered, others left alone) and digest record."""
     work = agent.work
@@ -53,14 +41,14 @@ def _agent(agent: AgentPlan, state: HostState) -> list[Command]:
                       "(run the deploy through inv fleet.up, which bundles the repository first)")  # fmt: skip
     directory = agent.work_dir
     have = state.work_digests.get(agent.instance, {})
-    entries = _children(state, directory)
+    entries = children(state.work, directory)
     file_ok = PathInfo(kind="f", mode=FILE_MODE, uid=0, gid=agent.uid)
     dir_ok = state.work.get(directory) == PathInfo(kind="d", mode=DIR_MODE, uid=0, gid=agent.uid)
     deliver = [n for n in FILES if not dir_ok or entries.get(n) != file_ok or have.get(n) != work.files[n]]
     stale = sorted(set(entries) - set(FILES))
     if not deliver and not stale and have == work.files:
         return []
-    commands: list[Command] = [] if dir_ok else _dir(directory, DIR_MODE, agent.uid)
+    commands: list[Command] = [] if dir_ok else root_dir(directory, DIR_MODE, agent.uid)
     commands += [q("rm", "-rf", "--one-file-system", "--", f"{directory}/{name}") for name in stale]
     if deliver:
         staging = f"{UPLOAD_DIR}/work-{agent.instance}-{digest(''.join(work.files[n] for n in deliver).encode())[:16]}"
@@ -89,9 +77,9 @@ def work_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     base = fleet_dir(plan.fleet)
     commands: list[Command] = []
     if state.work.get(base) != PathInfo(kind="d", mode="0700", uid=0, gid=0):
-        commands += [f"[ -d {STATE_DIR} ] || install -d -m 0700 {STATE_DIR}", *_dir(WORK_DIR, "0700", 0),
-                     *_dir(base, "0700", 0)]  # fmt: skip
-    for name in sorted(_children(state, base)):
+        commands += [f"[ -d {STATE_DIR} ] || install -d -m 0700 {STATE_DIR}", *root_dir(WORK_DIR, "0700", 0),
+                     *root_dir(base, "0700", 0)]  # fmt: skip
+    for name in sorted(children(state.work, base)):
         if name.removesuffix(".digests") not in wanted:
             commands.append(q("rm", "-rf", "--one-file-system", "--", f"{base}/{name}"))
     for agent in wanted.values():
