@@ -14,7 +14,8 @@ round trip of checks; down: remove all and check); one start of the CLI's Python
 of the engine child with no hosts. The lab runs on a shared, noisy machine
 (other engineers run tests on it), so absolute seconds drift from run to run;
 ratios to floors measured minutes apart on the same hosts are what we compare
-against the targets. Lab boot (``Lab.up``) is timed separately, outside.
+against the targets. Lab boot (``Lab.up``) and loading the agents' role image into every host
+(``images.deliver``) are timed separately, outside: fleet.up and the floors both find the image.
 Everything uses a private state dir and labs ``bench<N>``, removed at the end.
 Each lab host's systemd holds about 8 inotify instances: ``Lab.up`` raises root's
 ``fs.inotify.max_user_instances`` when N needs it (as root), or fails saying what to run.
@@ -42,7 +43,7 @@ STATE = tempfile.mkdtemp(prefix="jackin-bench-")
 atexit.register(shutil.rmtree, STATE, True)  # also after --help or an error
 os.environ["JACKIN_STATE_DIR"] = STATE  # before jackin is imported
 
-from jackin import dns, firewall  # noqa: E402
+from jackin import dns, firewall, images  # noqa: E402
 from jackin import fleet as fleet_api  # noqa: E402
 from jackin import plan as planning  # noqa: E402
 from jackin.errors import JackinError  # noqa: E402
@@ -151,10 +152,10 @@ def q(*args: str) -> str:
 
 
 def plain_scripts(plan: planning.FleetPlan) -> dict[str, str]:
-    label, image = f"label=jackin.fleet={plan.fleet}", planning.DEFAULT_IMAGE
+    label, image = f"label=jackin.fleet={plan.fleet}", sorted({a.image for a in plan.agents})
     users = [a.user for a in plan.agents]
     bootstrap = ("command -v dockerd nft >/dev/null\nsystemctl is-active -q docker\nsystemctl is-enabled -q docker\n"
-                 + q("docker", "image", "inspect", "--format", "ok", image) + " >/dev/null\n")
+                 + q("docker", "image", "inspect", "--format", "ok", *image) + " >/dev/null\n")
     check = (f"getent passwd | grep -c 'jackin/{plan.fleet}/' || true\ngetent group | grep -c '^jk-{plan.fleet}-' || true\n"
              f"[ ! -d {plan.fleet_dir} ] || find {plan.fleet_dir} -maxdepth 2 -printf '%m %U %G %p\\n'\n"
              f"docker ps -a --filter {label} --format '{{{{.Names}}}} {{{{.State}}}} {{{{.Label \"jackin.config\"}}}}'\n"
@@ -215,6 +216,14 @@ def bench(n: int, repeat: int, work: Path) -> dict[str, Any]:
                              f"inotify instances in use/limit: {inotify()}") from None
         r["lab.up"] = time.perf_counter() - start
         ports = [h.port for h in status.hosts]
+        # The agents' role image, loaded into every host before anything is timed (fleet.up would
+        # load it by SFTP + docker load; the floor scripts would have to as well): both sides find it.
+        start = time.perf_counter()
+        tags = sorted({a.image for a in floor_plan.agents})
+        failed = images.deliver({h.name: tags for h in status.hosts}, [h.target() for h in status.hosts])
+        if failed:
+            raise BenchError(f"loading {tags}: " + "; ".join(f"{k}: {e.message}" for k, e in sorted(failed.items())))
+        r["image load"] = time.perf_counter() - start
         r["ssh true"] = median(lambda: ssh_all(lab, ports, "true\n"), repeat)
         r["cli start"] = median(lambda: cli("--list")[0], repeat)
         r["python start"] = median(lambda: timed([PY, "-c", "pass"])[0], repeat)
@@ -269,7 +278,8 @@ def report(r: dict[str, Any]) -> None:
     status_floor = r["ssh true"] + r["python start"]
     rows = [("fleet.up cold", r["plain cold"], "plain cold"), ("fleet.up warm", r["fleet.status"], "fleet.status"),
             ("fleet.status", status_floor, "ssh true + py"), ("fleet.down", r["plain down"], "plain down")]  # fmt: skip
-    print(f"\n== W({n} hosts, 3 agents)  lab.up {r['lab.up']:.2f}s (not measured below)")
+    print(f"\n== W({n} hosts, 3 agents)  lab.up {r['lab.up']:.2f}s, role image build and load into every host "
+          f"{r['image load']:.2f}s (not measured below: both sides find the image)")
     print(f"   floors: ssh true {r['ssh true']:.3f}s  python start {r['python start']:.3f}s  cli start "
           f"{r['cli start']:.3f}s  engine start {r['engine start']:.3f}s  plain cold {r['plain cold']:.3f}s  "
           f"plain warm {r['plain warm']:.3f}s  plain down {r['plain down']:.3f}s")  # fmt: skip
