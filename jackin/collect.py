@@ -292,9 +292,10 @@ def collect(inventory: Inventory, *, agents: Sequence[str] | None = None, into: 
         plan = make_plan(inventory, ledger, store=False)
     chosen = select(plan, agents)
     hosts = targets(inventory, bring_up=False)
+    if not hosts:  # a lab that is not up: nothing could be collected, and saying "0 collected" would hide it
+        raise JackinError(f"fleet {plan.fleet} has no host up: nothing to collect",
+                          hint="bring it up with inv fleet.up, or check the inventory's hosts")  # fmt: skip
     report = CollectReport(fleet=plan.fleet)
-    if not hosts:
-        return report
     with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
         found = list(pool.map(lambda t: _host(t, inventory, chosen, into=into, asked=bool(agents)), hosts))
     for target, outcome in zip(hosts, found):
