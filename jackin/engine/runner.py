@@ -92,6 +92,7 @@ def _inventory(request: EngineRequest) -> Inventory:
             "ssh_paramiko_connect_kwargs": {"timeout": timeout, "banner_timeout": timeout, "auth_timeout": timeout},
             TARGET_DATA: target.model_dump(mode="json"),
             "jackin": request.data,
+            "jackin_host": request.host_data.get(target.name, {}),
             "_timeout": request.command_timeout,
         }
         if target.key_file is not None:
