@@ -19,7 +19,7 @@ from jackin.operations import ops
 from jackin.plan import FleetPlan
 
 plan = FleetPlan.model_validate(host.data.jackin)
-state = ops.fleet_state(plan, bootstrap=True)  # everything of the fleet on this host, in one round trip
+state = ops.fleet_state(plan, bootstrap=True)  # what fleet.up planned from (handed over), else read once
 report.facts(host, **{k: state.host.get(k) for k in ("hostname", "distro", "kernel", "arch")}, agents=len(plan.agents))
 
 for step in hostplan.steps(plan, state, secrets.get()):

@@ -184,7 +184,7 @@ def up(
         run_id, result = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=split.run,
                                       data=plan.model_dump(mode="json"), detail=run_detail,
                                       on_event=on_event, on_host=record_host, on_start=record_spec,
-                                      secrets=values)  # fmt: skip
+                                      secrets=values, host_data=_read_states(split.run, read))  # fmt: skip
         result.hosts = _in_order(result.hosts + kept + not_run, hosts)
         if not_run:
             ledger.finish_run(run_id, "failed")
@@ -219,6 +219,11 @@ def split_hosts(plan: planning.FleetPlan, hosts: list[SshTarget], states: States
         else:
             split.run.append(host)
     return split
+
+
+def _read_states(hosts: list[SshTarget], read: dict[str, HostState]) -> dict[str, dict[str, Any]]:
+    """The state each host's deploy plans from: the one read above (the deploy reads it only when not given)."""
+    return {h.name: {"state": read[h.name].model_dump(mode="json")} for h in hosts if h.name in read}
 
 
 def _in_order(results: list[HostResult], hosts: list[SshTarget]) -> list[HostResult]:

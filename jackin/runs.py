@@ -43,16 +43,19 @@ def recorded_run(
     on_host: OnHost | None = None,
     on_start: Callable[[int], None] | None = None,
     secrets: Secrets | None = None,
+    host_data: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[int | None, RunResult]:
     """Run ``deploys/<deploy>`` on ``hosts``; record the run unless ``ledger`` is None.
 
     ``on_host`` is called for every host's result after its audit entry (to
     record what the run left there); ``on_start`` with the run's id once it is recorded (to
     record more against it). ``secrets``: credential values for the deploy, handed to the engine on
-    its stdin (never in ``data``, which is the plan, nor in the ledger). Returns the run's id and its result.
+    its stdin (never in ``data``, which is the plan, nor in the ledger). ``host_data``: per host, more for its
+    deploy (``EngineRequest.host_data``). Returns the run's id and its result.
     """
     wire = secrets.to_wire() if secrets is not None and secrets.agents() else None
-    request = EngineRequest(deploy=str(deploys_dir() / deploy), targets=hosts, data=data, dry_run=dry_run)
+    request = EngineRequest(deploy=str(deploys_dir() / deploy), targets=hosts, data=data, dry_run=dry_run,
+                            host_data=host_data or {})  # fmt: skip
     if ledger is None:
         return None, run(request, on_event, secrets=wire)
     run_id = ledger.start_run(fleet, action, detail)

@@ -28,6 +28,9 @@ class EngineRequest(BaseModel):
     deploy: str = Field(description="path of a pyinfra deploy file")
     targets: list[SshTarget]
     data: dict[str, Any] = Field(default_factory=dict, description="given to the deploy as host.data.jackin")
+    host_data: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per target name, given to that host's deploy as host.data.jackin_host "
+        "(e.g. the state fleet.up read just before the run, so the deploy need not read it again)")  # fmt: skip
     dry_run: bool = False
     connect_timeout: int = Field(10, ge=1, le=300)
     command_timeout: int = Field(900, ge=1, description="seconds for each remote command: a wedged host fails alone")

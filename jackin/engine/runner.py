@@ -17,6 +17,7 @@ import time  # noqa: E402
 import traceback  # noqa: E402
 from typing import Any  # noqa: E402
 
+import gevent  # noqa: E402
 from pyinfra.api import Config, Inventory, State  # noqa: E402
 from pyinfra.api.connect import connect_all, disconnect_all  # noqa: E402
 from pyinfra.api.exceptions import PyinfraError  # noqa: E402
@@ -91,6 +92,7 @@ def _inventory(request: EngineRequest) -> Inventory:
             "ssh_paramiko_connect_kwargs": {"timeout": timeout, "banner_timeout": timeout, "auth_timeout": timeout},
             TARGET_DATA: target.model_dump(mode="json"),
             "jackin": request.data,
+            "jackin_host": request.host_data.get(target.name, {}),
             "_timeout": request.command_timeout,
         }
         if target.key_file is not None:
@@ -103,10 +105,13 @@ def _inventory(request: EngineRequest) -> Inventory:
 
 
 def _load_deploy(state: State, filename: str) -> None:
-    """Run the deploy file once per connected host, as pyinfra's CLI does."""
+    """Run the deploy file once per connected host, each in its own greenlet, as pyinfra's CLI does
+    (``ctx_host`` and ``ctx_config`` are greenlet-local): the hosts' fact reads (a deploy's state read
+    is one round trip of real work on the host) overlap instead of queueing one host behind another."""
     code = compile(open(filename, encoding="utf-8").read(), filename, "exec")
     state.current_deploy_filename = filename
-    for host in list(state.inventory.get_active_hosts()):
+
+    def prepare(host) -> None:
         try:
             with ctx_config.use(state.config.copy()), ctx_host.use(host):
                 exec(code, {"__file__": filename, "__name__": "__jackin_deploy__"})
@@ -115,6 +120,8 @@ def _load_deploy(state: State, filename: str) -> None:
             _prepare_errors[host.name] = f"{type(error).__name__}: {_one_line(error)}"
             state.failed_hosts.add(host)
             state.active_hosts.discard(host)
+
+    gevent.joinall([state.pool.spawn(prepare, host) for host in list(state.inventory.get_active_hosts())])
 
 
 _prepare_errors: dict[str, str] = {}

@@ -23,7 +23,17 @@ from jackin.state import HostState
 
 
 def fleet_state(plan: FleetPlan, *, bootstrap: bool = False) -> HostState:
-    """The fleet's state on this host (``bootstrap``: with the Docker daemon's settings, for an up)."""
+    """The fleet's state on this host (``bootstrap``: with the Docker daemon's settings, for an up).
+
+    The state the caller read with this same command just before the run (``fleet.up`` reads every
+    host in one parallel round trip to plan, ``jackin.hostplan``), when it hands it over in
+    ``host.data.jackin_host["state"]``: the deploy then runs exactly the steps that were planned and
+    the host is not read twice. Otherwise (a deploy run by hand) it is read now, in one round trip."""
+    given = (host.data.get("jackin_host") or {}).get("state")
+    if given is not None:
+        state = HostState.model_validate(given)
+        if state.fleet == plan.fleet and (state.daemon is not None or not bootstrap):
+            return state
     images = tuple(sorted({a.image for a in plan.agents}))
     return host.get_fact(FleetState, fleet=plan.fleet, uid_min=plan.uid_min, uid_max=plan.uid_max, images=images,
                          bootstrap=bootstrap)  # fmt: skip

@@ -212,6 +212,50 @@ def test_a_no_change_up_records_an_ok_run_without_the_engine(no_engine) -> None:
     assert fleet_api.up(no_engine, dry_run=True).run.hosts[0].changed == 0
 
 
+def test_the_engine_is_handed_the_state_the_run_planned_from(no_engine, monkeypatch) -> None:
+    """A host with changes: its deploy gets the state fleet.up read (``host_data``), so it runs the planned
+    steps without reading the host again; the state survives the trip through JSON unchanged."""
+    changed = replaced(provisioned(), "containers", CODER.container, container(CODER, running=False))
+    monkeypatch.setattr(fleet_api, "read_states", lambda p, hosts: {"h1": changed})
+    handed = {}
+
+    def engine(*args, host_data=None, hosts=(), **kwargs):
+        handed.update(host_data or {})
+        return None, fleet_api.RunResult(hosts=[fleet_api.HostResult(host=h.name, connected=True) for h in hosts])
+
+    monkeypatch.setattr(fleet_api, "recorded_run", engine)
+    fleet_api.up(no_engine, bring_up=False)
+    assert list(handed) == ["h1"]
+    assert HostState.model_validate(json.loads(json.dumps(handed["h1"]["state"]))) == changed
+
+
+@pytest.mark.parametrize("given, bootstrap, reads", [
+    (None, True, True),  # a deploy run by hand: read
+    ("state", True, False),  # handed over: not read again
+    ("state", False, False),
+    ("no daemon", True, True),  # read without the daemon's settings: an up reads it whole
+    ("other fleet", False, True),
+])  # fmt: skip
+def test_the_deploy_reads_the_state_only_when_not_handed_over(given, bootstrap: bool, reads: bool,
+                                                              monkeypatch) -> None:  # fmt: skip
+    from jackin.operations import ops
+
+    state = provisioned().model_copy(update={"fleet": PLAN.fleet})
+    states = {"state": state, "no daemon": state.model_copy(update={"daemon": None}),
+              "other fleet": state.model_copy(update={"fleet": "other"})}  # fmt: skip
+    read = state.model_copy(update={"images": ["read"]})
+
+    class _Host:
+        data = {"jackin_host": {"state": states[given].model_dump(mode="json")} if given else {}}
+
+        def get_fact(self, *args, **kwargs) -> HostState:
+            return read
+
+    monkeypatch.setattr(ops, "host", _Host())
+    got = ops.fleet_state(PLAN, bootstrap=bootstrap)
+    assert got == (read if reads else states[given])
+
+
 # --- fleet.plan's rendering --------------------------------------------------------------------
 
 
