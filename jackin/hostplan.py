@@ -1,10 +1,11 @@
 """What ``fleet.up`` would do to one host, computed on the operator's side: pure, no pyinfra.
 
-``steps(plan, state, values)`` is the deploy itself: ``deploys/fleet.py`` reads the host's
-state (one round trip) and runs exactly these steps, in this order, each by one pyinfra
-operation. ``fleet.plan`` and ``fleet.up`` (the no-change fast path) call the same function on
-the state they read over Fabric, so what they predict is what the engine would run: a host
-whose ``host_changes`` is empty is not handed to the engine at all.
+``steps(plan, state, values)`` is the deploy itself: ``deploys/fleet.py`` runs exactly these
+steps, in this order, each by one pyinfra operation, on the state ``fleet.up`` read and planned
+from (handed to it in the host's data; a deploy run by hand reads the host in one round trip).
+``fleet.plan`` and ``fleet.up`` (the no-change fast path) call the same function on the state
+they read over SSH, so what they predict is what the engine runs: a host whose
+``host_changes`` is empty is not handed to the engine at all.
 
 Every step's commands come from the pure builders in ``jackin.operations`` (the same ones
 the deploy runs). A builder that refuses to act (``Refused``) makes the step refused: the
