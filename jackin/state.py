@@ -235,7 +235,7 @@ sub get { my $s = IO::Socket::UNIX->new(Peer => "SOCKET") or return (0, "");
   print $s "GET $_[0] HTTP/1.0\r\n\r\n"; local $/; my $r = <$s>; close $s;
   defined $r && $r =~ m{\AHTTP/1\.[01] (\d{3})[^\r\n]*\r\n(?:[^\r\n]+\r\n)*\r\n(.*?)\s*\z}s or return (0, "");
   return ($1, $2) }
-sub ids { my ($c, $b) = get($_[0]); return $c == 200 ? ($b =~ /"Id":"([0-9a-f]{64})"/g) : () }
+sub ids { my ($c, $b) = get($_[0]); return $c == 200 ? ($b =~ /"Id":\s*"([0-9a-f]{64})"/g) : () }
 (my $name = "jackin.fleet=$fleet") =~ s/(["\\])/\\$1/g; $name =~ s/([\x00-\x1f])/sprintf("\\u%04x", ord $1)/ge;
 my $filter = enc("{\"label\":{\"$name\":true}}");
 my ($ok) = get("/_ping"); print "ok\n" if $ok == 200;
@@ -245,7 +245,7 @@ print "##networks\n";
 for (ids("/networks?filters=$filter")) { my ($c, $b) = get("/networks/$_"); print "$b\n" if $c == 200 }
 print "##images\n";
 for (@images) { my ($c) = get("/images/" . enc($_) . "/json"); print "$_\n" if $c == 200 }
-if ($live) { my ($c, $b) = get("/info"); print "##live\n", ($c == 200 && $b =~ /"LiveRestoreEnabled":(true|false)/ ? $1 : ""), "\n" }
+if ($live) { my ($c, $b) = get("/info"); print "##live\n", ($c == 200 && $b =~ /"LiveRestoreEnabled":\s*(true|false)/ ? $1 : ""), "\n" }
 """.replace("SOCKET", DOCKER_SOCKET)
 
 
