@@ -145,3 +145,47 @@ def test_the_command_runs_perl_only_on_the_default_socket_and_falls_back_to_the_
     assert "docker info --format '{{.LiveRestoreEnabled}}'" in command  # the fallback's
     assert "live=" not in command  # the daemon section's own docker info is gone
     assert "' demo 0 \n" in state_command("demo", 60000, 60999)
+
+
+# --- the one systemctl show -------------------------------------------------------------------
+
+SHOW = """MainPID=955
+Id=docker.service
+ActiveState=active
+UnitFileState=enabled
+
+Id=jackin-ttl-demo.timer
+ActiveState=active
+UnitFileState=enabled
+
+Id=srv-jackin-demo.mount
+ActiveState=active
+UnitFileState=enabled
+"""
+
+
+def test_one_systemctl_show_gives_docker_the_timer_and_the_mount_and_dockerds_pid(tmp_path: Path) -> None:
+    """Run for real with a stand-in systemctl: its blank lines are gone after the section split, each
+    unit is found by its Id, and ``$dp`` is dockerd's main pid (the ``##daemon`` args come from it)."""
+    (tmp_path / "systemctl").write_text(f"#!/bin/sh\necho \"$*\" > {tmp_path}/args\ncat <<'X'\n{SHOW}X\n")
+    (tmp_path / "systemctl").chmod(0o755)
+    line = state_command("demo", 60000, 60999, bootstrap=True).splitlines()[0]
+    done = subprocess.run(["sh", "-c", line + '; echo "##pid"; echo "$dp"'], capture_output=True, text=True,
+                          env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=10)  # fmt: skip
+    assert (tmp_path / "args").read_text().split()[-3:] == ["docker.service", "jackin-ttl-demo.timer",
+                                                           "srv-jackin-demo.mount"]  # fmt: skip
+    assert done.stdout.endswith("##pid\n955\n")
+    state = parse_state(["##fleet", "demo", *done.stdout.split("\n"), "##host", "docker_active=stale", "##ttl",
+                         "now=5", "##cow"])  # fmt: skip
+    assert (state.host["docker_active"], state.host["docker_enabled"]) == ("active", "enabled")
+    assert (state.ttl.enabled, state.ttl.active, state.cow.enabled) == ("enabled", "active", True)
+
+
+def test_units_systemctl_does_not_know_read_as_is_enabled_and_is_active_report_them() -> None:
+    lines = ["##fleet", "demo", "##systemd", "MainPID=0", "Id=docker.service", "ActiveState=inactive",
+             "UnitFileState=", "Id=jackin-ttl-demo.timer", "ActiveState=inactive", "UnitFileState=", "##ttl", "##cow"]
+    state = parse_state(lines)
+    assert (state.host["docker_active"], state.host["docker_enabled"]) == ("inactive", "")
+    assert (state.ttl.enabled, state.ttl.active, state.cow.enabled) == ("", "inactive", False)
+    empty = parse_state(["##fleet", "demo", "##systemd", "##ttl"])  # no systemctl on the host
+    assert (empty.host["docker_active"], empty.ttl.enabled, empty.ttl.active) == ("", "", "")
