@@ -259,7 +259,8 @@ def _systemd(lines: list[str]) -> dict[str, dict[str, str]]:
 # The Docker reads in one process instead of seven docker CLI starts (~25 ms of CPU each on a host):
 # perl-base (Essential on Debian and Ubuntu) asks the daemon's socket the very API requests the CLI
 # makes: ``/_ping`` (``docker version``: ``ok``), the fleet's containers and networks by label, each
-# one's inspect document (``docker inspect``, one JSON line each), each image (``docker image
+# one's inspect document (``docker inspect``, one JSON line each; networks by name, as ``docker network
+# ls`` lists them, so two reads of an unchanged host are the same text), each image (``docker image
 # inspect``) and, with ``bootstrap`` (argument 2), ``/info``'s LiveRestoreEnabled (``##live``). The
 # fleet's name and the images are arguments, never code; a request that fails prints nothing, as the
 # CLI's would. With DOCKER_HOST or DOCKER_CONTEXT set, no socket, or no perl: the docker CLI instead.
@@ -278,7 +279,8 @@ my ($ok) = get("/_ping"); print "ok\n" if $ok == 200;
 print "##containers\n";
 for (ids("/containers/json?all=1&filters=$filter")) { my ($c, $b) = get("/containers/$_/json"); print "$b\n" if $c == 200 }
 print "##networks\n";
-for (ids("/networks?filters=$filter")) { my ($c, $b) = get("/networks/$_"); print "$b\n" if $c == 200 }
+my @n = map { my ($c, $b) = get("/networks/$_"); $c == 200 ? ($b) : () } ids("/networks?filters=$filter");
+print "$_\n" for sort @n;
 print "##images\n";
 for (@images) { my ($c) = get("/images/" . enc($_) . "/json"); print "$_\n" if $c == 200 }
 if ($live) { my ($c, $b) = get("/info"); print "##live\n", ($c == 200 && $b =~ /"LiveRestoreEnabled":\s*(true|false)/ ? $1 : ""), "\n" }

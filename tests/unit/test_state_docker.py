@@ -19,7 +19,7 @@ from jackin.state import DOCKER_READ, DOCKER_SOCKET, parse_state, state_command
 
 pytestmark = pytest.mark.skipif(shutil.which("perl") is None, reason="no perl here")
 
-CONTAINER_ID, OTHER_ID, NETWORK_ID = "c0" * 32, "c1" * 32, "ee" * 32
+CONTAINER_ID, OTHER_ID, NETWORK_ID, EARLIER_ID = "c0" * 32, "c1" * 32, "ee" * 32, "ef" * 32
 CONTAINER = {"Id": CONTAINER_ID, "Name": "/jk-demo--coder-1", "RestartCount": 1,
              "State": {"Status": "running", "Running": True, "StartedAt": "2026-01-02T15:59:00Z", "Error": ""},
              "Config": {"Labels": {"jackin.fleet": "demo", "jackin.agent": "coder-1", "note": "a \"quoted\" \n value"}},
@@ -48,11 +48,13 @@ class FakeDocker:
                 return 200, []  # another fleet's: none here
             if path == "/containers/json":  # a listed container gone before its inspect: skipped, as the CLI does
                 return 200, [{"Id": CONTAINER_ID, "Labels": {"x": "\"Id\":\"" + "ab" * 32 + "\""}}, {"Id": OTHER_ID}]
-            return 200, [{"Id": NETWORK_ID, "Name": "jk-demo--coder-1"}]
+            return 200, [{"Id": NETWORK_ID, "Name": "jk-demo--coder-1"}, {"Id": EARLIER_ID, "Name": "jk-demo--a"}]
         if path == f"/containers/{CONTAINER_ID}/json":
             return 200, CONTAINER
         if path == f"/networks/{NETWORK_ID}":
             return 200, NETWORK
+        if path == f"/networks/{EARLIER_ID}":
+            return 200, {**NETWORK, "Name": "jk-demo--a", "Id": EARLIER_ID}
         if path == "/images/jackin/role-demo:1/json":
             return 200, {"Id": "sha256:" + "1" * 64}
         if path == "/info":
@@ -108,6 +110,7 @@ def test_the_docker_read_gives_what_the_cli_reads_gave(docker: FakeDocker) -> No
     assert (coder.running, coder.restarts, coder.instance, coder.networks) == (True, 1, "coder-1", ["jk-demo--coder-1"])
     assert coder.labels["note"] == "a \"quoted\" \n value"
     assert state.networks["jk-demo--coder-1"].subnets == ["172.20.0.0/16"]
+    assert list(state.networks) == ["jk-demo--a", "jk-demo--coder-1"]  # by name, as docker network ls lists them
     assert state.images == ["jackin/role-demo:1"]  # the missing one is not listed
     assert state.daemon is not None and state.daemon.live_restore is True
     assert docker.requests[0] == "/_ping" and docker.requests[1].startswith("/containers/json?all=1&filters=")
