@@ -38,11 +38,17 @@ def parse_daemon(lines: list[str]) -> DaemonState:
     )
 
 
-def daemon_section() -> str:
+MAIN_PID = "$(systemctl show -p MainPID --value docker 2>/dev/null)"  # the running dockerd's pid
+
+
+def daemon_section(*, live: bool = True, pid: str = MAIN_PID) -> str:
     """``##daemon`` of the state read: ``live=``, ``args=`` (hex of /proc/PID/cmdline) and ``config=``
-    (hex of daemon.json, absent when there is none). Hex: no byte of the file can forge a section."""
-    return ("echo '##daemon'; echo \"live=$(docker info --format '{{.LiveRestoreEnabled}}' 2>/dev/null)\"; "
-            "p=$(systemctl show -p MainPID --value docker 2>/dev/null); printf 'args='; "
+    (hex of daemon.json, absent when there is none). Hex: no byte of the file can forge a section.
+    ``live=False``: no ``live=`` line (``jackin.state`` reads it with the other Docker reads); ``pid``:
+    the shell text giving dockerd's pid (``jackin.state``: from its one ``systemctl show``)."""
+    return ("echo '##daemon'; " + ("echo \"live=$(docker info --format '{{.LiveRestoreEnabled}}' 2>/dev/null)\"; "
+                                   if live else "") +
+            f"p={pid}; printf 'args='; "
             'if [ -n "$p" ] && [ "$p" != 0 ]; then od -An -v -tx1 < /proc/$p/cmdline | tr -d \' \\n\'; fi; echo; '
             f"if [ -e {DAEMON_JSON} ]; then printf 'config='; od -An -v -tx1 < {DAEMON_JSON} | tr -d ' \\n'; echo; fi")
 

@@ -164,21 +164,23 @@ def up(
         by_name = {h.name: h for h in hosts}
 
         def record_spec(run_id: int) -> None:
-            ledger.record_spec(run_id, fleet.name, names, spec.spec, spec.hash, spec.fleet_hash)
-            contract.record(ledger, run_id, terms)
-            for host in not_run:
-                ledger.audit(run_id, fleet.name, action, "failed", host=host.host, detail={"error": host.error})
-            for host in kept:  # nothing to change: recorded as an ok run that changed nothing, no engine
-                ledger.audit(run_id, fleet.name, action, "ok", host=host.host,
-                             detail={"changed": 0, "failed": 0, "error": None, "engine": False})  # fmt: skip
-                record_host(host, by_name[host.host])
+            with ledger.transaction():  # one commit for the spec, the contract and every host's rows
+                ledger.record_spec(run_id, fleet.name, names, spec.spec, spec.hash, spec.fleet_hash)
+                contract.record(ledger, run_id, terms)
+                for host in not_run:
+                    ledger.audit(run_id, fleet.name, action, "failed", host=host.host, detail={"error": host.error})
+                for host in kept:  # nothing to change: recorded as an ok run that changed nothing, no engine
+                    ledger.audit(run_id, fleet.name, action, "ok", host=host.host,
+                                 detail={"changed": 0, "failed": 0, "error": None, "engine": False})  # fmt: skip
+                    record_host(host, by_name[host.host])
 
         run_detail = {**(detail or {}), "hosts": names, "unchanged": split.unchanged,
                       "auto_snapshots": sorted({a.snapshot for a in auto if a.snapshot})}  # fmt: skip
         if not split.run:  # nothing to change anywhere (or nothing readable): no engine, only the record
-            run_id = ledger.start_run(fleet.name, action, run_detail)
-            record_spec(run_id)
-            ledger.finish_run(run_id, "failed" if not_run else "ok")
+            with ledger.transaction():  # the run and all it records, one commit
+                run_id = ledger.start_run(fleet.name, action, run_detail)
+                record_spec(run_id)
+                ledger.finish_run(run_id, "failed" if not_run else "ok")
             return UpResult(fleet=fleet.name, run=RunResult(hosts=_in_order(kept + not_run, hosts)), plan=plan,
                             snapshots=auto, unchanged=split.unchanged)  # fmt: skip
         run_id, result = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=split.run,

@@ -146,6 +146,22 @@ class Ledger:
         finally:
             handle.close()
 
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """The writes inside as one commit (one sync of the journal instead of one per statement): a
+        no-change fleet.up records a run, its spec and contract and each host in one. All or none is
+        kept; inside another transaction, it is part of that one."""
+        if self.db.in_transaction:
+            yield
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
     # --- runs and audit ------------------------------------------------------
 
     def start_run(self, fleet: str, action: str, detail: dict[str, Any] | None = None) -> int:

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pydantic import BaseModel, ConfigDict
 
 from jackin.errors import SpecError
-from jackin.lab import Lab, LabHost
+from jackin.lab import Lab, LabHost, LabStatus
 from jackin.ledger import Ledger
 from jackin.paths import private_dir, state_dir
 from jackin.spec import Inventory, LabSpec
@@ -164,6 +164,7 @@ class LabProvider(Provider):
         super().__init__(inventory, ledger)
         self.spec = inventory.fleet.lab or LabSpec()
         self.lab = Lab(self.spec.name)
+        self._seen: LabStatus | None = None  # the lab as targets() last saw it
 
     def _mine(self, hosts: list[LabHost]) -> list[LabHost]:
         wanted = {self.lab.host_name(i) for i in range(1, self.spec.hosts + 1)}
@@ -185,10 +186,11 @@ class LabProvider(Provider):
                 with self.ledger() as ledger:
                     ledger.lab_created(spec.name, self.fleet)
             mine = self._mine(status.hosts)
+        self._seen = status  # addresses() right after (fleet.up, fleet.plan): the same look, not a second one
         return [h.target() for h in mine]
 
     def addresses(self) -> list[str]:
-        status = self.lab.status()
+        status = self._seen or self.lab.status()
         found = {a for h in status.hosts for a in (h.lab_ip, h.public_ip) if a}
         return sorted(found, key=ipaddress.ip_address)
 

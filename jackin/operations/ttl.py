@@ -170,15 +170,18 @@ def teardown_commands(fleet: str, state: TtlState) -> list[str]:
     ]
 
 
-def state_section(fleet: str) -> str:
-    """``##ttl``: ``key=value`` lines (root-only paths jackin names; no agent-chosen name)."""
+def state_section(fleet: str, *, systemd: bool = True) -> str:
+    """``##ttl``: ``key=value`` lines (root-only paths jackin names; no agent-chosen name).
+    ``systemd=False``: without the timer's ``enabled``/``active`` (``jackin.state`` reads them in its one
+    ``systemctl show``)."""
     f, t, s = (shlex.quote(p) for p in (deadline_file(fleet), unit_path(fleet, "timer"), unit_path(fleet, "service")))
     timer = shlex.quote(unit_name(fleet, "timer"))
     return (f"echo '##ttl'; [ -e {f} ] && echo file=yes && echo \"deadline=$(head -c 32 {f} | tr -dc 0-9)\"; "
             f"[ -f {t} ] && echo \"timer=$(sha256sum < {t} | cut -c1-64)\"; "
             f"[ -f {s} ] && echo \"service=$(sha256sum < {s} | cut -c1-64)\"; "
-            f"echo \"enabled=$(systemctl is-enabled {timer} 2>/dev/null)\"; "
-            f"echo \"active=$(systemctl is-active {timer} 2>/dev/null)\"; echo \"now=$(date +%s)\"")  # fmt: skip
+            + (f"echo \"enabled=$(systemctl is-enabled {timer} 2>/dev/null)\"; "
+               f"echo \"active=$(systemctl is-active {timer} 2>/dev/null)\"; " if systemd else "")
+            + "echo \"now=$(date +%s)\"")  # fmt: skip
 
 
 def parse_section(lines: list[str]) -> TtlState:

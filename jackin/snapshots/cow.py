@@ -170,16 +170,17 @@ class CowState(_Model):
         return found + ([f"mount ({self.mounted})"] if self.mounted else [])
 
 
-def state_section(fleet: str) -> str:
+def state_section(fleet: str, *, systemd: bool = True) -> str:
     """Shell lines printing the ``##cow`` section (and ``##cowsubvols``, hex as ``##paths``) of the state read.
-    A name that is no fleet's (fleet.gc reads what it finds on hosts) cannot have the tier: an empty section."""
+    A name that is no fleet's (fleet.gc reads what it finds on hosts) cannot have the tier: an empty section.
+    ``systemd=False``: without the unit's ``enabled`` (``jackin.state`` reads it in its one ``systemctl show``)."""
     if not re.fullmatch(SLUG, fleet) or len(fleet) > 64:
         return "echo '##cow'"
     img, unit, mnt = (shlex.quote(p) for p in (image_path(fleet), unit_path(fleet), fleet_dir(fleet)))
     name = shlex.quote(unit_name(fleet))
     return f"""echo '##cow'; [ -f {img} ] && echo "image $(stat -c %s {img})"
 [ -f {unit} ] && echo "unit $(sha256sum < {unit} | cut -c1-64)"
-[ "$(systemctl is-enabled {name} 2>/dev/null)" = enabled ] && echo enabled
+{f'[ "$(systemctl is-enabled {name} 2>/dev/null)" = enabled ] && echo enabled' if systemd else ":"}
 if mountpoint -q {mnt} 2>/dev/null; then echo "mounted $(stat -f -c %T {mnt})"; fi
 if [ "$(stat -f -c %T {mnt} 2>/dev/null)" = btrfs ]; then echo '##cowsubvols'; \
 find {mnt} -mindepth 1 -maxdepth 1 -type d -inum {SUBVOLUME_INODE} -printf '%p\\0' | od -An -v -tx1; fi"""

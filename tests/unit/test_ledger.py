@@ -300,3 +300,20 @@ def test_record_spec_and_read_runs_with_per_host_results(ledger: Ledger) -> None
     plain = ledger.run(down)
     assert plain is not None and plain["spec"] is None and plain["action"] == "fleet.down"
     assert ledger.run(9999) is None
+
+
+def test_a_transaction_keeps_its_writes_together_or_none(ledger: Ledger, tmp_path: Path) -> None:
+    """One commit for many writes (fleet.up's no-change record); an error inside keeps none of them."""
+    with ledger.transaction():
+        run = ledger.start_run("demo", "fleet.up")
+        with ledger.transaction():  # nested: part of the outer one
+            ledger.audit(run, "demo", "fleet.up", "ok", host="h1")
+        assert ledger.db.in_transaction
+        ledger.finish_run(run, "ok")
+    assert not ledger.db.in_transaction
+    with Ledger(ledger.path) as other:  # committed: another connection sees it
+        assert [r["status"] for r in other.runs("demo")] == ["ok"] and len(other.audit_trail("demo")) == 1
+    with pytest.raises(RuntimeError), ledger.transaction():
+        ledger.start_run("demo", "fleet.up")
+        raise RuntimeError("boom")
+    assert len(ledger.runs("demo")) == 1 and not ledger.db.in_transaction

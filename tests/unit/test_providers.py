@@ -201,3 +201,16 @@ def test_lab_addresses_are_every_hosts_lab_and_public_ip(tmp_path: Path) -> None
     with Ledger(tmp_path / "l.sqlite3") as ledger:
         p = provider(lab_fleet("alpha", 1), ledger, FakeLab(tmp_path, hosts=2))
         assert p.addresses() == ["172.30.0.2", "172.30.0.3", "198.18.7.2", "198.18.7.3"]
+
+
+def test_lab_addresses_after_targets_reuse_that_look_at_the_lab(tmp_path: Path) -> None:
+    """fleet.up and fleet.plan ask for targets, then addresses: one lab status (docker calls), not two."""
+    lab = FakeLab(tmp_path, hosts=2)
+    looks = []
+    real_status = lab.status
+    lab.status = lambda: looks.append(1) or real_status()  # type: ignore[method-assign]
+    with Ledger(tmp_path / "l.sqlite3") as ledger:
+        p = provider(lab_fleet("alpha", 2), ledger, lab)
+        assert len(p.targets(bring_up=False)) == 2
+        assert p.addresses() == ["172.30.0.2", "172.30.0.3", "198.18.7.2", "198.18.7.3"]
+        assert len(looks) == 1
