@@ -21,11 +21,17 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin import agent_state as derivation
+from jackin import firewall, ttl
 from jackin.agent_state import AgentFacts, AgentState
+from jackin.applied import in_place
 from jackin.errors import ConnectError, JackinError
 from jackin.firewall import GUARD, ident
-from jackin.plan import ROOT
+from jackin.paths import private_dir, state_dir
+from jackin.plan import ROOT, instances
+from jackin.providers import provider_for
 from jackin.remote import gather
+from jackin.spec import Inventory
+from jackin.spec.models import FleetSpec, NetworkPolicy
 from jackin.ssh import SshTarget
 from jackin.ttl import TtlStatus
 from jackin.ttl import line as ttl_text
@@ -306,6 +312,53 @@ def fleet_status(fleet: str, targets: list[SshTarget], *, timeout: float = 8,
             host.not_enforced = not_enforced(fleet, host)
             hosts.append(host)
     return fill_rollup(FleetStatus(fleet=fleet, at=time.time(), hosts=hosts))
+
+
+# --- fleet.status: the read, with what the operator's side knows -------------------------------
+#
+# Here rather than in jackin.fleet: fleet.status loads neither the fleet API nor the models of
+# fleet.up's results (snapshots, host plans, the engine's protocol) it does not need.
+
+
+def read(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
+    """Hosts × agents of the fleet; never brings a lab up and never hangs on a dead host.
+
+    Each agent also shows its egress mode and what is enforced (from the spec last applied on its
+    host, which after a ``fleet.rollback`` is not the file's), and how many packets
+    its policy dropped in all and since the last ``status`` (kept in the state dir).
+    """
+    spec = inventory.fleet
+    result = fleet_status(spec.name, provider_for(inventory).targets(bring_up=False), timeout=timeout,
+                          stale_after=derivation.stale_after(spec))  # fmt: skip
+    applied_there = in_place(spec.name, [h.host for h in result.hosts])  # after a rollback: not the file's
+    seen_file = private_dir(state_dir() / "fleets" / spec.name) / "drops.json"
+    try:
+        seen = json.loads(seen_file.read_text())
+    except (OSError, ValueError):
+        seen = {}
+    for host in result.hosts:
+        policies = _policies(applied_there.get(host.host, spec))
+        for agent in host.agents:
+            policy = policies.get(agent.instance)
+            if policy is not None:
+                level, reasons = firewall.enforcement(policy)
+                agent.egress = policy.mode
+                agent.enforcement = level + (": " + "; ".join(reasons) if reasons else "")
+                if host.not_enforced:
+                    agent.enforcement = f"NOT ENFORCED: {host.not_enforced}"
+            if agent.drops is not None:
+                before = seen.get(host.host, {}).get(agent.instance, 0)
+                agent.drops_new = agent.drops - before if agent.drops >= before else agent.drops
+                seen.setdefault(host.host, {})[agent.instance] = agent.drops
+    seen_file.write_text(json.dumps(seen))
+    result.ttl = ttl.status(spec)  # the time left (from the ledger; each host's timer is in its HostStatus)
+    return result
+
+
+def _policies(spec: FleetSpec) -> dict[str, NetworkPolicy]:
+    """Each instance's egress policy under ``spec``."""
+    return {instance: spec.agent_network(next(a for a in spec.agents if a.name == agent))
+            for agent, instance in instances(spec)}  # fmt: skip
 
 
 # --- agent state (issue 10): what each agent is doing ---------------------------------------------
