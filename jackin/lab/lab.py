@@ -168,8 +168,13 @@ class Lab:
     # --- status --------------------------------------------------------------
 
     def status(self) -> LabStatus:
-        dk.ensure_engine()
-        containers = dk.inspect("container", dk.labelled("container", self.label))
+        """The lab's hosts and service, from two docker calls (the engine is asked whether it answers
+        only when they fail: fleet.status looks the lab up on every read)."""
+        try:
+            containers = dk.inspect("container", dk.labelled("container", self.label))
+        except LabError:
+            dk.ensure_engine()  # no engine: say so (with its hint), else the docker call's own error
+            raise
         hosts, service = [], None
         for info in containers:
             labels = info["Config"]["Labels"] or {}
