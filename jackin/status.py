@@ -32,7 +32,7 @@ from jackin.providers import provider_for
 from jackin.remote import gather
 from jackin.spec import Inventory
 from jackin.spec.models import FleetSpec, NetworkPolicy
-from jackin.ssh import SshTarget
+from jackin.target import SshTarget
 from jackin.ttl import TtlStatus
 from jackin.ttl import line as ttl_text
 

@@ -51,7 +51,8 @@ def test_tasks_module_leaves_what_commands_need_to_their_first_use() -> None:
 
 def test_fleet_status_loads_neither_the_fleet_api_nor_the_engine() -> None:
     """fleet.status reads through jackin.status: neither jackin.fleet (and the models of fleet.up's
-    results it names: host plans, snapshots, the state read) nor the engine's protocol is executed."""
+    results it names: host plans, snapshots, the state read) nor the engine's protocol is executed; nor
+    paramiko and Fabric (jackin.ssh), which only the reads OpenSSH does not serve and lab.up load."""
     code = (
         "import sys, tasks; from importlib.util import _LazyModule; "
         "import jackin.cli as cli, jackin.status as status; "
@@ -59,7 +60,8 @@ def test_fleet_status_loads_neither_the_fleet_api_nor_the_engine() -> None:
         "status.read = lambda spec: status.FleetStatus(fleet=spec.fleet.name, at=0, hosts=[]); "
         "loaded = lambda n: n in sys.modules and not isinstance(sys.modules[n], _LazyModule); "
         "names = ['jackin.fleet', 'jackin.engine', 'jackin.engine.protocol', 'jackin.hostplan', 'jackin.state', "
-        "'jackin.snapshots.auto', 'jackin.snapshots.final', 'jackin.gc', 'jackin.images', 'jackin.contract']; "
+        "'jackin.snapshots.auto', 'jackin.snapshots.final', 'jackin.gc', 'jackin.images', 'jackin.contract', "
+        "'jackin.ssh', 'paramiko', 'fabric', 'cryptography']; "
         "code = cli.fleet_status('inventory/lab.yaml', watch=False, json=True); "
         "print(code, sorted(n for n in names if loaded(n)))"
     )
