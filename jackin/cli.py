@@ -159,12 +159,16 @@ def _host_plans(result: fleet_api.UpResult) -> fleet_api.PlanResult:
 
 
 def fleet_status(inventory: str | None, *, watch: bool, json: bool) -> int:
-    """Show the fleet's status; the exit code says whether every agent's policy is enforced."""
-    spec = fleet_api.load(inventory)
+    """Show the fleet's status; the exit code says whether every agent's policy is enforced.
+    It reads through jackin.status alone: the fleet API (jackin.fleet) is not loaded."""
+    from jackin import status as status_api
+    from jackin.spec import DEFAULT_INVENTORY, load_inventory
+
+    spec = load_inventory(inventory or DEFAULT_INVENTORY)
     if watch:
-        ui.watch(lambda: ui.status_view(fleet_api.status(spec)))
+        ui.watch(lambda: ui.status_view(status_api.read(spec)))
         return EXIT_OK
-    status = fleet_api.status(spec)
+    status = status_api.read(spec)
     if json:
         ui.print_json(status.model_dump(mode="json"))
     else:

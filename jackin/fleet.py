@@ -8,7 +8,6 @@ over strict SSH with bounded timeouts.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -17,23 +16,22 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jackin import firewall, images, lazy, ttl, work
 from jackin import plan as planning
-from jackin.applied import applied, in_place
+from jackin.applied import applied
 from jackin.engine import Event, HostResult, RunResult
 from jackin.errors import ConnectError, JackinError, SpecError
 from jackin.gc import GC_COMMAND, gc, orphans
 from jackin.ledger import Ledger
-from jackin.paths import private_dir, state_dir
 from jackin.providers import LabProvider, provider_for
 from jackin.remote import gather
 from jackin.runs import deploys_dir, recorded_run
 from jackin.hostplan import HostChanges, host_changes
 from jackin.snapshots.auto import AutoSnapshot, States, read_states, snapshot_before_up
 from jackin.snapshots.final import FinalHost, take_final
-from jackin.spec import Inventory, load_inventory
-from jackin.spec.models import FleetSpec, NetworkPolicy
+from jackin.spec import DEFAULT_INVENTORY, Inventory, load_inventory
 from jackin.ssh import SshTarget
 from jackin.state import HostState, parse_state, state_command
-from jackin.status import FleetStatus, fleet_status
+from jackin.status import FleetStatus
+from jackin.status import read as read_status
 
 if TYPE_CHECKING:
     from jackin import contract, credentials
@@ -41,7 +39,6 @@ else:  # loaded by fleet.up and fleet.plan, not by fleet.status (jackin.lazy)
     contract = lazy.module("jackin.contract")
     credentials = lazy.module("jackin.credentials")
 
-DEFAULT_INVENTORY = Path("inventory/lab.yaml")
 KEPT = ["homes", "workspaces", "uids"]  # what fleet.down --keep-data keeps
 Log = Callable[[str], None]
 OnEvent = Callable[[Event], None]
@@ -332,46 +329,8 @@ def _only(hosts: list[SshTarget], only: list[str] | None) -> list[SshTarget]:
 
 
 def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
-    """Hosts × agents of the fleet; never brings a lab up and never hangs on a dead host.
-
-    Each agent also shows its egress mode and what is enforced (from the spec last applied on its
-    host, which after a ``fleet.rollback`` is not the file's), and how many packets
-    its policy dropped in all and since the last ``status`` (kept in the state dir).
-    """
-    spec = inventory.fleet
-    from jackin.agent_state import stale_after
-
-    result = fleet_status(spec.name, targets(inventory, bring_up=False), timeout=timeout,
-                          stale_after=stale_after(spec))  # fmt: skip
-    applied_there = in_place(spec.name, [h.host for h in result.hosts])  # after a rollback: not the file's
-    seen_file = private_dir(state_dir() / "fleets" / spec.name) / "drops.json"
-    try:
-        seen = json.loads(seen_file.read_text())
-    except (OSError, ValueError):
-        seen = {}
-    for host in result.hosts:
-        policies = _policies(applied_there.get(host.host, spec))
-        for agent in host.agents:
-            policy = policies.get(agent.instance)
-            if policy is not None:
-                level, reasons = firewall.enforcement(policy)
-                agent.egress = policy.mode
-                agent.enforcement = level + (": " + "; ".join(reasons) if reasons else "")
-                if host.not_enforced:
-                    agent.enforcement = f"NOT ENFORCED: {host.not_enforced}"
-            if agent.drops is not None:
-                before = seen.get(host.host, {}).get(agent.instance, 0)
-                agent.drops_new = agent.drops - before if agent.drops >= before else agent.drops
-                seen.setdefault(host.host, {})[agent.instance] = agent.drops
-    seen_file.write_text(json.dumps(seen))
-    result.ttl = ttl.status(spec)  # the time left (from the ledger; each host's timer is in its HostStatus)
-    return result
-
-
-def _policies(spec: FleetSpec) -> dict[str, NetworkPolicy]:
-    """Each instance's egress policy under ``spec``."""
-    return {instance: spec.agent_network(next(a for a in spec.agents if a.name == agent))
-            for agent, instance in planning.instances(spec)}  # fmt: skip
+    """Hosts × agents of the fleet (``jackin.status.read``, which fleet.status calls without this module)."""
+    return read_status(inventory, timeout=timeout)
 
 
 # --- down --------------------------------------------------------------------

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from jackin.errors import ConnectError, HostKeyError
 from jackin.paths import private_dir, state_dir
-from jackin.ssh import SshTarget
+from jackin.target import SshTarget
 
 PERSIST = 60  # seconds a master connection outlives its last command
 SOCKET_MAX = 100  # a Unix socket path must fit in sun_path (108 bytes, less what ssh appends while binding)

@@ -32,7 +32,7 @@ from jackin.lab import Lab, LabHost, LabStatus
 from jackin.ledger import Ledger
 from jackin.paths import private_dir, state_dir
 from jackin.spec import Inventory, LabSpec
-from jackin.ssh import SshTarget
+from jackin.target import SshTarget
 
 Log = Callable[[str], None]
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from jackin import openssh
 from jackin.errors import ConnectError, JackinError, RemoteCommandError
-from jackin.ssh import SshTarget, connect
+from jackin.target import SshTarget
+
+if TYPE_CHECKING:
+    from fabric import Connection
 
 T = TypeVar("T")
 
@@ -37,6 +40,14 @@ class HostError(BaseModel):
     @property
     def exit_code(self) -> int:
         return ConnectError.exit_code if self.unreachable else JackinError.exit_code
+
+
+def connect(target: SshTarget, *, timeout: float = 10) -> Connection:
+    """The Fabric fallback's connection (``jackin.ssh.connect``): paramiko and Fabric are loaded by
+    the first read OpenSSH does not serve, not by every command's start."""
+    from jackin import ssh
+
+    return ssh.connect(target, timeout=timeout)
 
 
 def gather(

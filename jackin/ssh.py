@@ -1,4 +1,4 @@
-"""Strict SSH: the resolved target, the tunnel through its jump hosts, and Fabric
+"""Strict SSH: the resolved target (``jackin.target``), the tunnel through its jump hosts, and Fabric
 connections for imperative one-off work (status, the clean check, netcheck).
 
 The inventory is the whole truth. Nothing here reads the operator's
@@ -16,47 +16,17 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import paramiko
 from fabric import Config, Connection
-from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import ConnectError, HostKeyError
+from jackin.target import SshTarget
 
 # paramiko logs a traceback for every refused banner while sshd boots; we report
 # failures ourselves, with context.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 logging.getLogger("paramiko").propagate = False
-
-
-class SshTarget(BaseModel):
-    """A host resolved for connection: where it is, how it is trusted, and the
-    jump host (itself a target, checked the same way) it is reached through."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    address: str
-    port: int = Field(22, ge=1, le=65535)
-    user: str = "root"
-    key_file: Path | None = None
-    known_hosts: Path
-    jump: SshTarget | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.user}@{self.address}:{self.port}"
-
-    @property
-    def hops(self) -> list[SshTarget]:
-        """The jump hosts on the way to this target, outermost (reached first) first."""
-        chain: list[SshTarget] = []
-        hop = self.jump
-        while hop is not None:
-            chain.insert(0, hop)
-            hop = hop.jump
-        return chain
 
 
 def auth_kwargs(target: SshTarget, *, timeout: float) -> dict[str, object]:

@@ -16,16 +16,23 @@ import time
 from collections.abc import Mapping
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin import agent_state as derivation
+from jackin import firewall, ttl
 from jackin.agent_state import AgentFacts, AgentState
+from jackin.applied import in_place
 from jackin.errors import ConnectError, JackinError
 from jackin.firewall import GUARD, ident
-from jackin.plan import ROOT
+from jackin.paths import private_dir, state_dir
+from jackin.plan import ROOT, instances
+from jackin.providers import provider_for
 from jackin.remote import gather
-from jackin.ssh import SshTarget
+from jackin.spec import Inventory
+from jackin.spec.models import FleetSpec, NetworkPolicy
+from jackin.target import SshTarget
 from jackin.ttl import TtlStatus
 from jackin.ttl import line as ttl_text
 
@@ -79,44 +86,63 @@ class FleetStatus(_Model):
     ttl: TtlStatus | None = None  # the time-to-live: the time left (jackin/ttl.py)
 
 
-def status_command(fleet: str) -> str:
-    table = shlex.quote(f"jackin-{fleet}")
-    drops = (f"echo '##drops'; nft list counters table inet {table} 2>/dev/null | "
-             "awk '/counter drops_/{n=$2} /packets/{print n, $2}'; "
-             f"echo '##table'; nft list table inet {table} >/dev/null 2>&1 && echo loaded; "
-             f"echo '##guard'; systemctl is-active {shlex.quote(f'jackin-nft-guard-{fleet}.service')} "
-             f"{shlex.quote(f'jackin-nft-check-{fleet}.timer')} 2>/dev/null; "
-             f"echo '##policy'; [ -x {GUARD} ] && {GUARD} verify {shlex.quote(fleet)} 2>/dev/null; ")  # fmt: skip
+# One ``docker inspect`` line per container feeds both reads (the status row and the agent state):
+# tab-separated, every free-text field JSON (Docker escapes tabs and newlines in it), so a line is
+# one container whatever its error or health output holds. The shell reads fields 1, 3, 4 and 6.
+INSPECT_FORMAT = ('{{.Id}}\t{{.RestartCount}}\t{{json .Config.User}}\t{{json (index .Config.Labels "jackin.agent")}}'
+                  "\t{{json .State}}\t{{.State.Pid}}\t{{json .Name}}\t{{json .HostConfig.NetworkMode}}"
+                  "\t{{.HostConfig.Memory}}")  # fmt: skip
+INSPECT_FIELDS = 9
+
+# CPU in nanoseconds and memory in bytes of each pid's container cgroup (v2, else v1), in one awk
+# for every pid given: one line "<pid> <cpu> <mem>" each (empty fields when unreadable).
+SAMPLE_AWK = r"""function one(f,  v) { if ((getline v < f) <= 0) v = ""; close(f); return v }
+BEGIN { for (i = 1; i < ARGC; i++) { p = ARGV[i]; f = "/proc/" p "/cgroup"; cg = m = c = cpu = mem = ""
+  while ((getline l < f) > 0) {
+    if (l ~ /^0::/) cg = substr(l, 4)
+    else if (sub(/^[0-9]*:memory:/, "", l)) m = l
+    else if (sub(/^[0-9]*:[^:]*cpuacct[^:]*:/, "", l)) c = l }
+  close(f); st = "/sys/fs/cgroup" cg "/cpu.stat"
+  if ((r = (getline l < st)) >= 0) {
+    for (; r > 0; r = (getline l < st))
+      if (l ~ /^usage_usec/) { split(l, a, " "); cpu = sprintf("%.0f", a[2] * 1000) }
+    close(st); mem = one("/sys/fs/cgroup" cg "/memory.current")
+  } else {
+    cpu = one("/sys/fs/cgroup/cpuacct" c "/cpuacct.usage"); mem = one("/sys/fs/cgroup/memory" m "/memory.usage_in_bytes")
+  }
+  print p, cpu, mem } }"""
+
+
+def _inspect(fleet: str) -> str:
+    """Shell: ``$info``, one INSPECT_FORMAT line per container of ``fleet`` (two docker calls);
+    ``##docker`` / ``down`` when the engine does not answer."""
     label = shlex.quote(f"label=jackin.fleet={fleet}")
-    fmt = (
-        "{{.Id}}|{{.Name}}|{{.State.Status}}|{{.State.StartedAt}}|{{.RestartCount}}|"
-        '{{index .Config.Labels "jackin.agent"}}|{{.Config.User}}|{{.HostConfig.NetworkMode}}|'
-        "{{.HostConfig.Memory}}|{{.State.Pid}}|{{.State.Error}}"
-    )
-    # CPU in nanoseconds and memory in bytes from the container's cgroup (v2, else v1).
-    sample = (
-        "for p in $pids; do cg=$(sed -n 's/^0:://p' /proc/$p/cgroup 2>/dev/null); "
-        'if [ -f "/sys/fs/cgroup$cg/cpu.stat" ]; then '
-        "cpu=$(awk '/^usage_usec/{printf \"%.0f\", $2*1000}' /sys/fs/cgroup$cg/cpu.stat); "
-        "mem=$(cat /sys/fs/cgroup$cg/memory.current); "
-        "else m=$(sed -n 's/^[0-9]*:memory://p' /proc/$p/cgroup 2>/dev/null); "
-        "c=$(sed -n 's/^[0-9]*:[^:]*cpuacct[^:]*://p' /proc/$p/cgroup 2>/dev/null); "
-        "cpu=$(cat /sys/fs/cgroup/cpuacct$c/cpuacct.usage 2>/dev/null); "
-        "mem=$(cat /sys/fs/cgroup/memory$m/memory.usage_in_bytes 2>/dev/null); fi; "
-        'echo "$p $cpu $mem"; done'
-    )
-    # The CPU window opens after the container rows and closes after the policy checks, which run inside
-    # it; only what is left of SAMPLE is slept. Each sample carries its clock (@ns): CPU is over the real window.
-    window = (f"t1=$(date +%s%N); echo '##1'; echo \"@$t1\"; {sample}; {drops}{ttl_section(fleet)}"
+    return (f"info=; if ids=$(docker ps -aq --no-trunc --filter {label}); then "
+            f"[ -z \"$ids\" ] || info=$(docker inspect --format {shlex.quote(INSPECT_FORMAT)} $ids); "
+            "else echo '##docker'; echo down; fi; ")  # fmt: skip
+
+
+def status_command(fleet: str, *, inside: str = "") -> str:
+    """The status read: sections ``##rows`` (INSPECT_FORMAT lines), ``##1``/``##2`` (the CPU samples,
+    each with its host clock ``@ns``), ``##drops`` (``nft list counters``), ``##table`` (``loaded``),
+    ``##guard`` (systemctl is-active: guard service, its timer, the time-to-live's timer) and
+    ``##policy`` (the guard's verify). ``inside``: more shell run within the CPU window."""
+    table = shlex.quote(f"jackin-{fleet}")
+    units = [f"jackin-nft-guard-{fleet}.service", f"jackin-nft-check-{fleet}.timer", f"jackin-ttl-{fleet}.timer"]
+    checks = (f"echo '##drops'; nft list counters table inet {table} 2>/dev/null && {{ echo '##table'; echo loaded; }}; "
+              f"echo '##guard'; systemctl is-active {' '.join(map(shlex.quote, units))} 2>/dev/null; "
+              f"echo '##policy'; [ -x {GUARD} ] && {GUARD} verify {shlex.quote(fleet)} 2>/dev/null; ")  # fmt: skip
+    # The CPU window opens after the container rows and closes after the policy checks (and ``inside``),
+    # which run inside it; only what is left of SAMPLE is slept. Each sample carries its clock (@ns):
+    # CPU is over the real window.
+    window = (f"smp={shlex.quote(SAMPLE_AWK)}; t1=$(date +%s%N); echo '##1'; echo \"@$t1\"; "
+              f"[ -z \"$pids\" ] || awk \"$smp\" $pids; {checks}{inside}"
               f"if [ -n \"$pids\" ]; then r=$(( {int(SAMPLE * 1e9)} - $(date +%s%N) + t1 )); "
               "[ \"$r\" -le 0 ] || sleep \"$(printf '0.%09d' \"$r\")\"; "
-              f"echo '##2'; echo \"@$(date +%s%N)\"; {sample}; fi")  # fmt: skip
-    return (
-        f"date +%s.%N; pids=; echo '##rows'; if ids=$(docker ps -aq --no-trunc --filter {label}); then "
-        f"if [ -n \"$ids\" ]; then rows=$(docker inspect --format '{fmt}' $ids); printf '%s\\n' \"$rows\"; "
-        "pids=$(printf '%s\\n' \"$rows\" | awk -F'|' '$10 > 0 {print $10}'); fi; "
-        f"else echo '##docker'; echo down; fi; {window}"
-    )
+              "echo '##2'; echo \"@$(date +%s%N)\"; awk \"$smp\" $pids; fi")  # fmt: skip
+    return (f"date +%s.%N; pids=; {_inspect(fleet)}echo '##rows'; [ -z \"$info\" ] || "
+            "{ printf '%s\\n' \"$info\"; pids=$(printf '%s\\n' \"$info\" | awk -F'\\t' '$6 > 0 {print $6}'); }; "
+            f"{window}")  # fmt: skip
 
 
 DOCKER_DOWN = "the Docker engine does not answer (docker ps failed): the agents' state is unknown"
@@ -141,8 +167,7 @@ def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, 
         "policy_loaded": "\n##table\nloaded" in output, "policy": policy,
         "guard": guard[0] if guard else "unknown", "guard_timer": guard[1] if len(guard) > 1 else "unknown",
     }  # fmt: skip
-    timer = sections.get("ttltimer", [])
-    fields["ttl_timer"] = timer[0] if timer else None
+    fields["ttl_timer"] = guard[2] if len(guard) > 2 else None  # the time-to-live's timer
     if "docker" in sections:  # the host answered, its Docker engine did not: its agents are unknown, not absent
         fields["error"] = DOCKER_DOWN
     return now, agents, fields
@@ -184,12 +209,7 @@ def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
             sections.setdefault(current, [])
         elif line.strip():
             sections[current].append(line)
-    rows = [line.split("|", 10) for line in sections["rows"] if line.count("|") >= 10]
-    drops = {}
-    for line in sections.get("drops", []):
-        name, _, count = line.partition(" ")
-        if name.startswith("drops_") and count.strip().isdigit():
-            drops[name[len("drops_") :]] = int(count)
+    drops = _drops(sections.get("drops", []))
     samples: dict[str, dict[str, tuple[int, int]]] = {"1": {}, "2": {}}
     clock: dict[str, int] = {}  # each sample's host clock in ns (@ns), when the read printed it
     for key in samples:
@@ -200,27 +220,73 @@ def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
             if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
                 samples[key][parts[0]] = (int(parts[1]), int(parts[2]))
     agents = []
-    for _id, name, state, started, restarts, instance, user, network, memory, pid, error in rows:
+    for line in sections["rows"]:
+        try:
+            row = Inspected.of(line)
+        except ValueError:  # not a line of docker inspect: no container (the agent read says why, if it fails)
+            continue
+        state, pid = row.state, str(row.pid)
         uptime = None
-        if state == "running" and started and not started.startswith("0001"):
-            uptime = max(0.0, now - _parse_time(started))
+        if state.get("Status") == "running" and row.started and not row.started.startswith("0001"):
+            uptime = max(0.0, now - _parse_time(row.started))
         cpu = mem = None
         if pid in samples["1"] and pid in samples["2"]:
             window = clock["2"] - clock["1"] if len(clock) == 2 and clock["2"] > clock["1"] else SAMPLE * 1e9
             cpu = round((samples["2"][pid][0] - samples["1"][pid][0]) / window * 100, 1)
             mem = samples["2"][pid][1]
+        uid = row.user.split(":")[0]
         agents.append(
             AgentStatus(
-                instance=instance or name.lstrip("/"), container=name.lstrip("/"), state=state,
-                uid=int(user.split(":")[0]) if user.split(":")[0].isdigit() else None,
-                network=network or None, uptime=uptime, cpu_percent=cpu, memory=mem,
-                memory_limit=int(memory) or None if memory.isdigit() else None,
-                restarts=int(restarts or 0), error=error or None,
-                drops=drops.get(ident(instance)) if drops else None,
+                instance=row.instance or row.name.lstrip("/"), container=row.name.lstrip("/"),
+                state=str(state.get("Status") or ""), uid=int(uid) if uid.isdigit() else None,
+                network=row.network or None, uptime=uptime, cpu_percent=cpu, memory=mem,
+                memory_limit=row.memory or None, restarts=row.restarts, error=str(state.get("Error") or "") or None,
+                drops=drops.get(ident(row.instance)) if drops else None,
             )  # fmt: skip
         )
     agents.sort(key=lambda a: a.instance)
     return now, agents
+
+
+class Inspected(_Model):
+    """One INSPECT_FORMAT line: what both reads know of a container."""
+
+    id: str
+    restarts: int
+    user: str  # "uid:gid" as configured ("" when none)
+    instance: str  # its jackin.agent label ("" when none)
+    state: dict[str, Any]  # Docker's State: Status, ExitCode, StartedAt, Error, Health...
+    pid: int
+    name: str
+    network: str
+    memory: int
+
+    @property
+    def started(self) -> str:
+        return str(self.state.get("StartedAt") or "")
+
+    @classmethod
+    def of(cls, line: str) -> Inspected:
+        """Parsed, or ValueError (also for JSON of the wrong type: pydantic's ValidationError is one)."""
+        fields = line.split("\t")
+        if len(fields) != INSPECT_FIELDS:
+            raise ValueError(f"{len(fields)} fields, not {INSPECT_FIELDS}")
+        cid, restarts, user, label, state, pid, name, network, memory = fields
+        return cls(id=cid, restarts=int(restarts), user=json.loads(user) or "", instance=json.loads(label) or "",
+                   state=json.loads(state), pid=int(pid), name=json.loads(name), network=json.loads(network) or "",
+                   memory=int(memory))  # fmt: skip
+
+
+def _drops(lines: list[str]) -> dict[str, int]:
+    """Packets each agent's drop counter counted, by its nftables ident, from ``nft list counters``."""
+    drops, name = {}, ""
+    for line in lines:
+        words = line.split()
+        if len(words) >= 2 and words[0] == "counter":
+            name = words[1]
+        elif len(words) >= 2 and words[0] == "packets" and words[1].isdigit() and name.startswith("drops_"):
+            drops[name[len("drops_") :]] = int(words[1])
+    return drops
 
 
 def _parse_time(text: str) -> float:
@@ -248,45 +314,96 @@ def fleet_status(fleet: str, targets: list[SshTarget], *, timeout: float = 8,
     return fill_rollup(FleetStatus(fleet=fleet, at=time.time(), hosts=hosts))
 
 
+# --- fleet.status: the read, with what the operator's side knows -------------------------------
+#
+# Here rather than in jackin.fleet: fleet.status loads neither the fleet API nor the models of
+# fleet.up's results (snapshots, host plans, the engine's protocol) it does not need.
+
+
+def read(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
+    """Hosts × agents of the fleet; never brings a lab up and never hangs on a dead host.
+
+    Each agent also shows its egress mode and what is enforced (from the spec last applied on its
+    host, which after a ``fleet.rollback`` is not the file's), and how many packets
+    its policy dropped in all and since the last ``status`` (kept in the state dir).
+    """
+    spec = inventory.fleet
+    result = fleet_status(spec.name, provider_for(inventory).targets(bring_up=False), timeout=timeout,
+                          stale_after=derivation.stale_after(spec))  # fmt: skip
+    applied_there = in_place(spec.name, [h.host for h in result.hosts])  # after a rollback: not the file's
+    seen_file = private_dir(state_dir() / "fleets" / spec.name) / "drops.json"
+    try:
+        seen = json.loads(seen_file.read_text())
+    except (OSError, ValueError):
+        seen = {}
+    for host in result.hosts:
+        policies = _policies(applied_there.get(host.host, spec))
+        for agent in host.agents:
+            policy = policies.get(agent.instance)
+            if policy is not None:
+                level, reasons = firewall.enforcement(policy)
+                agent.egress = policy.mode
+                agent.enforcement = level + (": " + "; ".join(reasons) if reasons else "")
+                if host.not_enforced:
+                    agent.enforcement = f"NOT ENFORCED: {host.not_enforced}"
+            if agent.drops is not None:
+                before = seen.get(host.host, {}).get(agent.instance, 0)
+                agent.drops_new = agent.drops - before if agent.drops >= before else agent.drops
+                seen.setdefault(host.host, {})[agent.instance] = agent.drops
+    seen_file.write_text(json.dumps(seen))
+    result.ttl = ttl.status(spec)  # the time left (from the ledger; each host's timer is in its HostStatus)
+    return result
+
+
+def _policies(spec: FleetSpec) -> dict[str, NetworkPolicy]:
+    """Each instance's egress policy under ``spec``."""
+    return {instance: spec.agent_network(next(a for a in spec.agents if a.name == agent))
+            for agent, instance in instances(spec)}  # fmt: skip
+
+
 # --- agent state (issue 10): what each agent is doing ---------------------------------------------
 #
-# Appended to the status read (one round trip per host) and read alone by fleet.wait each poll.
-# Per container: ``docker inspect`` (state, exit code, restarts, health with its last output, one
-# line of tab-separated JSON: Docker escapes every tab and newline), and the status file read AS THE
+# Inside the status read's CPU window (one round trip per host, the same docker inspect lines) and
+# read alone by fleet.wait each poll. Per container: its INSPECT_FORMAT line (state, exit code,
+# restarts, health with its last output), and the status file read AS THE
 # AGENT (setpriv to the container's uid:gid, never root following the agent's path), capped, base64
 # so that NULs, newlines or a "##" line in it cannot reach the section parser. Derivation: jackin/agent_state.py.
 
 STATUS_FILE = ".jackin/status.json"  # the status file, under the agent's workspace (/workspace in its container)
-AGENT_FORMAT = ('{{.Id}}\t{{.RestartCount}}\t{{json .Config.User}}\t{{json (index .Config.Labels "jackin.agent")}}'
-                "\t{{json .State}}")  # fmt: skip
 
 
 def agents_command(fleet: str, *, root: str = ROOT) -> str:
     """The agent-state read of ``fleet``'s containers on one host: sections ``##agents-now`` (the
-    host's clock), ``##agents`` (one inspect line per container) and ``##agent-files`` (``<id> <base64
-    of the status file's first MAX_STATUS+1 bytes>`` or ``<id> -``). A uid or gid below 1000, or an
-    instance label that is not a plain name, is never read (``-``)."""
-    label = shlex.quote(f"label=jackin.fleet={fleet}")
+    host's clock), ``##agents`` (one INSPECT_FORMAT line per container) and ``##agent-files`` (``<id>
+    <base64 of the status file's first MAX_STATUS+1 bytes>`` or ``<id> -``). A uid or gid below 1000,
+    or an instance label that is not a plain name, is never read (``-``)."""
+    return (f"echo '##agents-now'; date +%s; {_inspect(fleet)}[ -n \"$info\" ] || exit 0; "
+            f"echo '##agents'; printf '%s\\n' \"$info\"; {agent_files(fleet, root=root)}")  # fmt: skip
+
+
+def agent_files(fleet: str, *, root: str = ROOT) -> str:
+    """Shell: ``##agent-files`` for the containers in ``$info`` (INSPECT_FORMAT lines): each status
+    file read as its agent (uid and gid from the container's user, both numeric and >= 1000; the
+    instance from its label, a plain name), never as root."""
     path = f'{shlex.quote(f"{root}/{fleet}")}/"$inst"/workspace/{STATUS_FILE}'
-    plain = "'{{.Id}} {{.Config.User}} {{index .Config.Labels \"jackin.agent\"}}'"
     return (
-        "echo '##agents-now'; date +%s; "
-        f"ids=$(docker ps -aq --no-trunc --filter {label}) || {{ echo '##docker'; echo down; exit 0; }}; "
-        "[ -n \"$ids\" ] || exit 0; echo '##agents'; "
-        f"docker inspect --format {shlex.quote(AGENT_FORMAT)} $ids; echo '##agent-files'; "
-        f"docker inspect --format {plain} $ids | while read -r id user inst rest; do "
+        "echo '##agent-files'; printf '%s\\n' \"$info\" | while IFS='\t' read -r id _r user inst rest; do "
+        # user and inst are JSON strings: only "..." is taken, its quotes removed (anything escaped fails below)
+        'case "$user" in \\"*\\") user=${user#\\"}; user=${user%\\"};; *) user=-;; esac; '
+        'case "$inst" in \\"*\\") inst=${inst#\\"}; inst=${inst%\\"};; *) inst=-;; esac; '
         'u=${user%%:*}; g=${user#*:}; ok=1; '
         'case "$u" in ""|*[!0-9]*) ok=;; esac; case "$g" in ""|*[!0-9]*) ok=;; esac; '
         'case "$inst" in ""|-*|*[!a-z0-9-]*) ok=;; esac; '
         '{ [ -n "$ok" ] && [ "$u" -ge 1000 ] && [ "$g" -ge 1000 ]; } || { echo "$id -"; continue; }; '
         f'b=$(setpriv --reuid="$u" --regid="$g" --clear-groups -- head -c {derivation.MAX_STATUS + 1} -- {path} '
-        '2>/dev/null | base64 -w0); echo "$id ${b:--}"; done'
+        '2>/dev/null | base64 -w0); echo "$id ${b:--}"; done; '
     )
 
 
-def parse_agents(output: str) -> dict[str, AgentFacts]:
+def parse_agents(output: str, *, section: str = "agents") -> dict[str, AgentFacts]:
     """Per instance, the facts ``agents_command`` printed (none when the fleet has no container there).
-    A line Docker printed that does not parse fails the host's read (JackinError): it is not the agent's."""
+    A line Docker printed that does not parse fails the host's read (JackinError): it is not the agent's.
+    ``section``: where the INSPECT_FORMAT lines are (``rows`` in the combined read, which prints them once)."""
     sections = _sections(output)
     now_lines = sections.get("agents-now", [])
     if len(now_lines) != 1 or not now_lines[0].isdigit():
@@ -300,7 +417,7 @@ def parse_agents(output: str) -> dict[str, AgentFacts]:
         except (binascii.Error, ValueError):
             raise JackinError(f"agent state read: status file of container {cid[:12]} is not base64") from None
     found: dict[str, AgentFacts] = {}
-    for line in sections.get("agents", []):
+    for line in sections.get(section, []):
         instance, facts = _agent_row(line, now, files)
         if instance:
             found[instance] = facts
@@ -308,20 +425,19 @@ def parse_agents(output: str) -> dict[str, AgentFacts]:
 
 
 def _agent_row(line: str, now: float, files: Mapping[str, bytes | None]) -> tuple[str | None, AgentFacts]:
-    """(instance, facts) of one ``AGENT_FORMAT`` line."""
+    """(instance, facts) of one ``INSPECT_FORMAT`` line."""
     try:
-        cid, restarts, user, label, state_json = line.split("\t")
-        instance, state, user = json.loads(label), json.loads(state_json), json.loads(user)
-        health = state.get("Health") or {}
+        row = Inspected.of(line)
+        state, health = row.state, row.state.get("Health") or {}
         log = health.get("Log") or []
         facts = AgentFacts(
-            container=str(state["Status"]), exit_code=int(state["ExitCode"]), restarts=int(restarts),
-            health=str(health.get("Status") or "none"), now=now, status=files.get(cid), user=str(user or "") or None,
+            container=str(state["Status"]), exit_code=int(state["ExitCode"]), restarts=row.restarts,
+            health=str(health.get("Status") or "none"), now=now, status=files.get(row.id), user=row.user or None,
             health_output=str(log[-1].get("Output", "")) if log else None,
         )  # fmt: skip
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise JackinError(f"agent state read: a line of docker inspect does not parse ({type(error).__name__})") from None
-    return (instance if isinstance(instance, str) and instance else None), facts
+    return row.instance or None, facts
 
 
 def agent_states(facts: Mapping[str, AgentFacts], stale_after: Mapping[str, float]
@@ -338,7 +454,7 @@ def parse_host_status_with_agents(output: str, *, stale_after: Mapping[str, floa
     if "docker" in _sections(output) or not agents:
         return now, agents, fields
     try:
-        states = agent_states(parse_agents(output), stale_after)
+        states = agent_states(parse_agents(output, section="rows"), stale_after)
     except JackinError as error:  # the rest of the host's status still stands
         states = {a.instance: AgentState(state="unknown", message=error.message) for a in agents}
     for agent in agents:
@@ -347,9 +463,11 @@ def parse_host_status_with_agents(output: str, *, stale_after: Mapping[str, floa
     return now, agents, fields
 
 
-def status_with_agents_command(fleet: str) -> str:
-    """The status read with the agent-state read appended (one round trip)."""
-    return f"{status_command(fleet)}\n{agents_command(fleet)}"
+def status_with_agents_command(fleet: str, *, root: str = ROOT) -> str:
+    """The status read with the agent-state read inside its CPU window (one round trip): the agent
+    sections of ``agents_command`` but ``##agents``, whose lines are the ``##rows`` already printed."""
+    agents = f"echo '##agents-now'; date +%s; [ -z \"$info\" ] || {{ {agent_files(fleet, root=root)}}}; "
+    return status_command(fleet, inside=agents)
 
 
 def fill_rollup(status: FleetStatus) -> FleetStatus:
@@ -361,11 +479,6 @@ def fill_rollup(status: FleetStatus) -> FleetStatus:
 
 
 # --- the time-to-live ------------------------------------------------------------------
-
-
-def ttl_section(fleet: str) -> str:
-    """``##ttltimer``: the state of the fleet's time-to-live timer on the host (inactive: none)."""
-    return f"echo '##ttltimer'; systemctl is-active {shlex.quote(f'jackin-ttl-{fleet}.timer')} 2>/dev/null; "
 
 
 def ttl_line(status: FleetStatus) -> str | None:

@@ -14,11 +14,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from jackin.engine import Event, RunResult
 from jackin.errors import JackinError, SpecError
 from jackin.lab import LabStatus
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: the engine's protocol is not loaded by commands that run no engine
+    from jackin.engine import Event, RunResult
     from jackin.fleet import CleanCheck
     from jackin.status import FleetStatus
 

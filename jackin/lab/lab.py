@@ -28,8 +28,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict
 
 from jackin.errors import BusyError, ConnectError, JackinError, LabError, SpecError
@@ -38,7 +36,7 @@ from jackin.lab.image import ensure_image, image_tag
 from jackin.lab.limits import ensure_inotify
 from jackin.paths import private_dir, state_dir
 from jackin.spec.models import SLUG
-from jackin.ssh import SshTarget, wait_ready
+from jackin.target import SshTarget
 
 LABEL = "jackin.lab"
 HOSTKEY_LABEL = "jackin.lab.hostkey"  # the SHA256 fingerprint of the host key injected at creation
@@ -168,8 +166,13 @@ class Lab:
     # --- status --------------------------------------------------------------
 
     def status(self) -> LabStatus:
-        dk.ensure_engine()
-        containers = dk.inspect("container", dk.labelled("container", self.label))
+        """The lab's hosts and service, from two docker calls (the engine is asked whether it answers
+        only when they fail: fleet.status looks the lab up on every read)."""
+        try:
+            containers = dk.inspect("container", dk.labelled("container", self.label))
+        except LabError:
+            dk.ensure_engine()  # no engine: say so (with its hint), else the docker call's own error
+            raise
         hosts, service = [], None
         for info in containers:
             labels = info["Config"]["Labels"] or {}
@@ -489,6 +492,13 @@ servers[0].serve_forever()
 """.replace("PORTS", repr(SERVICE_PORTS))
 
 
+def wait_ready(target: SshTarget, *, timeout: float = 90, command: str = "true") -> str:
+    """``jackin.ssh.wait_ready`` (paramiko and Fabric are loaded by lab.up, not by every command's start)."""
+    from jackin import ssh
+
+    return ssh.wait_ready(target, timeout=timeout, command=command)
+
+
 def _public_subnet(index: int) -> str:
     return str(list(PUBLIC_RANGE.subnets(new_prefix=24))[index])
 
@@ -516,6 +526,9 @@ def fingerprint(public_key_line: str) -> str:
 
 
 def _write_keypair(path: Path, *, comment: str) -> None:
+    from cryptography.hazmat.primitives import serialization  # lab.up only: not on every command's start
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     key = Ed25519PrivateKey.generate()
     private = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()

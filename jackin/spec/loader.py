@@ -121,6 +121,9 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
+DEFAULT_INVENTORY = Path("inventory/lab.yaml")  # what commands read without -i
+
+
 def load_inventory(path: str | Path) -> Inventory:
     """Read and validate one inventory file; raise SpecError listing every problem."""
     path = Path(path)

@@ -47,3 +47,23 @@ def test_tasks_module_leaves_what_commands_need_to_their_first_use() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[:3] == ["[]", "True", "True"]
+
+
+def test_fleet_status_loads_neither_the_fleet_api_nor_the_engine() -> None:
+    """fleet.status reads through jackin.status: neither jackin.fleet (and the models of fleet.up's
+    results it names: host plans, snapshots, the state read) nor the engine's protocol is executed; nor
+    paramiko and Fabric (jackin.ssh), which only the reads OpenSSH does not serve and lab.up load."""
+    code = (
+        "import sys, tasks; from importlib.util import _LazyModule; "
+        "import jackin.cli as cli, jackin.status as status; "
+        "from jackin.spec import Inventory; "
+        "status.read = lambda spec: status.FleetStatus(fleet=spec.fleet.name, at=0, hosts=[]); "
+        "loaded = lambda n: n in sys.modules and not isinstance(sys.modules[n], _LazyModule); "
+        "names = ['jackin.fleet', 'jackin.engine', 'jackin.engine.protocol', 'jackin.hostplan', 'jackin.state', "
+        "'jackin.snapshots.auto', 'jackin.snapshots.final', 'jackin.gc', 'jackin.images', 'jackin.contract', "
+        "'jackin.ssh', 'paramiko', 'fabric', 'cryptography']; "
+        "code = cli.fleet_status('inventory/lab.yaml', watch=False, json=True); "
+        "print(code, sorted(n for n in names if loaded(n)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "0 []"

@@ -143,8 +143,7 @@ def test_status_parses_hosts_and_service(tmp_path: Path, fake_docker) -> None:
 
     status = lab.status()
 
-    assert fake.calls == [
-        ("ensure_engine",),
+    assert fake.calls == [  # the engine is asked only when these fail (below)
         ("labelled", "container", "jackin.lab=demo"),
         ("inspect", "container", ["jackin-lab-demo-1", "jackin-lab-demo-10", "jackin-lab-demo-2",
                                   "jackin-lab-demo-svc", "stray"]),
@@ -200,14 +199,30 @@ def test_status_without_an_engine_raises(tmp_path: Path, monkeypatch: pytest.Mon
     def no_engine() -> None:
         raise LabError("the local Docker engine does not answer", hint="start it")
 
+    def docker_fails(*_: Any) -> list[Any]:
+        raise LabError("docker ps failed: Cannot connect to the Docker daemon")
+
     def must_not_run(*_: Any) -> list[Any]:
-        raise AssertionError("docker was called without an engine")
+        raise AssertionError("docker inspect was called after docker ps failed")
 
     monkeypatch.setattr(dk, "ensure_engine", no_engine)
-    monkeypatch.setattr(dk, "labelled", must_not_run)
+    monkeypatch.setattr(dk, "labelled", docker_fails)
     monkeypatch.setattr(dk, "inspect", must_not_run)
     with pytest.raises(LabError, match="does not answer"):
         Lab("demo", root=tmp_path).status()
+
+
+def test_status_whose_docker_call_fails_with_an_engine_raises_that_error(
+        tmp_path: Path, fake_docker, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    fake = fake_docker([host_container(1, port="40001", ip="172.18.0.2")])
+
+    def gone(kind: str, names: list[str]) -> list[Any]:
+        raise LabError("docker container inspect failed: No such object: jackin-lab-demo-1")
+
+    monkeypatch.setattr(dk, "inspect", gone)
+    with pytest.raises(LabError, match="No such object"):
+        Lab("demo", root=tmp_path).status()
+    assert fake.calls == [("labelled", "container", "jackin.lab=demo"), ("ensure_engine",)]
 
 
 def test_host_from_port_binding(tmp_path: Path) -> None:

@@ -3,11 +3,14 @@ restarts and error; and the command itself is valid POSIX sh."""
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
 import subprocess
 
 import pytest
 
-from jackin.status import SAMPLE, AgentStatus, parse_status, status_command
+from jackin.status import SAMPLE, SAMPLE_AWK, AgentStatus, parse_status, status_command
 
 NOW = 1767369600.5  # 2026-01-02T16:00:00.5Z
 ID = "0123456789abcdef" * 4
@@ -15,8 +18,10 @@ ID = "0123456789abcdef" * 4
 
 def row(name: str, state: str, started: str, restarts: int, instance: str, user: str, memory: int, pid: int,
         error: str = "") -> str:  # fmt: skip
-    """One ``docker inspect --format`` line as status_command prints it."""
-    return "|".join([ID, f"/{name}", state, started, str(restarts), instance, user, name, str(memory), str(pid), error])
+    """One ``docker inspect --format`` line (INSPECT_FORMAT) as status_command prints it."""
+    st = {"Status": state, "Pid": pid, "ExitCode": 0, "Error": error, "StartedAt": started}
+    return "\t".join([ID, str(restarts), json.dumps(user), json.dumps(instance), json.dumps(st), str(pid),
+                      json.dumps(f"/{name}"), json.dumps(name), str(memory)])  # fmt: skip
 
 
 OUTPUT = "\n".join([
@@ -151,7 +156,9 @@ def test_status_command_writes_no_temp_file() -> None:
     """It runs as root: a predictable name in /tmp (it once used /tmp/.jackin-status.$$) could be a planted symlink."""
     command = status_command("demo")
     assert "/tmp/" not in command
-    assert ">" not in command.replace("2>/dev/null", "").replace(">/dev/null", "").replace("2>&1", "").replace("$10 > 0", "")
+    shell = command.replace(shlex.quote(SAMPLE_AWK), "AWK")  # the CPU sampler: it only reads (below)
+    assert ">" not in shell.replace("2>/dev/null", "").replace(">/dev/null", "").replace("2>&1", "").replace("$6 > 0", "")
+    assert "print" in SAMPLE_AWK and not re.search(r"print[^;}]*[>|]|system|\|", SAMPLE_AWK)
 
 
 # --- the egress policy and its guard, per host -------------------------------------------
@@ -265,3 +272,33 @@ def test_status_command_reports_a_docker_that_fails() -> None:
     done = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=30,
                           env={"PATH": "/nonexistent"})  # no docker at all: the read says so
     assert "##docker\ndown" in done.stdout
+
+
+# --- the CPU sampler (one awk for every pid), on a fake /proc and cgroup tree ---------------------
+
+
+def _sample(tmp_path, files: dict[str, str], pids: list[str]) -> list[str]:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    program = SAMPLE_AWK.replace('"/proc/"', f'"{tmp_path}/proc/"').replace('"/sys/fs/cgroup', f'"{tmp_path}/cg')
+    assert program.count(str(tmp_path)) == 5 and "\"/sys" not in program  # every path it reads is under tmp_path
+    return subprocess.run(["awk", program, *pids], capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def test_the_sampler_reads_cgroup_v2(tmp_path) -> None:
+    scope = "cg/system.slice/docker-abc.scope"
+    lines = _sample(tmp_path, {"proc/7/cgroup": "0::/system.slice/docker-abc.scope\n",
+                               f"{scope}/cpu.stat": "usage_usec 123456789012\nuser_usec 5\nsystem_usec 6\n",
+                               f"{scope}/memory.current": "4096\n"}, ["7"])  # fmt: skip
+    assert lines == ["7 123456789012000 4096"]
+
+
+def test_the_sampler_reads_cgroup_v1_and_leaves_what_it_cannot_read_empty(tmp_path) -> None:
+    lines = _sample(tmp_path, {"proc/7/cgroup": "4:memory:/docker/abc\n2:cpu,cpuacct:/docker/abc\n0::/docker/abc\n",
+                               "cg/cpuacct/docker/abc/cpuacct.usage": "987654321\n",
+                               "cg/memory/docker/abc/memory.usage_in_bytes": "8192\n",
+                               "proc/8/cgroup": "2:cpuacct:/docker/def\n"}, ["7", "8", "9"])  # fmt: skip
+    assert lines == ["7 987654321 8192", "8  ", "9  "]  # 8: no memory cgroup, no usage; 9: no such pid
+    assert parse_status("\n".join(["100", row("c", "running", "1970-01-01T00:00:00Z", 0, "a-1", "1:1", 0, 8),
+                                   "##1", *lines, "##2", *lines]))[1][0].cpu_percent is None  # fmt: skip

@@ -29,8 +29,11 @@ def state(status: str = "running", code: int = 0, health: dict | None = None) ->
     return json.dumps(data, separators=(",", ":"))
 
 
-def row(cid: str, instance: str | None, st: str, *, user: str = "60000:60000", restarts: int = 0) -> str:
-    return "\t".join([cid, str(restarts), json.dumps(user), json.dumps(instance), st])
+def row(cid: str, instance: str | None, st: str, *, user: str | None = "60000:60000", restarts: int = 0) -> str:
+    """One INSPECT_FORMAT line (jackin/status.py)."""
+    name = f"jk-f--{instance}"
+    return "\t".join([cid, str(restarts), json.dumps(user), json.dumps(instance), st, "0", json.dumps(f"/{name}"),
+                      json.dumps(name), "0"])  # fmt: skip
 
 
 def status_doc(state_: str = "blocked", question: str | None = "Which db?") -> bytes:
@@ -82,6 +85,8 @@ def test_no_containers_no_agents() -> None:
     output([row(A, "coder-1", state()).replace("\t", " ", 1)], []),
     output([row(A, "coder-1", "{not json")], []),
     output([row(A, "coder-1", '{"Running":true}')], []),
+    output([row(A, "coder-1", state()).rsplit("\t", 1)[0]], []),  # a field short
+    output([row(A, "coder-1", state()).replace('"jk-f--coder-1"', "7")], []),  # a name that is not a string
     output([row(A, "coder-1", state())], [f"{A} not*base64"]),
     "##agents\n" + row(A, "coder-1", state()),
 ])  # fmt: skip
@@ -90,12 +95,15 @@ def test_output_docker_did_not_print_fails_the_hosts_read(bad: str) -> None:
         parse_agents(bad)
 
 
+def combined(files: list[str], *, agents_now: str = str(NOW)) -> str:
+    """What the combined read prints: the rows once, the agent sections inside the CPU window."""
+    return "\n".join([f"{NOW}.5", "##rows", row(A, "coder-1", state()), "##1", "##agents-now", agents_now,
+                      "##agent-files", *files, "##2"]) + "\n"  # fmt: skip
+
+
 def test_status_rows_gain_their_agent_state() -> None:
-    """The combined read: status_command's output, then the agent-state sections."""
-    status_part = "\n".join([f"{NOW}.5", "##rows", "|".join(
-        [A, "/jk-f--coder-1", "running", "2026-01-02T15:00:00Z", "0", "coder-1", "60000:60000", "jk-f--coder-1", "0",
-         "7", ""]), "##1", "##2"])  # fmt: skip
-    out = status_part + "\n" + output([row(A, "coder-1", state())], [f"{A} {b64(status_doc())}"])
+    """The combined read: the status rows are the agent read's lines too (printed once)."""
+    out = combined([f"{A} {b64(status_doc())}"])
     _now, [agent], _fields = parse_host_status_with_agents(out, stale_after={})
     assert (agent.state, agent.agent_state.state, agent.agent_state.question) == ("running", "blocked", "Which db?")
     _now, [agent], _fields = parse_host_status_with_agents(out.replace(f"{A} {b64(status_doc())}", f"{A} -"),
@@ -104,10 +112,7 @@ def test_status_rows_gain_their_agent_state() -> None:
 
 
 def test_an_agent_read_that_does_not_parse_leaves_the_rest_of_the_status() -> None:
-    status_part = "\n".join([f"{NOW}.5", "##rows", "|".join(
-        [A, "/jk-f--coder-1", "running", "2026-01-02T15:00:00Z", "0", "coder-1", "60000:60000", "jk-f--coder-1", "0",
-         "7", ""]), "##1", "##2"])  # fmt: skip
-    _now, [agent], _fields = parse_host_status_with_agents(status_part + "\n##agents-now\nnot a clock\n", stale_after={})
+    _now, [agent], _fields = parse_host_status_with_agents(combined([], agents_now="not a clock"), stale_after={})
     assert (agent.state, agent.uid, agent.agent_state.state) == ("running", 60000, "unknown")
     assert agent.agent_state.message.startswith("agent state read: no host clock")
 
@@ -129,9 +134,10 @@ def test_fill_rollup_counts_every_host() -> None:
 
 
 FAKE_DOCKER = r"""#!/bin/sh
+echo "$1" >> "$FAKE/docker.log"
 case "$1" in
     ps) cat "$FAKE/ids" ;;
-    inspect) case "$3" in *json*) cat "$FAKE/rows" ;; *) cat "$FAKE/plain" ;; esac ;;
+    inspect) cat "$FAKE/rows" ;;
 esac
 """
 FAKE_SETPRIV = r"""#!/bin/sh
@@ -150,7 +156,6 @@ def fake_host(tmp_path: Path, containers: list[tuple[str, str, str]]) -> dict[st
         (bin_dir / name).chmod(0o755)
     (tmp_path / "ids").write_text("".join(f"{c}\n" for c, _, _ in containers))
     (tmp_path / "rows").write_text("".join(row(c, i, state(), user=u) + "\n" for c, u, i in containers))
-    (tmp_path / "plain").write_text("".join(f"{c} {u} {i}\n" for c, u, i in containers))
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE": str(tmp_path)}
 
 
@@ -174,6 +179,8 @@ def test_the_command_reads_each_status_file_as_its_agent(tmp_path: Path) -> None
 @pytest.mark.parametrize("user, instance", [
     ("0:0", "coder-1"), ("", "coder-1"), ("999:999", "coder-1"), ("60000:0", "coder-1"), ("root", "coder-1"),
     ("60000:60000", "../../etc"), ("60000:60000", "-rf"), ("60000:60000", "Coder"), ("60000:60000", "a/b"),
+    (None, "coder-1"), ("60000:60000", None), ("60000:60000", 'a"b'), ("60000:60000", "a\\"), ('6"0000:60000', "c"),
+    ("60000:60000", "a\tb"), ("60000:60000", "a b"),
 ])  # fmt: skip
 def test_no_file_is_read_for_a_system_user_or_an_odd_instance(tmp_path: Path, user: str, instance: str) -> None:
     """Nothing is read (``-``) unless uid and gid are >= 1000 and the instance is a plain name."""
@@ -181,6 +188,20 @@ def test_no_file_is_read_for_a_system_user_or_an_odd_instance(tmp_path: Path, us
     out = run(agents_command("f", root=str(tmp_path)), env)
     assert f"{A} -\n" in out
     assert not (tmp_path / "setpriv.log").exists()
+
+
+def test_the_combined_read_lists_and_inspects_once_and_reads_as_the_agent(tmp_path: Path) -> None:
+    """One docker ps and one docker inspect feed the status rows and the agent state."""
+    (tmp_path / "f" / "coder-1" / "workspace" / ".jackin").mkdir(parents=True)
+    (tmp_path / "f" / "coder-1" / "workspace" / ".jackin" / "status.json").write_bytes(status_doc())
+    env = fake_host(tmp_path, [(A, "60000:60001", "coder-1"), (B, "0:0", "coder-2")])
+    out = run(status_with_agents_command("f", root=str(tmp_path)), env)
+    _now, agents, _fields = parse_host_status_with_agents(out, stale_after={})
+    assert [(a.instance, a.uid, a.agent_state.state) for a in agents] == [("coder-1", 60000, "blocked"),
+                                                                           ("coder-2", 0, "unknown")]  # fmt: skip
+    assert (tmp_path / "docker.log").read_text().split() == ["ps", "inspect"]
+    assert (tmp_path / "setpriv.log").read_text().splitlines() == [
+        f"--reuid=60000 --regid=60001 --clear-groups -- head -c 8193 -- {tmp_path}/f/coder-1/workspace/.jackin/status.json"]
 
 
 def test_no_containers_prints_the_clock_only(tmp_path: Path) -> None:
