@@ -52,12 +52,16 @@ def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
     if dropin in state.files:
         # First, so that stopping the load unit below does not stop Docker (which requires it).
         commands += [f"rm -f {dropin}", "systemctl daemon-reload"]
-    if any(p.endswith(".service") or p.endswith(".timer") for p in state.files):
-        # The guard and its timer before the table goes, or they would load it again.
+    units = any(p.endswith(".service") or p.endswith(".timer") for p in state.files)
+    filters = units and any(p in state.files for p in dns.owned_paths(fleet))
+    if units:
+        # The guard and its timer before the table goes, or they would load it again; the filters'
+        # target in the same call (one systemctl: a unit that is not there does not stop the others).
         commands.append(f"systemctl disable --now --quiet jackin-nft-guard-{fleet}.service "
                         f"jackin-nft-check-{fleet}.timer jackin-nft-check-{fleet}.service jackin-nft-{fleet}.service "
-                        f"jackin-nft-resolve-{fleet}.timer jackin-nft-resolve-{fleet}.service 2>/dev/null || true")  # fmt: skip
-    commands += dns.remove_commands(fleet, state.files)
+                        f"jackin-nft-resolve-{fleet}.timer jackin-nft-resolve-{fleet}.service"
+                        f"{' ' + dns.target(fleet) if filters else ''} 2>/dev/null || true")  # fmt: skip
+    commands += dns.remove_commands(fleet, state.files, disabled=filters)
     if state.nft_table:
         commands.append(f"nft delete table inet {firewall.table_name(fleet)}")
     files = [p for p in state.files if p != dropin]

@@ -696,8 +696,8 @@ def test_remove_everything() -> None:
         "systemctl daemon-reload",
         "systemctl disable --now --quiet jackin-nft-guard-demo.service jackin-nft-check-demo.timer "
         "jackin-nft-check-demo.service jackin-nft-demo.service jackin-nft-resolve-demo.timer "
-        "jackin-nft-resolve-demo.service 2>/dev/null || true",
-        *dns.remove_commands("demo", files),
+        "jackin-nft-resolve-demo.service jackin-dns-demo.target 2>/dev/null || true",
+        *dns.remove_commands("demo", files, disabled=True),
         "nft delete table inet jackin-demo",
         "rm -f " + " ".join(f for f in files if f != dropin),
         "systemctl daemon-reload",
