@@ -1,8 +1,8 @@
 """Fleet lifecycle: plan, run deploys, record, check.
 
-Providers (jackin.providers) own the hosts; every run that changes hosts goes
-through ``jackin.runs.recorded_run`` (a run in the ledger, an audit entry per
-host); garbage collection lives in jackin.gc. Reads (status, the clean check) go
+Providers (jackin.providers) own the hosts; every run that changes hosts is recorded
+(a run in the ledger, an audit entry per host): the engine's through ``jackin.runs.recorded_run``,
+fleet.down's teardown through ``jackin.teardown``; garbage collection lives in jackin.gc. Reads (status, the clean check) go
 over strict SSH with bounded timeouts.
 """
 

@@ -12,6 +12,7 @@ read again first (``fresh_states``). The clean check afterwards reads every host
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -95,7 +96,8 @@ def _run_scripts(hosts: Sequence[SshTarget], scripts: dict[str, str | None]) -> 
         return {}
 
     def one(host: SshTarget) -> str | JackinError:
-        return gather([host], scripts[host.name] or "", lambda out: out, timeout=COMMAND_TIMEOUT)[host.name]
+        command = "sh -c " + shlex.quote(scripts[host.name] or "")  # as the engine runs it: sh, whatever root's shell
+        return gather([host], command, lambda out: out, timeout=COMMAND_TIMEOUT)[host.name]
 
     with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
         return dict(zip([h.name for h in hosts], pool.map(one, hosts)))

@@ -3,6 +3,7 @@ down from, the script it gets, and how every host's outcome is recorded (no SSH:
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,7 @@ def test_every_host_is_run_and_recorded(monkeypatch: pytest.MonkeyPatch, tmp_pat
                                       detail={"keep_data": False}, on_event=lambda e: events.append((e.event, e.host)))  # fmt: skip
         audits = {a["host"]: a["result"] for a in ledger.audit_trail("demo") if a["run"] == run_id}
         status = ledger.runs("demo")[-1]["status"]
-    assert set(ran) == {"ok", "bad"} and ran["ok"] == teardown.script(PLAN, UP, keep_data=False)
+    assert set(ran) == {"ok", "bad"} and ran["ok"] == "sh -c " + shlex.quote(teardown.script(PLAN, UP, keep_data=False))
     by_host = {h.host: h for h in result.hosts}
     assert [h.host for h in result.hosts] == ["ok", "bad", "empty", "gone"]
     assert by_host["ok"].ok and by_host["ok"].changed == 1
