@@ -114,8 +114,8 @@ def _unread(host: str, error: JackinError | None) -> HostResult:
 def _result(host: str, op: str, ran: str | JackinError | None, *, elapsed: float) -> HostResult:
     """One host's outcome as the engine reports it: one operation, changed unless there was nothing
     to do (``ran`` None: no script was run)."""
-    if isinstance(ran, ConnectError):
-        return HostResult(host=host, connected=False, ops=1, failed=1, error=f"{op}: {ran.message}", elapsed=elapsed)
+    if isinstance(ran, ConnectError):  # not reached: unreachable (exit 3), as the engine reports it
+        return HostResult(host=host, connected=False, ops=1, error=f"{op}: {ran.message}", elapsed=elapsed)
     if isinstance(ran, JackinError):
         return HostResult(host=host, connected=True, ops=1, failed=1, error=f"{op}: {ran.message}", elapsed=elapsed)
     return HostResult(host=host, connected=True, ops=1, changed=1 if ran is not None else 0, elapsed=elapsed)

@@ -93,3 +93,9 @@ def test_every_host_is_run_and_recorded(monkeypatch: pytest.MonkeyPatch, tmp_pat
 def test_an_unreadable_host_that_answered_fails() -> None:
     result = teardown._unread("h", JackinError("malformed", host="h"))
     assert result.connected and result.failed == 1 and not result.ok
+
+
+def test_a_host_not_reached_by_its_script_is_unreachable_not_failed() -> None:
+    """Exit 3, not 1 (``cli.exit_code``): no operation failed, the connection did."""
+    result = teardown._result("h", "remove fleet demo", ConnectError("cannot reach h", host="h"), elapsed=1.0)
+    assert not result.connected and result.failed == 0 and result.error == "remove fleet demo: cannot reach h"
