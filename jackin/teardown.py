@@ -76,7 +76,8 @@ def run(ledger: Ledger, plan: planning.FleetPlan, hosts: Sequence[SshTarget], st
     ran = _run_scripts([h for h in hosts if scripts.get(h.name)], scripts)
     for host in hosts:
         if host.name not in results:
-            results[host.name] = _result(host.name, op, ran.get(host.name), elapsed=time.time() - start)
+            output, seconds = ran.get(host.name, (None, 0.0))
+            results[host.name] = _result(host.name, op, output, elapsed=seconds)
             event = "op_ok" if results[host.name].ok else "op_error"
             on_event(Event(event=event, t=time.time(), host=host.name, op=op, error=results[host.name].error))
         on_event(Event(event="host_done", t=time.time(), host=host.name, result=results[host.name]))
@@ -89,15 +90,20 @@ def run(ledger: Ledger, plan: planning.FleetPlan, hosts: Sequence[SshTarget], st
     return run_id, result
 
 
-def _run_scripts(hosts: Sequence[SshTarget], scripts: dict[str, str | None]) -> dict[str, str | JackinError]:
+Ran = tuple[str | JackinError, float]  # a host's output or error, and its seconds
+
+
+def _run_scripts(hosts: Sequence[SshTarget], scripts: dict[str, str | None]) -> dict[str, Ran]:
     """Each host's own script, all at once (``gather`` runs one command on many hosts; here each
-    host's differs): per host its output or error."""
+    host's differs): per host its output or error, and how long it took."""
     if not hosts:
         return {}
 
-    def one(host: SshTarget) -> str | JackinError:
+    def one(host: SshTarget) -> Ran:
         command = "sh -c " + shlex.quote(scripts[host.name] or "")  # as the engine runs it: sh, whatever root's shell
-        return gather([host], command, lambda out: out, timeout=COMMAND_TIMEOUT)[host.name]
+        start = time.monotonic()
+        output = gather([host], command, lambda out: out, timeout=COMMAND_TIMEOUT)[host.name]
+        return output, time.monotonic() - start
 
     with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
         return dict(zip([h.name for h in hosts], pool.map(one, hosts)))
