@@ -1,8 +1,8 @@
 """Fleet lifecycle: plan, run deploys, record, check.
 
-Providers (jackin.providers) own the hosts; every run that changes hosts is recorded
-(a run in the ledger, an audit entry per host): the engine's through ``jackin.runs.recorded_run``,
-fleet.down's teardown through ``jackin.teardown``; garbage collection lives in jackin.gc. Reads (status, the clean check) go
+Providers (jackin.providers) own the hosts; every run that changes hosts goes
+through ``jackin.runs.recorded_run`` (a run in the ledger, an audit entry per
+host); garbage collection lives in jackin.gc. Reads (status, the clean check) go
 over strict SSH with bounded timeouts.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -533,11 +533,15 @@ def discard(ledger: Ledger, fleet: str, hosts: list[str], run: int) -> dict[str,
 def _teardown_run(ledger: Ledger, plan: planning.FleetPlan, hosts: list[SshTarget], *, keep_data: bool,
                   detail: dict[str, Any], on_event: OnEvent, status: str, read: teardown.States,
                   final: list[FinalHost]) -> tuple[int, RunResult]:  # fmt: skip
-    """The teardown of ``hosts`` (``jackin.teardown``: from ``read``, or a new read where the final
-    snapshot did something), recorded; with no host to tear down, only the record."""
+    """The teardown deploy on ``hosts``, recorded, given each host's state (``read``, or a new read
+    where the final snapshot did something: ``jackin.teardown``); with no host to tear down, only the record."""
     if not hosts:
         run_id = ledger.start_run(plan.fleet, "fleet.down", detail)
         ledger.finish_run(run_id, status)
         return run_id, RunResult(hosts=[])
-    states = teardown.fresh_states(plan, hosts, read, final)
-    return teardown.run(ledger, plan, hosts, states, keep_data=keep_data, detail=detail, on_event=on_event)
+    states = teardown.fresh_states(plan, hosts, read, final)  # handed to the deploy: it reads no host again
+    known = {n: s.model_dump(mode="json") for n, s in states.items() if isinstance(s, HostState)}
+    run_id, result = recorded_run(ledger, fleet=plan.fleet, action="fleet.down", deploy="teardown.py", hosts=hosts,
+                                  data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data, "states": known},
+                                  detail=detail, on_event=on_event)  # fmt: skip
+    return cast(int, run_id), result  # recorded: the ledger gave it an id
