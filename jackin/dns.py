@@ -192,12 +192,14 @@ def apply_commands(plan: FleetPlan, present: list[str]) -> list[str]:
     return commands
 
 
-def remove_commands(fleet: str, present: list[str]) -> list[str]:
-    """Stop and remove the fleet's filters (before the generic removal of the fleet's files)."""
+def remove_commands(fleet: str, present: list[str], *, disabled: bool = False) -> list[str]:
+    """Stop and remove the fleet's filters (before the generic removal of the fleet's files).
+    ``disabled``: the caller's own ``systemctl disable --now`` named the target already (one call)."""
     if not any(p in present for p in owned_paths(fleet)):
         return []
+    disable = [] if disabled else [f"systemctl disable --now --quiet {target(fleet)} 2>/dev/null || true"]
     return [
-        f"systemctl disable --now --quiet {target(fleet)} 2>/dev/null || true",
+        *disable,
         f"systemctl stop {shlex.quote(f'jackin-dns-{fleet}@*')} 2>/dev/null || true",
         f"rm -rf --one-file-system {conf_dir(fleet)}",
         f"rmdir {DNS_DIR} 2>/dev/null || true",

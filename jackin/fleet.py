@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin import firewall, images, lazy, ttl, work
+from jackin import firewall, images, lazy, teardown, ttl, work
 from jackin import plan as planning
 from jackin.applied import applied
 from jackin.engine import Event, HostResult, RunResult
@@ -422,13 +422,14 @@ def down(
             return DownResult(fleet=fleet.name, run=RunResult(hosts=[]), checks=[], lab_removed=release.destroyed,
                               lab_note=release.note)  # fmt: skip
         plan = make_plan(inventory, ledger)
+        read = teardown.read_states(plan, hosts)  # one parallel round trip: the final snapshot's and teardown's
         final = [] if keep_data or discard_snapshots else take_final(ledger, inventory, plan, hosts, log=log,
-                                                                     snapshot=not skipped)  # fmt: skip
+                                                                     snapshot=not skipped, states=read)  # fmt: skip
         blocked = {f.host for f in final if f.blocked}
         detail = {"keep_data": keep_data, "final": _final_detail(final, skipped)}
         run_id, result = _teardown_run(ledger, plan, [h for h in hosts if h.name not in blocked],
                                        keep_data=keep_data, detail=detail, on_event=on_event,
-                                       status="failed" if blocked else "ok")  # fmt: skip
+                                       status="failed" if blocked else "ok", read=read, final=final)  # fmt: skip
         for entry in (f for f in final if f.blocked):
             ledger.audit(run_id, fleet.name, "final-snapshot", "failed", host=entry.host,
                          detail={"stage": entry.stage, "error": entry.error, "torn_down": False})  # fmt: skip
@@ -496,13 +497,17 @@ def discard(ledger: Ledger, fleet: str, hosts: list[str], run: int) -> dict[str,
 
 
 def _teardown_run(ledger: Ledger, plan: planning.FleetPlan, hosts: list[SshTarget], *, keep_data: bool,
-                  detail: dict[str, Any], on_event: OnEvent, status: str) -> tuple[int, RunResult]:  # fmt: skip
-    """The teardown deploy on ``hosts``, recorded; with no host to tear down, only the record."""
+                  detail: dict[str, Any], on_event: OnEvent, status: str, read: teardown.States,
+                  final: list[FinalHost]) -> tuple[int, RunResult]:  # fmt: skip
+    """The teardown deploy on ``hosts``, recorded, given each host's state (``read``, or a new read
+    where the final snapshot did something: ``jackin.teardown``); with no host to tear down, only the record."""
     if not hosts:
         run_id = ledger.start_run(plan.fleet, "fleet.down", detail)
         ledger.finish_run(run_id, status)
         return run_id, RunResult(hosts=[])
+    states = teardown.fresh_states(plan, hosts, read, final)  # handed to the deploy: it reads no host again
+    known = {n: s.model_dump(mode="json") for n, s in states.items() if isinstance(s, HostState)}
     run_id, result = recorded_run(ledger, fleet=plan.fleet, action="fleet.down", deploy="teardown.py", hosts=hosts,
-                                  data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data},
+                                  data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data, "states": known},
                                   detail=detail, on_event=on_event)  # fmt: skip
     return cast(int, run_id), result  # recorded: the ledger gave it an id

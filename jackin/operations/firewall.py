@@ -48,22 +48,27 @@ def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
 def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
     fleet = plan.fleet
     commands = []
-    dropin = f"{DROPIN_DIR}/jackin-nft-{fleet}.conf"
-    if dropin in state.files:
-        # First, so that stopping the load unit below does not stop Docker (which requires it).
-        commands += [f"rm -f {dropin}", "systemctl daemon-reload"]
-    if any(p.endswith(".service") or p.endswith(".timer") for p in state.files):
-        # The guard and its timer before the table goes, or they would load it again.
-        commands.append(f"systemctl disable --now --quiet jackin-nft-guard-{fleet}.service "
-                        f"jackin-nft-check-{fleet}.timer jackin-nft-check-{fleet}.service jackin-nft-{fleet}.service "
-                        f"jackin-nft-resolve-{fleet}.timer jackin-nft-resolve-{fleet}.service 2>/dev/null || true")  # fmt: skip
-    commands += dns.remove_commands(fleet, state.files)
+    load = f"jackin-nft-{fleet}.service"
+    units = any(p.endswith(".service") or p.endswith(".timer") for p in state.files)
+    filters = units and any(p in state.files for p in dns.owned_paths(fleet))
+    if units:
+        # The guard and its timer before the table goes, or they would load it again; the filters'
+        # target in the same call (one systemctl: a unit that is not there does not stop the others).
+        # Not the load unit: Docker requires it (its drop-in) until the reload below, so stopping it
+        # now would stop Docker; it is only disabled here and stopped after the reload.
+        commands.append(f"systemctl disable --now --no-reload --quiet jackin-nft-guard-{fleet}.service "
+                        f"jackin-nft-check-{fleet}.timer jackin-nft-check-{fleet}.service "
+                        f"jackin-nft-resolve-{fleet}.timer jackin-nft-resolve-{fleet}.service"
+                        f"{' ' + dns.target(fleet) if filters else ''} 2>/dev/null || true")  # fmt: skip
+        commands.append(f"systemctl disable --no-reload --quiet {load} 2>/dev/null || true")
+    commands += dns.remove_commands(fleet, state.files, disabled=filters)
+    if state.files:  # Docker's drop-in with the rest, then one reload for every change above
+        commands.append("rm -f " + " ".join(shlex.quote(p) for p in state.files))
+        commands.append("systemctl daemon-reload")
+    if units:
+        commands.append(f"systemctl stop {load} 2>/dev/null || true")  # Docker no longer requires it
     if state.nft_table:
         commands.append(f"nft delete table inet {firewall.table_name(fleet)}")
-    files = [p for p in state.files if p != dropin]
-    if files:
-        commands.append("rm -f " + " ".join(shlex.quote(p) for p in files))
-        commands.append("systemctl daemon-reload")
     if state.files:
         # The shared scripts and directories go with the last fleet on the host.
         commands.append(f"ls {firewall.NFT_DIR}/*.nft >/dev/null 2>&1 || "

@@ -97,13 +97,16 @@ def from_state(plan: planning.FleetPlan, state: HostState, host: str, instance: 
 
 
 def take_final(ledger: Ledger, inventory: Inventory, plan: planning.FleetPlan, hosts: Sequence[SshTarget], *,
-               log: Log = lambda _: None, snapshot: bool = True) -> list[FinalHost]:  # fmt: skip
+               log: Log = lambda _: None, snapshot: bool = True,
+               states: dict[str, HostState | JackinError] | None = None) -> list[FinalHost]:  # fmt: skip
     """Stop the fleet's containers and snapshot every agent home on every host (kind ``final``),
     then pull every host's repository here and check it; a host held back gets its containers
     started again. ``snapshot=False``: only the pull of the hosts that have a repository. The
-    caller holds the fleet's lock. One FinalHost per host, in ``hosts``' order."""
-    states = gather(hosts, state_command(plan.fleet, plan.uid_min, plan.uid_max),
-                    lambda out: parse_state(out.split("\n")), timeout=30)  # fmt: skip
+    caller holds the fleet's lock. ``states``: each host's state read just now by the caller (else
+    read here). One FinalHost per host, in ``hosts``' order."""
+    if states is None:
+        states = gather(hosts, state_command(plan.fleet, plan.uid_min, plan.uid_max),
+                        lambda out: parse_state(out.split("\n")), timeout=30)  # fmt: skip
     out: dict[str, FinalHost] = {}
     groups: dict[tuple[str, ...], list[SshTarget]] = {}
     extra: dict[tuple[str, str], Row | None] = {}

@@ -270,5 +270,7 @@ def test_down_removes_the_guard_and_leaves_docker_running(glab, grd):
     left = sh(glab, "ls -d /etc/jackin /usr/local/lib/jackin /run/jackin /etc/systemd/system/jackin-nft-* "
                     "/etc/systemd/system/docker.service.d/jackin-* 2>/dev/null", warn=True)  # fmt: skip
     assert left.stdout.strip() == ""
+    loaded = sh(glab, f"systemctl list-units --all --plain --no-legend 'jackin-nft-*{FLEET}*'", warn=True)
+    assert loaded.stdout.strip() == "", loaded.stdout  # the load unit was stopped too, not only disabled
     time.sleep(1.5)  # nothing brings the table back
     assert TABLE not in sh(glab, "nft list tables").stdout

@@ -215,6 +215,15 @@ def test_remove_only_when_something_is_there() -> None:
     ]
 
 
+def test_remove_leaves_the_disable_to_a_caller_that_did_it() -> None:
+    """fleet.down's firewall removal names the target in its own ``systemctl disable --now`` (one call)."""
+    assert dns.remove_commands("demo", ["/etc/jackin/dns/demo"], disabled=True) == [
+        "systemctl stop 'jackin-dns-demo@*' 2>/dev/null || true",
+        "rm -rf --one-file-system /etc/jackin/dns/demo",
+        "rmdir /etc/jackin/dns 2>/dev/null || true",
+    ]
+
+
 def test_stale_config_removal_in_a_shell(tmp_path: Path) -> None:
     """The find line keeps exactly the plan's configurations (and tolerates a missing directory)."""
     conf = tmp_path / "demo"

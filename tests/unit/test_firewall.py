@@ -687,22 +687,24 @@ def test_remove_table_only_when_loaded() -> None:
 
 
 def test_remove_everything() -> None:
-    """Docker's drop-in goes first (stopping the load unit must not stop Docker, which requires it),
-    then the guard and its timer (they would load the table again), then the table and the files."""
+    """The guard and its timer first (they would load the table again), the load unit only disabled
+    (Docker requires it through its drop-in: stopping it now would stop Docker); then every file,
+    Docker's drop-in included, one reload for all of it, and only then the load unit's stop and the table."""
     files = firewall.owned_paths("demo")
-    dropin = "/etc/systemd/system/docker.service.d/jackin-nft-demo.conf"
     assert remove_commands(PLAN, HostState(nft_table=True, files=files)) == [
-        f"rm -f {dropin}",
+        "systemctl disable --now --no-reload --quiet jackin-nft-guard-demo.service jackin-nft-check-demo.timer "
+        "jackin-nft-check-demo.service jackin-nft-resolve-demo.timer jackin-nft-resolve-demo.service "
+        "jackin-dns-demo.target 2>/dev/null || true",
+        "systemctl disable --no-reload --quiet jackin-nft-demo.service 2>/dev/null || true",
+        *dns.remove_commands("demo", files, disabled=True),
+        "rm -f " + " ".join(files),
         "systemctl daemon-reload",
-        "systemctl disable --now --quiet jackin-nft-guard-demo.service jackin-nft-check-demo.timer "
-        "jackin-nft-check-demo.service jackin-nft-demo.service jackin-nft-resolve-demo.timer "
-        "jackin-nft-resolve-demo.service 2>/dev/null || true",
-        *dns.remove_commands("demo", files),
+        "systemctl stop jackin-nft-demo.service 2>/dev/null || true",
         "nft delete table inet jackin-demo",
-        "rm -f " + " ".join(f for f in files if f != dropin),
-        "systemctl daemon-reload",
         CLEANUP,
     ]
+    assert "/etc/systemd/system/docker.service.d/jackin-nft-demo.conf" in files
+    assert sum(c.startswith("systemctl daemon-reload") for c in remove_commands(PLAN, HostState(files=files))) == 1
 
 
 def test_remove_only_the_files_that_exist() -> None:
