@@ -1,21 +1,19 @@
 """Tear a fleet down on one host: containers, networks, users, directories, marker, nft table.
 
 `inv fleet.down` runs this, then checks from a fresh connection that nothing is left.
-host.data.jackin holds the FleetPlan, keep_data and (fleet.down) each host's state read, by host name.
+host.data.jackin holds the FleetPlan and keep_data; host.data.jackin_host["state"] (fleet.down) the host's
+state it read just now.
 """
 
 from pyinfra import host
 
 from jackin.operations import ops
 from jackin.plan import FleetPlan
-from jackin.state import HostState
 
 plan = FleetPlan.model_validate(host.data.jackin["plan"])
-# fleet.down hands over the state it read just now (jackin.teardown.fresh_states); else (fleet.gc, by hand) read it.
-known = host.data.jackin.get("states", {}).get(host.name)
 ops.teardown(
     name=f"remove fleet {plan.fleet}",
     plan=plan,
-    state=HostState.model_validate(known) if known is not None else ops.fleet_state(plan),
+    state=ops.fleet_state(plan),  # the state fleet.down read just now (jackin.teardown); else (fleet.gc, by hand) read
     keep_data=host.data.jackin.get("keep_data", False),
 )

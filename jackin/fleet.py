@@ -505,9 +505,9 @@ def _teardown_run(ledger: Ledger, plan: planning.FleetPlan, hosts: list[SshTarge
         run_id = ledger.start_run(plan.fleet, "fleet.down", detail)
         ledger.finish_run(run_id, status)
         return run_id, RunResult(hosts=[])
-    states = teardown.fresh_states(plan, hosts, read, final)  # handed to the deploy: it reads no host again
-    known = {n: s.model_dump(mode="json") for n, s in states.items() if isinstance(s, HostState)}
+    states = teardown.fresh_states(plan, hosts, read, final)  # handed to each deploy: it reads no host again
+    known = {n: {"state": s.model_dump(mode="json")} for n, s in states.items() if isinstance(s, HostState)}
     run_id, result = recorded_run(ledger, fleet=plan.fleet, action="fleet.down", deploy="teardown.py", hosts=hosts,
-                                  data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data, "states": known},
-                                  detail=detail, on_event=on_event)  # fmt: skip
+                                  data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data},
+                                  detail=detail, on_event=on_event, host_data=known)  # fmt: skip
     return cast(int, run_id), result  # recorded: the ledger gave it an id

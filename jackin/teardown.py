@@ -3,7 +3,7 @@
 What ``deploys/teardown.py`` removes is a pure function of the plan and the host's state
 (``jackin.operations``' teardown builders). fleet.down has read every host already
 (``jackin.snapshots.final`` decides from that read what to snapshot and pull), so it hands each
-host's state to the deploy (``host.data.jackin["states"]``) instead of the deploy reading every
+host's state to its deploy (``host.data.jackin_host["state"]``, ``EngineRequest.host_data``) instead of the deploy reading every
 host again; a host where the final snapshot stopped containers, snapshotted or pulled is read
 again first (``fresh_states``). The clean check afterwards reads every host anew.
 """
