@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin import dockerapi
 from jackin.daemon import DaemonState, daemon_section
 from jackin.daemon import parse_section as parse_daemon
 from jackin.errors import JackinError
@@ -264,17 +265,9 @@ def _systemd(lines: list[str]) -> dict[str, dict[str, str]]:
 # inspect``) and, with ``bootstrap`` (argument 2), ``/info``'s LiveRestoreEnabled (``##live``). The
 # fleet's name and the images are arguments, never code; a request that fails prints nothing, as the
 # CLI's would. With DOCKER_HOST or DOCKER_CONTEXT set, no socket, or no perl: the docker CLI instead.
-DOCKER_SOCKET = "/var/run/docker.sock"
-DOCKER_READ = r"""use strict; use IO::Socket::UNIX;
-my ($fleet, $live, @images) = @ARGV;
-sub enc { my $s = shift; $s =~ s/([^A-Za-z0-9._~:\/\@-])/sprintf("%%%02X", ord $1)/ge; $s }
-sub get { my $s = IO::Socket::UNIX->new(Peer => "SOCKET") or return (0, "");
-  print $s "GET $_[0] HTTP/1.0\r\n\r\n"; local $/; my $r = <$s>; close $s;
-  defined $r && $r =~ m{\AHTTP/1\.[01] (\d{3})[^\r\n]*\r\n(?:[^\r\n]+\r\n)*\r\n(.*?)\s*\z}s or return (0, "");
-  return ($1, $2) }
-sub ids { my ($c, $b) = get($_[0]); return $c == 200 ? ($b =~ /"Id":\s*"([0-9a-f]{64})"/g) : () }
-(my $name = "jackin.fleet=$fleet") =~ s/(["\\])/\\$1/g; $name =~ s/([\x00-\x1f])/sprintf("\\u%04x", ord $1)/ge;
-my $filter = enc("{\"label\":{\"$name\":true}}");
+DOCKER_SOCKET = dockerapi.SOCKET
+DOCKER_READ = dockerapi.PRELUDE + r"""my ($fleet, $live, @images) = @ARGV;
+my $filter = label_filter($fleet);
 my ($ok) = get("/_ping"); print "ok\n" if $ok == 200;
 print "##containers\n";
 for (ids("/containers/json?all=1&filters=$filter")) { my ($c, $b) = get("/containers/$_/json"); print "$b\n" if $c == 200 }
@@ -284,7 +277,7 @@ print "$_\n" for sort @n;
 print "##images\n";
 for (@images) { my ($c) = get("/images/" . enc($_) . "/json"); print "$_\n" if $c == 200 }
 if ($live) { my ($c, $b) = get("/info"); print "##live\n", ($c == 200 && $b =~ /"LiveRestoreEnabled":\s*(true|false)/ ? $1 : ""), "\n" }
-""".replace("SOCKET", DOCKER_SOCKET)
+"""
 
 
 # ``##apparmor``: ``enabled=Y|N|`` and, when Docker's default profile is loaded, ``docker-default=MODE``.

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin import agent_state as derivation
-from jackin import firewall, ttl
+from jackin import dockerapi, firewall, ttl
 from jackin.agent_state import AgentFacts, AgentState
 from jackin.applied import in_place
 from jackin.errors import ConnectError, JackinError
@@ -113,11 +113,43 @@ BEGIN { for (i = 1; i < ARGC; i++) { p = ARGV[i]; f = "/proc/" p "/cgroup"; cg =
   print p, cpu, mem } }"""
 
 
+# The same lines from the daemon's socket in one perl process (``jackin.dockerapi``: ~25 ms of a
+# host's CPU less per docker CLI start saved): the fleet's containers by label, each one's inspect
+# document, and from it the INSPECT_FORMAT fields. ``fields`` splits a JSON object into its members'
+# raw texts (strings kept whole, nesting counted), so every free-text field stays the JSON Docker
+# wrote; numbers that are not plain digits read 0. A container gone before its inspect is skipped;
+# a daemon that does not answer the list exits 1 (``##docker`` / ``down``), as ``docker ps`` failing.
+STATUS_READ = dockerapi.PRELUDE + r"""my $S = qr/"(?:[^"\\]++|\\.)*+"/s;
+sub skip { for ($_[0]) { /\G\s*/gc; return 1 if /\G$S/gc;
+    if (/\G[\{\[]/gc) { my $d = 1;
+      while ($d) { if (/\G$S/gc || /\G[^"\{\}\[\]]+/gc) {} elsif (/\G[\{\[]/gc) { $d++ } elsif (/\G[\}\]]/gc) { $d-- } else { return 0 } }
+      return 1 }
+    return /\G[^,\}\]\s]+/gc ? 1 : 0 } }
+sub fields { my $t = shift; my %h; defined $t && $t =~ /\G\s*\{/gc or return ();
+  while ($t =~ /\G\s*($S)\s*:\s*/gc) { my ($k, $at) = ($1, pos $t); skip($t) or last;
+    $h{$k} = substr($t, $at, pos($t) - $at); $t =~ /\G\s*,/gc }
+  return %h }
+sub num { my $v = shift; return defined $v && $v =~ /\A[0-9]+\z/ ? $v : 0 }
+my ($c, $list) = get("/containers/json?all=1&filters=" . label_filter($ARGV[0]));
+exit 1 unless $c == 200;
+for my $id ($list =~ /"Id":\s*"([0-9a-f]{64})"/g) {
+  my ($code, $doc) = get("/containers/$id/json"); next unless $code == 200;
+  my %d = fields($doc); my %st = fields($d{'"State"'}); my %cf = fields($d{'"Config"'});
+  my %lb = fields($cf{'"Labels"'}); my %hc = fields($d{'"HostConfig"'});
+  my @row = ($id, num($d{'"RestartCount"'}), $cf{'"User"'} // '""', $lb{'"jackin.agent"'} // "null", $d{'"State"'} // "{}",
+    num($st{'"Pid"'}), $d{'"Name"'} // '""', $hc{'"NetworkMode"'} // '""', num($hc{'"Memory"'}));
+  tr/\t\r\n/   / for @row;  # only JSON's own whitespace can be a raw tab or newline: a row stays one line
+  print join("\t", @row), "\n" }
+"""
+
+
 def _inspect(fleet: str) -> str:
-    """Shell: ``$info``, one INSPECT_FORMAT line per container of ``fleet`` (two docker calls);
-    ``##docker`` / ``down`` when the engine does not answer."""
+    """Shell: ``$info``, one INSPECT_FORMAT line per container of ``fleet`` (one perl process on the
+    daemon's socket, else two docker calls); ``##docker`` / ``down`` when the engine does not answer."""
     label = shlex.quote(f"label=jackin.fleet={fleet}")
-    return (f"info=; if ids=$(docker ps -aq --no-trunc --filter {label}); then "
+    return (f"info=; if {dockerapi.USABLE}; then "
+            f"info=$(perl -e {shlex.quote(STATUS_READ)} {shlex.quote(fleet)}) || {{ info=; echo '##docker'; echo down; }}; "
+            f"elif ids=$(docker ps -aq --no-trunc --filter {label}); then "
             f"[ -z \"$ids\" ] || info=$(docker inspect --format {shlex.quote(INSPECT_FORMAT)} $ids); "
             "else echo '##docker'; echo down; fi; ")  # fmt: skip
 

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from jackin.status import SAMPLE, SAMPLE_AWK, AgentStatus, parse_status, status_command
+from jackin.status import SAMPLE, SAMPLE_AWK, STATUS_READ, AgentStatus, parse_status, status_command
 
 NOW = 1767369600.5  # 2026-01-02T16:00:00.5Z
 ID = "0123456789abcdef" * 4
@@ -157,8 +157,10 @@ def test_status_command_writes_no_temp_file() -> None:
     command = status_command("demo")
     assert "/tmp/" not in command
     shell = command.replace(shlex.quote(SAMPLE_AWK), "AWK")  # the CPU sampler: it only reads (below)
+    shell = shell.replace(shlex.quote(STATUS_READ), "PERL")  # the Docker read: it only talks to the socket (below)
     assert ">" not in shell.replace("2>/dev/null", "").replace(">/dev/null", "").replace("2>&1", "").replace("$6 > 0", "")
     assert "print" in SAMPLE_AWK and not re.search(r"print[^;}]*[>|]|system|\|", SAMPLE_AWK)
+    assert not re.search(r"\bopen\b|\bsystem\b|\bexec\b|`|\bunlink\b|\bsysopen\b", STATUS_READ)
 
 
 # --- the egress policy and its guard, per host -------------------------------------------

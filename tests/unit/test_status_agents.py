@@ -156,7 +156,8 @@ def fake_host(tmp_path: Path, containers: list[tuple[str, str, str]]) -> dict[st
         (bin_dir / name).chmod(0o755)
     (tmp_path / "ids").write_text("".join(f"{c}\n" for c, _, _ in containers))
     (tmp_path / "rows").write_text("".join(row(c, i, state(), user=u) + "\n" for c, u, i in containers))
-    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE": str(tmp_path)}
+    # DOCKER_HOST set: the docker CLI (this fake), never the perl read of this machine's own daemon socket
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE": str(tmp_path), "DOCKER_HOST": "unix:///fake"}
 
 
 def run(command: str, env: dict[str, str]) -> str:
