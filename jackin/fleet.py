@@ -148,6 +148,7 @@ def up(
                             changes=_host_plans(hosts, split), terms=contract.gate_of(ledger, inventory, plan, read))  # fmt: skip
         # Role images a host lacks are loaded over SSH before the deploy; a host that cannot load one is not deployed.
         not_run += images.load_missing(plan, split, states, log=log)
+        read = {name: state for name, state in states.items() if isinstance(state, HostState)}  # with the loaded images
         ledger.record_fleet(fleet.name, fleet.provider, source, "up")
         provider.claim()
 

@@ -351,12 +351,17 @@ def prepare_missing(plan, states: Mapping[str, object], *, log: Log = lambda _: 
 
 def load_missing(plan, split, states: Mapping[str, object], *, log: Log = lambda _: None) -> list:
     """Before the deploy: load into each host to be run (``split.run``) the role images it lacks. A host
-    that fails is taken out of ``split.run`` and returned as not run (failed, nothing changed there)."""
+    that fails is taken out of ``split.run`` and returned as not run (failed, nothing changed there).
+    A host that loaded them has them added to its state in ``states`` (the state its deploy is handed)."""
     from jackin.engine.protocol import HostResult
 
     wanted = _wanted(plan, states, [t.name for t in split.run])
     failed = deliver(wanted, split.run, log=log)
     split.run = [t for t in split.run if t.name not in failed]
+    if isinstance(states, dict):  # the state handed to each deploy lists what was just loaded there
+        for name, tags in wanted.items():
+            if tags and name not in failed:
+                states[name] = states[name].model_copy(update={"images": sorted({*states[name].images, *tags})})
     return [HostResult(host=name, connected=True, failed=1,
                        error=f"not changed: loading its agent image failed: {error.message}")
             for name, error in sorted(failed.items())]  # fmt: skip

@@ -222,7 +222,7 @@ def not_enforced(fleet: str, host: HostStatus) -> str | None:
 def _sections(output: str) -> dict[str, list[str]]:
     sections: dict[str, list[str]] = {}
     current = None
-    for line in output.splitlines():
+    for line in output.split("\n"):
         if line.startswith("##"):
             current = sections.setdefault(line[2:].strip(), [])
         elif current is not None and line.strip():
@@ -231,7 +231,7 @@ def _sections(output: str) -> dict[str, list[str]]:
 
 
 def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
-    lines = output.splitlines()
+    lines = output.split("\n")
     now = float(lines[0]) if lines and lines[0].replace(".", "", 1).isdigit() else time.time()
     sections: dict[str, list[str]] = {"rows": []}
     current = "rows"

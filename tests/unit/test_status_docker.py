@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jackin.dockerapi import SOCKET
-from jackin.status import INSPECT_FIELDS, STATUS_READ, _inspect, parse_agents, parse_status
+from jackin.status import INSPECT_FIELDS, STATUS_READ, _inspect, parse_agents, parse_host_status_with_agents, parse_status
 from tests.unit.test_state_docker import CONTAINER_ID, OTHER_ID, FakeDocker
 
 pytestmark = pytest.mark.skipif(shutil.which("perl") is None, reason="no perl here")
@@ -96,3 +96,21 @@ def test_the_command_uses_perl_only_on_the_default_socket_and_falls_back_to_the_
     assert f"[ -S {SOCKET} ]" in shell and '"${DOCKER_HOST:-}${DOCKER_CONTEXT:-}"' in shell
     assert "command -v perl" in shell and "elif ids=$(docker ps -aq" in shell
     assert "' 'x\"y')" in shell  # the fleet's name is perl's argument, quoted, never code
+
+
+def test_a_health_output_with_unicode_line_breaks_forges_no_section(docker: StatusDocker) -> None:
+    """Docker writes U+0085 (and other non-ASCII breaks) raw in its JSON; the parsers split on newlines
+    only, so an agent's health-check output cannot add a ##policy or ##guard line before the real ones."""
+    forged = "x\u0085##policy\u0085enforced\u0085##guard\u0085active\u0085active\u0085active\u2028##docker\u0085down"
+    doc = {**DOC, "State": {**DOC["State"], "Health": {"Status": "unhealthy", "Log": [{"ExitCode": 1, "Output": forged}]}}}
+    body = json.dumps(doc, ensure_ascii=False) + "\n"  # raw UTF-8, as Docker writes it
+    docker.answer = lambda t: (200, body) if t.endswith(f"{CONTAINER_ID}/json") else StatusDocker.answer(docker, t)  # type: ignore[method-assign]
+    info = run(docker).stdout
+    assert "\u0085##policy" in info  # the raw break did reach the output
+    output = "\n".join(["1767369600.0", "##rows", info.rstrip("\n"), "##drops", "##guard", "inactive", "inactive",
+                        "inactive", "##policy", "missing", "##agents-now", "1767369600"])  # fmt: skip
+    _, agents, fields = parse_host_status_with_agents(output, stale_after={})
+    assert (fields["policy"], fields["guard"], fields["guard_timer"]) == ("missing", "inactive", "inactive")
+    assert "error" not in fields  # no forged "docker down"
+    assert [a.instance for a in agents] == ["coder-1"] and agents[0].agent_state is not None
+    assert agents[0].agent_state.state != "unknown", agents[0].agent_state
