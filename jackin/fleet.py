@@ -184,7 +184,7 @@ def up(
         run_id, result = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=split.run,
                                       data=plan.model_dump(mode="json"), detail=run_detail,
                                       on_event=on_event, on_host=record_host, on_start=record_spec,
-                                      secrets=values, host_data=_read_states(split.run, read))  # fmt: skip
+                                      secrets=values, host_data=_host_data(split.run, read))  # fmt: skip
         result.hosts = _in_order(result.hosts + kept + not_run, hosts)
         if not_run:
             ledger.finish_run(run_id, "failed")
@@ -221,9 +221,10 @@ def split_hosts(plan: planning.FleetPlan, hosts: list[SshTarget], states: States
     return split
 
 
-def _read_states(hosts: list[SshTarget], read: dict[str, HostState]) -> dict[str, dict[str, Any]]:
-    """The state each host's deploy plans from: the one read above (the deploy reads it only when not given)."""
-    return {h.name: {"state": read[h.name].model_dump(mode="json")} for h in hosts if h.name in read}
+def _host_data(hosts: list[SshTarget], states: States) -> dict[str, dict[str, Any]]:
+    """Per host of ``hosts`` read without error, the state its deploy works from (``host.data.jackin_host``,
+    ``ops.fleet_state``): fleet.up's and fleet.down's one read; a host without one is read by its deploy."""
+    return {h.name: {"state": s.model_dump(mode="json")} for h in hosts if isinstance(s := states.get(h.name), HostState)}
 
 
 def _in_order(results: list[HostResult], hosts: list[SshTarget]) -> list[HostResult]:
@@ -507,8 +508,7 @@ def _teardown_run(ledger: Ledger, plan: planning.FleetPlan, hosts: list[SshTarge
         ledger.finish_run(run_id, status)
         return run_id, RunResult(hosts=[])
     states = teardown.fresh_states(plan, hosts, read, final)  # handed to each deploy: it reads no host again
-    known = {n: {"state": s.model_dump(mode="json")} for n, s in states.items() if isinstance(s, HostState)}
     run_id, result = recorded_run(ledger, fleet=plan.fleet, action="fleet.down", deploy="teardown.py", hosts=hosts,
                                   data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data},
-                                  detail=detail, on_event=on_event, host_data=known)  # fmt: skip
+                                  detail=detail, on_event=on_event, host_data=_host_data(hosts, states))  # fmt: skip
     return cast(int, run_id), result  # recorded: the ledger gave it an id
