@@ -168,8 +168,9 @@ def plain_scripts(plan: planning.FleetPlan) -> dict[str, str]:
     f, nft = plan.fleet, f"{firewall.NFT_DIR}/{plan.fleet}"  # the egress policy, before any agent starts
     cold += [f"install -d -m 0755 {path.rsplit('/', 1)[0]} && printf '%s' {shlex.quote(text)} > {path}"
              for path, text in sorted(firewall.bundle(plan).items())]  # fmt: skip
-    cold += [f"nft -c -f {nft}.nft && nft -f {nft}.nft", "systemctl daemon-reload",
-             f"systemctl enable --quiet jackin-nft-{f}.service", *dns.apply_commands(plan, []),
+    cold += [f"nft -c -f {nft}.nft && nft -f {nft}.nft",  # enabled for boot, then one reload (as fleet.up does)
+             f"systemctl enable --no-reload --quiet jackin-nft-{f}.service {dns.target(f)}",
+             "systemctl daemon-reload", *dns.apply_commands(plan, []),
              f"echo {firewall.bundle_hash(plan)} > {nft}.sha"]  # fmt: skip
     for a in plan.agents:
         uid = str(a.uid)

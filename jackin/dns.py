@@ -160,7 +160,8 @@ def legacy_paths(fleet: str) -> set[str]:
 
 
 def apply_commands(plan: FleetPlan, present: list[str]) -> list[str]:
-    """After the table is loaded and the units reloaded: (re)start the plan's filters, stop the rest,
+    """After the table is loaded and the units reloaded (the target already enabled, with the
+    policy's units: ``jackin.operations.firewall``): (re)start the plan's filters, stop the rest,
     and retire the host-side resolver of earlier versions (``present``: the fleet's files on the host)."""
     fleet = plan.fleet
     keep = [a.instance for a in filtered(plan)]
@@ -183,7 +184,6 @@ def apply_commands(plan: FleetPlan, present: list[str]) -> list[str]:
         f"[ ! -d {conf_dir(fleet)} ] || find {conf_dir(fleet)} -maxdepth 1 -type f{stale} -delete",
         f"for u in $(systemctl list-units --all --plain --no-legend {pattern} | awk '{{print $1}}'); do "
         f'case "$u" in {running + ") ;; " if running else ""}*) systemctl stop "$u" ;; esac; done',
-        f"systemctl enable --quiet {target(fleet)}",
     ]
     commands += [servers_command(a) for a in filtered(plan) if not a.policy.dns]
     if keep:

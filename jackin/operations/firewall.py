@@ -27,17 +27,18 @@ def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     commands = write_files(firewall.bundle(plan))
     guard = f"jackin-nft-guard-{fleet}.service jackin-nft-check-{fleet}.timer"
     commands += [
-        "systemctl daemon-reload",  # the units just written, before any of them is (re)started
+        # Their links for boot (--no-reload: every [Install] here is WantedBy= a boot target), then ONE
+        # reload for the units just written and those links, before any of them is (re)started.
+        f"systemctl enable --no-reload --quiet jackin-nft-{fleet}.service {guard} {dns.target(fleet)}",
+        "systemctl daemon-reload",
         # The guard rests while the table is replaced (it would take our load for an alteration); restarted below.
         f"systemctl stop {guard} jackin-nft-check-{fleet}.service 2>/dev/null || true",
         # Check, then apply in one transaction; on any failure the lockdown table drops all agent traffic,
         # and the guard runs again (it keeps the lockdown loaded) before the run fails.
         f"if nft -c -f {base}.nft && nft -f {base}.nft; then :; else nft -f {base}.lockdown.nft "
-        f"&& {firewall.GUARD} record {fleet} lockdown || true; "
-        f"systemctl enable --quiet jackin-nft-{fleet}.service {guard}; systemctl restart {guard}; "
+        f"&& {firewall.GUARD} record {fleet} lockdown || true; systemctl restart {guard}; "
         f"echo 'egress policy rejected by nft: agents of fleet {fleet} are locked down' >&2; exit 1; fi",
         f"{firewall.GUARD} record {fleet} policy",  # what the guard compares the loaded table with
-        f"systemctl enable --quiet jackin-nft-{fleet}.service {guard}",
         f"systemctl restart {guard}",  # the guard runs the script just written
         *dns.apply_commands(plan, state.files),  # the filtering resolvers fill the table's domain sets
         f"echo {digest} > {base}.sha",

@@ -85,12 +85,16 @@ def _network_and_container(agent: AgentPlan, state: HostState, pools: Sequence[A
                              "and run fleet.up again")  # fmt: skip
     create, problem = changes.creates_network(agent, state, pools)
     commands: list[str] = []
-    if network is None:  # a network of this name that the state read did not list is not ours: never reuse it
-        foreign = (f"network {agent.network} exists but is not labelled jackin.fleet={agent.fleet}, "
-                   f"jackin.agent={agent.instance}: it is not jackin's to delete; remove or rename it "
-                   f"(docker network rm {agent.network}), then run fleet.up again")  # fmt: skip
-        commands.append(f"if docker network inspect {shlex.quote(agent.network)} >/dev/null 2>&1; then "
-                        f"echo {shlex.quote(foreign)} >&2; exit 1; fi")  # fmt: skip
+    # A network of this name that the state read did not list is not ours: never reuse it. Found by
+    # ``docker network create`` failing (no extra docker call when there is none); checked first only
+    # when the container would be removed before that create (then the run stops with nothing changed).
+    foreign = (f"network {agent.network} exists but is not labelled jackin.fleet={agent.fleet}, "
+               f"jackin.agent={agent.instance}: it is not jackin's to delete; remove or rename it "
+               f"(docker network rm {agent.network}), then run fleet.up again")  # fmt: skip
+    is_foreign = f"docker network inspect {shlex.quote(agent.network)} >/dev/null 2>&1"
+    precheck = network is None and container is not None
+    if precheck:
+        commands.append(f"if {is_foreign}; then echo {shlex.quote(foreign)} >&2; exit 1; fi")
     if changes.recreate_reason(agent, state, pools, create=create, remount=remount) is not None:
         commands.append(q("docker", "rm", "-f", agent.container))  # a container on a network that goes goes too
         container = None
@@ -103,6 +107,8 @@ def _network_and_container(agent: AgentPlan, state: HostState, pools: Sequence[A
                           "--opt", "com.docker.network.bridge.enable_icc=false",
                           "--label", f"jackin.fleet={agent.fleet}", "--label", f"jackin.agent={agent.instance}",
                           agent.network))  # fmt: skip
+        if network is None and not precheck:
+            commands[-1] += f" || {{ ! {is_foreign} || echo {shlex.quote(foreign)} >&2; exit 1; }}"
     if container is None:
         commands += [*_own_bridge_check(agent), _run(agent)]
     elif not container.running:

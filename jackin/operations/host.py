@@ -6,7 +6,8 @@ them without killing running agents takes an order: ``live-restore`` is the one
 key dockerd reloads live (SIGHUP, ``systemctl reload docker``), so it is made
 effective first and checked in ``docker info``; only then, and only when a key
 that needs it changed, is Docker restarted once, and the agents' containers
-keep running through it.
+keep running through it. On a host where no container runs (a fresh one) there is
+nothing to keep: the one restart applies the whole file, without the reload first.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ ENSURE_LIVE_RESTORE = (
     "echo 'docker live-restore is not in effect after a reload; Docker was not restarted' >&2; exit 1; fi; "
     "sleep 0.5; done"
 )
+# Before a restart: only running containers need live-restore in effect (a restart without it would stop
+# them). With none running (a fresh host), the restart itself takes the new file: no reload, no polling.
+KEEP_RUNNING = f'if [ -n "$(docker ps -q 2>/dev/null)" ]; then {ENSURE_LIVE_RESTORE}; fi'
 
 
 def _parse(current: str | None) -> dict:
@@ -93,8 +97,9 @@ def daemon_commands(
     current: str | None, live_restore: bool | None, pools: list[AddressPool] | None, args: Sequence[str] = ()
 ) -> list[Command]:
     """Write daemon.json if it differs (by SFTP), make live-restore effective, then restart Docker
-    once if any key that needs a restart changed. Nothing when the file is as wanted and the
-    daemon runs with it (live-restore on). ``args``: the running dockerd's command line."""
+    once if any key that needs a restart changed (live-restore is made effective first only when a
+    container runs: ``KEEP_RUNNING``). Nothing when the file is as wanted and the daemon runs with it
+    (live-restore on). ``args``: the running dockerd's command line."""
     config, wanted = _parse(current), wanted_settings(pools)
     _check_flags(args, wanted)
     changed = {key for key, value in wanted.items() if config.get(key) != value}
@@ -105,10 +110,9 @@ def daemon_commands(
     commands: list[Command] = []
     if changed:
         commands += write_files({DAEMON_JSON: daemon_config(current, pools) or ""}, modes={DAEMON_JSON: "0644"})
-    commands.append(ENSURE_LIVE_RESTORE)
     if pending or changed - RELOADABLE:
-        commands += RESTART
-    return commands
+        return commands + [KEEP_RUNNING, *RESTART]
+    return commands + [ENSURE_LIVE_RESTORE]  # live-restore alone: applied by a reload, no restart
 
 
 def settings_commands(daemon: DaemonState | None, pools: list[AddressPool] | None) -> list[Command]:

@@ -157,7 +157,6 @@ APPLY = [
     "[ ! -d /etc/jackin/dns/demo ] || find /etc/jackin/dns/demo -maxdepth 1 -type f "
     "! -name picky-1.conf ! -name picky-1.servers ! -name host-1.conf ! -name host-1.servers -delete",
     STOP_OTHERS,
-    "systemctl enable --quiet jackin-dns-demo.target",
     "printf '%s\\n' pypi.org | awk 'FNR == NR { if ($1 == \"nameserver\") ns[++k] = $2; next } "
     "{ for (i = 1; i <= k; i++) print \"server=/\" $0 \"/\" ns[i] }' /etc/resolv.conf - "
     "> /etc/jackin/dns/demo/host-1.servers.tmp && mv /etc/jackin/dns/demo/host-1.servers.tmp "
@@ -178,7 +177,6 @@ def test_apply_without_filters_stops_every_filter_of_the_fleet() -> None:
         "[ ! -d /etc/jackin/dns/demo ] || find /etc/jackin/dns/demo -maxdepth 1 -type f -delete",
         "for u in $(systemctl list-units --all --plain --no-legend 'jackin-dns-demo@*' | awk '{print $1}'); "
         'do case "$u" in *) systemctl stop "$u" ;; esac; done',
-        "systemctl enable --quiet jackin-dns-demo.target",
         "systemctl start jackin-dns-demo.target",
     ]
 

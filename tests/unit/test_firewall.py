@@ -593,7 +593,6 @@ def stub(directory: Path, name: str, body: str) -> None:
 
 APPLY = ("if nft -c -f /etc/jackin/nft/demo.nft && nft -f /etc/jackin/nft/demo.nft; then :; "
          "else nft -f /etc/jackin/nft/demo.lockdown.nft && /usr/local/lib/jackin/nft-guard record demo lockdown || true; "
-         "systemctl enable --quiet jackin-nft-demo.service jackin-nft-guard-demo.service jackin-nft-check-demo.timer; "
          "systemctl restart jackin-nft-guard-demo.service jackin-nft-check-demo.timer; "
          "echo 'egress policy rejected by nft: agents of fleet demo are locked down' >&2; exit 1; fi")  # fmt: skip
 
@@ -617,12 +616,13 @@ def test_apply_writes_the_bundle_then_checks_applies_and_records_the_hash(state:
     uploads = {c.target: (c.data.decode(), c.mode) for c in writes if isinstance(c, Upload)}
     assert uploads == {p: (t, "0755" if t.startswith("#!") else "0644") for p, t in bundle.items()}
     assert rest == [
-        "systemctl daemon-reload",
+        "systemctl enable --no-reload --quiet jackin-nft-demo.service jackin-nft-guard-demo.service "
+        "jackin-nft-check-demo.timer jackin-dns-demo.target",
+        "systemctl daemon-reload",  # the only reload
         "systemctl stop jackin-nft-guard-demo.service jackin-nft-check-demo.timer jackin-nft-check-demo.service "
         "2>/dev/null || true",
         APPLY,
         "/usr/local/lib/jackin/nft-guard record demo policy",
-        "systemctl enable --quiet jackin-nft-demo.service jackin-nft-guard-demo.service jackin-nft-check-demo.timer",
         "systemctl restart jackin-nft-guard-demo.service jackin-nft-check-demo.timer",
         *dns.apply_commands(PLAN, state.files),
         f"echo {firewall.bundle_hash(PLAN)} > /etc/jackin/nft/demo.sha",
@@ -664,7 +664,7 @@ def test_apply_checks_first_and_falls_back_to_lockdown(
     """On failure the guard runs again before the run fails: it was stopped for the apply."""
     done, logged = run_apply(tmp_path, nft_body)
     guard = "jackin-nft-guard-demo.service jackin-nft-check-demo.timer"
-    restarted = [f"systemctl enable --quiet jackin-nft-demo.service {guard}", f"systemctl restart {guard}"]
+    restarted = [f"systemctl restart {guard}"]  # enabled, with one reload, before the apply
     assert logged == calls + (restarted if rc else [])
     assert done.returncode == rc
     assert (done.stdout == "after\n") == (rc == 0)

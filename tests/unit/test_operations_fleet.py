@@ -91,6 +91,10 @@ NETWORK = (f"docker network create --driver bridge --opt com.docker.network.brid
 FOREIGN = ("if docker network inspect jk-demo--coder-1 >/dev/null 2>&1; then echo 'network jk-demo--coder-1 exists "
            "but is not labelled jackin.fleet=demo, jackin.agent=coder-1: it is not jackin'\"'\"'s to delete; remove or "
            "rename it (docker network rm jk-demo--coder-1), then run fleet.up again' >&2; exit 1; fi")  # fmt: skip
+# On a host where neither the network nor the container is listed: the create itself finds a foreign network.
+CREATE = (NETWORK + " || { ! docker network inspect jk-demo--coder-1 >/dev/null 2>&1 || echo 'network jk-demo--coder-1 "
+          "exists but is not labelled jackin.fleet=demo, jackin.agent=coder-1: it is not jackin'\"'\"'s to delete; remove "
+          "or rename it (docker network rm jk-demo--coder-1), then run fleet.up again' >&2; exit 1; }")  # fmt: skip
 CHECK = [
     "set -- $(docker network inspect -f '{{index .Options \"com.docker.network.bridge.name\"}} "
     "{{range .IPAM.Config}}{{.Gateway}} {{end}}' jk-demo--coder-1)",
@@ -115,7 +119,7 @@ def replaced(state: HostState, field: str, key: str, value: object) -> HostState
 # --- agent_commands --------------------------------------------------------------
 
 AGENT_CASES = {
-    "empty host": (HostState(), [GROUPADD, USERADD, *HOME, *WORKSPACE, FOREIGN, NETWORK, *CHECK, RUN]),
+    "empty host": (HostState(), [GROUPADD, USERADD, *HOME, *WORKSPACE, CREATE, *CHECK, RUN]),
     "everything in place": (ONE, []),
     "other agents do not matter": (present(CODER, PLAN.agents[1]), []),
     "container has another config": (replaced(ONE, "containers", CODER.container, container(CODER, config="0" * 12)),
@@ -133,7 +137,7 @@ AGENT_CASES = {
     # The container was attached to the network that is gone: both are made anew.
     "network gone": (without(ONE, "networks", CODER.network), [FOREIGN, RM, NETWORK, *CHECK, RUN]),
     "network gone, container too": (without(without(ONE, "networks", CODER.network), "containers", CODER.container),
-                                    [FOREIGN, NETWORK, *CHECK, RUN]),
+                                    [CREATE, *CHECK, RUN]),
     "container on its own network": (replaced(ONE, "containers", CODER.container,
                                               container(CODER, networks=[CODER.network])), []),
     "container also on another network": (
@@ -459,3 +463,20 @@ def test_as_agent_drops_to_the_agents_ids() -> None:
     assert as_agent(60000, 60000, "mkdir", "-p", "a b") == (
         "setpriv --reuid=60000 --regid=60000 --clear-groups -- mkdir -p 'a b'"
     )
+
+
+@pytest.mark.parametrize(("create_ok", "exists", "code", "says_foreign"),
+                         [(True, False, 0, False), (False, True, 1, True), (False, False, 1, False)])  # fmt: skip
+def test_the_create_finds_a_foreign_network_and_stops_the_script(tmp_path, create_ok, exists, code, says_foreign) -> None:
+    """The create line against a stub docker: a failed create stops the script, and says the network is
+    not ours when one of that name exists; a create that works costs no other docker call."""
+    log = tmp_path / "calls"
+    docker = tmp_path / "docker"
+    docker.write_text(f'#!/bin/sh\necho "$1 $2" >> {log}\ncase "$2" in create) exit {0 if create_ok else 1};; '
+                      f"inspect) exit {0 if exists else 1};; esac\n")  # fmt: skip
+    docker.chmod(0o755)
+    done = subprocess.run(["sh", "-c", f"set -e\n{CREATE}\necho after"], env={"PATH": f"{tmp_path}:/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=10)  # fmt: skip
+    assert done.returncode == code and ("after" in done.stdout) == create_ok
+    assert ("is not labelled jackin.fleet=demo" in done.stderr) == says_foreign
+    assert log.read_text().splitlines() == (["network create"] if create_ok else ["network create", "network inspect"])

@@ -9,7 +9,8 @@ import subprocess
 import pytest
 
 from jackin.facts.docker import DaemonState, daemon_command, parse_daemon
-from jackin.operations.host import DAEMON_JSON, ENSURE_LIVE_RESTORE, HARDENING, RESTART, daemon_commands, daemon_config
+from jackin.operations.host import (DAEMON_JSON, ENSURE_LIVE_RESTORE, HARDENING, KEEP_RUNNING, RESTART, daemon_commands,
+                                    daemon_config)
 from jackin.operations.script import Upload, write_files
 from jackin.spec.models import AddressPool
 
@@ -130,7 +131,7 @@ def test_restart_is_not_held_back_by_the_start_rate_limit() -> None:
 def test_first_time_writes_once_reloads_for_live_restore_then_restarts_once() -> None:
     new = daemon_config(LAB, POOLS) or ""
     commands = daemon_commands(LAB, False, POOLS)
-    assert commands == [*_write(new), ENSURE_LIVE_RESTORE, *RESTART]
+    assert commands == [*_write(new), KEEP_RUNNING, *RESTART]
     assert [c for c in commands if isinstance(c, Upload)][0].data == new.encode()
     assert all(new not in c for c in commands if isinstance(c, str))  # the body goes by SFTP only
 
@@ -144,7 +145,7 @@ def test_only_live_restore_changed_is_a_reload_without_restart() -> None:
 def test_a_key_that_needs_a_restart_restarts_once_after_live_restore() -> None:
     current = json.dumps({**HARDENED, "icc": True, "userland-proxy": True})
     commands = daemon_commands(current, True, [])
-    assert commands[-3:] == [ENSURE_LIVE_RESTORE, *RESTART] and commands.count("systemctl restart docker") == 1
+    assert commands[-3:] == [KEEP_RUNNING, *RESTART] and commands.count("systemctl restart docker") == 1
 
 
 def test_new_pools_restart() -> None:
@@ -153,7 +154,7 @@ def test_new_pools_restart() -> None:
 
 def test_a_file_the_daemon_never_took_is_applied_without_rewriting() -> None:
     # An earlier run wrote the file and stopped before the reload: live-restore is off in the daemon.
-    assert daemon_commands(json.dumps(HARDENED), False, []) == [ENSURE_LIVE_RESTORE, *RESTART]
+    assert daemon_commands(json.dumps(HARDENED), False, []) == [KEEP_RUNNING, *RESTART]
 
 
 def _ensure(tmp_path, live_after_reload: bool) -> tuple[subprocess.CompletedProcess[str], list[str]]:
@@ -172,6 +173,29 @@ def _ensure(tmp_path, live_after_reload: bool) -> tuple[subprocess.CompletedProc
     done = subprocess.run(["sh", "-c", f"set -e\n{ENSURE_LIVE_RESTORE}\necho after"], env=env,
                           capture_output=True, text=True, timeout=10)  # fmt: skip
     return done, log.read_text().splitlines()
+
+
+def _keep_running(tmp_path, running: str) -> list[str]:
+    """KEEP_RUNNING against stub docker/systemctl/sleep: ``docker ps -q`` prints ``running``."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir(parents=True)
+    stubs = {"docker": f'echo "docker $*" >> {log}; case "$1" in ps) printf "%s" "{running}";; *) echo true;; esac',
+             "systemctl": f'echo "systemctl $*" >> {log}', "sleep": f'echo "sleep $*" >> {log}'}  # fmt: skip
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    done = subprocess.run(["sh", "-c", f"set -e\n{KEEP_RUNNING}\necho after"], env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=10)  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "after\n", done.stderr
+    return log.read_text().splitlines()
+
+
+def test_before_a_restart_live_restore_is_made_effective_only_when_a_container_runs(tmp_path) -> None:
+    # A container runs: live-restore is checked (here already in effect) so the restart keeps it running.
+    assert _keep_running(tmp_path / "a", "0123abcd\n") == ["docker ps -q", "docker info --format {{.LiveRestoreEnabled}}",
+                                                            "docker info --format {{.LiveRestoreEnabled}}"]  # fmt: skip
+    # None runs (a fresh host): nothing to keep, so neither a reload nor a poll; the restart applies the file.
+    assert _keep_running(tmp_path / "b", "") == ["docker ps -q"]
 
 
 def test_ensure_live_restore_reloads_and_waits_and_never_restarts(tmp_path) -> None:
@@ -233,5 +257,6 @@ def test_harmless_flags_and_our_own_config_file_pass() -> None:
 def test_daemon_command_is_valid_sh() -> None:
     done = subprocess.run(["sh", "-n", "-c", daemon_command()], capture_output=True, text=True, timeout=10)
     assert done.returncode == 0, done.stderr
-    done = subprocess.run(["sh", "-n", "-c", ENSURE_LIVE_RESTORE], capture_output=True, text=True, timeout=10)
-    assert done.returncode == 0, done.stderr
+    for script in (ENSURE_LIVE_RESTORE, KEEP_RUNNING):
+        done = subprocess.run(["sh", "-n", "-c", script], capture_output=True, text=True, timeout=10)
+        assert done.returncode == 0, done.stderr
