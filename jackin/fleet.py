@@ -18,6 +18,7 @@ from jackin import firewall, images, lazy, teardown, ttl, work
 from jackin import plan as planning
 from jackin.applied import applied
 from jackin.engine import Event, HostResult, RunResult
+from jackin.engine import client as engine_client
 from jackin.errors import ConnectError, JackinError, SpecError
 from jackin.gc import GC_COMMAND, gc, orphans
 from jackin.ledger import Ledger
@@ -115,12 +116,16 @@ def up(
       run's detail), and a host whose state cannot be read is not run.
     ``dry_run`` stops there: no engine, nothing recorded; the result carries that in-process plan per host
     (``changes``, what ``fleet.plan`` shows) and the launch contract with the hosts' facts (``terms``).
+    On a fleet's first up (the ledger does not have it up) the engine child is started first, so its
+    load of pyinfra overlaps the read and the plan; it ends unused if no host turns out to need it.
     """
     fleet = inventory.fleet
     credentials.check(fleet)  # refused (exit 2) before anything: credential-like mounts, duplicate names
     values = credentials.read(fleet)  # every value read here, before any host is touched; never in the plan
     ready = work.prepare(fleet)  # every repository checked and bundled here, before any host is touched
-    with Ledger() as ledger, ledger.lock(fleet.name, action):
+    with Ledger() as ledger, ledger.lock(fleet.name, action), engine_client.started(
+        not dry_run and (ledger.fleet(fleet.name) or {}).get("status") != "up"  # a first up: the engine will run
+    ) as engine:  # the engine child loads pyinfra while this process reads and plans the hosts
         provider = provider_for(inventory, ledger)
         hosts = _only(provider.targets(log=log, bring_up=not dry_run if bring_up is None else bring_up), only)
         if dry_run and not hosts:
@@ -184,7 +189,7 @@ def up(
         run_id, result = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=split.run,
                                       data=plan.model_dump(mode="json"), detail=run_detail,
                                       on_event=on_event, on_host=record_host, on_start=record_spec,
-                                      secrets=values, host_data=_host_data(split.run, read))  # fmt: skip
+                                      secrets=values, host_data=_host_data(split.run, read), engine=engine)  # fmt: skip
         result.hosts = _in_order(result.hosts + kept + not_run, hosts)
         if not_run:
             ledger.finish_run(run_id, "failed")

@@ -14,6 +14,7 @@ from typing import Any
 import jackin
 from jackin.credentials import Secrets
 from jackin.engine import EngineRequest, Event, HostResult, RunResult, run
+from jackin.engine.client import Engine
 from jackin.errors import JackinError
 from jackin.ledger import Ledger
 from jackin.ssh import SshTarget
@@ -44,6 +45,7 @@ def recorded_run(
     on_start: Callable[[int], None] | None = None,
     secrets: Secrets | None = None,
     host_data: dict[str, dict[str, Any]] | None = None,
+    engine: Engine | None = None,
 ) -> tuple[int | None, RunResult]:
     """Run ``deploys/<deploy>`` on ``hosts``; record the run unless ``ledger`` is None.
 
@@ -51,18 +53,19 @@ def recorded_run(
     record what the run left there); ``on_start`` with the run's id once it is recorded (to
     record more against it). ``secrets``: credential values for the deploy, handed to the engine on
     its stdin (never in ``data``, which is the plan, nor in the ledger). ``host_data``: per host, more for its
-    deploy (``EngineRequest.host_data``). Returns the run's id and its result.
+    deploy (``EngineRequest.host_data``). ``engine``: an engine child started ahead (``jackin.engine.client.started``).
+    Returns the run's id and its result.
     """
     wire = secrets.to_wire() if secrets is not None and secrets.agents() else None
     request = EngineRequest(deploy=str(deploys_dir() / deploy), targets=hosts, data=data, dry_run=dry_run,
                             host_data=host_data or {})  # fmt: skip
     if ledger is None:
-        return None, run(request, on_event, secrets=wire)
+        return None, run(request, on_event, secrets=wire, engine=engine)
     run_id = ledger.start_run(fleet, action, detail)
     try:
         if on_start is not None:
             on_start(run_id)
-        result = run(request, on_event, secrets=wire)
+        result = run(request, on_event, secrets=wire, engine=engine)
     except BaseException:
         ledger.finish_run(run_id, "failed")
         raise

@@ -7,7 +7,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from pydantic import ValidationError
 
@@ -17,53 +18,99 @@ from jackin.errors import JackinError
 OnEvent = Callable[[Event], None]
 
 
+class Engine:
+    """An engine child started ahead of its request (``start``): it loads pyinfra and gevent, then
+    waits on its stdin, so that load overlaps the caller's own work (``fleet.up`` reading and
+    planning its hosts). Handed to ``run``; when no run needs it, ``close`` ends it (an empty
+    stdin: the child exits without doing anything)."""
+
+    def __init__(self) -> None:
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, "-m", "jackin.engine.runner"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True)  # fmt: skip
+        self.used = False
+
+    def close(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()  # nothing to run: the child reads an empty request and exits
+            except BrokenPipeError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.stderr.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+@contextmanager
+def started(wanted: bool) -> Iterator[Engine | None]:
+    """An ``Engine`` started now when ``wanted`` (else None), always ended on the way out."""
+    if not wanted:
+        yield None
+        return
+    with Engine() as engine:
+        yield engine
+
+
 def run(request: EngineRequest, on_event: OnEvent = lambda _: None, *, timeout: float = 3600,
-        secrets: str | None = None) -> RunResult:
+        secrets: str | None = None, engine: Engine | None = None) -> RunResult:
     """Run a deploy on every target in the engine process; return per-host results.
 
     ``secrets``: credential values (``Secrets.to_wire``), written to the child's stdin after the
     request, never into the request (its data is the plan) or the child's argv or environment.
+    ``engine``: a child already started (``started``), used instead of starting one.
 
     Events are handed to ``on_event`` as they arrive, so the CLI can show progress.
     A host that fails is a failed ``HostResult``, never an exception.
     """
+    if engine is None or engine.used:
+        with Engine() as own:
+            return run(request, on_event, timeout=timeout, secrets=secrets, engine=own)
+    engine.used = True
     started = time.monotonic()
     results: dict[str, HostResult] = {}
     engine_error: str | None = None
-    with tempfile.TemporaryFile() as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jackin.engine.runner"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-        )
-        assert proc.stdin is not None and proc.stdout is not None
+    proc, stderr = engine.proc, engine.stderr  # ``engine`` owns them and closes them
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
         proc.stdin.write(request.model_dump_json() + "\n")  # one line: JSON escapes every newline
         if secrets:
             proc.stdin.write(secrets + "\n")
         proc.stdin.close()
-        watchdog = threading.Timer(timeout, proc.kill)  # a run that outlives its deadline is stopped
-        watchdog.daemon = True
-        watchdog.start()
-        for line in proc.stdout:
-            try:
-                event = Event.model_validate_json(line)
-            except ValidationError:
-                continue  # not an event line; the engine's stdout carries events only
-            if event.event == "host_done" and event.result is not None:
-                results[event.result.host] = event.result
-            elif event.event == "error":
-                engine_error = event.error
-            on_event(event)
-        code = proc.wait()
-        watchdog.cancel()
-        if code == -9 and engine_error is None:
-            engine_error = f"the run did not finish within {timeout:.0f}s and was stopped"
-        if code != 0 and engine_error is None:
-            stderr.seek(0)
-            tail = stderr.read().decode(errors="replace").strip().splitlines()[-5:]
-            engine_error = f"engine exited {code}: {' | '.join(tail)}"
+    except BrokenPipeError:  # a child started ahead that died before its request: its stderr says why
+        pass
+    fired = threading.Event()
+    watchdog = threading.Timer(timeout, lambda: (fired.set(), proc.kill()))  # a run past its deadline is stopped
+    watchdog.daemon = True
+    watchdog.start()
+    for line in proc.stdout:
+        try:
+            event = Event.model_validate_json(line)
+        except ValidationError:
+            continue  # not an event line; the engine's stdout carries events only
+        if event.event == "host_done" and event.result is not None:
+            results[event.result.host] = event.result
+        elif event.event == "error":
+            engine_error = event.error
+        on_event(event)
+    code = proc.wait()
+    watchdog.cancel()
+    if fired.is_set() and engine_error is None:
+        engine_error = f"the run did not finish within {timeout:.0f}s and was stopped"
+    if code != 0 and engine_error is None:
+        stderr.seek(0)
+        tail = stderr.read().decode(errors="replace").strip().splitlines()[-5:]
+        engine_error = f"engine exited {code}: {' | '.join(tail)}"
     if not results and engine_error:
         raise JackinError(engine_error)
     hosts = [results.get(t.name) or HostResult(host=t.name, error="no result from the engine") for t in request.targets]

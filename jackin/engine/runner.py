@@ -9,6 +9,7 @@ from gevent import monkey  # isort: skip
 
 monkey.patch_all()  # noqa: E402 - must run before anything imports socket/ssl/threading
 
+import importlib  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
@@ -192,7 +193,11 @@ def main() -> int:
     _out = os.fdopen(events_fd, "w", buffering=1)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
+    importlib.import_module("jackin.operations.ops")  # what every deploy imports: loaded before the request comes
+
     head, _, rest = sys.stdin.read().partition("\n")  # the request, then credential values (jackin.engine.secrets)
+    if not head.strip():  # started ahead (jackin.engine.client.Engine) and not needed: nothing to do
+        return 0
     request = EngineRequest.model_validate_json(head)
     import jackin.engine.secrets as engine_secrets
 
