@@ -59,12 +59,13 @@ log() { logger -t jackin-nft "fleet $fleet: $*"; }
 
 digest() {
     listing=$(nft -s list table $table 2>/dev/null) || { echo missing; return 0; }
-    printf '%s\n' "$listing" | awk '
+    listing=$(printf '%s\n' "$listing" | awk '
         /^\tset [^ ]+ \{$/ { static = ($2 ~ /^(always|private)_/) }
         /^\t}$/ { static = 1 }
         skip { if ($0 ~ /}$/) skip = 0; next }
         /^\t\telements = / && !static { skip = ($0 !~ /}$/); next }
-        { print }' | sha256sum | cut -d" " -f1
+        { print }' | sha256sum)
+    echo "${listing%% *}"
 }
 
 record() {
@@ -72,16 +73,21 @@ record() {
         && mv "$run/$fleet.loaded.tmp" "$run/$fleet.loaded"
 }
 
-recorded() { [ -r "$run/$fleet.loaded" ] && cut -d" " -f"$1" "$run/$fleet.loaded"; }
+# What record stored: $kind and $want (both empty when nothing is recorded). Builtins only: the
+# status read runs verify on every host each time.
+recorded() {
+    kind='' want=''
+    if [ -r "$run/$fleet.loaded" ]; then read -r kind want rest < "$run/$fleet.loaded" || true; fi
+}
 
 verify() {
     now=$(digest)
     if [ "$now" = missing ]; then echo missing; return 0; fi
-    want=$(recorded 2)
+    recorded
     if [ -z "$want" ]; then echo unverified
     elif [ "$now" != "$want" ]; then echo altered
-    elif [ "$(recorded 1)" = policy ]; then echo enforced
-    else recorded 1
+    elif [ "$kind" = policy ]; then echo enforced
+    else echo "$kind"
     fi
 }
 
@@ -117,7 +123,8 @@ load() {  # load [quiet]
 check() {
     state=$(verify)
     case $state in enforced | lockdown) return 0 ;; esac
-    if [ "$state" = missing ] && [ "$(recorded 1)" = failed ]; then
+    recorded
+    if [ "$state" = missing ] && [ "$kind" = failed ]; then
         load quiet  # still failing: retry without filling the journal
         return
     fi
