@@ -8,13 +8,16 @@ SSH master connections of earlier reads closed, and the median of --repeat runs 
 final snapshot and pull, reported apart as the final snapshot's cost). Beside each, in the same
 run and on the same lab hosts, a floor: N parallel ``ssh host true``; one bare Python start
 (``python -c pass``); N parallel ssh sessions each running one
-plain shell script doing the same work (cold: users, dirs, the egress policy
+plain shell script doing the same work (cold: the Docker daemon's settings merged into the
+host's daemon.json and Docker's one restart, users, dirs, the egress policy
 bundle, networks, hardened containers from ``AgentPlan.run_args()``; warm: one
 round trip of checks; down: remove all and check); one start of the CLI's Python process; one start
 of the engine child with no hosts. The lab runs on a shared, noisy machine
 (other engineers run tests on it), so absolute seconds drift from run to run;
 ratios to floors measured minutes apart on the same hosts are what we compare
-against the targets. Lab boot (``Lab.up``) and loading the agents' role image into every host
+against the targets. Before a cold script and before the cold fleet.up, every host's daemon.json is
+put back as the lab made it and Docker restarted (untimed), so both start from a fresh host; the cold
+script without the daemon settings (the floor before 2026-12-03) is timed too and reported beside it. Lab boot (``Lab.up``) and loading the agents' role image into every host
 (``images.deliver``) are timed separately, outside: fleet.up and the floors both find the image.
 Everything uses a private state dir and labs ``bench<N>-<pid>`` (two benches never share one), removed at the end.
 Each lab host's systemd holds about 8 inotify instances: ``Lab.up`` raises root's
@@ -50,6 +53,7 @@ from jackin.errors import JackinError  # noqa: E402
 from jackin.lab import Lab  # noqa: E402
 from jackin.lab.limits import INOTIFY_LIMIT, inotify_in_use  # noqa: E402
 from jackin.openssh import PERSIST  # noqa: E402
+from jackin.operations import host as host_ops  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -85,6 +89,14 @@ def cli(*args: str, ok: tuple[int, ...] = (0,)) -> tuple[float, str]:
     if proc.returncode not in ok:
         raise BenchError(f"inv {' '.join(args)}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return seconds, proc.stdout
+
+
+def sh(lab: Lab, port: int, command: str) -> str:
+    """One command on one lab host (untimed): its stdout."""
+    return subprocess.run(["ssh", "-F", "/dev/null", "-o", f"UserKnownHostsFile={lab.known_hosts}", "-o",
+                           "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-i",
+                           str(lab.key_file), "-p", str(port), "root@127.0.0.1", command],
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
 
 
 def ssh_all(lab: Lab, ports: list[int], script: str) -> float:
@@ -151,7 +163,9 @@ def q(*args: str) -> str:
     return " ".join(shlex.quote(a) for a in args)
 
 
-def plain_scripts(plan: planning.FleetPlan) -> dict[str, str]:
+def plain_scripts(plan: planning.FleetPlan, daemon_json: str | None = None) -> dict[str, str]:
+    """``daemon_json``: the hosts' daemon.json before any run; the cold script then writes it with
+    jackin's settings merged in and restarts Docker once, as fleet.up does on a fresh host."""
     label, image = f"label=jackin.fleet={plan.fleet}", sorted({a.image for a in plan.agents})
     users = [a.user for a in plan.agents]
     bootstrap = ("command -v dockerd nft >/dev/null\nsystemctl is-active -q docker\nsystemctl is-enabled -q docker\n"
@@ -162,7 +176,9 @@ def plain_scripts(plan: planning.FleetPlan) -> dict[str, str]:
              f"docker network ls --filter {label} --format '{{{{.Name}}}}'\n"
              f"test -e {plan.marker} || true\ncat {firewall.NFT_DIR}/{plan.fleet}.sha 2>/dev/null || true\n"
              f"nft list table inet jackin-{plan.fleet} >/dev/null 2>&1 || true\n")  # fmt: skip
-    cold = ["set -e", bootstrap.rstrip(),
+    hardened = host_ops.daemon_config(daemon_json, plan.address_pools) if daemon_json is not None else None
+    daemon = [f"printf '%s' {shlex.quote(hardened)} > {host_ops.DAEMON_JSON}", "systemctl restart docker"] if hardened else []
+    cold = ["set -e", bootstrap.rstrip(), *daemon,
             q("install", "-d", "-m", "0755", "-o", "root", "-g", "root", planning.ROOT),
             q("install", "-d", "-m", "0711", "-o", "root", "-g", "root", plan.fleet_dir)]  # fmt: skip
     f, nft = plan.fleet, f"{firewall.NFT_DIR}/{plan.fleet}"  # the egress policy, before any agent starts
@@ -195,7 +211,8 @@ def plain_scripts(plan: planning.FleetPlan) -> dict[str, str]:
             q("rm", "-f", *firewall.owned_paths(f)), "systemctl daemon-reload",
             f"ls {firewall.NFT_DIR}/*.nft >/dev/null 2>&1 || {{ rm -f {firewall.RESOLVER}; "
             f"rmdir {firewall.NFT_DIR} /etc/jackin /usr/local/lib/jackin 2>/dev/null || true; }}", check]  # fmt: skip
-    return {"cold": "\n".join(cold) + "\n", "warm": bootstrap + check, "down": "\n".join(down) + "\n"}
+    return {"cold": "\n".join(cold) + "\n", "warm": bootstrap + check, "down": "\n".join(down) + "\n",
+            "cold without daemon": "\n".join(c for c in cold if c not in daemon) + "\n"}
 
 
 def bench(n: int, repeat: int, work: Path) -> dict[str, Any]:
@@ -205,7 +222,6 @@ def bench(n: int, repeat: int, work: Path) -> dict[str, Any]:
     floor_inv.write_text(INVENTORY.format(fleet="floor", lab=lab_name, n=n, uid_base=62000))
     spec = fleet_api.load(floor_inv).fleet
     floor_plan = planning.build(spec, {inst: 62000 + i for i, (_, inst) in enumerate(planning.instances(spec))})
-    scripts = plain_scripts(floor_plan)
     lab = Lab(lab_name)
     try:
         start = time.perf_counter()
@@ -225,6 +241,13 @@ def bench(n: int, repeat: int, work: Path) -> dict[str, Any]:
         if failed:
             raise BenchError(f"loading {tags}: " + "; ".join(f"{k}: {e.message}" for k, e in sorted(failed.items())))
         r["image load"] = time.perf_counter() - start
+        # A fresh host's daemon.json (the lab's), which a cold fleet.up hardens and restarts Docker for.
+        fresh = {sh(lab, port, f"cat {host_ops.DAEMON_JSON}") for port in ports}
+        if len(fresh) != 1:
+            raise BenchError(f"the lab hosts' {host_ops.DAEMON_JSON} differ: {sorted(fresh)}")
+        daemon_json = fresh.pop()
+        scripts = plain_scripts(floor_plan, daemon_json)
+        restore = f"printf '%s' {shlex.quote(daemon_json)} > {host_ops.DAEMON_JSON}\nsystemctl restart docker\n"
         r["ssh true"] = median(lambda: ssh_all(lab, ports, "true\n"), repeat)
         r["cli start"] = median(lambda: cli("--list")[0], repeat)
         r["python start"] = median(lambda: timed([PY, "-c", "pass"])[0], repeat)
@@ -233,6 +256,12 @@ def bench(n: int, repeat: int, work: Path) -> dict[str, Any]:
         r["plain cold"] = ssh_all(lab, ports, scripts["cold"])
         r["plain warm"] = median(lambda: ssh_all(lab, ports, scripts["warm"]), repeat)
         r["plain down"] = ssh_all(lab, ports, scripts["down"])
+        # The floor as it was before 2026-12-03 (no daemon settings), on hosts made fresh again; and
+        # fresh again for fleet.up (untimed: the lab's daemon.json back, Docker restarted).
+        ssh_all(lab, ports, restore)
+        r["plain cold without daemon"] = ssh_all(lab, ports, scripts["cold without daemon"])
+        ssh_all(lab, ports, scripts["down"])
+        ssh_all(lab, ports, restore)
 
         runs = [(s, json.loads(out)["run"]) for s, out in (cli("fleet.up", "-i", str(inv), "--yes", "--json")
                                                           for _ in range(1 + repeat))]  # fmt: skip
@@ -292,6 +321,9 @@ def report(r: dict[str, Any]) -> None:
         print(f"   {op:<15}{r[op]:>9.3f}{floor:>9.3f}  {what:<16}{ratio:>6.2f}x{tgt:>8}  {verdict}")
     print(f"   fleet.up warm / plain warm: {r['fleet.up warm'] / r['plain warm']:.2f}x; fleet.down is "
           "--no-final-snapshot (the plain floor takes none)")
+    print(f"   plain cold includes the Docker daemon settings and Docker's one restart (as a cold fleet.up on a "
+          f"fresh host); without them (the floor before 2026-12-03) it took {r['plain cold without daemon']:.3f}s: "
+          f"fleet.up cold / that = {r['fleet.up cold'] / r['plain cold without daemon']:.2f}x")
     print(f"   in process, masters open: lab lookup {r['lab lookup']:.3f}s, status read {r['status read']:.3f}s, "
           f"state read {r['state read']:.3f}s; fleet.status = cli start + lab lookup + status read + "
           f"{r['fleet.status'] - r['cli start'] - r['lab lookup'] - r['status read']:.3f}s")  # fmt: skip
@@ -304,7 +336,8 @@ def report(r: dict[str, Any]) -> None:
         print(f"   {kind} up: engine {engine:.3f}s (slowest host {r[f'{kind} host max']:.3f}s), outside the engine "
               f"{wall - engine:.3f}s; ops changed {r[f'{kind} changed']}")  # fmt: skip
     print(f"   final snapshot: fleet.down with it {r['fleet.down final']:.3f}s, without {r['fleet.down']:.3f}s: "
-          f"costs {r['fleet.down final'] - r['fleet.down']:.3f}s (a second cold up took {r['fleet.up cold 2']:.3f}s)")
+          f"costs {r['fleet.down final'] - r['fleet.down']:.3f}s (a second cold up, on hosts whose Docker keeps the "
+          f"settings, took {r['fleet.up cold 2']:.3f}s)")
     print(f"   fixed cost of an engine run: cli start + engine start = {r['cli start'] + r['engine start']:.3f}s;"
           f" status: {r['status agents']}/{3 * n} agents running")
     print(f"   down: to engine {r['down to engine']:.3f}s, teardown engine {r['down engine']:.3f}s, clean check "
