@@ -1,11 +1,15 @@
-"""A thin wrapper over the local ``docker`` CLI: the lab's only way to the engine."""
+"""A thin wrapper over the local ``docker`` CLI: the lab's way to the engine; and, for the lookup
+every ``fleet.status`` and ``fleet.up`` makes (``labelled_containers``), the engine's socket."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import subprocess
 from typing import Any
+from urllib.parse import quote
 
 from jackin.errors import LabError
 
@@ -60,6 +64,46 @@ def inspect(kind: str, names: list[str]) -> list[dict[str, Any]]:
     if not names:
         return []
     return json.loads(docker(kind, "inspect", *names) or "[]")
+
+
+SOCKET = "/var/run/docker.sock"
+
+
+def _api(path: str) -> Any:
+    """GET ``path`` on the local engine's socket (HTTP/1.0, as the docker CLI asks): its JSON answer;
+    None when it cannot be asked that way (``DOCKER_HOST`` or ``DOCKER_CONTEXT`` set, no socket, not
+    200, not JSON): the caller then runs the docker CLI, which says why it fails, if it does."""
+    if os.environ.get("DOCKER_HOST") or os.environ.get("DOCKER_CONTEXT"):
+        return None
+    chunks = []
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(30)
+            conn.connect(SOCKET)
+            conn.sendall(f"GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
+            while chunk := conn.recv(1 << 16):
+                chunks.append(chunk)
+    except OSError:
+        return None
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    if head.split(b" ", 2)[1:2] != [b"200"]:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def labelled_containers(label: str) -> list[dict[str, Any]]:
+    """``docker inspect`` of every container carrying ``label``, from the engine's socket (one listing
+    and one inspect each, ~1 ms) instead of two docker CLI starts (~20 ms of CPU each); by the CLI when
+    the socket cannot answer, or a container went between its listing and its inspect."""
+    listed = _api("/containers/json?all=1&filters=" + quote(json.dumps({"label": [label]}), safe=""))
+    if isinstance(listed, list):
+        docs = [_api(f"/containers/{quote(str(c.get('Id', '')), safe='')}/json") for c in listed]
+        if all(isinstance(d, dict) for d in docs):
+            return docs
+    return inspect("container", labelled("container", label))
 
 
 def labelled(kind: str, label: str) -> list[str]:

@@ -166,10 +166,10 @@ class Lab:
     # --- status --------------------------------------------------------------
 
     def status(self) -> LabStatus:
-        """The lab's hosts and service, from two docker calls (the engine is asked whether it answers
-        only when they fail: fleet.status looks the lab up on every read)."""
+        """The lab's hosts and service, from the engine's socket, else two docker calls (the engine is
+        asked whether it answers only when they fail: fleet.status looks the lab up on every read)."""
         try:
-            containers = dk.inspect("container", dk.labelled("container", self.label))
+            containers = dk.labelled_containers(self.label)
         except LabError:
             dk.ensure_engine()  # no engine: say so (with its hint), else the docker call's own error
             raise

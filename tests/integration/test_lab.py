@@ -7,6 +7,7 @@ import json
 import pytest
 
 from jackin.errors import HostKeyError, LabError
+from jackin.lab import Lab
 from jackin.lab import docker as dk
 from jackin.lab.image import image_tag
 from jackin.ssh import connect
@@ -90,6 +91,23 @@ def test_lab_status_json_gives_what_scripts_need(lab):
         assert set(host) >= {"name", "container", "address", "port", "user", "key_file", "known_hosts"}
         assert host["address"] == "127.0.0.1" and host["user"] == "root"
     assert data["service"]["ports"] == [8080, 8081]
+
+
+def test_the_lab_lookup_from_the_engines_socket_is_what_the_docker_cli_gives(lab, monkeypatch):
+    from_socket = {d["Id"]: d for d in dk.labelled_containers(lab.label)}
+    cli = {d["Id"]: d for d in dk.inspect("container", dk.labelled("container", lab.label))}
+    assert len(from_socket) == 3 and set(from_socket) == set(cli)  # 2 hosts and the service
+    for key, doc in from_socket.items():  # the same documents (the CLI prints the engine's own JSON)
+        for field in ("Name", "Config", "HostConfig", "NetworkSettings"):
+            assert doc[field] == cli[key][field], field
+    calls = []
+    real = dk.docker
+    monkeypatch.setattr(dk, "docker", lambda *a, **k: (calls.append(a[0]), real(*a, **k))[1])
+    via_socket = Lab(lab.name).status()
+    assert calls == []  # no docker CLI start
+    monkeypatch.setenv("DOCKER_HOST", "unix://" + dk.SOCKET)  # the same engine, by the CLI
+    assert Lab(lab.name).status() == via_socket
+    assert calls == ["ps", "container"]
 
 
 def test_second_up_is_fast_and_changes_nothing(lab):

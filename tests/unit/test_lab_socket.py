@@ -1,0 +1,112 @@
+"""The lab lookup asks the local engine's socket (jackin.lab.docker.labelled_containers), and the
+docker CLI when the socket cannot answer. A fake engine on a unix socket; the CLI stubbed."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from jackin.lab import docker as dk
+
+LABEL = "jackin.lab=demo"
+HOST = {"Id": "a1" * 32, "Name": "/jackin-lab-demo-1", "Config": {"Labels": {"jackin.lab": "demo"}}}
+SERVICE = {"Id": "b2" * 32, "Name": "/jackin-lab-demo-svc", "Config": {"Labels": {"jackin.lab": "demo"}}}
+
+
+class FakeEngine:
+    def __init__(self, path: Path) -> None:
+        self.requests: list[str] = []
+        self.gone: set[str] = set()  # ids listed but no longer there when inspected
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(str(path))
+        self.server.listen(8)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def answer(self, target: str) -> tuple[int, object]:
+        url = urlsplit(target)
+        if url.path == "/containers/json":
+            query = parse_qs(url.query)
+            assert query["all"] == ["1"]
+            if json.loads(query["filters"][0]) != {"label": [LABEL]}:
+                return 200, []
+            return 200, [{"Id": HOST["Id"]}, {"Id": SERVICE["Id"]}]
+        for doc in (HOST, SERVICE):
+            if url.path == f"/containers/{doc['Id']}/json" and doc["Id"] not in self.gone:
+                return 200, doc
+        return 404, {"message": "No such container"}
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            with conn:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    request += chunk
+                target = request.split(b" ")[1].decode()
+                self.requests.append(target)
+                code, body = self.answer(target)
+                conn.sendall(f"HTTP/1.0 {code} X\r\nContent-Type: application/json\r\n\r\n{json.dumps(body)}\n".encode())
+
+
+@pytest.fixture
+def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeEngine]:
+    fake = FakeEngine(tmp_path / "docker.sock")
+    monkeypatch.setattr(dk, "SOCKET", str(tmp_path / "docker.sock"))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    yield fake
+    fake.server.close()
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """The docker CLI, stubbed: records each call; ``ps`` lists the host, ``inspect`` returns it."""
+    calls: list[tuple[str, ...]] = []
+
+    def docker(*args: str, **_kw: object) -> str:
+        calls.append(args)
+        return "jackin-lab-demo-1\n" if args[0] == "ps" else json.dumps([HOST])
+
+    monkeypatch.setattr(dk, "docker", docker)
+    return calls
+
+
+def test_the_socket_answers_with_no_docker_cli_start(engine: FakeEngine, cli: list) -> None:
+    assert dk.labelled_containers(LABEL) == [HOST, SERVICE]
+    assert cli == []
+    assert engine.requests[1:] == [f"/containers/{HOST['Id']}/json", f"/containers/{SERVICE['Id']}/json"]
+
+
+def test_a_container_gone_before_its_inspect_is_left_to_the_cli(engine: FakeEngine, cli: list) -> None:
+    engine.gone.add(SERVICE["Id"])
+    assert dk.labelled_containers(LABEL) == [HOST]  # what the CLI lists now
+    assert [c[0] for c in cli] == ["ps", "container"]
+
+
+@pytest.mark.parametrize("variable", ["DOCKER_HOST", "DOCKER_CONTEXT"])
+def test_another_engine_chosen_by_the_environment_is_asked_by_the_cli(
+    engine: FakeEngine, cli: list, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, "tcp://127.0.0.1:2375" if variable == "DOCKER_HOST" else "other")
+    assert dk.labelled_containers(LABEL) == [HOST]
+    assert engine.requests == [] and [c[0] for c in cli] == ["ps", "container"]
+
+
+def test_no_socket_is_the_cli(tmp_path: Path, cli: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dk, "SOCKET", str(tmp_path / "none.sock"))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    assert dk.labelled_containers(LABEL) == [HOST]
+    assert [c[0] for c in cli] == ["ps", "container"]
