@@ -199,7 +199,7 @@ echo '##groups'; getent group | awk -F: '$3 >= {int(uid_min)} && $3 <= {int(uid_
 echo '##paths'; {paths}
 echo '##docker'
 if command -v docker >/dev/null 2>&1; then
-if [ -n "${{DOCKER_HOST:-}}${{DOCKER_CONTEXT:-}}" ] || [ ! -S {DOCKER_SOCKET} ] || ! command -v perl >/dev/null 2>&1; then
+if ! {{ {dockerapi.USABLE}; }}; then
 docker version --format ok 2>/dev/null
 echo '##containers'; c=$(docker ps -aq --filter {label}); [ -z "$c" ] || docker inspect --format '{{{{json .}}}}' $c
 echo '##networks'; n=$(docker network ls -q --filter {label}); [ -z "$n" ] || docker network inspect --format '{{{{json .}}}}' $n
@@ -264,7 +264,7 @@ def _systemd(lines: list[str]) -> dict[str, dict[str, str]]:
 # ls`` lists them, so two reads of an unchanged host are the same text), each image (``docker image
 # inspect``) and, with ``bootstrap`` (argument 2), ``/info``'s LiveRestoreEnabled (``##live``). The
 # fleet's name and the images are arguments, never code; a request that fails prints nothing, as the
-# CLI's would. With DOCKER_HOST or DOCKER_CONTEXT set, no socket, or no perl: the docker CLI instead.
+# CLI's would. Unless ``dockerapi.USABLE`` (the CLI could ask another engine, no socket, no perl): the docker CLI.
 DOCKER_SOCKET = dockerapi.SOCKET
 DOCKER_READ = dockerapi.PRELUDE + r"""my ($fleet, $live, @images) = @ARGV;
 my $filter = label_filter($fleet);

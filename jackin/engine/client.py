@@ -26,21 +26,33 @@ class Engine:
 
     def __init__(self) -> None:
         self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "jackin.engine.runner"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True)  # fmt: skip
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "jackin.engine.runner"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self.stderr, text=True)  # fmt: skip
+        except BaseException:
+            self.stderr.close()
+            raise
         self.used = False
 
     def close(self) -> None:
+        """End the child: one never handed a request has done nothing and is stopped at once; one that
+        ran (the caller stopped reading it, e.g. on an error) is given 10 s to finish, then stopped."""
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             try:
-                self.proc.stdin.close()  # nothing to run: the child reads an empty request and exits
+                self.proc.stdin.close()  # an empty request: the child exits without doing anything
             except BrokenPipeError:
                 pass
+        if not self.used:
+            self.proc.terminate()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self.stderr.close()
@@ -77,7 +89,7 @@ def run(request: EngineRequest, on_event: OnEvent = lambda _: None, *, timeout: 
         with Engine() as own:
             return run(request, on_event, timeout=timeout, secrets=secrets, engine=own)
     engine.used = True
-    started = time.monotonic()
+    t0 = time.monotonic()
     results: dict[str, HostResult] = {}
     engine_error: str | None = None
     proc, stderr = engine.proc, engine.stderr  # ``engine`` owns them and closes them
@@ -93,18 +105,20 @@ def run(request: EngineRequest, on_event: OnEvent = lambda _: None, *, timeout: 
     watchdog = threading.Timer(timeout, lambda: (fired.set(), proc.kill()))  # a run past its deadline is stopped
     watchdog.daemon = True
     watchdog.start()
-    for line in proc.stdout:
-        try:
-            event = Event.model_validate_json(line)
-        except ValidationError:
-            continue  # not an event line; the engine's stdout carries events only
-        if event.event == "host_done" and event.result is not None:
-            results[event.result.host] = event.result
-        elif event.event == "error":
-            engine_error = event.error
-        on_event(event)
-    code = proc.wait()
-    watchdog.cancel()
+    try:
+        for line in proc.stdout:
+            try:
+                event = Event.model_validate_json(line)
+            except ValidationError:
+                continue  # not an event line; the engine's stdout carries events only
+            if event.event == "host_done" and event.result is not None:
+                results[event.result.host] = event.result
+            elif event.event == "error":
+                engine_error = event.error
+            on_event(event)
+        code = proc.wait()
+    finally:
+        watchdog.cancel()
     if fired.is_set() and engine_error is None:
         engine_error = f"the run did not finish within {timeout:.0f}s and was stopped"
     if code != 0 and engine_error is None:
@@ -114,4 +128,4 @@ def run(request: EngineRequest, on_event: OnEvent = lambda _: None, *, timeout: 
     if not results and engine_error:
         raise JackinError(engine_error)
     hosts = [results.get(t.name) or HostResult(host=t.name, error="no result from the engine") for t in request.targets]
-    return RunResult(hosts=hosts, error=engine_error, elapsed=round(time.monotonic() - started, 3), dry_run=request.dry_run)
+    return RunResult(hosts=hosts, error=engine_error, elapsed=round(time.monotonic() - t0, 3), dry_run=request.dry_run)

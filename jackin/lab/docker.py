@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -69,16 +70,31 @@ def inspect(kind: str, names: list[str]) -> list[dict[str, Any]]:
 SOCKET = "/var/run/docker.sock"
 
 
+def _cli_decides() -> bool:
+    """Whether the docker CLI may ask another engine than the one on ``SOCKET``: ``DOCKER_HOST``,
+    ``DOCKER_CONTEXT`` or ``DOCKER_CONFIG`` set, or a current context chosen in ``~/.docker/config.json``
+    (``docker context use``: Docker Desktop, a rootless engine), or a config.json that does not parse."""
+    if any(os.environ.get(v) for v in ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG")):
+        return True
+    try:
+        config = json.loads((Path.home() / ".docker" / "config.json").read_text())
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: no home directory to look in
+        return True
+    return not isinstance(config, dict) or config.get("currentContext", "default") not in ("", "default")
+
+
 def _api(path: str) -> Any:
     """GET ``path`` on the local engine's socket (HTTP/1.0, as the docker CLI asks): its JSON answer;
-    None when it cannot be asked that way (``DOCKER_HOST`` or ``DOCKER_CONTEXT`` set, no socket, not
-    200, not JSON): the caller then runs the docker CLI, which says why it fails, if it does."""
-    if os.environ.get("DOCKER_HOST") or os.environ.get("DOCKER_CONTEXT"):
+    None when it cannot be asked that way (``_cli_decides``, no socket, no answer within 10 s, not 200,
+    not JSON): the caller then runs the docker CLI, which says why it fails, if it does."""
+    if _cli_decides():
         return None
     chunks = []
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(30)
+            conn.settimeout(10)
             conn.connect(SOCKET)
             conn.sendall(f"GET {path} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
             while chunk := conn.recv(1 << 16):

@@ -41,7 +41,8 @@ ENSURE_LIVE_RESTORE = (
 )
 # Before a restart: only running containers need live-restore in effect (a restart without it would stop
 # them). With none running (a fresh host), the restart itself takes the new file: no reload, no polling.
-KEEP_RUNNING = f'if [ -n "$(docker ps -q 2>/dev/null)" ]; then {ENSURE_LIVE_RESTORE}; fi'
+# A docker ps that fails (the engine busy, hung) counts as containers running: the safe path.
+KEEP_RUNNING = f'if ! ids=$(docker ps -q 2>/dev/null) || [ -n "$ids" ]; then {ENSURE_LIVE_RESTORE}; fi'
 
 
 def _parse(current: str | None) -> dict:

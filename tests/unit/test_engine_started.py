@@ -22,8 +22,9 @@ def test_an_unused_engine_ends_quietly_with_nothing_run() -> None:
         assert engine is not None
         proc = engine.proc
         time.sleep(0.2)
-        assert proc.poll() is None  # waiting for its request
-    assert proc.returncode == 0
+        assert proc.poll() is None  # loading, then waiting for its request
+    assert proc.returncode is not None  # ended on the way out, with nothing run
+    assert proc.stdout is not None and proc.stdout.closed
     assert engine.stderr.closed  # closed with the engine
 
 
@@ -51,3 +52,11 @@ def test_an_engine_that_died_before_its_request_is_an_engine_error() -> None:
             assert "engine exited -9" in error.message
         else:
             raise AssertionError("a dead engine must fail the run")
+
+
+def test_a_closed_unused_engine_that_gets_its_empty_request_exits_0() -> None:
+    engine = client.Engine()
+    assert engine.proc.stdin is not None
+    engine.proc.stdin.close()  # what close() sends first: the child reads it once loaded, and does nothing
+    assert engine.proc.wait(timeout=60) == 0
+    engine.close()

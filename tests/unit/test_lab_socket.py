@@ -22,6 +22,7 @@ SERVICE = {"Id": "b2" * 32, "Name": "/jackin-lab-demo-svc", "Config": {"Labels":
 class FakeEngine:
     def __init__(self, path: Path) -> None:
         self.requests: list[str] = []
+        self.listing: tuple[int, str] | None = None  # (status, raw body) instead of the listing
         self.gone: set[str] = set()  # ids listed but no longer there when inspected
         self.server = socket.socket(socket.AF_UNIX)
         self.server.bind(str(path))
@@ -57,15 +58,19 @@ class FakeEngine:
                 target = request.split(b" ")[1].decode()
                 self.requests.append(target)
                 code, body = self.answer(target)
-                conn.sendall(f"HTTP/1.0 {code} X\r\nContent-Type: application/json\r\n\r\n{json.dumps(body)}\n".encode())
+                text = json.dumps(body) + "\n"
+                if self.listing is not None and target.startswith("/containers/json"):
+                    code, text = self.listing
+                conn.sendall(f"HTTP/1.0 {code} X\r\nContent-Type: application/json\r\n\r\n{text}".encode())
 
 
 @pytest.fixture
 def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeEngine]:
     fake = FakeEngine(tmp_path / "docker.sock")
     monkeypatch.setattr(dk, "SOCKET", str(tmp_path / "docker.sock"))
-    monkeypatch.delenv("DOCKER_HOST", raising=False)
-    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    for variable in ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.docker/config.json unless a test writes one
     yield fake
     fake.server.close()
 
@@ -95,11 +100,11 @@ def test_a_container_gone_before_its_inspect_is_left_to_the_cli(engine: FakeEngi
     assert [c[0] for c in cli] == ["ps", "container"]
 
 
-@pytest.mark.parametrize("variable", ["DOCKER_HOST", "DOCKER_CONTEXT"])
+@pytest.mark.parametrize("variable", ["DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG"])
 def test_another_engine_chosen_by_the_environment_is_asked_by_the_cli(
     engine: FakeEngine, cli: list, monkeypatch: pytest.MonkeyPatch, variable: str
 ) -> None:
-    monkeypatch.setenv(variable, "tcp://127.0.0.1:2375" if variable == "DOCKER_HOST" else "other")
+    monkeypatch.setenv(variable, {"DOCKER_HOST": "tcp://127.0.0.1:2375", "DOCKER_CONFIG": "/elsewhere"}.get(variable, "other"))
     assert dk.labelled_containers(LABEL) == [HOST]
     assert engine.requests == [] and [c[0] for c in cli] == ["ps", "container"]
 
@@ -108,5 +113,27 @@ def test_no_socket_is_the_cli(tmp_path: Path, cli: list, monkeypatch: pytest.Mon
     monkeypatch.setattr(dk, "SOCKET", str(tmp_path / "none.sock"))
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    assert dk.labelled_containers(LABEL) == [HOST]
+    assert [c[0] for c in cli] == ["ps", "container"]
+
+
+@pytest.mark.parametrize(("config", "socket_asked"), [
+    ('{"currentContext": "rootless"}', False), ('{"currentContext": "desktop-linux"}', False),
+    ('{"currentContext": "default"}', True), ('{"auths": {}}', True), ("not json", False),
+])  # fmt: skip
+def test_a_context_chosen_with_docker_context_use_is_asked_by_the_cli(
+    engine: FakeEngine, cli: list, tmp_path: Path, config: str, socket_asked: bool
+) -> None:
+    """``docker context use`` (Docker Desktop, a rootless engine) points the CLI at another engine than
+    the default socket, with no variable set: the socket's answer would be another engine's lab."""
+    (tmp_path / "home" / ".docker").mkdir(parents=True)
+    (tmp_path / "home" / ".docker" / "config.json").write_text(config)
+    dk.labelled_containers(LABEL)
+    assert bool(engine.requests) == socket_asked and (cli == []) == socket_asked
+
+
+@pytest.mark.parametrize("listing", [(500, '{"message": "busy"}\n'), (200, '[{"Id": "a1a1')], ids=["500", "cut-short"])
+def test_an_answer_that_is_not_a_whole_200_is_left_to_the_cli(engine: FakeEngine, cli: list, listing) -> None:
+    engine.listing = listing
     assert dk.labelled_containers(LABEL) == [HOST]
     assert [c[0] for c in cli] == ["ps", "container"]

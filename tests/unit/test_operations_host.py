@@ -128,7 +128,7 @@ def test_restart_is_not_held_back_by_the_start_rate_limit() -> None:
     assert RESTART == ["systemctl reset-failed docker", "systemctl restart docker"]
 
 
-def test_first_time_writes_once_reloads_for_live_restore_then_restarts_once() -> None:
+def test_first_time_writes_once_keeps_running_containers_then_restarts_once() -> None:
     new = daemon_config(LAB, POOLS) or ""
     commands = daemon_commands(LAB, False, POOLS)
     assert commands == [*_write(new), KEEP_RUNNING, *RESTART]
@@ -142,7 +142,7 @@ def test_only_live_restore_changed_is_a_reload_without_restart() -> None:
                                                    ENSURE_LIVE_RESTORE]  # fmt: skip
 
 
-def test_a_key_that_needs_a_restart_restarts_once_after_live_restore() -> None:
+def test_a_key_that_needs_a_restart_restarts_once_after_keeping_running_containers() -> None:
     current = json.dumps({**HARDENED, "icc": True, "userland-proxy": True})
     commands = daemon_commands(current, True, [])
     assert commands[-3:] == [KEEP_RUNNING, *RESTART] and commands.count("systemctl restart docker") == 1
@@ -175,11 +175,12 @@ def _ensure(tmp_path, live_after_reload: bool) -> tuple[subprocess.CompletedProc
     return done, log.read_text().splitlines()
 
 
-def _keep_running(tmp_path, running: str) -> list[str]:
-    """KEEP_RUNNING against stub docker/systemctl/sleep: ``docker ps -q`` prints ``running``."""
+def _keep_running(tmp_path, running: str, ps_exit: int = 0) -> list[str]:
+    """KEEP_RUNNING against stub docker/systemctl/sleep: ``docker ps -q`` prints ``running``, exits ``ps_exit``."""
     bin_dir, log = tmp_path / "bin", tmp_path / "calls"
     bin_dir.mkdir(parents=True)
-    stubs = {"docker": f'echo "docker $*" >> {log}; case "$1" in ps) printf "%s" "{running}";; *) echo true;; esac',
+    stubs = {"docker": f'echo "docker $*" >> {log}; case "$1" in ps) printf "%s" "{running}"; exit {ps_exit};; '
+                       '*) echo true;; esac',
              "systemctl": f'echo "systemctl $*" >> {log}', "sleep": f'echo "sleep $*" >> {log}'}  # fmt: skip
     for name, body in stubs.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
@@ -196,6 +197,9 @@ def test_before_a_restart_live_restore_is_made_effective_only_when_a_container_r
                                                             "docker info --format {{.LiveRestoreEnabled}}"]  # fmt: skip
     # None runs (a fresh host): nothing to keep, so neither a reload nor a poll; the restart applies the file.
     assert _keep_running(tmp_path / "b", "") == ["docker ps -q"]
+    # docker ps fails (the engine busy or hung): taken as containers running, live-restore is made sure of.
+    assert _keep_running(tmp_path / "c", "", ps_exit=1) == ["docker ps -q", "docker info --format {{.LiveRestoreEnabled}}",
+                                                            "docker info --format {{.LiveRestoreEnabled}}"]  # fmt: skip
 
 
 def test_ensure_live_restore_reloads_and_waits_and_never_restarts(tmp_path) -> None:

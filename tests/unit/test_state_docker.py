@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
+from jackin import dockerapi
 from jackin.state import DOCKER_READ, DOCKER_SOCKET, parse_state, state_command
 
 pytestmark = pytest.mark.skipif(shutil.which("perl") is None, reason="no perl here")
@@ -143,7 +144,8 @@ def test_the_fleet_name_is_data_json_escaped_and_url_encoded(docker: FakeDocker)
 
 def test_the_command_runs_perl_only_on_the_default_socket_and_falls_back_to_the_cli() -> None:
     command = state_command("demo", 60000, 60999, ["jackin/role-demo:1"], bootstrap=True)
-    assert f'[ ! -S {DOCKER_SOCKET} ]' in command and '"${DOCKER_HOST:-}${DOCKER_CONTEXT:-}"' in command
+    assert f"if ! {{ {dockerapi.USABLE}; }}; then" in command
+    assert f"[ -S {DOCKER_SOCKET} ]" in dockerapi.USABLE and '"${DOCKER_HOST:-}${DOCKER_CONTEXT:-}${DOCKER_CONFIG:-}"' in dockerapi.USABLE
     assert "' demo 1 jackin/role-demo:1\n" in command  # the perl program's arguments: fleet, bootstrap, images
     assert "docker info --format '{{.LiveRestoreEnabled}}'" in command  # the fallback's
     assert "live=" not in command  # the daemon section's own docker info is gone
@@ -192,3 +194,25 @@ def test_units_systemctl_does_not_know_read_as_is_enabled_and_is_active_report_t
     assert (state.ttl.enabled, state.ttl.active, state.cow.enabled) == ("", "inactive", False)
     empty = parse_state(["##fleet", "demo", "##systemd", "##ttl"])  # no systemctl on the host
     assert (empty.host["docker_active"], empty.ttl.enabled, empty.ttl.active) == ("", "", "")
+
+
+@pytest.mark.parametrize(("setup", "usable"), [
+    ("", True),
+    ("export DOCKER_CONFIG=/elsewhere", False),
+    ("export DOCKER_HOST=tcp://127.0.0.1:1", False),
+    ("mkdir -p $HOME/.docker && echo '{\"auths\": {}}' > $HOME/.docker/config.json", True),
+    ("mkdir -p $HOME/.docker && echo '{\"currentContext\": \"rootless\"}' > $HOME/.docker/config.json", False),
+])  # fmt: skip
+def test_perl_reads_only_the_engine_the_docker_cli_would_ask(tmp_path: Path, setup: str, usable: bool) -> None:
+    """A context chosen with ``docker context use`` (Docker Desktop, a rootless engine) can point the CLI at
+    another engine than the default socket: then the CLI reads, never perl on the default socket."""
+    sock = tmp_path / "docker.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(sock))
+    try:
+        test = dockerapi.USABLE.replace(dockerapi.SOCKET, str(sock))
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home")}
+        done = subprocess.run(["sh", "-c", f"{setup}\n{test}"], env=env, capture_output=True, text=True, timeout=10)
+        assert (done.returncode == 0) == usable, done.stderr
+    finally:
+        server.close()

@@ -93,7 +93,7 @@ def test_a_daemon_that_does_not_answer_exits_1_and_the_shell_says_docker_is_down
 
 def test_the_command_uses_perl_only_on_the_default_socket_and_falls_back_to_the_cli() -> None:
     shell = _inspect('x"y')
-    assert f"[ -S {SOCKET} ]" in shell and '"${DOCKER_HOST:-}${DOCKER_CONTEXT:-}"' in shell
+    assert f"[ -S {SOCKET} ]" in shell and '"${DOCKER_HOST:-}${DOCKER_CONTEXT:-}${DOCKER_CONFIG:-}"' in shell
     assert "command -v perl" in shell and "elif ids=$(docker ps -aq" in shell
     assert "' 'x\"y')" in shell  # the fleet's name is perl's argument, quoted, never code
 
