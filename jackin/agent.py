@@ -13,7 +13,7 @@ from jackin import plan as planning
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError, SpecError
 from jackin.remote import HostError, gather
 from jackin.spec import Inventory
-from jackin.ssh import SshTarget
+from jackin.target import SshTarget
 
 
 class Probe(BaseModel):

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from jackin import plan as planning
 from jackin.errors import EXIT_OK, JackinError, SpecError
 from jackin.spec import Inventory
-from jackin.ssh import SshTarget
+from jackin.target import SshTarget
 
 SHELL = "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l"
 MISSING = 125  # the exit status our check gives when the container is not there (docker's own for its errors)

@@ -29,7 +29,7 @@ from jackin.hostplan import HostChanges, host_changes
 from jackin.snapshots.auto import AutoSnapshot, States, read_states, snapshot_before_up
 from jackin.snapshots.final import FinalHost, take_final
 from jackin.spec import DEFAULT_INVENTORY, Inventory, load_inventory
-from jackin.ssh import SshTarget
+from jackin.target import SshTarget
 from jackin.state import HostState, parse_state, state_command
 from jackin.status import FleetStatus
 from jackin.status import read as read_status

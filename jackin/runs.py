@@ -17,7 +17,7 @@ from jackin.engine import EngineRequest, Event, HostResult, RunResult, run
 from jackin.engine.client import Engine
 from jackin.errors import JackinError
 from jackin.ledger import Ledger
-from jackin.ssh import SshTarget
+from jackin.target import SshTarget
 
 OnEvent = Callable[[Event], None]
 OnHost = Callable[[HostResult, SshTarget], None]

@@ -16,7 +16,7 @@ from jackin import plan as planning
 from jackin.errors import JackinError
 from jackin.remote import gather
 from jackin.snapshots.final import FinalHost
-from jackin.ssh import SshTarget
+from jackin.target import SshTarget
 from jackin.state import HostState, parse_state, state_command
 
 States = dict[str, HostState | JackinError]

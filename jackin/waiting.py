@@ -29,7 +29,7 @@ from jackin.agent_state import AgentState
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError, SpecError
 from jackin.remote import gather
 from jackin.spec import Inventory
-from jackin.ssh import SshTarget
+from jackin.target import SshTarget
 
 Until = Literal["done", "blocked", "any"]
 UNTIL = ("done", "blocked", "any")

@@ -23,7 +23,7 @@ from jackin.operations import changes
 from jackin.plan import FleetPlan
 from jackin.remote import gather
 from jackin.spec import Inventory
-from jackin.ssh import SshTarget
+from jackin.target import SshTarget
 from jackin.state import HostState, parse_state, state_command
 
 Log = Callable[[str], None]

@@ -22,7 +22,7 @@ from pathlib import Path
 from jackin.errors import JackinError
 from jackin.ledger import Ledger
 from jackin.snapshots import api, transfer
-from jackin.ssh import SshTarget
+from jackin.target import SshTarget
 
 OPERATOR = "operator"  # the place of a copy on this machine (ledger ``repo_copies.place``)
 

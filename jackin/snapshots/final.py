@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-import paramiko
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin import plan as planning
@@ -32,7 +31,7 @@ from jackin.ledger import Ledger
 from jackin.paths import state_dir
 from jackin.remote import gather
 from jackin.spec import Inventory
-from jackin.ssh import SshTarget
+from jackin.target import SshTarget
 from jackin.state import HostState, parse_state, state_command
 
 LABEL = "final, before fleet.down"
@@ -241,6 +240,8 @@ def _snapshot(ledger: Ledger, inventory: Inventory, group: list[SshTarget], inst
 def _pull(ledger: Ledger, fleet: str, targets: list[SshTarget], out: dict[str, FinalHost], log: Log) -> None:
     """Pull and check each target's repository here (``copies.pull_hosts``: recorded in the ledger)."""
     from jackin.snapshots import copies, transfer
+
+    import paramiko  # here: fleet.up imports this module, and it needs no SSH library
 
     try:
         results = copies.pull_hosts(ledger, fleet, targets)

@@ -27,7 +27,7 @@ from jackin.snapshots import api, cow
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import AgentRestore, AgentSnapshot, DiffResult, PruneResult, RestoreResult, SnapshotRecord
 from jackin.spec import Inventory
-from jackin.ssh import SshTarget
+from jackin.target import SshTarget
 
 if TYPE_CHECKING:
     from jackin.snapshots.moves import Placement
