@@ -4,8 +4,6 @@ docker CLI when the socket cannot answer. A fake engine on a unix socket; the CL
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -13,25 +11,26 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from jackin.lab import docker as dk
+from tests.unit.test_state_docker import FakeDocker
 
 LABEL = "jackin.lab=demo"
 HOST = {"Id": "a1" * 32, "Name": "/jackin-lab-demo-1", "Config": {"Labels": {"jackin.lab": "demo"}}}
 SERVICE = {"Id": "b2" * 32, "Name": "/jackin-lab-demo-svc", "Config": {"Labels": {"jackin.lab": "demo"}}}
 
 
-class FakeEngine:
+class FakeEngine(FakeDocker):
+    """The lab's containers on a fake engine socket (the state read's fake daemon, other answers)."""
+
     def __init__(self, path: Path) -> None:
-        self.requests: list[str] = []
-        self.listing: tuple[int, str] | None = None  # (status, raw body) instead of the listing
+        super().__init__(path)
         self.gone: set[str] = set()  # ids listed but no longer there when inspected
-        self.server = socket.socket(socket.AF_UNIX)
-        self.server.bind(str(path))
-        self.server.listen(8)
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.listing: tuple[int, str] | None = None  # (status, raw body) instead of the listing
 
     def answer(self, target: str) -> tuple[int, object]:
         url = urlsplit(target)
         if url.path == "/containers/json":
+            if self.listing is not None:
+                return self.listing
             query = parse_qs(url.query)
             assert query["all"] == ["1"]
             if json.loads(query["filters"][0]) != {"label": [LABEL]}:
@@ -42,27 +41,6 @@ class FakeEngine:
                 return 200, doc
         return 404, {"message": "No such container"}
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            with conn:
-                request = b""
-                while b"\r\n\r\n" not in request:
-                    chunk = conn.recv(4096)
-                    if not chunk:
-                        break
-                    request += chunk
-                target = request.split(b" ")[1].decode()
-                self.requests.append(target)
-                code, body = self.answer(target)
-                text = json.dumps(body) + "\n"
-                if self.listing is not None and target.startswith("/containers/json"):
-                    code, text = self.listing
-                conn.sendall(f"HTTP/1.0 {code} X\r\nContent-Type: application/json\r\n\r\n{text}".encode())
-
 
 @pytest.fixture
 def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeEngine]:
@@ -72,7 +50,7 @@ def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeEngi
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.docker/config.json unless a test writes one
     yield fake
-    fake.server.close()
+    fake.stop()
 
 
 @pytest.fixture
