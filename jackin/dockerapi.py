@@ -2,9 +2,11 @@
 
 Each docker CLI start costs a lab host ~25 ms of CPU; the reads that run on every host at once
 (``jackin.state``'s state read, ``jackin.status``'s status read) ask the daemon's socket instead,
-with the very API requests the CLI makes. perl-base is Essential on Debian and Ubuntu; with
-``DOCKER_HOST`` or ``DOCKER_CONTEXT`` set, no socket or no perl (``USABLE`` is false), the reads use
-the docker CLI as before. Pure: shell and perl text only. The fleet's name and every other value
+with the very API requests the CLI makes. perl-base is Essential on Debian and Ubuntu; when the CLI
+could ask another engine (``DOCKER_HOST``, ``DOCKER_CONTEXT`` or ``DOCKER_CONFIG`` set, or any
+``currentContext`` in root's ``~/.docker/config.json``, even "default": the shell does not parse
+JSON, so it errs toward the CLI), with no socket or no perl (``USABLE`` is false), the reads use the
+docker CLI as before. Pure: shell and perl text only. The fleet's name and every other value
 reach perl as arguments, never as code.
 """
 

@@ -44,6 +44,8 @@ class Engine:
                 pass
         if not self.used:
             self.proc.terminate()
+        elif self.proc.poll() is None and self.proc.stdout is not None:
+            self.proc.stdout.close()  # nobody reads it any more: the child stops at its next event, not on a full pipe
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -94,18 +96,18 @@ def run(request: EngineRequest, on_event: OnEvent = lambda _: None, *, timeout: 
     engine_error: str | None = None
     proc, stderr = engine.proc, engine.stderr  # ``engine`` owns them and closes them
     assert proc.stdin is not None and proc.stdout is not None
-    try:
-        proc.stdin.write(request.model_dump_json() + "\n")  # one line: JSON escapes every newline
-        if secrets:
-            proc.stdin.write(secrets + "\n")
-        proc.stdin.close()
-    except BrokenPipeError:  # a child started ahead that died before its request: its stderr says why
-        pass
     fired = threading.Event()
     watchdog = threading.Timer(timeout, lambda: (fired.set(), proc.kill()))  # a run past its deadline is stopped
     watchdog.daemon = True
-    watchdog.start()
+    watchdog.start()  # before the request is written: a child that never reads it is stopped too
     try:
+        try:
+            proc.stdin.write(request.model_dump_json() + "\n")  # one line: JSON escapes every newline
+            if secrets:
+                proc.stdin.write(secrets + "\n")
+            proc.stdin.close()
+        except BrokenPipeError:  # a child started ahead that died before its request: its stderr says why
+            pass
         for line in proc.stdout:
             try:
                 event = Event.model_validate_json(line)

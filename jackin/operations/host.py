@@ -31,7 +31,10 @@ RELOADABLE = {"live-restore"}  # applied by SIGHUP; every other key of ours need
 # A deliberate restart is not held back by systemd's start rate limit (docker.service: 3 starts a minute).
 RESTART = ["systemctl reset-failed docker", "systemctl restart docker"]
 
-_LIVE = "docker info --format '{{.LiveRestoreEnabled}}' 2>/dev/null"
+# The system engine (the one `systemctl restart docker` restarts), whatever root's docker CLI context or
+# DOCKER_HOST names; and an engine that hangs counts as not answering (timeout's exit 124).
+SYSTEM_DOCKER = "timeout 20 docker --host unix:///var/run/docker.sock"
+_LIVE = f"{SYSTEM_DOCKER} info --format '{{{{.LiveRestoreEnabled}}}}' 2>/dev/null"
 # Reload until the running daemon reports live-restore; never restart without it (that would stop the agents).
 ENSURE_LIVE_RESTORE = (
     f'if [ "$({_LIVE})" != true ]; then systemctl reload docker; fi; n=0; '
@@ -41,8 +44,8 @@ ENSURE_LIVE_RESTORE = (
 )
 # Before a restart: only running containers need live-restore in effect (a restart without it would stop
 # them). With none running (a fresh host), the restart itself takes the new file: no reload, no polling.
-# A docker ps that fails (the engine busy, hung) counts as containers running: the safe path.
-KEEP_RUNNING = f'if ! ids=$(docker ps -q 2>/dev/null) || [ -n "$ids" ]; then {ENSURE_LIVE_RESTORE}; fi'
+# A docker ps that fails or hangs (the engine busy) counts as containers running: the safe path.
+KEEP_RUNNING = f'if ! ids=$({SYSTEM_DOCKER} ps -q 2>/dev/null) || [ -n "$ids" ]; then {ENSURE_LIVE_RESTORE}; fi'
 
 
 def _parse(current: str | None) -> dict:

@@ -1,6 +1,7 @@
 """Unit tests never reach this machine's Docker engine: its socket, which the lab lookup asks before
-the docker CLI (jackin.lab.docker.labelled_containers), is a path that does not exist, so tests that
-stub the docker CLI get the CLI path. tests/unit/test_lab_socket.py serves a fake engine instead."""
+the docker CLI (jackin.lab.docker.labelled_containers), is a path that does not exist, and the docker
+CLI (jackin.lab.docker.docker) fails the test unless the test stubs it. tests/unit/test_lab_socket.py
+serves a fake engine instead."""
 
 from __future__ import annotations
 
@@ -10,3 +11,8 @@ import pytest
 @pytest.fixture(autouse=True)
 def _no_local_docker_socket(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     monkeypatch.setattr("jackin.lab.docker.SOCKET", str(tmp_path_factory.getbasetemp() / "no-docker.sock"))
+
+    def no_cli(*args: str, **_kw: object) -> None:
+        raise AssertionError(f"a unit test ran the real docker CLI: docker {' '.join(args)}")
+
+    monkeypatch.setattr("jackin.lab.docker.docker", no_cli)  # a test that needs it stubs its own

@@ -69,15 +69,16 @@ def test_fleet_status_loads_neither_the_fleet_api_nor_the_engine() -> None:
     assert done.stdout.strip().splitlines()[-1] == "0 []"
 
 
-def test_the_up_path_loads_neither_paramiko_nor_fabric() -> None:
+def test_the_up_path_loads_neither_paramiko_nor_fabric_nor_cryptography() -> None:
     """fleet.up and fleet.plan read over OpenSSH and run the engine in a child: the inv process loads
     no SSH library (~50 ms) unless a read falls back to Fabric (jump hosts, JACKIN_SSH=paramiko)."""
     code = (
         "import sys, tasks; "
         "import jackin.cli, jackin.fleet, jackin.hostplan, jackin.runs, jackin.engine, jackin.teardown, "
-        "jackin.snapshots.auto, jackin.snapshots.final, jackin.state, jackin.contract, jackin.images; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'paramiko', 'fabric', 'jackin.ssh'} "
-        "| ({'jackin.ssh'} & set(sys.modules))))"
+        "jackin.snapshots.auto, jackin.snapshots.final, jackin.state, jackin.contract, jackin.images, "
+        "jackin.credentials, jackin.work, jackin.providers, jackin.remote, jackin.openssh; "
+        "tops = {m.split('.')[0] for m in sys.modules}; "
+        "print(sorted(tops & {'paramiko', 'fabric', 'cryptography'}), 'jackin.ssh' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    assert done.stdout.strip() == "[] False"

@@ -17,7 +17,7 @@ def test_not_wanted_starts_nothing() -> None:
         assert engine is None
 
 
-def test_an_unused_engine_ends_quietly_with_nothing_run() -> None:
+def test_an_unused_engine_is_ended_on_the_way_out() -> None:
     with client.started(True) as engine:
         assert engine is not None
         proc = engine.proc
@@ -54,7 +54,7 @@ def test_an_engine_that_died_before_its_request_is_an_engine_error() -> None:
             raise AssertionError("a dead engine must fail the run")
 
 
-def test_a_closed_unused_engine_that_gets_its_empty_request_exits_0() -> None:
+def test_an_engine_child_given_an_empty_request_exits_0() -> None:
     engine = client.Engine()
     assert engine.proc.stdin is not None
     engine.proc.stdin.close()  # what close() sends first: the child reads it once loaded, and does nothing

@@ -162,7 +162,8 @@ def _ensure(tmp_path, live_after_reload: bool) -> tuple[subprocess.CompletedProc
     bin_dir, log, flag = tmp_path / "bin", tmp_path / "calls", tmp_path / "reloaded"
     bin_dir.mkdir()
     stubs = {
-        "docker": f'echo "docker $*" >> {log}; if [ -e {flag} ]; then echo {str(live_after_reload).lower()}; else echo false; fi',
+        "docker": f'[ "$1 $2" = "--host unix:///var/run/docker.sock" ] || exit 99; shift 2; '
+                  f'echo "docker $*" >> {log}; if [ -e {flag} ]; then echo {str(live_after_reload).lower()}; else echo false; fi',
         "systemctl": f'echo "systemctl $*" >> {log}; [ "$1" = reload ] && touch {flag}; true',
         "sleep": f'echo "sleep $*" >> {log}',
     }
@@ -179,7 +180,9 @@ def _keep_running(tmp_path, running: str, ps_exit: int = 0) -> list[str]:
     """KEEP_RUNNING against stub docker/systemctl/sleep: ``docker ps -q`` prints ``running``, exits ``ps_exit``."""
     bin_dir, log = tmp_path / "bin", tmp_path / "calls"
     bin_dir.mkdir(parents=True)
-    stubs = {"docker": f'echo "docker $*" >> {log}; case "$1" in ps) printf "%s" "{running}"; exit {ps_exit};; '
+    # The stub takes the system engine's --host (KEEP_RUNNING never asks a CLI context's engine) and logs the rest.
+    stubs = {"docker": f'[ "$1 $2" = "--host unix:///var/run/docker.sock" ] || exit 99; shift 2; '
+                       f'echo "docker $*" >> {log}; case "$1" in ps) printf "%s" "{running}"; exit {ps_exit};; '
                        '*) echo true;; esac',
              "systemctl": f'echo "systemctl $*" >> {log}', "sleep": f'echo "sleep $*" >> {log}'}  # fmt: skip
     for name, body in stubs.items():
@@ -197,8 +200,8 @@ def test_before_a_restart_live_restore_is_made_effective_only_when_a_container_r
                                                             "docker info --format {{.LiveRestoreEnabled}}"]  # fmt: skip
     # None runs (a fresh host): nothing to keep, so neither a reload nor a poll; the restart applies the file.
     assert _keep_running(tmp_path / "b", "") == ["docker ps -q"]
-    # docker ps fails (the engine busy or hung): taken as containers running, live-restore is made sure of.
-    assert _keep_running(tmp_path / "c", "", ps_exit=1) == ["docker ps -q", "docker info --format {{.LiveRestoreEnabled}}",
+    # docker ps fails or hangs (timeout's 124: the engine busy): taken as containers running, live-restore is made sure of.
+    assert _keep_running(tmp_path / "c", "", ps_exit=124) == ["docker ps -q", "docker info --format {{.LiveRestoreEnabled}}",
                                                             "docker info --format {{.LiveRestoreEnabled}}"]  # fmt: skip
 
 
