@@ -2,8 +2,9 @@
 
 For W(N hosts, 3 agents) with N in --hosts (default 1,4,8; --scale adds 16,32)
 it times, the way an operator runs them (``python -m invoke ...`` in the repo):
-cold ``fleet.up``, warm no-change ``fleet.up``, ``fleet.status --json`` (once from cold, with the
-SSH master connections of earlier reads closed, and the median of --repeat runs with them open) and
+cold ``fleet.up``, ``fleet.status --json`` once from cold (the SSH master connections of earlier
+reads closed), then --repeat rounds of ``ssh true``, ``fleet.status`` and a warm no-change
+``fleet.up`` (masters open; each target's ratio is the median of the rounds' own ratios), and
 ``fleet.down --yes --no-final-snapshot`` (then, after a second cold up, ``fleet.down`` with its
 final snapshot and pull, reported apart as the final snapshot's cost). Beside each, in the same
 run and on the same lab hosts, a floor: N parallel ``ssh host true`` (for fleet.status, right
@@ -270,28 +271,31 @@ def bench(n: int, repeat: int, work: Path) -> dict[str, Any]:
         ssh_all(lab, ports, scripts["down"])
         ssh_all(lab, ports, restore)
 
-        runs = [(s, json.loads(out)["run"]) for s, out in (cli("fleet.up", "-i", str(inv), "--yes", "--json")
-                                                          for _ in range(1 + repeat))]  # fmt: skip
+        cold_run = cli("fleet.up", "-i", str(inv), "--yes", "--json")
+        close_masters()  # status from cold: no SSH master connection left by the up
+        r["fleet.status cold"], _ = cli("fleet.status", "-i", str(inv), "--json")
+        # Then, masters open, --repeat rounds of: an `ssh true` floor, fleet.status, a warm fleet.up. The
+        # agents now run, and their health checks come in bursts (24 `docker exec` every 10 s here, all
+        # started together), so each target's ratio is the median of the rounds' own ratios: status against
+        # the floor just before it, the warm up against the status just before it (medians taken apart
+        # could set a burst against a quiet moment). The idle floor (before any agent) is printed too.
+        statuses, trues, warms = [], [], []
+        for _ in range(repeat):
+            trues.append(ssh_all(lab, ports, "true\n"))
+            statuses.append(cli("fleet.status", "-i", str(inv), "--json"))
+            seconds, out = cli("fleet.up", "-i", str(inv), "--yes", "--json")
+            warms.append((seconds, json.loads(out)["run"]))
+        r["fleet.status"] = statistics.median(s for s, _ in statuses)
+        r["ssh true busy"] = statistics.median(trues)
+        r["status ratio"] = statistics.median(s / (t + r["python start"]) for (s, _), t in zip(statuses, trues))
+        r["warm ratio"] = statistics.median(w / s for (w, _), (s, _) in zip(warms, statuses))
+        runs = [(cold_run[0], json.loads(cold_run[1])["run"]), *warms]
         warm = sorted(runs[1:], key=lambda x: x[0])
         for kind, (seconds, run) in (("cold", runs[0]), ("warm", warm[len(warm) // 2])):
             r[f"fleet.up {kind}"], r[f"{kind} engine"] = seconds, run["elapsed"]
             r[f"{kind} host max"] = max(h["elapsed"] for h in run["hosts"])
             batch = runs[1:] if kind == "warm" else runs[:1]  # warm: the most any warm run changed
             r[f"{kind} changed"] = max(sum(h["changed"] for h in x["hosts"]) for _, x in batch)
-        close_masters()  # status from cold: no SSH master connection left by the ups
-        r["fleet.status cold"], _ = cli("fleet.status", "-i", str(inv), "--json")
-        # warm: masters open. Each run right after an `ssh true` floor on the same hosts, now that the
-        # agents run (their health checks come in bursts: 24 `docker exec` every 10 s here), so that a
-        # status and its floor see the same load; the idle floor (before any agent) is printed beside it.
-        statuses, trues = [], []
-        for _ in range(repeat):
-            trues.append(ssh_all(lab, ports, "true\n"))
-            statuses.append(cli("fleet.status", "-i", str(inv), "--json"))
-        r["fleet.status"] = statistics.median(s for s, _ in statuses)
-        r["ssh true busy"] = statistics.median(trues)
-        # The target's ratio: the median of each run against the floor measured just before it (a pair
-        # sees the same load; medians taken apart could pair a burst with a quiet moment).
-        r["status ratio"] = statistics.median(s / (t + r["python start"]) for (s, _), t in zip(statuses, trues))
         try:
             r.update(parts(lab, inv, repeat))
         except Exception as error:  # noqa: BLE001 - a breakdown that fails must not lose the run's figures
@@ -333,12 +337,14 @@ def report(r: dict[str, Any]) -> None:
           f"plain warm {r['plain warm']:.3f}s  plain down {r['plain down']:.3f}s")  # fmt: skip
     print(f"   {'op':<15}{'seconds':>9}{'floor':>9}  {'floor is':<16}{'ratio':>7}{'target':>8}  result")
     for op, floor, what in rows:
-        ratio, target = r["status ratio"] if op == "fleet.status" else r[op] / floor, TARGETS.get(op)
+        paired = {"fleet.status": "status ratio", "fleet.up warm": "warm ratio"}.get(op)
+        ratio, target = r[paired] if paired else r[op] / floor, TARGETS.get(op)
         verdict = "-" if target is None else ("PASS" if ratio <= target else "FAIL")
         tgt = f"<={target:g}x" if target else "none"
         print(f"   {op:<15}{r[op]:>9.3f}{floor:>9.3f}  {what:<16}{ratio:>6.2f}x{tgt:>8}  {verdict}")
-    print("   fleet.status's ratio is the median over its runs of each run / (the ssh true floor measured just "
-          "before it + python start); its floor column shows their medians")
+    print("   fleet.status's and the warm up's ratios are medians over the rounds of each round's own ratio (status / "
+          "(the ssh true just before it + python start); warm up / the status just before it); their seconds and "
+          "floor columns show medians")
     print(f"   fleet.up warm / plain warm: {r['fleet.up warm'] / r['plain warm']:.2f}x; fleet.down is "
           "--no-final-snapshot (the plain floor takes none)")
     print(f"   plain cold includes the Docker daemon settings and Docker's one restart (as a cold fleet.up on a "
