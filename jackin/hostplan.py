@@ -117,9 +117,12 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
 
 
 def _image_commands(image: str, state: HostState, *, busybox: bool) -> list[Command]:
-    """The agent image on the host: a role's (loaded from the operator, or built there) or the busybox one."""
+    """The agent image on the host: a role's (loaded from the operator, or built there) or the busybox one.
+    Nothing when the host has it (the role is not loaded and hashed again for each host of a warm run)."""
     from jackin import images
 
+    if image in state.images:
+        return []
     if images.is_role_image(image):
         return host_ops.role_image_commands(image, state.images, **images.source(image))
     return host_ops.image_commands(image, state.images, busybox=busybox)
