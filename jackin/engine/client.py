@@ -19,7 +19,7 @@ OnEvent = Callable[[Event], None]
 
 
 class Engine:
-    """An engine child started ahead of its request (``start``): it loads pyinfra and gevent, then
+    """An engine child started ahead of its request (``started``): it loads pyinfra and gevent, then
     waits on its stdin, so that load overlaps the caller's own work (``fleet.up`` reading and
     planning its hosts). Handed to ``run``; when no run needs it, ``close`` ends it (an empty
     stdin: the child exits without doing anything)."""
