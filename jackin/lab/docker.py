@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from jackin import dockerapi
 from jackin.errors import LabError
 
 
@@ -67,7 +68,7 @@ def inspect(kind: str, names: list[str]) -> list[dict[str, Any]]:
     return json.loads(docker(kind, "inspect", *names) or "[]")
 
 
-SOCKET = "/var/run/docker.sock"
+SOCKET = dockerapi.SOCKET  # the default engine socket, as on the hosts (tests point this elsewhere)
 
 
 def _cli_decides() -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from importlib import resources
 
 from jackin.daemon import DAEMON_JSON, DaemonState
+from jackin.dockerapi import SOCKET
 from jackin.operations.files import Command, Refused, Upload, file_mode, write_files
 from jackin.plan import DEFAULT_IMAGE
 from jackin.spec.models import AddressPool
@@ -33,7 +34,7 @@ RESTART = ["systemctl reset-failed docker", "systemctl restart docker"]
 
 # The system engine (the one `systemctl restart docker` restarts), whatever root's docker CLI context or
 # DOCKER_HOST names; and an engine that hangs counts as not answering (timeout's exit 124).
-SYSTEM_DOCKER = "timeout 20 docker --host unix:///var/run/docker.sock"
+SYSTEM_DOCKER = f"timeout 20 docker --host unix://{SOCKET}"
 _LIVE = f"{SYSTEM_DOCKER} info --format '{{{{.LiveRestoreEnabled}}}}' 2>/dev/null"
 # Reload until the running daemon reports live-restore; never restart without it (that would stop the agents).
 ENSURE_LIVE_RESTORE = (
