@@ -64,13 +64,15 @@ class Fleet:
         return json.loads(done.stdout)
 
     def state(self) -> str:
-        """The fleet's containers (id, start, config), networks, users and workspaces on the host."""
+        """The fleet's containers (id, start, config), networks, users and workspaces on the host (not the
+        agents' .jackin: its heartbeat, rewritten every 5 s through a status.json.tmp, while they run)."""
         f = self.name
         return self.sh(
             f"for c in $(docker ps -aq --filter label=jackin.fleet={f}); do docker inspect -f "
             "'{{.Id}} {{.Name}} {{.State.StartedAt}} {{index .Config.Labels \"jackin.config\"}}' $c; done | sort; "
             f"docker network ls -q --filter label=jackin.fleet={f} | sort; getent passwd | grep 'jackin/{f}/' | sort; "
-            f"cd /srv/jackin/{f} && find . -path ./.restore -prune -o -printf '%y %m %U %p\\n' | sort"
+            f"cd /srv/jackin/{f} && find . -path ./.restore -prune -o -path './*/workspace/.jackin' -prune -o "
+            "-printf '%y %m %U %p\\n' | sort"
         ).stdout  # fmt: skip
 
     def containers(self) -> dict[str, str]:

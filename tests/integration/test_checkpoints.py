@@ -156,11 +156,16 @@ def test_checkpoint_while_running_then_restore_puts_back_bytes_modes_owners_link
         assert listing(clab, home) == damaged  # refused: nothing changed
 
         sh(clab, f"docker stop -t 2 {container}")
+        stopped = listing(clab, home, whole=True)
         restored = cow.restore_checkpoint(conn, name, "coder-1", FIRST, previous_id=UNDO)
         print(f"restore of checkpoint {FIRST}: {restored.took_ms:.1f} ms on the host, {restored.wall_ms:.0f} ms with SSH")
         assert listing(clab, home) == before
         assert listing(clab, home, whole=True) == listing(clab, path, whole=True)  # the heartbeat files too
-        assert listing(clab, cow.checkpoint_path(name, "coder-1", UNDO)) == damaged  # the undo point holds the damage
+        undo = cow.checkpoint_path(name, "coder-1", UNDO)
+        assert listing(clab, undo) == damaged  # the undo point holds the damage
+        assert listing(clab, undo, whole=True) == stopped  # ... and the heartbeat files as they were at the stop
+        beat = b"workspace/.jackin/status.json"
+        assert beat in stopped[0] and beat not in damaged[0]  # control: only a whole listing has them
         assert sh(clab, "stat -c '%a %U %Y %s' /etc/shadow /etc/passwd").stdout == shadow  # links never followed
         assert sh(clab, f"ls -A {cow.swap_path(name, 'coder-1')}").stdout == ""  # the old home is gone
         assert [c.snapshot_id for c in cow.list_checkpoints(conn, name)] == [FIRST, UNDO]
@@ -168,7 +173,7 @@ def test_checkpoint_while_running_then_restore_puts_back_bytes_modes_owners_link
         # Undo the restore, then restore again: both directions are exact.
         cow.restore_checkpoint(conn, name, "coder-1", UNDO)
         assert listing(clab, home) == damaged
-        assert listing(clab, home, whole=True) == listing(clab, cow.checkpoint_path(name, "coder-1", UNDO), whole=True)
+        assert listing(clab, home, whole=True) == listing(clab, undo, whole=True)
         cow.restore_checkpoint(conn, name, "coder-1", FIRST)
         assert listing(clab, home) == before
         assert listing(clab, home, whole=True) == listing(clab, path, whole=True)

@@ -90,9 +90,10 @@ def _not_status(entry: str) -> bool:
 
 
 def files(lab, path: str) -> list[str]:
-    """Every path under ``path`` with type and mode, then every file's sha256 (NUL-safe); not ./.jackin."""
-    meta = sh(lab, f"cd {path} && find . -printf '%y %m %p\\0'").stdout.split("\0")
-    sums = sh(lab, f"cd {path} && find . -type f -print0 | xargs -0r sha256sum -z").stdout.split("\0")
+    """Every path under ``path`` with type and mode, then every file's sha256 (NUL-safe); not ./.jackin,
+    left out by find itself: a status.json.tmp listed and then renamed away would fail sha256sum."""
+    meta = sh(lab, f"cd {path} && find . -path ./.jackin -prune -o -printf '%y %m %p\\0'").stdout.split("\0")
+    sums = sh(lab, f"cd {path} && find . -path ./.jackin -prune -o -type f -print0 | xargs -0r sha256sum -z").stdout.split("\0")
     return sorted(m for m in meta if _not_status(m)) + sorted(s for s in sums if _not_status(s))
 
 

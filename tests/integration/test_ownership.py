@@ -29,7 +29,8 @@ from jackin.ssh import connect
 
 from .conftest import _engine_or_skip, inv, new_lab_name
 
-HOST_STATE = ("getent passwd | grep jackin/ || true; ls -laR /srv/jackin 2>/dev/null | grep -v '^total'; "
+# Not the agents' .jackin (ls -I): their entrypoint rewrites its heartbeat every 5 s while they run.
+HOST_STATE = ("getent passwd | grep jackin/ || true; ls -laR -I .jackin /srv/jackin 2>/dev/null | grep -v '^total'; "
               "ls -l /var/lib/jackin 2>/dev/null; docker ps -a --format '{{.ID}} {{.Names}} {{.State}}'; "
               "docker network ls -q; nft list tables")  # fmt: skip
 
