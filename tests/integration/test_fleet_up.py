@@ -41,9 +41,11 @@ def test_fleet_up_deploys_to_every_host_and_converges(lab, tmp_path):
 
 
 def _host_and_ledger(lab, fleet: str) -> tuple[list[str], list, dict]:
-    """What a run could change: each host's users, containers, networks, jackin files; the fleet's ledger rows."""
+    """What a run could change: each host's users, containers, networks, jackin files (not the agents'
+    .jackin, whose heartbeat their entrypoint rewrites every 5 s); the fleet's ledger rows."""
     read = ("getent passwd | sort; docker ps -a --format '{{.Names}} {{.State}}' | sort; "
-            "docker network ls --format '{{.Name}}' | sort; ls -laR /var/lib/jackin /srv/jackin 2>&1; nft list tables")
+            "docker network ls --format '{{.Name}}' | sort; ls -laR -I .jackin /var/lib/jackin /srv/jackin 2>&1; "
+            "nft list tables")
     hosts = []
     for host in lab.status().hosts:
         with connect(host.target()) as conn:

@@ -84,10 +84,11 @@ def wfleet(wlab, tmp_path_factory):
 
 
 def everything(fleet: Fleet) -> tuple:
-    """What a run could change: the lab's containers, the host's jackin state, the ledger's rows."""
+    """What a run could change: the lab's containers, the host's jackin state (not the agents' .jackin,
+    whose heartbeat their entrypoint rewrites every 5 s), the ledger's rows."""
     lab = subprocess.run(["docker", "ps", "-a", "--filter", f"label=jackin.lab={fleet.lab.name}", "--format",
                           "{{.Names}} {{.State}} {{.ID}}"], capture_output=True, text=True).stdout  # fmt: skip
-    host = sh(fleet.lab, "ls -laR /var/lib/jackin /srv/jackin 2>&1; docker ps -a --format '{{.Names}}'; "
+    host = sh(fleet.lab, "ls -laR -I .jackin /var/lib/jackin /srv/jackin 2>&1; docker ps -a --format '{{.Names}}'; "
                          "getent passwd | grep jk- ; docker network ls --format '{{.Name}}'", warn=True).stdout  # fmt: skip
     ledger = state_dir() / "ledger.sqlite3"
     rows: dict[str, list] = {}
