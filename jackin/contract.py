@@ -29,6 +29,7 @@ from jackin.plan import CREDENTIALS_TARGET, STATE_DIR, AgentPlan, FleetPlan
 from jackin.policy_guard import DROPIN_DIR
 from jackin.snapshots.restic import SNAPSHOTS_ROOT, UPLOADED_RESTIC
 from jackin.spec import Inventory
+from jackin.spec.models import SnapshotPolicy
 
 SCHEMA_VERSION = 1
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "docs" / "contract.schema.json"
@@ -165,6 +166,8 @@ class RecoveryTerm(_Model):
     every: int | None  # seconds
     checkpoints: Literal["off", "btrfs"]
     checkpoint_size: int | None
+    max_freeze: int  # seconds: the longest a running agent is frozen for a restic backup (restic-only tier)
+    point_in_time: str  # how each agent's snapshot is one instant on this fleet's tier, and what it costs
     last_snapshot: str | None  # the fleet's newest snapshot id in the ledger (informational: never diffed)
     notes: list[str]
 
@@ -391,7 +394,20 @@ def _recovery(inventory: Inventory, last_snapshot: str | None) -> RecoveryTerm:
                         before_teardown=policy.before_teardown, keep=policy.keep, every=policy.every,
                         checkpoints=policy.checkpoints,
                         checkpoint_size=policy.checkpoint_size if policy.checkpoints == "btrfs" else None,
+                        max_freeze=policy.max_freeze, point_in_time=_point_in_time(policy),
                         last_snapshot=last_snapshot, notes=notes)  # fmt: skip
+
+
+def _point_in_time(policy: SnapshotPolicy) -> str:
+    """The instant guarantee of this fleet's snapshots (``jackin.snapshots.instant``), in one sentence."""
+    freeze = (f"the agent's container is frozen (docker pause) while restic reads its home and thawed right after, "
+              f"whatever happens: one instant, at the cost of a pause as long as the backup (an incremental "
+              f"backup of a small workspace: well under a second; a first or large one: longer), at most "
+              f"{policy.max_freeze}s (snapshots.max_freeze; past it the backup stops and that agent's snapshot fails)")  # fmt: skip
+    if policy.checkpoints == "btrfs":
+        return ("each snapshot is one instant without stopping the agent: restic reads the read-only btrfs "
+                f"checkpoint taken a moment before; where a checkpoint cannot be taken, {freeze}")  # fmt: skip
+    return f"each snapshot of a running agent is one instant: {freeze}"
 
 
 def _teardown(inventory: Inventory) -> TeardownTerm:

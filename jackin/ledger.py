@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS snapshot_agents (
     snapshot TEXT NOT NULL, fleet TEXT NOT NULL, host TEXT NOT NULL, instance TEXT NOT NULL, agent TEXT NOT NULL,
     restic_id TEXT, size INTEGER NOT NULL DEFAULT 0, added INTEGER NOT NULL DEFAULT 0,
     files_new INTEGER NOT NULL DEFAULT 0, files_changed INTEGER NOT NULL DEFAULT 0, tiers TEXT NOT NULL,
-    manifest TEXT, PRIMARY KEY (snapshot, host, instance)
+    manifest TEXT, instant TEXT, frozen_ms REAL, PRIMARY KEY (snapshot, host, instance)
 );
 CREATE TABLE IF NOT EXISTS repo_copies (
     fleet TEXT NOT NULL, origin TEXT NOT NULL, place TEXT NOT NULL, path TEXT NOT NULL, at REAL NOT NULL,
@@ -109,6 +109,7 @@ class Ledger:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript(SCHEMA)
         self._copies_keyed_by_path()
+        self._snapshot_instants()
         # Earlier releases marked a fleet downed with --keep-data as 'down' and kept its uids: it is kept.
         self.db.execute("UPDATE fleets SET status = 'kept' WHERE status = 'down' AND name IN (SELECT fleet FROM uids)")
 
@@ -326,7 +327,8 @@ class Ledger:
 
     # --- snapshots: one row per fleet snapshot, one per (host, instance) in it --------------
 
-    SNAPSHOT_AGENT = ("host", "instance", "agent", "restic_id", "size", "added", "files_new", "files_changed")
+    SNAPSHOT_AGENT = ("host", "instance", "agent", "restic_id", "size", "added", "files_new", "files_changed",
+                      "instant", "frozen_ms")  # fmt: skip
 
     def record_snapshot(self, snapshot: dict[str, Any], agents: Sequence[dict[str, Any]],
                         run: int | None = None) -> None:  # fmt: skip
@@ -340,9 +342,9 @@ class Ledger:
             for a in agents:
                 values = [a.get(k) for k in self.SNAPSHOT_AGENT]
                 manifest = json.dumps(a["manifest"]) if a.get("manifest") is not None else None
+                columns = ", ".join(("snapshot", "fleet", *self.SNAPSHOT_AGENT, "tiers", "manifest"))
                 self.db.execute(
-                    "INSERT OR REPLACE INTO snapshot_agents (snapshot, fleet, host, instance, agent, restic_id, size, added, "
-                    "files_new, files_changed, tiers, manifest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT OR REPLACE INTO snapshot_agents ({columns}) VALUES ({', '.join('?' * (len(values) + 4))})",  # noqa: S608
                     (snapshot["id"], snapshot["fleet"], *values, json.dumps(list(a.get("tiers") or [])), manifest),
                 )
             self.db.execute("COMMIT")
@@ -388,6 +390,13 @@ class Ledger:
             self.db.execute("UPDATE snapshot_agents SET tiers = ? WHERE snapshot = ? AND host = ? AND instance = ?",
                             (json.dumps(tiers), snapshot, host, instance))  # fmt: skip
     # --- copies of a host's repository (snapshot.pull, snapshot.push, fleet.down's final pull) ------
+
+    def _snapshot_instants(self) -> None:
+        """A ledger made before snapshots recorded how each home was held still gets those columns."""
+        have = {r["name"] for r in self.db.execute("PRAGMA table_info(snapshot_agents)")}
+        for column, kind in (("instant", "TEXT"), ("frozen_ms", "REAL")):
+            if column not in have:
+                self.db.execute(f"ALTER TABLE snapshot_agents ADD COLUMN {column} {kind}")
 
     def _copies_keyed_by_path(self) -> None:
         """A ledger made before several copies of one origin could sit at one place (a host's repository

@@ -267,18 +267,28 @@ def snapshots_table(records, *, fleet: str) -> Table:
 
 
 def snapshot_view(record) -> Table:
-    """``snapshot.show``: the snapshot's agents, each with its restic id and manifest summary."""
+    """``snapshot.show``: the snapshot's agents, each with its restic id and manifest summary, and how
+    its home was held still for restic (``held``: a checkpoint, or frozen and for how long)."""
     label = f"  {record.label}" if record.label else ""
     table = Table(title=f"snapshot {record.id} ({record.kind}, {record.created}){label}", title_justify="left")
+    held = any(a.instant for a in record.agents)
     for column, justify in (("host", "left"), ("agent", "left"), ("restic id", "left"), ("uid", "right"),
                             ("image", "left"), ("size", "right"), ("added", "right"), ("new files", "right"),
-                            ("changed", "right"), ("tiers", "left")):  # fmt: skip
+                            ("changed", "right"), ("tiers", "left"), *([("held", "left")] if held else [])):  # fmt: skip
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for a in record.agents:
         m = a.manifest
         table.add_row(a.host, a.instance, (a.restic_id or "-")[:8], str(m.uid) if m else "-", m.image if m else "-",
-                      _bytes(a.size), _bytes(a.added), str(a.files_new), str(a.files_changed), "+".join(a.tiers))  # fmt: skip
+                      _bytes(a.size), _bytes(a.added), str(a.files_new), str(a.files_changed), "+".join(a.tiers),
+                      *([held_text(a)] if held else []))  # fmt: skip
     return table
+
+
+def held_text(agent) -> str:
+    """``frozen 0.42s``, ``checkpoint``, ``stopped``...: how one agent's home was held for restic."""
+    if agent.instant == "frozen" and agent.frozen_ms is not None:
+        return f"frozen {agent.frozen_ms / 1000:.2f}s"
+    return agent.instant or "-"
 
 
 def diff_table(result, *, limit: int = 50) -> Table:
@@ -445,7 +455,7 @@ def _fleet_contract(contract) -> Table:
     table.add_row("directories", "\n".join(e.directories))
     table.add_row("recovery", f"{rec.engine}, keep {rec.keep}, before_changes {str(rec.before_changes).lower()}, "
                               f"before_teardown {str(rec.before_teardown).lower()}, checkpoints {rec.checkpoints}; "
-                              f"last snapshot {rec.last_snapshot or 'none'}"
+                              f"last snapshot {rec.last_snapshot or 'none'}\npoint in time: {rec.point_in_time}"
                               + "".join(f"\n{n}" for n in rec.notes))  # fmt: skip
     ttl = "none" if down.ttl is None else (f"{_duration(down.ttl)} from the first fleet.up (enforced on each "
                                             "host: a systemd timer stops the agents)")  # fmt: skip

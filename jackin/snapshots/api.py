@@ -14,6 +14,7 @@ fleet's lock: ``take(ledger, inventory, targets, instances, kind="auto")`` befor
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -76,18 +77,31 @@ def placement(ledger: Ledger, fleet: str, targets: Sequence[SshTarget], instance
 
 
 def in_parallel(targets: Sequence[SshTarget], work: Callable[[Connection, SshTarget], T]) -> dict[str, T | JackinError]:
-    """``work`` on every target over its own connection; per host its result or its error."""
+    """``work`` on every target over its own connection; per host its result or its error. A Ctrl-C
+    closes every connection at once: each host's script sees its channel end (a frozen agent is thawed
+    there and then, not when its backup would have finished)."""
+    opened: list[Connection] = []
+    guard = threading.Lock()
 
     def over_ssh(target: SshTarget) -> T:
         with connect(target) as conn:
+            with guard:
+                opened.append(conn)
             return work(conn, target)
 
-    return per_host(targets, over_ssh)
+    def close_all() -> None:
+        with guard:
+            for conn in opened:
+                conn.close()
+
+    return per_host(targets, over_ssh, interrupted=close_all)
 
 
-def per_host(targets: Sequence[SshTarget], work: Callable[[SshTarget], T]) -> dict[str, T | JackinError]:
+def per_host(targets: Sequence[SshTarget], work: Callable[[SshTarget], T], *,
+             interrupted: Callable[[], None] | None = None) -> dict[str, T | JackinError]:  # fmt: skip
     """``work`` on every target in parallel (it opens its own connection); per host its result or its
-    error: one host's fault never hides what happened on the others."""
+    error: one host's fault never hides what happened on the others. On a Ctrl-C (or any exception
+    here), ``interrupted`` runs before the workers are waited for, so it can cut them short."""
 
     def one(target: SshTarget) -> T | JackinError:
         try:
@@ -100,8 +114,16 @@ def per_host(targets: Sequence[SshTarget], work: Callable[[SshTarget], T]) -> di
 
     if not targets:
         return {}
-    with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
-        return dict(zip([t.name for t in targets], pool.map(one, targets)))
+    pool = ThreadPoolExecutor(max_workers=min(16, len(targets)))
+    try:
+        futures = [pool.submit(one, target) for target in targets]
+        return {t.name: f.result() for t, f in zip(targets, futures)}
+    except BaseException:
+        if interrupted is not None:
+            interrupted()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def prepare(conn: Connection, fleet: str, *, host: str) -> str:
@@ -178,8 +200,9 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
         done, failed = [], []
         for instance in mine:
             image_id = states.get(names[instance], "").split(" ")[-1] or None
-            taken, errors = _both_tiers(conn, restic_bin, item(target.name, instance, None if image_id == "missing"
-                                                               else image_id), host=target.name, unprepared=unprepared)  # fmt: skip
+            manifest_ = item(target.name, instance, None if image_id == "missing" else image_id)
+            taken, errors = _both_tiers(conn, restic_bin, manifest_, host=target.name, unprepared=unprepared,
+                                        max_freeze=inventory.fleet.snapshots.max_freeze)  # fmt: skip
             done += [taken] if taken else []
             failed += errors
         if unprepared is not None and not done:
@@ -198,7 +221,8 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
         out.errors += [HostError(host=name, error=f, unreachable=False) for f in failed]
         ledger.audit(run, fleet, "snapshot.create", "failed" if failed else "ok", host=name,
                      detail={"snapshot": record.id, "agents": [a.instance for a in done], "errors": failed,
-                             "tiers": {a.instance: a.tiers for a in done}})  # fmt: skip
+                             "tiers": {a.instance: a.tiers for a in done},
+                             "instants": {a.instance: {"how": a.instant, "frozen_ms": a.frozen_ms} for a in done}})  # fmt: skip
     if record.agents:
         ledger.record_snapshot(record.model_dump(exclude={"agents"}),
                                [a.model_dump(mode="json") for a in record.agents], run=run)  # fmt: skip
@@ -230,10 +254,11 @@ def _checkpoint(conn: Connection, item: AgentManifest) -> tuple[bool, str | None
 
 
 def _both_tiers(conn: Connection, restic_bin: str | None, item: AgentManifest, *, host: str,
-                unprepared: JackinError | None = None) -> tuple[AgentSnapshot | None, list[str]]:  # fmt: skip
+                unprepared: JackinError | None = None, max_freeze: int = 600) -> tuple[AgentSnapshot | None, list[str]]:  # fmt: skip
     """One agent's snapshot on every tier its host has: the checkpoint first (instant, so it is the
-    closest to the moment asked for), then the restic backup. A tier that fails never stops the other:
-    what was taken is returned (None: nothing) with the errors, each naming its tier."""
+    closest to the moment asked for), then the restic backup of that same instant (the checkpoint
+    itself; without one, the home with the agent frozen for it). A tier that fails never stops the
+    other: what was taken is returned (None: nothing) with the errors, each naming its tier."""
     took, problem = _checkpoint(conn, item)
     errors = [problem] if problem else []
     tiers: list[Tier] = ["checkpoint"] if took else []
@@ -241,8 +266,9 @@ def _both_tiers(conn: Connection, restic_bin: str | None, item: AgentManifest, *
     if restic_bin is None:
         errors.append(f"{item.instance}: {unprepared.message if unprepared else 'restic is not prepared'}")
     else:
+        frozen_copy = cow.checkpoint_path(item.fleet, item.instance, item.snapshot) if took else None
         try:
-            return _backup(conn, restic_bin, item, host=host), errors
+            return _backup(conn, restic_bin, item, host=host, checkpoint=frozen_copy, max_freeze=max_freeze), errors
         except JackinError as error:
             errors.append(f"{item.instance}: {error.message}")
     if not tiers:
@@ -251,13 +277,17 @@ def _both_tiers(conn: Connection, restic_bin: str | None, item: AgentManifest, *
     return AgentSnapshot(host=host, instance=item.instance, agent=item.agent, tiers=tiers, manifest=only), errors
 
 
-def _backup(conn: Connection, restic_bin: str, item: AgentManifest, *, host: str, tmp: bool = False) -> AgentSnapshot:
-    """The restic tier of ``item`` (its manifest, written first, says which tiers it has)."""
+def _backup(conn: Connection, restic_bin: str, item: AgentManifest, *, host: str, tmp: bool = False,
+            checkpoint: str | None = None, max_freeze: int = 600) -> AgentSnapshot:  # fmt: skip
+    """The restic tier of ``item`` (its manifest, written first, says which tiers it has), as of one
+    instant (``remote.backup``); ``tmp``: a look at the live home for a diff, nothing held."""
     remote.write_manifest(conn, item, host=host)
-    summary = remote.backup(conn, restic_bin, item.fleet, item.snapshot, item.instance, host=host, tmp=tmp)
+    summary = remote.backup(conn, restic_bin, item, host=host, tmp=tmp, checkpoint=checkpoint,
+                            max_freeze=max_freeze, hold=not tmp)  # fmt: skip
     return AgentSnapshot(host=host, instance=item.instance, agent=item.agent, restic_id=summary.snapshot_id,
                          size=summary.total_bytes, added=summary.data_added, files_new=summary.files_new,
-                         files_changed=summary.files_changed, tiers=list(item.tiers), manifest=item)  # fmt: skip
+                         files_changed=summary.files_changed, tiers=list(item.tiers), manifest=item,
+                         instant=summary.instant, frozen_ms=summary.frozen_ms)  # fmt: skip
 
 
 def create(inventory: Inventory, agent: str | None = None, label: str | None = None, kind: Kind = "manual",

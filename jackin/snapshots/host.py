@@ -24,7 +24,7 @@ import time
 from fabric import Connection
 
 from jackin.errors import ConnectError, RemoteCommandError
-from jackin.snapshots import restic
+from jackin.snapshots import instant, restic
 from jackin.snapshots.models import AgentDiff, AgentManifest, BackupSummary
 
 LONG = 6 * 3600  # a backup or restore of a big workspace may take hours; a dead host is found by SSH keepalives
@@ -103,11 +103,77 @@ def set_running(conn: Connection, containers: list[str], running: bool, *, host:
 # --- restic commands ----------------------------------------------------------------
 
 
-def backup(conn: Connection, restic_bin: str, fleet: str, snapshot: str, instance: str, *, host: str,
-           tmp: bool = False) -> BackupSummary:  # fmt: skip
-    argv = restic.backup_argv(restic_bin, fleet, host, snapshot, instance, tmp=tmp)
-    out = run(conn, restic.q(*argv), host=host, what=f"restic backup of {instance}", timeout=LONG)
-    return restic.parse_backup(out)
+def backup(conn: Connection, restic_bin: str, item: AgentManifest, *, host: str, tmp: bool = False,
+           checkpoint: str | None = None, max_freeze: int = 600, hold: bool = True) -> BackupSummary:  # fmt: skip
+    """Back up ``item``'s home and manifest as of one instant (``jackin.snapshots.instant``): from the
+    read-only ``checkpoint`` when there is one, else with the container frozen for the backup
+    (``hold=False``: the live home, as it is). A file that vanished while restic read never fails it;
+    any other file restic could not read fails this agent alone (its partial snapshot is forgotten)."""
+    fleet, instance = item.fleet, item.instance
+    home = restic.home_path(fleet, instance)
+    argv = restic.backup_argv(restic_bin, fleet, host, item.snapshot, instance, tmp=tmp)
+    script = instant.backup_script(argv, home=home, container=item.container, checkpoint=checkpoint,
+                                   max_freeze=max_freeze, hold=hold)  # fmt: skip
+    what = f"restic backup of {instance}"
+    code, out, err = session(conn, script, host=host, what=what, timeout=max_freeze + instant.GRACE + 60)
+    how, frozen_ms = instant.held(out)
+    if code == instant.TIMED_OUT:
+        raise RemoteCommandError(f"{what} did not finish within snapshots.max_freeze ({max_freeze}s): stopped, "
+                                 f"{'the agent thawed, ' if how == 'frozen' else ''}nothing recorded for it", host=host,
+                                 hint="raise snapshots.max_freeze, or use snapshots.checkpoints: btrfs "
+                                      "(the agent never stops)")  # fmt: skip
+    if code not in (0, 3):
+        raise RemoteCommandError(f"{what} failed (exit {code}): {_tail(err)}", host=host)
+    summary = restic.parse_backup(out)
+    if code == 3:
+        unreadable = _unreadable(conn, instant.read_errors(out), host=host, live=how != "checkpoint")
+        if unreadable:
+            forget(conn, restic_bin, fleet, [summary.snapshot_id], host=host, prune=False)
+            names = ", ".join(instant.relative(p, home) for p in unreadable[:5])
+            more = f" and {len(unreadable) - 5} more" if len(unreadable) > 5 else ""
+            raise RemoteCommandError(f"{what}: restic could not read {names}{more}; no snapshot of {instance} kept",
+                                     host=host, hint="see why on the host (a file the agent made unreadable to root?); "
+                                                     "the other agents' snapshots are not affected")  # fmt: skip
+    return summary.model_copy(update={"instant": how, "frozen_ms": frozen_ms})
+
+
+def _unreadable(conn: Connection, errors: list[tuple[str, int | None]], *, host: str, live: bool) -> list[str]:
+    """The items restic could not read that did not just vanish: not ENOENT, and (on a live or frozen
+    home, where a file can go between restic's listing and its read) still there now. Nothing vanishes
+    from a checkpoint: there every error counts."""
+    items = [item for item, errno in errors if not (live and errno == instant.ENOENT)]
+    if not live or not items:
+        return items
+    code, out, _ = session(conn, instant.exists_script(), host=host, what="looking for the files restic could not read",
+                           stdin=b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in items))  # fmt: skip
+    if code != 0:
+        return items
+    return [p for p in out.split("\0") if p]
+
+
+def session(conn: Connection, script: str, *, host: str, what: str, timeout: float = 60,
+            stdin: bytes | None = None) -> tuple[int, str, str]:  # fmt: skip
+    """Run ``script`` with bash over one SSH channel: (exit status, stdout, stderr). Its stdin stays open
+    while it runs (``stdin``, if given, is sent then closed): a script that watches its stdin learns
+    the channel closed (the operator went away) as an EOF."""
+    transport = conn.client.get_transport()
+    if transport is None or not transport.is_active():
+        raise ConnectError(f"{what}: the SSH connection is closed", host=host)
+    channel = transport.open_session()
+    channel.settimeout(timeout)
+    try:
+        channel.exec_command("bash -c " + shlex.quote(script))
+        if stdin is not None:
+            channel.sendall(stdin)
+            channel.shutdown_write()
+        out, err = io.BytesIO(), io.BytesIO()
+        _read_until(channel, out, err, None, deadline=time.monotonic() + timeout)
+        code = channel.recv_exit_status()
+    except (OSError, EOFError) as error:
+        raise ConnectError(f"{what}: {type(error).__name__}: {' '.join(str(error).split())[:200]}", host=host) from None
+    finally:
+        channel.close()
+    return code, out.getvalue().decode(errors="replace"), err.getvalue().decode(errors="replace")
 
 
 def snapshots(conn: Connection, restic_bin: str, fleet: str, *, host: str) -> list[dict]:
@@ -245,8 +311,10 @@ def restore(conn: Connection, restic_bin: str, fleet: str, instance: str, restic
     return b"\nremapped " in b"\n" + out.getvalue()
 
 
-def _read_until(channel, out: io.BytesIO, err: io.BytesIO, marker: bytes | None) -> bool:
-    """Read stdout and stderr until ``marker`` is in stdout (True) or the command ended (False)."""
+def _read_until(channel, out: io.BytesIO, err: io.BytesIO, marker: bytes | None, *,
+                deadline: float | None = None) -> bool:  # fmt: skip
+    """Read stdout and stderr until ``marker`` is in stdout (True) or the command ended (False); past
+    ``deadline`` (monotonic), a TimeoutError."""
     while True:
         if marker and marker in out.getvalue():
             return True
@@ -258,4 +326,8 @@ def _read_until(channel, out: io.BytesIO, err: io.BytesIO, marker: bytes | None)
             continue
         if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
             return False
+        if channel.closed:  # closed under us (a Ctrl-C closed the connection): no status will come
+            raise EOFError("the SSH channel was closed")
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError("no end within the time allowed")
         time.sleep(0.05)

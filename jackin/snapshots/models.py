@@ -22,6 +22,8 @@ from jackin.remote import HostError
 
 Kind = Literal["manual", "auto", "pre-restore", "final"]
 Tier = Literal["checkpoint", "restic"]
+# How an agent's home was held still while restic read it (``jackin.snapshots.instant``).
+Instant = Literal["checkpoint", "frozen", "paused", "stopped", "live"]
 SNAPSHOT_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
 
 
@@ -69,6 +71,8 @@ class BackupSummary(_Model):
     files_unmodified: int = 0
     data_added: int = 0
     total_bytes: int = 0  # bytes of the files the snapshot holds
+    instant: Instant | None = None  # how the home was held still (None: restic ran without jackin's script)
+    frozen_ms: float | None = None  # how long the agent's container was frozen for it (None: not frozen)
 
 
 class AgentSnapshot(_Model):
@@ -84,6 +88,8 @@ class AgentSnapshot(_Model):
     files_changed: int = 0
     tiers: list[Tier] = Field(default_factory=list)
     manifest: AgentManifest | None = None
+    instant: Instant | None = None  # how the restic tier held the home still (None: before jackin recorded it)
+    frozen_ms: float | None = None  # how long the agent was frozen for the restic tier (None: not frozen)
 
 
 class SnapshotRecord(_Model):

@@ -333,11 +333,22 @@ class SnapshotPolicy(Model):
     before_changes: bool = True
     before_teardown: bool = True
     every: Annotated[int, Field(gt=0)] | None = None
+    # The restic-only tier freezes a running agent's container for its backup (one instant): a backup
+    # that takes longer than this is stopped and the agent thawed (that agent's snapshot fails).
+    max_freeze: int = 600
 
     @field_validator("every", mode="before")
     @classmethod
     def _duration(cls, value):
         return None if value is None else parse_duration(value)
+
+    @field_validator("max_freeze", mode="before")
+    @classmethod
+    def _max_freeze(cls, value):
+        seconds = parse_duration(value)
+        if seconds > 6 * 3600:
+            raise ValueError("expected at most 6h (an agent frozen longer is a stopped agent)")
+        return seconds
 
     # The copy-on-write checkpoint tier: ``btrfs`` puts the fleet's homes on a loop-mounted btrfs of
     # ``checkpoint_size`` (a sparse file: space is used as written) so each home is a subvolume.

@@ -1,0 +1,163 @@
+"""One instant: how an agent's home is held still while restic reads it (pure builders and parsers).
+
+A snapshot of a working agent captures every file as of one moment, never a file-by-file walk
+while the agent writes. How the moment is held (``Instant``) depends on the host's tier:
+
+    checkpoint  the btrfs tier: restic reads the read-only checkpoint taken a moment before, bound
+                over the home's path in a mount namespace of restic's own (so its paths are the
+                home's, as in every other snapshot); the agent never stops
+    frozen      the restic-only tier: the agent's container is frozen (``docker pause``, the cgroup
+                freezer) for the backup and thawed right after it; the time frozen is printed
+    paused      the container was already paused (by someone else): read as it is, left paused
+    stopped     the container is not running: nothing of the agent writes
+    live        read as it is, nothing held (``snapshot.diff``'s look at the live workspace)
+
+The thaw does not depend on the operator's process. The backup runs in one bash script on the
+host that thaws on every way out (its own end, an error, INT or TERM; a hangup or a broken pipe
+is ignored so the script reaches its end). The script ends the backup as soon as its SSH channel
+closes (the operator's Ctrl-C, a dropped connection: its stdin sees EOF), and a watchdog in a
+session of its own thaws after ``max_freeze`` plus a grace even when the script is killed outright.
+A backup that outlasts ``max_freeze`` is stopped (``timeout``), so no agent stays frozen longer.
+
+A file that vanishes while restic reads (possible only when nothing is held) never fails a
+snapshot; any other file restic cannot read fails that agent's snapshot with the file's name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Sequence
+from typing import cast, get_args
+
+from jackin.snapshots.cow import SUBVOLUME_INODE
+from jackin.snapshots.models import Instant
+
+INSTANTS: tuple[str, ...] = get_args(Instant)
+TIMED_OUT = 124  # timeout(1)'s exit status when the backup outlasted max_freeze
+GRACE = 30  # seconds the watchdog waits past max_freeze before it thaws on its own
+ENOENT = 2
+
+
+def q(*args: str) -> str:
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def backup_script(argv: Sequence[str], *, home: str, container: str | None, checkpoint: str | None = None,
+                  max_freeze: int = 600, hold: bool = True, grace: int = GRACE) -> str:  # fmt: skip
+    """One bash script: hold the agent's home still (see the module docstring), run restic's backup
+    ``argv`` (its paths include ``home``), let go. Prints ``jk-instant <how>`` before restic's JSON
+    lines and ``jk-frozen-ns <n>`` after a freeze; exits with restic's status (``TIMED_OUT``: stopped
+    at ``max_freeze``). ``checkpoint``: the read-only subvolume to read instead of the live home;
+    ``hold=False``: read the live home (``live``); ``grace``: how long past ``max_freeze`` the watchdog
+    waits before it thaws on its own (more than ``timeout``'s 10 s kill: restic is gone by then)."""
+    restic = q("timeout", "-k", "10", str(max_freeze), *argv)
+    if checkpoint is not None:
+        return _CHECKPOINT.format(home=shlex.quote(home), ckpt=shlex.quote(checkpoint), restic=restic,
+                                  inode=SUBVOLUME_INODE, lifetime=_TIED)  # fmt: skip
+    if not hold or container is None:
+        return _TIED + f"echo 'jk-instant live'\nrun {restic}\nexit $rc\n"
+    watchdog = q("docker", "unpause", "--", container)
+    return _FREEZE.format(container=shlex.quote(container), restic=restic, lifetime=_TIED,
+                          watchdog=shlex.quote(f"sleep {max_freeze + grace}; {watchdog} >/dev/null 2>&1"))  # fmt: skip
+
+
+# The script's lifetime is its SSH channel's: when the channel closes (the operator's Ctrl-C, a lost
+# connection), its stdin ends, and the backup is stopped. Only bash builtins in the reader (no child
+# process is left behind when it is killed).
+_TIED = r"""set -u
+trap '' HUP PIPE
+exec 3<&0
+rc=0; R=; L=
+run() {
+  "$@" & R=$!
+  { while IFS= read -r -u 3 _; do :; done; kill -TERM "$R" 2>/dev/null; } & L=$!
+  wait "$R"; rc=$?; R=
+  stop
+}
+# Whatever ends the script ends the backup first: nothing reads the home once it is let go.
+stop() {
+  if [ -n "$R" ]; then kill -TERM "$R" 2>/dev/null; wait "$R" 2>/dev/null; R=; fi
+  if [ -n "$L" ]; then kill "$L" 2>/dev/null; wait "$L" 2>/dev/null; L=; fi
+  return 0
+}
+trap 'stop' EXIT
+trap 'exit 130' INT TERM
+"""
+
+_CHECKPOINT = """{lifetime}H={home}; K={ckpt}
+[ -d "$K" ] && [ ! -L "$K" ] && [ "$(stat -c %i -- "$K")" = {inode} ] || {{ echo "the checkpoint $K is not a subvolume" >&2; exit 1; }}
+echo 'jk-instant checkpoint'
+run unshare --mount --propagation private -- /bin/sh -c 'mount --bind -- "$1" "$2" && shift 2 && exec "$@"' sh "$K" "$H" {restic}
+exit $rc
+"""
+
+# Freeze only a container that runs and is not paused already; thaw on every way out. The watchdog
+# (setsid: a session of its own, untouched by this one's end) thaws if this script is killed outright.
+_FREEZE = """{lifetime}C={container}; froze=; W=
+thaw() {{
+  if [ -n "$froze" ]; then
+    if docker unpause -- "$C" >/dev/null; then echo "jk-frozen-ns $(( $(date +%s%N) - froze ))"
+    else echo "jackin: could not thaw container $C: run docker unpause $C" >&2; fi
+    froze=
+  fi
+  if [ -n "$W" ]; then kill -- "-$W" 2>/dev/null; W=; fi
+}}
+trap 'stop; thaw' EXIT
+state=$(docker inspect -f '{{{{.State.Running}}}} {{{{.State.Paused}}}}' -- "$C" 2>/dev/null || echo missing)
+case "$state" in
+  "true false")
+    setsid /bin/sh -c {watchdog} </dev/null >/dev/null 2>&1 & W=$!
+    t0=$(date +%s%N)
+    docker pause -- "$C" >/dev/null || {{ echo "jackin: cannot freeze container $C (docker pause failed)" >&2; exit 1; }}
+    froze=$t0; echo 'jk-instant frozen' ;;
+  "true true") echo 'jk-instant paused' ;;
+  *) echo 'jk-instant stopped' ;;
+esac
+run {restic}
+thaw
+exit $rc
+"""
+
+
+# --- parsers (pure) -----------------------------------------------------------------------------------
+
+
+def held(stdout: str) -> tuple[Instant | None, float | None]:
+    """The ``jk-instant`` and ``jk-frozen-ns`` lines: how the home was held and, after a freeze, for how
+    many milliseconds (None when it was not frozen)."""
+    how = re.search(r"^jk-instant (\w+)$", stdout, re.MULTILINE)
+    frozen = re.search(r"^jk-frozen-ns ([0-9]{1,19})$", stdout, re.MULTILINE)
+    instant = cast(Instant, how.group(1)) if how and how.group(1) in INSTANTS else None
+    return instant, (int(frozen.group(1)) / 1e6 if frozen else None)
+
+
+def read_errors(stdout: str) -> list[tuple[str, int | None]]:
+    """restic's ``--json`` error lines: (the item it could not read, its errno when restic says it)."""
+    found = []
+    for line in stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and data.get("message_type") == "error" and isinstance(data.get("item"), str):
+            error = data.get("error")
+            errno = error.get("Err") if isinstance(error, dict) else None
+            found.append((data["item"], errno if isinstance(errno, int) else None))
+    return found
+
+
+def relative(path: str, home: str) -> str:
+    """``path`` below the agent's home as the operator knows it (``workspace/x``); the name quoted
+    when it holds a control character (a newline cannot forge a line of the message)."""
+    inner = path[len(home) + 1 :] if path.startswith(home + "/") else path
+    return repr(inner) if any(ord(ch) < 32 or ord(ch) == 127 for ch in inner) else inner
+
+
+def exists_script() -> str:
+    """Reads NUL-terminated paths on stdin; prints, NUL-terminated, those that still exist (``lstat``:
+    a link is never followed, nothing is opened)."""
+    return "while IFS= read -r -d '' p; do if [ -e \"$p\" ] || [ -L \"$p\" ]; then printf '%s\\0' \"$p\"; fi; done\n"

@@ -1,0 +1,214 @@
+"""One instant per agent snapshot (jackin.snapshots.instant): the backup script run here with bash,
+against a stand-in ``docker`` and ``restic`` on PATH that record what they were asked (no engine, no
+network): the freeze and its thaw on every way out, the script's end when its channel's stdin ends,
+the cap on the freeze; and the parsers of restic's error lines. The real freezer and the btrfs
+checkpoint are driven in the lab (tests/integration/test_point_in_time.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from jackin.snapshots import instant
+from jackin.snapshots.models import AgentSnapshot
+from jackin.ui import held_text
+
+SUMMARY = json.dumps({"message_type": "summary", "snapshot_id": "abc123", "total_bytes_processed": 5})
+
+FAKE_DOCKER = """#!/bin/sh
+# docker inspect|pause|unpause -- C, over a state file ("running paused"); every call logged.
+echo "$*" >> "$JK/docker.log"
+case "$1" in
+  inspect) [ -f "$JK/state" ] || exit 1; cat "$JK/state" ;;
+  pause) [ "$(cat "$JK/state")" = "true false" ] || exit 1; echo "true true" > "$JK/state" ;;
+  unpause) [ "$(cat "$JK/state")" = "true true" ] || exit 1; echo "true false" > "$JK/state" ;;
+esac
+"""
+
+FAKE_RESTIC = """#!/bin/sh
+# restic backup: records the container's state while it reads, then sleeps $SLEEP and exits $RC.
+cat "$JK/state" > "$JK/seen" 2>/dev/null || echo gone > "$JK/seen"
+echo "$$" > "$JK/restic.pid"
+[ -n "${ERRORS:-}" ] && printf '%s\\n' "$ERRORS"
+sleep "${SLEEP:-0}"
+echo '""" + SUMMARY + """'
+exit "${RC:-0}"
+"""
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Path:
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name, text in (("docker", FAKE_DOCKER), ("restic", FAKE_RESTIC)):
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    (tmp_path / "state").write_text("true false\n")
+    return tmp_path
+
+
+def start(box: Path, *, max_freeze: int = 60, hold: bool = True, container: str | None = "jk-f--coder-1",
+          grace: int = instant.GRACE, **env: str) -> subprocess.Popen:  # fmt: skip
+    script = instant.backup_script(["restic", "backup", "--json", "--", "/srv/jackin/f/coder-1"],
+                                   home="/srv/jackin/f/coder-1", container=container, max_freeze=max_freeze,
+                                   hold=hold, grace=grace)  # fmt: skip
+    environ = {**os.environ, "PATH": f"{box / 'bin'}:{os.environ['PATH']}", "JK": str(box), **env}
+    return subprocess.Popen(["bash", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=environ, text=True, start_new_session=True)  # fmt: skip
+
+
+def finish(proc: subprocess.Popen, *, close_stdin: bool = False) -> tuple[int, str, str]:
+    """Its status and output; its stdin stays open until it ends (as an SSH channel's does) unless
+    ``close_stdin``."""
+    if close_stdin:
+        proc.stdin.close()  # type: ignore[union-attr]
+    proc.wait(timeout=20)
+    out, err = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+    if not close_stdin:
+        proc.stdin.close()  # type: ignore[union-attr]
+    return proc.returncode, out, err
+
+
+def docker_calls(box: Path) -> list[str]:
+    log = box / "docker.log"
+    return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def await_file(path: Path, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert path.exists(), f"{path} never appeared"
+
+
+def test_a_running_agent_is_frozen_while_restic_reads_and_thawed_after(box: Path) -> None:
+    code, out, _ = finish(start(box))
+    assert code == 0 and (box / "seen").read_text().strip() == "true true"  # restic read a frozen container
+    assert docker_calls(box) == ["inspect", "pause", "unpause"]
+    assert (box / "state").read_text().strip() == "true false"
+    how, frozen_ms = instant.held(out)
+    assert how == "frozen" and frozen_ms is not None and frozen_ms > 0
+    assert SUMMARY in out.splitlines()
+
+
+def test_a_failed_backup_still_thaws_and_passes_restics_status_on(box: Path) -> None:
+    code, out, _ = finish(start(box, RC="1"))
+    assert code == 1 and docker_calls(box) == ["inspect", "pause", "unpause"]
+    assert (box / "state").read_text().strip() == "true false" and instant.held(out)[0] == "frozen"
+
+
+def test_the_end_of_its_stdin_stops_the_backup_and_thaws(box: Path) -> None:
+    """The operator's Ctrl-C or a lost connection closes the SSH channel: the script's stdin ends."""
+    proc = start(box, SLEEP="30")
+    await_file(box / "restic.pid")
+    began = time.monotonic()
+    code, _, _ = finish(proc, close_stdin=True)
+    assert time.monotonic() - began < 5 and code != 0
+    assert (box / "state").read_text().strip() == "true false" and docker_calls(box)[-1] == "unpause"
+
+
+def test_an_interrupted_script_thaws_on_its_way_out(box: Path) -> None:
+    proc = start(box, SLEEP="30")
+    await_file(box / "restic.pid")
+    proc.send_signal(signal.SIGTERM)
+    code, _, _ = finish(proc)
+    assert code == 130 and (box / "state").read_text().strip() == "true false"
+
+
+def test_a_backup_past_max_freeze_is_stopped_and_the_agent_thawed(box: Path) -> None:
+    began = time.monotonic()
+    code, out, _ = finish(start(box, max_freeze=1, SLEEP="30"))
+    assert code == instant.TIMED_OUT and time.monotonic() - began < 10
+    assert (box / "state").read_text().strip() == "true false" and instant.held(out)[0] == "frozen"
+
+
+def test_the_watchdog_thaws_when_the_script_is_killed_outright(box: Path) -> None:
+    proc = start(box, max_freeze=1, grace=1, SLEEP="30")  # the watchdog thaws at max_freeze + grace
+    await_file(box / "restic.pid")
+    os.killpg(proc.pid, signal.SIGKILL)  # the script and restic, not the watchdog (a session of its own)
+    proc.wait(timeout=10)
+    assert (box / "state").read_text().strip() == "true true"  # nobody thawed it on the way out
+    deadline = time.monotonic() + 2 + 10
+    while (box / "state").read_text().strip() != "true false" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (box / "state").read_text().strip() == "true false"
+
+
+def test_a_container_paused_by_someone_else_is_read_and_left_paused(box: Path) -> None:
+    (box / "state").write_text("true true\n")
+    code, out, _ = finish(start(box))
+    assert code == 0 and docker_calls(box) == ["inspect"] and instant.held(out) == ("paused", None)
+    assert (box / "state").read_text().strip() == "true true"
+
+
+def test_a_stopped_or_missing_container_is_not_frozen(box: Path) -> None:
+    (box / "state").write_text("false false\n")
+    code, out, _ = finish(start(box))
+    assert code == 0 and docker_calls(box) == ["inspect"] and instant.held(out) == ("stopped", None)
+    (box / "state").unlink()
+    code, out, _ = finish(start(box))
+    assert code == 0 and instant.held(out) == ("stopped", None)
+
+
+def test_a_failed_freeze_stops_before_restic_reads_anything(box: Path) -> None:
+    (box / "bin" / "docker").write_text(FAKE_DOCKER.replace('pause) [', 'pause) exit 1; ['))
+    code, _, err = finish(start(box))
+    assert code == 1 and "cannot freeze container jk-f--coder-1" in err and not (box / "seen").exists()
+
+
+def test_a_live_look_holds_nothing(box: Path) -> None:
+    code, out, _ = finish(start(box, hold=False))
+    assert code == 0 and docker_calls(box) == [] and instant.held(out) == ("live", None)
+
+
+def test_the_checkpoint_script_binds_the_frozen_copy_over_the_home_in_restics_own_mount_namespace() -> None:
+    script = instant.backup_script(["restic", "backup", "--", "/srv/jackin/f/coder-1"], home="/srv/jackin/f/coder-1",
+                                   container="jk-f--coder-1", checkpoint="/srv/jackin/f/.checkpoints/coder-1/X")  # fmt: skip
+    assert "H=/srv/jackin/f/coder-1; K=/srv/jackin/f/.checkpoints/coder-1/X" in script
+    assert "run unshare --mount --propagation private -- /bin/sh -c 'mount --bind -- \"$1\" \"$2\"" in script
+    assert "docker pause" not in script and '"$(stat -c %i -- "$K")" = 256' in script
+
+
+# --- restic's errors ------------------------------------------------------------------------------
+
+
+def test_read_errors_takes_the_item_and_errno_of_each_error_line() -> None:
+    out = "\n".join([
+        '{"message_type":"error","error":{"Op":"lstat","Path":"/h/w/a.tmp","Err":2},"during":"archival","item":"/h/w/a.tmp"}',
+        '{"message_type":"error","error":{},"during":"archival","item":"/h/w/b"}',
+        "jk-instant live", "not json {", SUMMARY,
+    ])  # fmt: skip
+    assert instant.read_errors(out) == [("/h/w/a.tmp", 2), ("/h/w/b", None)]
+
+
+def test_relative_names_a_file_below_the_home_and_quotes_control_characters() -> None:
+    assert instant.relative("/srv/jackin/f/c-1/workspace/x", "/srv/jackin/f/c-1") == "workspace/x"
+    assert instant.relative("/srv/jackin/f/c-1/workspace/a\nb", "/srv/jackin/f/c-1") == "'workspace/a\\nb'"
+
+
+def test_held_ignores_unknown_instants_and_malformed_lines() -> None:
+    assert instant.held("jk-instant sideways\njk-frozen-ns x\n") == (None, None)
+    assert instant.held("jk-instant frozen\njk-frozen-ns 1500000\n") == ("frozen", 1.5)
+
+
+def test_the_exists_script_lists_only_what_is_still_there_without_following_links(tmp_path: Path) -> None:
+    (tmp_path / "here").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    paths = [tmp_path / "here", tmp_path / "gone", tmp_path / "dangling", tmp_path / "new\nline"]
+    (tmp_path / "new\nline").write_text("x")
+    done = subprocess.run(["bash", "-c", instant.exists_script()], input=b"".join(bytes(p) + b"\0" for p in paths),
+                          capture_output=True, check=True, timeout=10)  # fmt: skip
+    assert done.stdout.split(b"\0")[:-1] == [bytes(paths[0]), bytes(paths[2]), bytes(paths[3])]
+
+
+def test_held_text_prints_the_freeze_in_seconds() -> None:
+    base = {"host": "h", "instance": "c-1", "agent": "c"}
+    assert held_text(AgentSnapshot(**base, instant="frozen", frozen_ms=420.0)) == "frozen 0.42s"
+    assert held_text(AgentSnapshot(**base, instant="checkpoint")) == "checkpoint"
+    assert held_text(AgentSnapshot(**base)) == "-"
