@@ -7,7 +7,9 @@ while the agent writes. How the moment is held (``Instant``) depends on the host
                 over the home's path in a mount namespace of restic's own (so its paths are the
                 home's, as in every other snapshot); the agent never stops
     frozen      the restic-only tier: the agent's container is frozen (``docker pause``, the cgroup
-                freezer) for the backup and thawed right after it; the time frozen is printed
+                freezer) while restic reads and thawed right after; the time frozen is printed. The
+                freeze starts once restic has opened the repository (its start is not paid frozen):
+                restic reads its ``--exclude-file``, a FIFO the script holds open, before any file
     paused      the container was already paused (by someone else): read as it is, left paused
     stopped     the container is not running: nothing of the agent writes
     live        read as it is, nothing held (``snapshot.diff``'s look at the live workspace)
@@ -47,17 +49,23 @@ def q(*args: str) -> str:
 def backup_script(argv: Sequence[str], *, home: str, container: str | None, checkpoint: str | None = None,
                   max_freeze: int = 600, hold: bool = True, grace: int = GRACE) -> str:  # fmt: skip
     """One bash script: hold the agent's home still (see the module docstring), run restic's backup
-    ``argv`` (its paths include ``home``), let go. Prints ``jk-instant <how>`` before restic's JSON
-    lines and ``jk-frozen-ns <n>`` after a freeze; exits with restic's status (``TIMED_OUT``: stopped
-    at ``max_freeze``). ``checkpoint``: the read-only subvolume to read instead of the live home;
-    ``hold=False``: read the live home (``live``); ``grace``: how long past ``max_freeze`` the watchdog
-    waits before it thaws on its own (more than ``timeout``'s 10 s kill: restic is gone by then)."""
-    restic = q("timeout", "-k", "10", str(max_freeze), *argv)
+    ``argv`` (``... backup [options] -- <paths>``, the paths including ``home``), let go. Prints
+    ``jk-instant <how>`` before restic's JSON lines and ``jk-frozen-ns <n>`` after a freeze; exits with
+    restic's status (``TIMED_OUT``: stopped at ``max_freeze``). ``checkpoint``: the read-only subvolume
+    to read instead of the live home; ``hold=False``: read the live home (``live``); ``grace``: how long
+    past ``max_freeze`` the watchdog waits before it thaws on its own (more than ``timeout``'s 10 s
+    kill: restic is gone by then)."""
+    timed = ["timeout", "-k", "10", str(max_freeze), *argv]
     if checkpoint is not None:
-        return _CHECKPOINT.format(home=shlex.quote(home), ckpt=shlex.quote(checkpoint), restic=restic,
+        return _CHECKPOINT.format(home=shlex.quote(home), ckpt=shlex.quote(checkpoint), restic=q(*timed),
                                   inode=SUBVOLUME_INODE, lifetime=_TIED)  # fmt: skip
     if not hold or container is None:
-        return _TIED + f"echo 'jk-instant live'\nrun {restic}\nexit $rc\n"
+        return _TIED + f"echo 'jk-instant live'\nrun {q(*timed)}\nexit $rc\n"
+    # restic reads its --exclude-file (here a FIFO) right after it opened and locked the repository and
+    # before it looks at any file: the freeze starts there, so restic's start (key derivation, about
+    # 0.7 s) is not paid frozen. The FIFO's EOF lets it go on.
+    cut = timed.index("--")
+    restic = f'{q(*timed[:cut])} --exclude-file "$D/excludes" {q(*timed[cut:])}'
     watchdog = q("docker", "unpause", "--", container)
     return _FREEZE.format(container=shlex.quote(container), restic=restic, lifetime=_TIED,
                           watchdog=shlex.quote(f"sleep {max_freeze + grace}; {watchdog} >/dev/null 2>&1"))  # fmt: skip
@@ -70,12 +78,12 @@ _TIED = r"""set -u
 trap '' HUP PIPE
 exec 3<&0
 rc=0; R=; L=
-run() {
+start() {
   "$@" & R=$!
   { while IFS= read -r -u 3 _; do :; done; kill -TERM "$R" 2>/dev/null; } & L=$!
-  wait "$R"; rc=$?; R=
-  stop
 }
+finish() { wait "$R"; rc=$?; R=; stop; }
+run() { start "$@"; finish; }
 # Whatever ends the script ends the backup first: nothing reads the home once it is let go.
 stop() {
   if [ -n "$R" ]; then kill -TERM "$R" 2>/dev/null; wait "$R" 2>/dev/null; R=; fi
@@ -95,7 +103,10 @@ exit $rc
 
 # Freeze only a container that runs and is not paused already; thaw on every way out. The watchdog
 # (setsid: a session of its own, untouched by this one's end) thaws if this script is killed outright.
-_FREEZE = """{lifetime}C={container}; froze=; W=
+# Opening the FIFO to write blocks until restic opens it to read (it reached its exclude file); if
+# restic ends first, the opener opens it itself (read-write never blocks), so the script never hangs.
+_FREEZE = """{lifetime}C={container}; froze=; W=; O=
+D=$(mktemp -d) && mkfifo -m 0600 "$D/excludes" || {{ echo "jackin: cannot make the freeze's FIFO" >&2; exit 1; }}
 thaw() {{
   if [ -n "$froze" ]; then
     if docker unpause -- "$C" >/dev/null; then echo "jk-frozen-ns $(( $(date +%s%N) - froze ))"
@@ -103,19 +114,29 @@ thaw() {{
     froze=
   fi
   if [ -n "$W" ]; then kill -- "-$W" 2>/dev/null; W=; fi
+  if [ -n "$O" ]; then kill "$O" 2>/dev/null; O=; fi
+  rm -rf -- "$D"
 }}
 trap 'stop; thaw' EXIT
 state=$(docker inspect -f '{{{{.State.Running}}}} {{{{.State.Paused}}}}' -- "$C" 2>/dev/null || echo missing)
+start {restic}
+{{ while kill -0 "$R" 2>/dev/null; do sleep 0.05; done; exec 5<>"$D/excludes"; }} & O=$!
+exec 4>"$D/excludes"
+kill "$O" 2>/dev/null; O=
 case "$state" in
   "true false")
-    setsid /bin/sh -c {watchdog} </dev/null >/dev/null 2>&1 & W=$!
-    t0=$(date +%s%N)
-    docker pause -- "$C" >/dev/null || {{ echo "jackin: cannot freeze container $C (docker pause failed)" >&2; exit 1; }}
-    froze=$t0; echo 'jk-instant frozen' ;;
+    if kill -0 "$R" 2>/dev/null; then
+      setsid /bin/sh -c {watchdog} </dev/null >/dev/null 2>&1 4>&- & W=$!
+      t0=$(date +%s%N)
+      docker pause -- "$C" >/dev/null || {{ echo "jackin: cannot freeze container $C (docker pause failed)" >&2; exit 1; }}
+      froze=$t0
+    fi
+    echo 'jk-instant frozen' ;;
   "true true") echo 'jk-instant paused' ;;
   *) echo 'jk-instant stopped' ;;
 esac
-run {restic}
+exec 4>&-
+finish
 thaw
 exit $rc
 """

@@ -317,3 +317,29 @@ def test_a_transaction_keeps_its_writes_together_or_none(ledger: Ledger, tmp_pat
         ledger.start_run("demo", "fleet.up")
         raise RuntimeError("boom")
     assert len(ledger.runs("demo")) == 1 and not ledger.db.in_transaction
+
+
+# --- how each snapshot's home was held -----------------------------------------------
+
+
+def test_a_snapshot_records_how_each_home_was_held_and_an_old_ledger_gains_the_columns(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.sqlite3"
+    old = sqlite3.connect(path)  # a ledger made before snapshots recorded their instant
+    old.execute("CREATE TABLE snapshot_agents (snapshot TEXT NOT NULL, fleet TEXT NOT NULL, host TEXT NOT NULL, "
+                "instance TEXT NOT NULL, agent TEXT NOT NULL, restic_id TEXT, size INTEGER NOT NULL DEFAULT 0, "
+                "added INTEGER NOT NULL DEFAULT 0, files_new INTEGER NOT NULL DEFAULT 0, files_changed INTEGER NOT "
+                "NULL DEFAULT 0, tiers TEXT NOT NULL, manifest TEXT, PRIMARY KEY (snapshot, host, instance))")  # fmt: skip
+    old.execute("INSERT INTO snapshot_agents (snapshot, fleet, host, instance, agent, tiers) "
+                "VALUES ('s0', 'f', 'h', 'c-1', 'c', '[\"restic\"]')")  # fmt: skip
+    old.commit()
+    old.close()
+    with Ledger(path) as ledger:
+        ledger.db.execute("INSERT INTO snapshots (id, fleet, created, kind) VALUES ('s0', 'f', '2026-01-01', 'manual')")
+        ledger.record_snapshot({"id": "s1", "fleet": "f", "created": "2026-12-04T00:00:00+00:00"},
+                               [{"host": "h", "instance": "c-1", "agent": "c", "restic_id": "r1", "tiers": ["restic"],
+                                 "instant": "frozen", "frozen_ms": 412.5, "manifest": None}])  # fmt: skip
+        rows = {r["id"]: r["agents"][0] for r in ledger.snapshot_rows("f")}
+    assert (rows["s1"]["instant"], rows["s1"]["frozen_ms"]) == ("frozen", 412.5)
+    assert (rows["s0"]["instant"], rows["s0"]["frozen_ms"]) == (None, None)  # recorded before: not known

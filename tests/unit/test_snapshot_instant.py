@@ -32,7 +32,10 @@ esac
 """
 
 FAKE_RESTIC = """#!/bin/sh
-# restic backup: records the container's state while it reads, then sleeps $SLEEP and exits $RC.
+# restic backup: reads its --exclude-file first (as restic does once the repository is open), then
+# records the container's state while it "reads the home", sleeps $SLEEP and exits $RC.
+[ -n "${DIE_EARLY:-}" ] && exit 1
+while [ $# -gt 0 ]; do [ "$1" = --exclude-file ] && cat "$2" > /dev/null; shift; done
 cat "$JK/state" > "$JK/seen" 2>/dev/null || echo gone > "$JK/seen"
 echo "$$" > "$JK/restic.pid"
 [ -n "${ERRORS:-}" ] && printf '%s\\n' "$ERRORS"
@@ -160,6 +163,13 @@ def test_a_failed_freeze_stops_before_restic_reads_anything(box: Path) -> None:
     (box / "bin" / "docker").write_text(FAKE_DOCKER.replace('pause) [', 'pause) exit 1; ['))
     code, _, err = finish(start(box))
     assert code == 1 and "cannot freeze container jk-f--coder-1" in err and not (box / "seen").exists()
+    assert not list(box.glob("tmp.*"))  # the FIFO's dir is gone too
+
+
+def test_restic_failing_before_it_reads_its_exclude_file_ends_the_script_without_a_freeze(box: Path) -> None:
+    """A wrong password, a locked repository: restic ends before the FIFO; the script must not hang."""
+    code, out, _ = finish(start(box, DIE_EARLY="1"))
+    assert code == 1 and docker_calls(box) == ["inspect"] and (box / "state").read_text().strip() == "true false"
 
 
 def test_a_live_look_holds_nothing(box: Path) -> None:
@@ -212,3 +222,61 @@ def test_held_text_prints_the_freeze_in_seconds() -> None:
     assert held_text(AgentSnapshot(**base, instant="frozen", frozen_ms=420.0)) == "frozen 0.42s"
     assert held_text(AgentSnapshot(**base, instant="checkpoint")) == "checkpoint"
     assert held_text(AgentSnapshot(**base)) == "-"
+
+
+def test_an_interrupt_cuts_the_hosts_work_short_before_waiting_for_it() -> None:
+    """per_host runs ``interrupted`` (snapshots close every connection there) before it waits for the
+    workers, so a Ctrl-C never waits for a frozen agent's backup to finish."""
+    import threading
+
+    from jackin.snapshots import api
+    from jackin.target import SshTarget
+
+    release, calls = threading.Event(), []
+
+    def work(target: SshTarget) -> None:
+        if target.name == "a":
+            raise KeyboardInterrupt  # as the main thread would see a Ctrl-C while it waits
+        release.wait(10)  # "b" blocks until the interrupt hook releases it
+
+    def interrupted() -> None:
+        calls.append("interrupted")
+        release.set()
+
+    targets = [SshTarget(name=n, address="127.0.0.1", port=1, known_hosts=Path("/nonexistent")) for n in "ab"]
+    with pytest.raises(KeyboardInterrupt):
+        api.per_host(targets, work, interrupted=interrupted)
+    assert calls == ["interrupted"] and release.is_set()
+
+
+def test_this_machines_restic_reads_its_exclude_file_before_any_file_of_the_backup(tmp_path: Path) -> None:
+    """The freeze starts when restic opens its --exclude-file (a FIFO): that must come before restic reads
+    any file below its paths, with the restic this machine has (the one uploaded to hosts that lack
+    it). While restic waits on the FIFO the file changes; the snapshot must hold the change."""
+    import shutil
+
+    restic_bin = shutil.which("restic")
+    if restic_bin is None:
+        if os.environ.get("CI"):
+            pytest.fail("restic is not installed (.ci/setup installs it)")
+        pytest.skip("restic is not installed here")
+    repo, src, fifo, password = tmp_path / "repo", tmp_path / "src", tmp_path / "excludes", tmp_path / "pw"
+    src.mkdir()
+    (src / "file").write_text("before\n")
+    password.write_text("pw\n")
+    base = [restic_bin, "--repo", str(repo), "--password-file", str(password), "--cache-dir", str(tmp_path / "c")]
+    subprocess.run([*base, "--quiet", "init"], check=True, capture_output=True, timeout=120)
+    os.mkfifo(fifo)
+    backup = subprocess.Popen([*base, "--quiet", "backup", "--json", "--exclude-file", str(fifo), "--", str(src)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        with open(fifo, "w"):  # returns once restic opened it to read: it has read nothing of src yet
+            (src / "file").write_text("after\n")
+        out, err = backup.communicate(timeout=120)
+    finally:
+        if backup.poll() is None:
+            backup.kill()
+    assert backup.returncode == 0, err
+    shown = subprocess.run([*base, "--quiet", "dump", "latest", str(src / "file")], capture_output=True, text=True,
+                           timeout=120, check=True)  # fmt: skip
+    assert shown.stdout == "after\n"
