@@ -1,0 +1,104 @@
+"""jackin.interrupts: work on daemon threads, a Ctrl-C raised in the main thread's own wait (never
+inside the work), the work told to stop and given a bounded time; and exit 130 before a command starts.
+
+A Ctrl-C is simulated with ``_thread.interrupt_main`` (what SIGINT does to the main thread), sent
+by the work itself, so no test waits for a timer."""
+
+from __future__ import annotations
+
+import _thread
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from jackin import interrupts
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_run_returns_the_works_result_or_raises_its_error() -> None:
+    assert interrupts.run(lambda stop: ("done", stop.is_set())) == ("done", False)
+    with pytest.raises(ValueError, match="bad"):
+        interrupts.run(lambda stop: (_ for _ in ()).throw(ValueError("bad")))
+
+
+def test_a_ctrl_c_sets_stop_and_is_raised_once_the_work_has_ended() -> None:
+    seen: list[bool] = []
+
+    def work(stop: threading.Event) -> str:
+        _thread.interrupt_main()
+        seen.append(stop.wait(5))  # the interrupted wait sets it
+        return "closed"
+
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.run(work, grace=5)
+    assert seen == [True]
+
+
+def test_work_that_does_not_stop_is_left_behind_after_the_grace() -> None:
+    release = threading.Event()
+
+    def work(stop: threading.Event) -> None:
+        _thread.interrupt_main()
+        release.wait(10)  # as a connection that is still handshaking: it does not look at stop
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.run(work, grace=0.05)
+    assert time.monotonic() - started < 1
+    release.set()
+
+
+def test_each_runs_in_parallel_keeps_the_order_and_raises_the_first_error_after_all() -> None:
+    together = threading.Barrier(3, timeout=5)  # passes only when all three run at once
+    assert interrupts.each(lambda n: (together.wait(), n * 2)[1], [1, 2, 3]) == [2, 4, 6]
+    assert interrupts.each(lambda n: n, []) == []
+    ran: list[int] = []
+
+    def fail_on_two(n: int) -> int:
+        ran.append(n)
+        if n == 2:
+            raise RuntimeError("two")
+        return n
+
+    with pytest.raises(RuntimeError, match="two"):
+        interrupts.each(fail_on_two, [1, 2, 3], workers=1)
+    assert ran == [1, 2, 3]
+
+
+def test_a_ctrl_c_in_each_is_raised_at_once_with_items_still_running() -> None:
+    release = threading.Event()
+
+    def item(n: int) -> int:
+        if n == 1:
+            _thread.interrupt_main()
+        release.wait(10)
+        return n
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.each(item, [1, 2])
+    assert time.monotonic() - started < 1
+    release.set()
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30)
+
+
+def test_before_the_command_starts_a_ctrl_c_exits_130_at_once() -> None:
+    done = _python("import os, signal, time; from jackin import interrupts; interrupts.exit_until_started(); "
+                   "os.kill(os.getpid(), signal.SIGINT); time.sleep(20); print('not reached')")  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "")
+
+
+def test_once_started_a_ctrl_c_is_a_keyboard_interrupt_again() -> None:
+    done = _python("import os, signal, time; from jackin import interrupts; interrupts.exit_until_started(); "
+                   "interrupts.started()\n"
+                   "try:\n    os.kill(os.getpid(), signal.SIGINT); time.sleep(20)\n"
+                   "except KeyboardInterrupt:\n    print('interrupted')")  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "interrupted\n"), done.stderr
