@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-import time
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -107,8 +107,18 @@ def exec_command(ref: AgentRef, argv: Sequence[str]) -> str:
 
 
 def logs_command(ref: AgentRef, *, follow: bool = False, tail: int | None = None) -> str:
+    """``docker logs``; with ``follow``, one that ends when the channel's input does.
+
+    ``docker logs --follow`` reads no input and notices a closed channel only at its next write: for
+    a quiet container, never. So it runs in the background while ``cat`` waits for the end of the
+    input (our channel closed, or the connection lost) and then ends it; its exit status is the
+    command's."""
     options = (["--follow"] if follow else []) + (["--tail", str(tail)] if tail is not None else [])
-    return f"{_present(ref.container)}; exec docker logs {shlex.join(options + [ref.container])}"
+    logs = f"docker logs {shlex.join(options + [ref.container])}"
+    if not follow:
+        return f"{_present(ref.container)}; exec {logs}"
+    return (f"{_present(ref.container)}; exec 3<&0; {logs} </dev/null 3<&- & logs=$!; "
+            f"{{ cat <&3; kill $logs; }} >/dev/null 2>&1 & exec 3<&-; wait $logs")  # fmt: skip
 
 
 def shell_command(ref: AgentRef) -> str:
@@ -137,19 +147,36 @@ def _for(stream_: Any) -> Callable[[bytes], bytes]:
 
 def stream(ref: AgentRef, command: str, *, out: Any = None, err: Any = None) -> int:
     """Run ``command`` on the agent's host over one SSH channel, its stdout and stderr copied here as
-    they come (bytes, unchanged); its exit status. A Ctrl-C closes the channel (the remote command gets
-    a hangup) and is raised on: Fabric's own runner would wait on a command with no terminal forever."""
-    from jackin.ssh import connect
+    they come (bytes, unchanged); its exit status. The SSH work runs off the main thread
+    (``jackin.interrupts``): a Ctrl-C, at any moment from the connection on, is raised here within
+    ``GRACE`` seconds, after the channel and connection were closed (the remote end sees its input
+    end). Fabric's own runner would wait on a command with no terminal for ever."""
+    from jackin import interrupts
 
     out = out or sys.stdout.buffer
     err = err or sys.stderr.buffer
+    ended = interrupts.run(lambda stop: _copy(ref, command, out, err, stop), grace=interrupts.GRACE,
+                           name=f"jackin-stream-{ref.instance}")  # fmt: skip
+    assert ended is not None, "only a Ctrl-C stops the copy, and run raised it"
+    code, tail = ended
+    if code == MISSING and b"jackin: no container" in tail:
+        raise _missing(ref)
+    return code
+
+
+def _copy(ref: AgentRef, command: str, out: Any, err: Any, stop: threading.Event) -> tuple[int, bytes] | None:
+    """``stream``'s work: the exit status and the end of stderr, or None when ``stop`` was set first."""
+    from jackin.ssh import connect
+
     shown_out, shown_err = _for(out), _for(err)
     with connect(ref.target) as conn:
+        if stop.is_set():
+            return None
         channel = conn.client.get_transport().open_session()
         try:
             channel.exec_command(command)
             tail = b""
-            while True:
+            while not stop.is_set():
                 idle = True
                 if channel.recv_ready():
                     out.write(shown_out(channel.recv(65536)))
@@ -162,15 +189,12 @@ def stream(ref: AgentRef, command: str, *, out: Any = None, err: Any = None) -> 
                     err.flush()
                     idle = False
                 if idle and channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-                    break
+                    return channel.recv_exit_status(), tail
                 if idle:
-                    time.sleep(0.05)
-            code = channel.recv_exit_status()
+                    stop.wait(0.05)
+            return None
         finally:
             channel.close()
-    if code == MISSING and b"jackin: no container" in tail:
-        raise _missing(ref)
-    return code
 
 
 def run_exec(ref: AgentRef, argv: Sequence[str], *, out: Any = None, err: Any = None) -> int:

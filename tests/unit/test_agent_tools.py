@@ -1,13 +1,16 @@
 """Operator tools without a host: the trailing ``-- CMD`` as Invoke leaves it, the exact docker commands
 (argv quoted, as the agent's uid), which host and container an agent name resolves to, and the refusals
-(unknown agent or host, no command, no terminal) with their exit codes."""
+(unknown agent or host, no command, no terminal) with their exit codes; and ``logs --follow``'s command,
+run by a local sh with a fake docker, ending when the channel's input ends."""
 
 from __future__ import annotations
 
 import io
 import os
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -59,8 +62,10 @@ def test_the_exact_commands() -> None:
              "jk-demo--coder-2 on this host (is the fleet up?)' >&2; exit 125; }; ")  # fmt: skip
     assert agent_tools.exec_command(ref(), ["sh", "-c", "echo 'a b'; id -u"]) == (
         check + "exec docker exec --user 60001:60001 jk-demo--coder-2 sh -c 'echo '\"'\"'a b'\"'\"'; id -u'")
+    assert agent_tools.logs_command(ref(), tail=5) == check + "exec docker logs --tail 5 jk-demo--coder-2"
     assert agent_tools.logs_command(ref(), follow=True, tail=5) == (
-        check + "exec docker logs --follow --tail 5 jk-demo--coder-2")
+        check + "exec 3<&0; docker logs --follow --tail 5 jk-demo--coder-2 </dev/null 3<&- & logs=$!; "
+        "{ cat <&3; kill $logs; } >/dev/null 2>&1 & exec 3<&-; wait $logs")
     assert agent_tools.shell_command(ref()) == (
         check + "exec docker exec -it --user 60001:60001 jk-demo--coder-2 /bin/sh -c "
         "'if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l'")
@@ -102,3 +107,48 @@ def test_agent_output_on_a_terminal_shows_control_bytes_as_replacement_character
     shown = _for(_Tty())(data).decode()
     assert "\x1b" not in shown and "\x07" not in shown and "\u009b" not in shown
     assert shown.startswith("a\tb\r\nc ") and shown.endswith(" e 中\n") and "\ufffd" in shown
+
+
+def _follow(tmp_path: Path, logs: str) -> subprocess.Popen:
+    """``agent.logs --follow``'s command in a local sh, with a fake ``docker`` whose ``logs`` runs ``logs``
+    (its pid in ``pid``): the channel's input is the process's stdin."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    docker.write_text(f'#!/bin/sh\n[ "$1" = inspect ] && exit 0\necho $$ > {tmp_path}/pid\n{logs}\n')
+    docker.chmod(0o755)
+    return subprocess.Popen(["sh", "-c", agent_tools.logs_command(ref(), follow=True)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env={"PATH": f"{bin_dir}:/usr/bin:/bin"})  # fmt: skip
+
+
+def _read_until(stream, text: bytes, seconds: float = 5) -> bytes:
+    seen, deadline = b"", time.monotonic() + seconds
+    while text not in seen and time.monotonic() < deadline:
+        if select.select([stream], [], [], 0.1)[0]:
+            seen += os.read(stream.fileno(), 4096)
+    return seen
+
+
+def test_the_follower_ends_when_the_channels_input_ends(tmp_path: Path) -> None:
+    """Closing the channel ends ``docker logs --follow`` on the host at once, though it prints nothing."""
+    follow = _follow(tmp_path, "echo following; exec sleep 60")
+    try:
+        assert b"following" in _read_until(follow.stdout, b"following")
+        assert follow.poll() is None
+        follow.stdin.close()  # what the host's sshd does when our channel closes or the connection drops
+        follow.wait(timeout=2)
+        with pytest.raises(ProcessLookupError):  # the follower (the fake docker) is gone, not orphaned
+            os.kill(int((tmp_path / "pid").read_text()), 0)
+    finally:
+        follow.kill()
+        follow.wait()
+
+
+def test_a_follower_that_ends_by_itself_gives_its_exit_status(tmp_path: Path) -> None:
+    follow = _follow(tmp_path, "echo last; exit 3")
+    try:
+        assert follow.wait(timeout=5) == 3  # the channel's input still open: the command ends all the same
+        assert follow.stdout.read() == b"last\n"
+    finally:
+        follow.kill()
+        follow.wait()
