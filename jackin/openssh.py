@@ -114,20 +114,34 @@ def run(target: SshTarget, command: str, *, timeout: float = 10, connect_timeout
     # stderr to a file, not a pipe: a master that goes to the background keeps the stderr it was given,
     # and a pipe would not reach its end until the master exits.
     with tempfile.TemporaryFile() as err:
-        try:
-            done = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
-                                  timeout=timeout + max(1, round(connect_timeout)) + 2)  # fmt: skip
-        except subprocess.TimeoutExpired:
-            raise ConnectError(f"SSH to {target.endpoint} failed: no answer within {timeout + connect_timeout:.0f}s",
-                               host=target.name) from None  # fmt: skip
+        with subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err) as client:
+            _clients.add(client)
+            try:
+                out, _ = client.communicate(timeout=timeout + max(1, round(connect_timeout)) + 2)
+            except subprocess.TimeoutExpired:
+                client.kill()
+                raise ConnectError(f"SSH to {target.endpoint} failed: no answer within "
+                                   f"{timeout + connect_timeout:.0f}s", host=target.name) from None  # fmt: skip
+            finally:
+                _clients.discard(client)
         err.seek(0)
         stderr = err.read().decode(errors="replace")
-    stdout = done.stdout.decode(errors="replace")
-    if done.returncode == 255:
+    stdout = out.decode(errors="replace")
+    if client.returncode == 255:
         failure = ssh_failure(target, stderr)
         if failure is not None:
             raise failure
-    return Ran(exited=done.returncode, stdout=stdout, stderr=stderr)
+    return Ran(exited=client.returncode, stdout=stdout, stderr=stderr)
+
+
+_clients: set[subprocess.Popen] = set()  # the ssh clients ``run`` is waiting on, in any thread
+
+
+def end_all() -> None:
+    """Kill every ssh client ``run`` is still waiting on (after a Ctrl-C: their reads are not wanted).
+    A multiplexing master is not among them: it is its own process, and stays for the next command."""
+    for client in list(_clients):
+        client.kill()
 
 
 MISMATCH = re.compile(r"The fingerprint for the (\S+) key sent by the remote host is\s+(\S+?)\.?\s*$", re.M)

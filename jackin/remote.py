@@ -9,12 +9,11 @@ that answered is that host's RemoteCommandError.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from jackin import openssh
+from jackin import interrupts, openssh
 from jackin.errors import ConnectError, JackinError, RemoteCommandError
 from jackin.target import SshTarget
 
@@ -58,7 +57,10 @@ def gather(
     timeout: float = 10,
 ) -> dict[str, T | JackinError]:
     """Run ``command`` on every target in parallel; per host the parsed output or the error
-    (ConnectError: not reached; RemoteCommandError: reached, the command failed)."""
+    (ConnectError: not reached; RemoteCommandError: reached, the command failed).
+
+    A Ctrl-C is raised at once (``jackin.interrupts.each``), not after the reads in flight: their
+    ssh clients are ended, and a Fabric connection's daemon threads are left to the process's exit."""
 
     def one(target: SshTarget) -> T | JackinError:
         try:
@@ -82,5 +84,8 @@ def gather(
 
     if not targets:
         return {}
-    with ThreadPoolExecutor(max_workers=min(32, len(targets))) as pool:
-        return dict(zip([t.name for t in targets], pool.map(one, targets)))
+    try:
+        return dict(zip([t.name for t in targets], interrupts.each(one, targets)))
+    except KeyboardInterrupt:
+        openssh.end_all()
+        raise

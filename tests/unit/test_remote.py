@@ -1,7 +1,11 @@
-"""remote.gather: every host's outcome is data; one host's bad output never hides the others."""
+"""remote.gather: every host's outcome is data; one host's bad output never hides the others; a Ctrl-C
+is not held up by a host that has not answered."""
 
 from __future__ import annotations
 
+import _thread
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -44,3 +48,21 @@ def test_a_parse_error_is_that_hosts_error_and_the_others_are_still_read(monkeyp
     assert isinstance(found["forged"], JackinError) and found["forged"].host == "forged"
     assert str(found["forged"]) == "forged: unexpected output in the state read"
     assert isinstance(found["failing"], RemoteCommandError)
+
+
+def test_a_ctrl_c_is_raised_at_once_not_after_the_reads_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ThreadPoolExecutor's shutdown (and the interpreter's exit) would wait for the stuck read."""
+    release = threading.Event()
+
+    class Stuck(FakeConnection):
+        def run(self, command: str, **kwargs: object) -> SimpleNamespace:
+            _thread.interrupt_main()  # the operator's Ctrl-C, while this host has not answered
+            release.wait(10)
+            return super().run(command, **kwargs)
+
+    monkeypatch.setattr(remote, "connect", lambda target, **kw: Stuck({"slow": (0, "late\n")}, target.name))
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        remote.gather(targets("slow"), "true", parse)
+    assert time.monotonic() - started < 1
+    release.set()
