@@ -1,5 +1,9 @@
 """jackin fleet CLI: `inv --list`. Tasks parse arguments and call `jackin`; no logic here."""
 
+from jackin import interrupts
+
+interrupts.exit_until_started()  # first: a Ctrl-C while the CLI loads exits 130, not Invoke's 1
+
 from invoke import Collection, Exit, task
 
 from jackin import lazy, ui

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from invoke.exceptions import Exit
 from rich.prompt import Confirm
 
-from jackin import lazy, ui
+from jackin import interrupts, lazy, ui
 from jackin.errors import (EXIT_CONNECT, EXIT_FAILED, EXIT_NOT_ENFORCED, EXIT_OK, JackinError, NotImplementedYet,
                            SpecError, worst)  # fmt: skip
 
@@ -34,6 +34,9 @@ else:  # loaded by the first command that uses them (jackin.lazy): the CLI's sta
 
 @contextmanager
 def guard() -> Iterator[None]:
+    """Around every task: our errors as one message and their exit code; a Ctrl-C as exit 130 (the
+    command has started: from here a Ctrl-C is a KeyboardInterrupt, see ``jackin.interrupts``)."""
+    interrupts.started()
     try:
         yield
     except JackinError as exc:

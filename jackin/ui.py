@@ -214,16 +214,17 @@ def clean_table(checks: list[CleanCheck]) -> Table:
 
 
 def watch(render, *, every: float = 2.0) -> None:
-    """Refresh ``render()`` in place until Ctrl-C."""
+    """Refresh ``render()`` in place until Ctrl-C, which ends it cleanly at any moment, the first
+    render included (its SSH reads are interrupted at once: ``jackin.remote.gather``)."""
     import time
 
-    with Live(render(), console=out, refresh_per_second=4, screen=False) as live:
-        try:
+    try:
+        with Live(render(), console=out, refresh_per_second=4, screen=False) as live:
             while True:
                 time.sleep(every)
                 live.update(render())
-        except KeyboardInterrupt:
-            pass
+    except KeyboardInterrupt:
+        pass
 
 
 def probe_table(probes) -> Table:
@@ -285,10 +286,12 @@ def snapshot_view(record) -> Table:
 
 
 def held_text(agent) -> str:
-    """``frozen 0.42s``, ``checkpoint``, ``stopped``...: how one agent's home was held for restic."""
-    if agent.instant == "frozen" and agent.frozen_ms is not None:
-        return f"frozen {agent.frozen_ms / 1000:.2f}s"
-    return agent.instant or "-"
+    """``frozen 0.42s``, ``checkpoint, frozen 0.05s``, ``stopped``...: how one agent's home was held
+    still for its snapshot, and for how long the agent was frozen for it."""
+    frozen = f"frozen {agent.frozen_ms / 1000:.2f}s" if agent.frozen_ms is not None else None
+    if agent.instant == "frozen" and frozen:
+        return frozen
+    return ", ".join(t for t in (agent.instant or "-", frozen) if t)
 
 
 def diff_table(result, *, limit: int = 50) -> Table:
