@@ -1,7 +1,8 @@
 """Operator tools on a real lab host, over strict SSH: agent.exec runs as the agent's uid, passes its
 output and exit status through and keeps each argument one word; agent.logs returns the container's
-output (and --follow ends cleanly at Ctrl-C); agent.shell refuses without a terminal and, in a pty,
-runs a command interactively as the agent.
+output (and --follow ends cleanly at Ctrl-C, its follower on the host too); agent.shell refuses without a
+terminal and, in a pty, runs a command interactively as the agent. A Ctrl-C ends each following command
+(agent.logs --follow, fleet.status --watch, fleet.wait) within 2 s with 0 or 130, whenever it comes.
 
 One 1-host lab and one fleet for the module."""
 
@@ -14,6 +15,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -75,6 +77,64 @@ def test_exec_of_an_unknown_agent_lists_the_known_ones(ofleet: Fleet) -> None:
     assert "Traceback" not in done.stderr
 
 
+class Cli:
+    """``inv ARGS`` running as an operator runs it. Its stderr is read as it comes, with ``-X importtime``:
+    a line as each module is loaded, so ``loaded`` can wait for a moment of the start (our own code
+    begins with ``jackin.interrupts``: before it, Python and Invoke are starting and a Ctrl-C is theirs)."""
+
+    def __init__(self, *args: str):
+        self.proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "invoke", *args], cwd=ROOT,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+        self.out, self.err, self.lines = b"", b"", threading.Condition()
+        self.reader = threading.Thread(target=self._read_err, daemon=True)
+        self.reader.start()
+
+    def _read_err(self) -> None:
+        for line in self.proc.stderr:
+            with self.lines:
+                self.err += line
+                self.lines.notify_all()
+
+    def loaded(self, module: str, seconds: float = 60) -> bool:
+        """Wait until ``module`` has been imported."""
+        with self.lines:
+            return self.lines.wait_for(lambda: f"| {module}\n".encode() in self.err, seconds)
+
+    def read_until(self, text: bytes, seconds: float = 60) -> bytes:
+        deadline = time.monotonic() + seconds
+        while text not in self.out and time.monotonic() < deadline:
+            if select.select([self.proc.stdout], [], [], 0.5)[0]:
+                self.out += os.read(self.proc.stdout.fileno(), 65536) or b""
+        return self.out
+
+    def interrupt(self) -> tuple[int | None, float]:
+        """SIGINT, as Ctrl-C sends it: the exit status (None: still running 10 s later) and how long it took."""
+        self.proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        try:
+            code: int | None = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
+            self.proc.kill()
+            self.proc.wait()
+        took = time.monotonic() - sent
+        self.out += self.proc.stdout.read()
+        self.reader.join(5)
+        return code, took
+
+
+def followers(fleet: Fleet) -> str:
+    """The ``docker logs`` processes for the fleet's container still on the host, after at most 5 s."""
+    found, deadline = "", time.monotonic() + 5
+    while time.monotonic() < deadline:
+        found = sh(fleet.lab, f"pgrep -af '[d]ocker logs.*{fleet.container}' || true").stdout.strip()
+        if not found:
+            break
+        time.sleep(0.5)
+    return found
+
+
 def test_logs_return_the_containers_output_and_follow_ends_at_ctrl_c(ofleet: Fleet) -> None:
     marker = f"jk-log-{secrets.token_hex(4)}"
     # The agent writes to its container's own stdout (PID 1's), which docker logs keeps.
@@ -82,22 +142,49 @@ def test_logs_return_the_containers_output_and_follow_ends_at_ctrl_c(ofleet: Fle
     assert wrote.returncode == 0, wrote.stderr
     done = inv("agent.logs", "coder-1", "-i", str(ofleet.spec), "--tail", "5")
     assert done.returncode == 0 and marker in done.stdout, done.stdout + done.stderr
-    follow = subprocess.Popen([sys.executable, "-m", "invoke", "agent.logs", "coder-1", "-i", str(ofleet.spec),
-                               "--follow"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    try:
-        seen, deadline = b"", time.time() + 60
-        while marker.encode() not in seen and time.time() < deadline:
-            ready, _, _ = select.select([follow.stdout], [], [], 1)
-            if ready:
-                seen += os.read(follow.stdout.fileno(), 4096)
-        assert marker.encode() in seen
-        assert follow.poll() is None  # still following
-        follow.send_signal(signal.SIGINT)
-        assert follow.wait(timeout=30) == 0
-        assert b"Traceback" not in follow.stderr.read()
-    finally:
-        if follow.poll() is None:
-            follow.kill()
+    follow = Cli("agent.logs", "coder-1", "-i", str(ofleet.spec), "--follow")
+    assert marker.encode() in follow.read_until(marker.encode()), follow.err[-2000:]  # streaming: the worst case
+    assert follow.proc.poll() is None  # still following
+    code, took = follow.interrupt()
+    assert (code, took < 2, b"Traceback" in follow.err) == (0, True, False), (took, follow.err[-2000:])
+    assert followers(ofleet) == ""  # the host's docker logs --follow ended too
+
+
+# Each following command is interrupted as it starts: its imports, the inventory and lazy imports
+# (after jackin.interrupts, the first of ours), and as it connects (after the module it connects with is
+# loaded: the SSH stream, the status read, the first poll). It must end within 2 s with 0 or 130.
+FOLLOWING = {"logs": ("agent.logs", "coder-1", "--follow"), "status": ("fleet.status", "--watch"),
+             "wait": ("fleet.wait", "--until", "blocked")}  # fmt: skip
+CONNECTS_WITH = {"logs": "jackin.ssh", "status": "jackin.status", "wait": "jackin.waiting"}
+
+
+@pytest.mark.parametrize("command", sorted(FOLLOWING))
+def test_ctrl_c_while_a_following_command_starts_ends_it_within_2s(ofleet: Fleet, command: str) -> None:
+    points = [("jackin.interrupts", 0.05), ("jackin.interrupts", 0.5), (CONNECTS_WITH[command], 0.0),
+              (CONNECTS_WITH[command], 0.3)]  # fmt: skip
+    for module, delay in points:
+        cli = Cli(*FOLLOWING[command], "-i", str(ofleet.spec))
+        assert cli.loaded(module), cli.err[-2000:]
+        time.sleep(delay)  # the point of the test: Ctrl-C at this moment of the start
+        code, took = cli.interrupt()
+        assert (code in (0, 130), took < 2, b"Traceback" in cli.err) == (True, True, False), (
+            module, delay, code, took, cli.err.decode(errors="replace")[-3000:])  # fmt: skip
+    if command == "logs":
+        assert followers(ofleet) == ""
+
+
+@pytest.mark.parametrize("command", ["status", "wait"])
+def test_ctrl_c_while_a_following_command_polls_ends_it_within_2s(ofleet: Fleet, command: str) -> None:
+    cli = Cli(*FOLLOWING[command], "-i", str(ofleet.spec))
+    if command == "wait":
+        assert b"coder-1" in cli.read_until(b"coder-1"), cli.err[-2000:]  # its first poll's line
+    else:  # --watch to a pipe prints only at its end: by now its first read is done and the next is due
+        assert cli.loaded("jackin.status")
+        time.sleep(3)
+    assert cli.proc.poll() is None
+    code, took = cli.interrupt()
+    expected = 130 if command == "wait" else 0  # fleet.wait was interrupted; --watch ends cleanly
+    assert (code, took < 2, b"Traceback" in cli.err) == (expected, True, False), (took, cli.err[-2000:])
 
 
 def test_shell_refuses_without_a_terminal(ofleet: Fleet) -> None:
