@@ -90,6 +90,14 @@ class Cli:
         self.reader = threading.Thread(target=self._read_err, daemon=True)
         self.reader.start()
 
+    def __enter__(self) -> Cli:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:  # a failed test leaves nothing running
+            self.proc.kill()
+            self.proc.wait()
+
     def _read_err(self) -> None:
         for line in self.proc.stderr:
             with self.lines:
@@ -105,7 +113,10 @@ class Cli:
         deadline = time.monotonic() + seconds
         while text not in self.out and time.monotonic() < deadline:
             if select.select([self.proc.stdout], [], [], 0.5)[0]:
-                self.out += os.read(self.proc.stdout.fileno(), 65536) or b""
+                data = os.read(self.proc.stdout.fileno(), 65536)
+                if not data:
+                    break
+                self.out += data
         return self.out
 
     def interrupt(self) -> tuple[int | None, float]:
@@ -142,10 +153,10 @@ def test_logs_return_the_containers_output_and_follow_ends_at_ctrl_c(ofleet: Fle
     assert wrote.returncode == 0, wrote.stderr
     done = inv("agent.logs", "coder-1", "-i", str(ofleet.spec), "--tail", "5")
     assert done.returncode == 0 and marker in done.stdout, done.stdout + done.stderr
-    follow = Cli("agent.logs", "coder-1", "-i", str(ofleet.spec), "--follow")
-    assert marker.encode() in follow.read_until(marker.encode()), follow.err[-2000:]  # streaming: the worst case
-    assert follow.proc.poll() is None  # still following
-    code, took = follow.interrupt()
+    with Cli("agent.logs", "coder-1", "-i", str(ofleet.spec), "--follow") as follow:
+        assert marker.encode() in follow.read_until(marker.encode()), follow.err[-2000:]  # streaming: the worst case
+        assert follow.proc.poll() is None  # still following
+        code, took = follow.interrupt()
     assert (code, took < 2, b"Traceback" in follow.err) == (0, True, False), (took, follow.err[-2000:])
     assert followers(ofleet) == ""  # the host's docker logs --follow ended too
 
@@ -163,10 +174,10 @@ def test_ctrl_c_while_a_following_command_starts_ends_it_within_2s(ofleet: Fleet
     points = [("jackin.interrupts", 0.05), ("jackin.interrupts", 0.5), (CONNECTS_WITH[command], 0.0),
               (CONNECTS_WITH[command], 0.3)]  # fmt: skip
     for module, delay in points:
-        cli = Cli(*FOLLOWING[command], "-i", str(ofleet.spec))
-        assert cli.loaded(module), cli.err[-2000:]
-        time.sleep(delay)  # the point of the test: Ctrl-C at this moment of the start
-        code, took = cli.interrupt()
+        with Cli(*FOLLOWING[command], "-i", str(ofleet.spec)) as cli:
+            assert cli.loaded(module), cli.err[-2000:]
+            time.sleep(delay)  # the point of the test: Ctrl-C at this moment of the start
+            code, took = cli.interrupt()
         assert (code in (0, 130), took < 2, b"Traceback" in cli.err) == (True, True, False), (
             module, delay, code, took, cli.err.decode(errors="replace")[-3000:])  # fmt: skip
     if command == "logs":
@@ -175,14 +186,14 @@ def test_ctrl_c_while_a_following_command_starts_ends_it_within_2s(ofleet: Fleet
 
 @pytest.mark.parametrize("command", ["status", "wait"])
 def test_ctrl_c_while_a_following_command_polls_ends_it_within_2s(ofleet: Fleet, command: str) -> None:
-    cli = Cli(*FOLLOWING[command], "-i", str(ofleet.spec))
-    if command == "wait":
-        assert b"coder-1" in cli.read_until(b"coder-1"), cli.err[-2000:]  # its first poll's line
-    else:  # --watch to a pipe prints only at its end: by now its first read is done and the next is due
-        assert cli.loaded("jackin.status")
-        time.sleep(3)
-    assert cli.proc.poll() is None
-    code, took = cli.interrupt()
+    with Cli(*FOLLOWING[command], "-i", str(ofleet.spec)) as cli:
+        if command == "wait":
+            assert b"coder-1" in cli.read_until(b"coder-1"), cli.err[-2000:]  # its first poll's line
+        else:  # --watch to a pipe prints only at its end: by now its first read is done and the next is due
+            assert cli.loaded("jackin.status")
+            time.sleep(3)
+        assert cli.proc.poll() is None
+        code, took = cli.interrupt()
     expected = 130 if command == "wait" else 0  # fleet.wait was interrupted; --watch ends cleanly
     assert (code, took < 2, b"Traceback" in cli.err) == (expected, True, False), (took, cli.err[-2000:])
 
