@@ -241,40 +241,42 @@ def _prepare_or_error(conn: Connection, fleet: str, *, host: str) -> tuple[str |
         return None, error
 
 
-def _checkpoint(conn: Connection, item: AgentManifest) -> tuple[bool, str | None]:
+def _checkpoint(conn: Connection, item: AgentManifest) -> tuple[cow.CheckpointTaken | None, str | None]:
     """The checkpoint tier of ``item`` where its host offers it (a btrfs fleet dir, the home a subvolume):
-    (taken, error). Milliseconds; the agent runs on. Not offered: (False, None)."""
+    (taken, error). Milliseconds, the agent frozen for them. Not offered: (None, None)."""
     try:
         if not cow.supported(conn, item.fleet, item.instance):
-            return False, None
-        cow.checkpoint(conn, item.fleet, item.instance, item.snapshot)
-        return True, None
+            return None, None
+        return cow.checkpoint(conn, item.fleet, item.instance, item.snapshot), None
     except JackinError as error:
-        return False, f"{item.instance}: checkpoint tier: {error.message}"
+        return None, f"{item.instance}: checkpoint tier: {error.message}"
 
 
 def _both_tiers(conn: Connection, restic_bin: str | None, item: AgentManifest, *, host: str,
                 unprepared: JackinError | None = None, max_freeze: int = 600) -> tuple[AgentSnapshot | None, list[str]]:  # fmt: skip
-    """One agent's snapshot on every tier its host has: the checkpoint first (instant, so it is the
-    closest to the moment asked for), then the restic backup of that same instant (the checkpoint
-    itself; without one, the home with the agent frozen for it). A tier that fails never stops the
+    """One agent's snapshot on every tier its host has: the checkpoint first (one instant, the agent
+    frozen for milliseconds), then the restic backup of that same instant (the checkpoint itself;
+    without one, the home with the agent frozen for the backup). A tier that fails never stops the
     other: what was taken is returned (None: nothing) with the errors, each naming its tier."""
     took, problem = _checkpoint(conn, item)
     errors = [problem] if problem else []
     tiers: list[Tier] = ["checkpoint"] if took else []
+    held = {"instant": "checkpoint", "frozen_ms": took.frozen_ms} if took else {}
     item = item.model_copy(update={"tiers": [*tiers, "restic"]})
     if restic_bin is None:
         errors.append(f"{item.instance}: {unprepared.message if unprepared else 'restic is not prepared'}")
     else:
-        frozen_copy = cow.checkpoint_path(item.fleet, item.instance, item.snapshot) if took else None
+        frozen_copy = took.checkpoint.path if took else None
         try:
-            return _backup(conn, restic_bin, item, host=host, checkpoint=frozen_copy, max_freeze=max_freeze), errors
+            taken = _backup(conn, restic_bin, item, host=host, checkpoint=frozen_copy, max_freeze=max_freeze)
+            return taken.model_copy(update=held), errors
         except JackinError as error:
             errors.append(f"{item.instance}: {error.message}")
     if not tiers:
         return None, errors
     only = item.model_copy(update={"tiers": tiers})
-    return AgentSnapshot(host=host, instance=item.instance, agent=item.agent, tiers=tiers, manifest=only), errors
+    return AgentSnapshot(host=host, instance=item.instance, agent=item.agent, tiers=tiers, manifest=only,
+                         **held), errors  # fmt: skip
 
 
 def _backup(conn: Connection, restic_bin: str, item: AgentManifest, *, host: str, tmp: bool = False,

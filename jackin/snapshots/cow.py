@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import RemoteCommandError, SpecError
 from jackin.plan import ROOT, STATE_DIR, user_name
+from jackin.snapshots import freezer
 from jackin.spec.models import SLUG
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ SWAP = ".swap"  # not a slug: never an instance's name
 SNAPSHOT_ID = r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$"  # YYYYMMDD-HHMMSS-xxxx (UTC): the snapshot API's ids
 SUBVOLUME_INODE = 256  # the root directory of every btrfs subvolume
 REFUSED = 3  # a script's exit code for "refused" (the agent runs): nothing was changed
+FREEZE_LIMIT = 120  # seconds after which a checkpoint's freeze is undone by its watchdog, whatever happened
 TIMEOUT = 600
 
 
@@ -256,18 +258,26 @@ def supported_script(fleet: str, instance: str | None = None) -> str:
 
 
 def checkpoint_script(fleet: str, instance: str, snapshot_id: str) -> str:
-    """A read-only snapshot of the home at its checkpoint path; prints ``took_ns=`` (the snapshot alone)."""
+    """A read-only snapshot of the home at its checkpoint path, taken with the agent's container frozen
+    (``jackin.snapshots.freezer``: a subvolume snapshotted while it is written is not one instant; the
+    freeze lasts milliseconds). Prints ``took_ns=`` (the snapshot alone) and, when it froze the
+    container, ``jk-frozen-ns <n>``."""
     target = checkpoint_path(fleet, instance, snapshot_id)
     directory = checkpoints_dir(fleet, instance)
-    return _prelude(fleet) + _names(fleet, instance) + f"""\
+    return _prelude(fleet) + _names(fleet, instance) + freezer.functions(user_name(fleet, instance), limit=FREEZE_LIMIT) + f"""\
 subvol "$H" || fail "the home of {instance} ($H) is not a btrfs subvolume: no checkpoint for it (fleet.up makes one; \
 after an interrupted restore, restore again)"
 C={shlex.quote(target)}
 install -d -m 0700 -o root -g root -- {q(checkpoints_dir(fleet), directory)}
 if [ -e "$C" ] || [ -L "$C" ]; then fail "checkpoint {snapshot_id} of {instance} exists already"; fi
+trap 'thaw' EXIT
+trap 'exit 130' INT TERM
+trap '' HUP PIPE
+freeze || fail "cannot freeze the container of {instance} for its checkpoint"
 t0=$(date +%s%N)
 btrfs subvolume snapshot -r "$H" "$C" >/dev/null
 t1=$(date +%s%N)
+thaw
 echo "took_ns=$((t1 - t0))"
 """
 
@@ -376,6 +386,7 @@ class CheckpointTaken(_Model):
     checkpoint: Checkpoint
     took_ms: float  # the snapshot on the host
     wall_ms: float  # the whole call, SSH round trip included
+    frozen_ms: float | None = None  # how long the agent's container was frozen for it (None: it was not running)
 
 
 class CheckpointRestored(_Model):
@@ -416,8 +427,10 @@ def checkpoint(conn: Connection, fleet: str, instance: str, snapshot_id: str) ->
     """Take checkpoint ``snapshot_id`` of ``instance``'s home: a read-only snapshot, while the agent runs."""
     started = time.monotonic()
     out = _run(conn, checkpoint_script(fleet, instance, snapshot_id), f"checkpoint {snapshot_id} of {instance}")
+    frozen = re.search(r"^jk-frozen-ns ([0-9]{1,19})$", out, re.MULTILINE)
     return CheckpointTaken(checkpoint=Checkpoint(fleet=fleet, instance=instance, snapshot_id=snapshot_id),
-                           took_ms=parse_took(out), wall_ms=(time.monotonic() - started) * 1000)  # fmt: skip
+                           took_ms=parse_took(out), wall_ms=(time.monotonic() - started) * 1000,
+                           frozen_ms=int(frozen.group(1)) / 1e6 if frozen else None)  # fmt: skip
 
 
 def list_checkpoints(conn: Connection, fleet: str, instance: str | None = None) -> list[Checkpoint]:

@@ -33,6 +33,7 @@ import shlex
 from collections.abc import Sequence
 from typing import cast, get_args
 
+from jackin.snapshots import freezer
 from jackin.snapshots.cow import SUBVOLUME_INODE
 from jackin.snapshots.models import Instant
 
@@ -66,9 +67,8 @@ def backup_script(argv: Sequence[str], *, home: str, container: str | None, chec
     # 0.7 s) is not paid frozen. The FIFO's EOF lets it go on.
     cut = timed.index("--")
     restic = f'{q(*timed[:cut])} --exclude-file "$D/excludes" {q(*timed[cut:])}'
-    watchdog = q("docker", "unpause", "--", container)
-    return _FREEZE.format(container=shlex.quote(container), restic=restic, lifetime=_TIED,
-                          watchdog=shlex.quote(f"sleep {max_freeze + grace}; {watchdog} >/dev/null 2>&1"))  # fmt: skip
+    return _FREEZE.format(restic=restic, lifetime=_TIED,
+                          freezer=freezer.functions(container, limit=max_freeze + grace))  # fmt: skip
 
 
 # The script's lifetime is its SSH channel's: when the channel closes (the operator's Ctrl-C, a lost
@@ -77,7 +77,10 @@ def backup_script(argv: Sequence[str], *, home: str, container: str | None, chec
 _TIED = r"""set -u
 trap '' HUP PIPE
 exec 3<&0
-rc=0; R=; L=
+rc=0; R=; L=; MAIN=$BASHPID
+# A bash subshell signalled right after its fork can still run this shell's traps (bash 5.2): the
+# helper subshells are ended with SIGKILL (no trap runs), and the traps act in the main shell only.
+main() { [ "$BASHPID" = "$MAIN" ]; }
 start() {
   "$@" & R=$!
   { while IFS= read -r -u 3 _; do :; done; kill -TERM "$R" 2>/dev/null; } & L=$!
@@ -87,10 +90,10 @@ run() { start "$@"; finish; }
 # Whatever ends the script ends the backup first: nothing reads the home once it is let go.
 stop() {
   if [ -n "$R" ]; then kill -TERM "$R" 2>/dev/null; wait "$R" 2>/dev/null; R=; fi
-  if [ -n "$L" ]; then kill "$L" 2>/dev/null; wait "$L" 2>/dev/null; L=; fi
+  if [ -n "$L" ]; then kill -KILL "$L" 2>/dev/null; wait "$L" 2>/dev/null; L=; fi
   return 0
 }
-trap 'stop' EXIT
+trap 'main || exit; stop' EXIT
 trap 'exit 130' INT TERM
 """
 
@@ -101,43 +104,22 @@ run unshare --mount --propagation private -- /bin/sh -c 'mount --bind -- "$1" "$
 exit $rc
 """
 
-# Freeze only a container that runs and is not paused already; thaw on every way out. The watchdog
-# (setsid: a session of its own, untouched by this one's end) thaws if this script is killed outright.
-# Opening the FIFO to write blocks until restic opens it to read (it reached its exclude file); if
-# restic ends first, the opener opens it itself (read-write never blocks), so the script never hangs.
-_FREEZE = """{lifetime}C={container}; froze=; W=; O=
+# Freeze (``jackin.snapshots.freezer``) once restic is at its exclude file, thaw on every way out.
+# Opening the FIFO to write blocks until restic opens it to read; if restic ends first, the opener
+# opens it itself (read-write never blocks), so the script never hangs.
+_FREEZE = """{lifetime}{freezer}O=
 D=$(mktemp -d) && mkfifo -m 0600 "$D/excludes" || {{ echo "jackin: cannot make the freeze's FIFO" >&2; exit 1; }}
-thaw() {{
-  if [ -n "$froze" ]; then
-    if docker unpause -- "$C" >/dev/null; then echo "jk-frozen-ns $(( $(date +%s%N) - froze ))"
-    else echo "jackin: could not thaw container $C: run docker unpause $C" >&2; fi
-    froze=
-  fi
-  if [ -n "$W" ]; then kill -- "-$W" 2>/dev/null; W=; fi
-  if [ -n "$O" ]; then kill "$O" 2>/dev/null; O=; fi
-  rm -rf -- "$D"
-}}
-trap 'stop; thaw' EXIT
-state=$(docker inspect -f '{{{{.State.Running}}}} {{{{.State.Paused}}}}' -- "$C" 2>/dev/null || echo missing)
+let_go() {{ thaw; if [ -n "$O" ]; then kill -KILL "$O" 2>/dev/null; O=; fi; rm -rf -- "$D"; }}
+trap 'main || exit; stop; let_go' EXIT
 start {restic}
 {{ while kill -0 "$R" 2>/dev/null; do sleep 0.05; done; exec 5<>"$D/excludes"; }} & O=$!
 exec 4>"$D/excludes"
-kill "$O" 2>/dev/null; O=
-case "$state" in
-  "true false")
-    if kill -0 "$R" 2>/dev/null; then
-      setsid /bin/sh -c {watchdog} </dev/null >/dev/null 2>&1 4>&- & W=$!
-      t0=$(date +%s%N)
-      docker pause -- "$C" >/dev/null || {{ echo "jackin: cannot freeze container $C (docker pause failed)" >&2; exit 1; }}
-      froze=$t0
-    fi
-    echo 'jk-instant frozen' ;;
-  "true true") echo 'jk-instant paused' ;;
-  *) echo 'jk-instant stopped' ;;
-esac
+kill -KILL "$O" 2>/dev/null; O=
+if kill -0 "$R" 2>/dev/null; then freeze || exit 1; fi
+echo "jk-instant ${{froze_how:-frozen}}"
 exec 4>&-
 finish
-thaw
+let_go
 exit $rc
 """
 

@@ -45,14 +45,27 @@ class Host:
             return fn
 
         monkeypatch.setattr(cow, "supported", call("supported", supported))
-        monkeypatch.setattr(cow, "checkpoint", call("checkpoint"))
+        taken = cow.CheckpointTaken(checkpoint=cow.Checkpoint(fleet="f1", instance="coder-1", snapshot_id=ID),
+                                    took_ms=1.0, wall_ms=2.0, frozen_ms=3.0)  # fmt: skip
+        monkeypatch.setattr(cow, "checkpoint", call("checkpoint", taken))
         monkeypatch.setattr(cow, "list_checkpoints", call("list", [cow.Checkpoint(fleet="f1", instance="coder-1",
                                                                                   snapshot_id=i) for i in there]))  # fmt: skip
         refused = cow.CheckpointRefused("agent coder-1 is running") if "refused" in fail else None
         monkeypatch.setattr(cow, "restore_checkpoint", call("restore_checkpoint", error=refused))
         monkeypatch.setattr(cow, "delete_checkpoint", call("delete", True))
         monkeypatch.setattr(remote, "write_manifest", call("write_manifest", lambda _c, m: self.manifests.append(m)))
-        monkeypatch.setattr(remote, "backup", call("backup", BackupSummary(snapshot_id="r1", total_bytes=9)))
+        self.backups: list[dict] = []
+
+        def backup(*_args: object, **kwargs: object) -> BackupSummary:
+            self.calls.append("backup")
+            self.backups.append(kwargs)
+            if "backup" in fail:
+                raise RemoteCommandError("backup broke")
+            held = "checkpoint" if kwargs.get("checkpoint") else "frozen"
+            return BackupSummary(snapshot_id="r1", total_bytes=9, instant=held,
+                                 frozen_ms=None if kwargs.get("checkpoint") else 400.0)  # fmt: skip
+
+        monkeypatch.setattr(remote, "backup", backup)
         monkeypatch.setattr(remote, "restore", call("restore"))
 
 
@@ -66,6 +79,21 @@ def test_the_checkpoint_is_taken_first_then_restic_and_both_are_recorded(monkeyp
     assert taken is not None and taken.tiers == ["checkpoint", "restic"] and taken.restic_id == "r1"
     assert taken.manifest is not None and taken.manifest.tiers == ["checkpoint", "restic"]
     assert host.manifests[0].tiers == ["checkpoint", "restic"]  # the manifest restic backs up says so too
+
+
+def test_restic_reads_the_checkpoint_just_taken_and_the_agent_is_frozen_only_for_the_checkpoint(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    host = Host(monkeypatch)
+    taken, _ = api._both_tiers(None, "/r", manifest(), host="h1")  # type: ignore[arg-type]
+    assert host.backups[0]["checkpoint"] == cow.checkpoint_path("f1", "coder-1", ID)
+    assert taken is not None and (taken.instant, taken.frozen_ms) == ("checkpoint", 3.0)
+
+
+def test_without_a_checkpoint_restic_reads_the_home_with_the_agent_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = Host(monkeypatch, supported=False)
+    taken, _ = api._both_tiers(None, "/r", manifest(), host="h1", max_freeze=42)  # type: ignore[arg-type]
+    assert host.backups[0]["checkpoint"] is None and host.backups[0]["max_freeze"] == 42
+    assert taken is not None and (taken.instant, taken.frozen_ms) == ("frozen", 400.0)
 
 
 def test_a_host_without_the_tier_takes_restic_alone_without_an_error(monkeypatch: pytest.MonkeyPatch) -> None:

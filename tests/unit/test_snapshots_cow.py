@@ -139,7 +139,12 @@ def test_checkpoint_script_snapshots_the_home_read_only_in_a_root_only_dir() -> 
     assert lines.index('subvol "$H" || fail "the home of coder-1 ($H) is not a btrfs subvolume: no checkpoint for it '
                        '(fleet.up makes one; after an interrupted restore, restore again)"') < lines.index(
         'btrfs subvolume snapshot -r "$H" "$C" >/dev/null')  # fmt: skip
-    assert "docker" not in script  # taken while the agent runs
+    # Taken with the agent frozen (a subvolume snapshotted while written is not one instant), and thawed
+    # right after, and on every way out (the EXIT trap).
+    snap = lines.index('btrfs subvolume snapshot -r "$H" "$C" >/dev/null')
+    freeze = lines.index('freeze || fail "cannot freeze the container of coder-1 for its checkpoint"')
+    assert lines.index("trap 'thaw' EXIT") < freeze < snap < max(i for i, line in enumerate(lines) if line == "thaw")
+    assert "FC=jk-demo--coder-1; froze=; W=; froze_how=" in lines
 
 
 def test_restore_script_refuses_before_it_changes_anything_and_swaps_by_rename() -> None:
