@@ -405,8 +405,9 @@ def _point_in_time(policy: SnapshotPolicy) -> str:
               f"backup of a small workspace: well under a second; a first or large one: longer), at most "
               f"{policy.max_freeze}s (snapshots.max_freeze; past it the backup stops and that agent's snapshot fails)")  # fmt: skip
     if policy.checkpoints == "btrfs":
-        return ("each snapshot is one instant without stopping the agent: restic reads the read-only btrfs "
-                f"checkpoint taken a moment before; where a checkpoint cannot be taken, {freeze}")  # fmt: skip
+        return ("each snapshot is one instant: the btrfs checkpoint is taken with the agent's container frozen "
+                "for milliseconds, then restic reads that read-only checkpoint while the agent runs on; where a "
+                f"checkpoint cannot be taken, {freeze}")  # fmt: skip
     return f"each snapshot of a running agent is one instant: {freeze}"
 
 
