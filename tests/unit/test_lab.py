@@ -512,3 +512,25 @@ def test_wait_reports_every_host_that_is_not_ready(tmp_path: Path, monkeypatch: 
                                     "demo-3: systemd says 'starting'")  # fmt: skip
     with pytest.raises(ConnectError):
         lab._wait(hosts[:2], 1, lambda _: None)  # one host: its own error, as it was
+
+
+@pytest.mark.parametrize(("state", "code", "out"), [
+    ("running", 0, "running\n"),
+    ("degraded", 0, "degraded\nx.service loaded failed failed X\n"),  # booted: one unit failed
+    ("maintenance", 1, "maintenance\n"),
+    ("", 1, "\n"),  # systemd not answering yet: waited on
+])  # fmt: skip
+def test_a_lab_host_counts_as_booted_when_systemd_is_running_or_degraded(tmp_path, state, code, out) -> None:
+    """``systemctl is-system-running`` exits 1 when degraded: the boot check judges its state instead."""
+    import os
+    import subprocess
+
+    from jackin.lab.lab import BOOTED
+
+    fake = tmp_path / "systemctl"
+    fake.write_text(f"#!/bin/sh\ncase \"$1\" in is-system-running) echo {state!r}; exit 1;; "
+                    "--failed) echo 'x.service loaded failed failed X';; esac\n")  # fmt: skip
+    fake.chmod(0o755)
+    done = subprocess.run(["bash", "-c", BOOTED], capture_output=True, text=True, timeout=10,
+                          env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"})  # fmt: skip
+    assert (done.returncode, done.stdout) == (code, out)
