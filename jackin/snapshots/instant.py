@@ -3,9 +3,10 @@
 A snapshot of a working agent captures every file as of one moment, never a file-by-file walk
 while the agent writes. How the moment is held (``Instant``) depends on the host's tier:
 
-    checkpoint  the btrfs tier: restic reads the read-only checkpoint taken a moment before, bound
-                over the home's path in a mount namespace of restic's own (so its paths are the
-                home's, as in every other snapshot); the agent never stops
+    checkpoint  the btrfs tier: restic reads the read-only checkpoint taken a moment before (with the
+                agent frozen for its milliseconds: ``jackin.snapshots.cow``), bound over the home's
+                path in a mount namespace of restic's own (so its paths are the home's, as in every
+                other snapshot); the agent runs on while restic reads
     frozen      the restic-only tier: the agent's container is frozen (``docker pause``, the cgroup
                 freezer) while restic reads and thawed right after; the time frozen is printed. The
                 freeze starts once restic has opened the repository (its start is not paid frozen):
