@@ -406,7 +406,7 @@ def _point_in_time(policy: SnapshotPolicy) -> str:
               f"{policy.max_freeze}s (snapshots.max_freeze; past it the backup stops and that agent's snapshot fails)")  # fmt: skip
     if policy.checkpoints == "btrfs":
         return ("each snapshot is one instant: the btrfs checkpoint is taken with the agent's container frozen "
-                "for milliseconds, then restic reads that read-only checkpoint while the agent runs on; where a "
+                "for the checkpoint (its milliseconds plus docker pause and unpause), then restic reads that read-only checkpoint while the agent runs on; where a "
                 f"checkpoint cannot be taken, {freeze}")  # fmt: skip
     return f"each snapshot of a running agent is one instant: {freeze}"
 

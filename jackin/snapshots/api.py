@@ -255,7 +255,7 @@ def _checkpoint(conn: Connection, item: AgentManifest) -> tuple[cow.CheckpointTa
 def _both_tiers(conn: Connection, restic_bin: str | None, item: AgentManifest, *, host: str,
                 unprepared: JackinError | None = None, max_freeze: int = 600) -> tuple[AgentSnapshot | None, list[str]]:  # fmt: skip
     """One agent's snapshot on every tier its host has: the checkpoint first (one instant, the agent
-    frozen for milliseconds), then the restic backup of that same instant (the checkpoint itself;
+    frozen for its milliseconds), then the restic backup of that same instant (the checkpoint itself;
     without one, the home with the agent frozen for the backup). A tier that fails never stops the
     other: what was taken is returned (None: nothing) with the errors, each naming its tier."""
     took, problem = _checkpoint(conn, item)
