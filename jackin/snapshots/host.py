@@ -27,7 +27,7 @@ from jackin.errors import ConnectError, RemoteCommandError
 from jackin.snapshots import instant, restic
 from jackin.snapshots.models import AgentDiff, AgentManifest, BackupSummary
 
-LONG = 6 * 3600  # a backup or restore of a big workspace may take hours; a dead host is found by SSH keepalives
+LONG = instant.LONG  # a backup or restore of a big workspace may take hours; a dead host is found by SSH keepalives
 
 
 def run(conn: Connection, command: str, *, host: str, what: str, timeout: float | None = 60) -> str:
@@ -115,7 +115,7 @@ def backup(conn: Connection, restic_bin: str, item: AgentManifest, *, host: str,
     script = instant.backup_script(argv, home=home, container=item.container, checkpoint=checkpoint,
                                    max_freeze=max_freeze, hold=hold)  # fmt: skip
     what = f"restic backup of {instance}"
-    code, out, err = session(conn, script, host=host, what=what, timeout=max_freeze + instant.GRACE + 60)
+    code, out, err = session(conn, script, host=host, what=what, timeout=instant.LONG + 120)
     how, frozen_ms = instant.held(out)
     if code == instant.TIMED_OUT:
         raise RemoteCommandError(f"{what} did not finish within snapshots.max_freeze ({max_freeze}s): stopped, "

@@ -20,7 +20,9 @@ host that thaws on every way out (its own end, an error, INT or TERM; a hangup o
 is ignored so the script reaches its end). The script ends the backup as soon as its SSH channel
 closes (the operator's Ctrl-C, a dropped connection: its stdin sees EOF), and a watchdog in a
 session of its own thaws after ``max_freeze`` plus a grace even when the script is killed outright.
-A backup that outlasts ``max_freeze`` is stopped (``timeout``), so no agent stays frozen longer.
+A backup that keeps an agent frozen for ``max_freeze`` is stopped (a timer started with the freeze),
+so no agent stays frozen longer; a backup that freezes nothing (a checkpoint, a stopped agent) may take
+as long as a big first backup takes (``LONG``).
 
 A file that vanishes while restic reads (possible only when nothing is held) never fails a
 snapshot; any other file restic cannot read fails that agent's snapshot with the file's name.
@@ -39,7 +41,8 @@ from jackin.snapshots.cow import SUBVOLUME_INODE
 from jackin.snapshots.models import Instant
 
 INSTANTS: tuple[str, ...] = get_args(Instant)
-TIMED_OUT = 124  # timeout(1)'s exit status when the backup outlasted max_freeze
+TIMED_OUT = 124  # the script's exit status when the backup was stopped at max_freeze (as timeout(1)'s)
+LONG = 6 * 3600  # seconds any backup may take: a first backup of a big workspace may take hours
 GRACE = 30  # seconds the watchdog waits past max_freeze before it thaws on its own
 ENOENT = 2
 
@@ -57,7 +60,7 @@ def backup_script(argv: Sequence[str], *, home: str, container: str | None, chec
     to read instead of the live home; ``hold=False``: read the live home (``live``); ``grace``: how long
     past ``max_freeze`` the watchdog waits before it thaws on its own (more than ``timeout``'s 10 s
     kill: restic is gone by then)."""
-    timed = ["timeout", "-k", "10", str(max_freeze), *argv]
+    timed = ["timeout", "-k", "10", str(LONG), *argv]
     if checkpoint is not None:
         return _CHECKPOINT.format(home=shlex.quote(home), ckpt=shlex.quote(checkpoint), restic=q(*timed),
                                   inode=SUBVOLUME_INODE, lifetime=_TIED)  # fmt: skip
@@ -68,7 +71,7 @@ def backup_script(argv: Sequence[str], *, home: str, container: str | None, chec
     # 0.7 s) is not paid frozen. The FIFO's EOF lets it go on.
     cut = timed.index("--")
     restic = f'{q(*timed[:cut])} --exclude-file "$D/excludes" {q(*timed[cut:])}'
-    return _FREEZE.format(restic=restic, lifetime=_TIED,
+    return _FREEZE.format(restic=restic, lifetime=_TIED, max_freeze=int(max_freeze), timed_out=TIMED_OUT,
                           freezer=freezer.functions(container, limit=max_freeze + grace))  # fmt: skip
 
 
@@ -108,18 +111,27 @@ exit $rc
 # Freeze (``jackin.snapshots.freezer``) once restic is at its exclude file, thaw on every way out.
 # Opening the FIFO to write blocks until restic opens it to read; if restic ends first, the opener
 # opens it itself (read-write never blocks), so the script never hangs.
-_FREEZE = """{lifetime}{freezer}O=
+_FREEZE = """{lifetime}{freezer}O=; K=
 D=$(mktemp -d) && mkfifo -m 0600 "$D/excludes" || {{ echo "jackin: cannot make the freeze's FIFO" >&2; exit 1; }}
-let_go() {{ thaw; if [ -n "$O" ]; then kill -KILL "$O" 2>/dev/null; O=; fi; rm -rf -- "$D"; }}
+let_go() {{
+  thaw
+  if [ -n "$O" ]; then kill -KILL "$O" 2>/dev/null; O=; fi
+  if [ -n "$K" ]; then kill -KILL -- "-$K" 2>/dev/null; K=; fi
+  rm -rf -- "$D"
+}}
 trap 'main || exit; stop; let_go' EXIT
 start {restic}
 {{ while kill -0 "$R" 2>/dev/null; do sleep 0.05; done; exec 5<>"$D/excludes"; }} & O=$!
 exec 4>"$D/excludes"
 kill -KILL "$O" 2>/dev/null; O=
 if kill -0 "$R" 2>/dev/null; then freeze || exit 1; fi
+if [ -n "$froze" ]; then  # the cap on the freeze: a session of its own, ended whole (its sleep too)
+  setsid /bin/sh -c 'sleep "$1"; : > "$2"; kill -TERM "$3"' sh {max_freeze} "$D/capped" "$R" </dev/null >/dev/null 2>&1 4>&- & K=$!
+fi
 echo "jk-instant ${{froze_how:-frozen}}"
 exec 4>&-
 finish
+if [ -e "$D/capped" ]; then rc={timed_out}; fi
 let_go
 exit $rc
 """

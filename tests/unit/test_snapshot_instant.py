@@ -140,6 +140,13 @@ def test_a_backup_past_max_freeze_is_stopped_and_the_agent_thawed(box: Path) -> 
     assert (box / "state").read_text().strip() == "true false" and instant.held(out)[0] == "frozen"
 
 
+def test_a_backup_that_freezes_nothing_is_not_capped_by_max_freeze(box: Path) -> None:
+    """A stopped agent (or a checkpoint) is not frozen: its first backup of a big workspace may take long."""
+    (box / "state").write_text("false false\n")
+    code, out, _ = finish(start(box, max_freeze=1, SLEEP="1.8"))
+    assert code == 0 and instant.held(out) == ("stopped", None)
+
+
 def test_the_watchdog_thaws_when_the_script_is_killed_outright(box: Path) -> None:
     proc = start(box, max_freeze=1, grace=1, SLEEP="30")  # the watchdog thaws at max_freeze + grace
     await_file(box / "restic.pid")
