@@ -209,6 +209,10 @@ After=jackin-nft-{fleet}.service
 [Service]
 Type=oneshot
 ExecStart={GUARD} check {fleet}
+# A check stopped mid-run (fleet.up stops it while it replaces the table, fleet.down before it removes
+# it) ends by SIGTERM, which is no failure for the host: systemd counts it as one for a oneshot, and
+# the failed unit outlived the fleet (not-found, failed), leaving the host "degraded" for good.
+SuccessExitStatus=SIGTERM
 """
     timer = f"""[Unit]
 Description=jackin fleet {fleet}: check the egress policy every {CHECK_EVERY} (the guard's backstop)

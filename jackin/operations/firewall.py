@@ -46,6 +46,14 @@ def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     return commands
 
 
+def _units(fleet: str) -> list[str]:
+    """Every unit of the fleet's firewall by name (the filters' instances aside): the guard, its check,
+    the earlier versions' resolver, the filters' target, and last the load unit."""
+    return [f"jackin-nft-guard-{fleet}.service", f"jackin-nft-check-{fleet}.timer", f"jackin-nft-check-{fleet}.service",
+            f"jackin-nft-resolve-{fleet}.timer", f"jackin-nft-resolve-{fleet}.service", dns.target(fleet),
+            f"jackin-nft-{fleet}.service"]  # fmt: skip
+
+
 def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
     fleet = plan.fleet
     commands = []
@@ -68,6 +76,11 @@ def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
         commands.append("systemctl daemon-reload")
     if units:
         commands.append(f"systemctl stop {load} 2>/dev/null || true")  # Docker no longer requires it
+        # A unit of the fleet that failed (a check killed by an older unit's stop, a filter that gave up)
+        # stays loaded as "not-found failed" once its file is gone: the host would stay "degraded" after
+        # the fleet. One call: names not loaded are refused, the rest are reset all the same.
+        commands.append(f"systemctl reset-failed {' '.join(_units(fleet))} "
+                        f"{shlex.quote(f'jackin-dns-{fleet}@*')} 2>/dev/null || true")
     if state.nft_table:
         commands.append(f"nft delete table inet {firewall.table_name(fleet)}")
     if state.files:

@@ -59,6 +59,10 @@ def sh(lab: Lab, host_index: int, command: str, *, warn: bool = False):
         return conn.run(command, hide=True, warn=warn)
 
 
+def failed_units(lab: Lab, host_index: int) -> str:
+    return sh(lab, host_index, "systemctl --failed --no-legend --plain").stdout
+
+
 @pytest.fixture
 def fleet(flab, tmp_path, request):
     """A fleet brought up on the module's lab, torn down (data included) afterwards."""
@@ -187,6 +191,8 @@ def test_a_host_stopped_mid_run_fails_alone_and_a_rerun_converges(flab, fleet):
     rerun = up_json(spec)
     assert all(h["failed"] == 0 and h["error"] is None for h in rerun["run"]["hosts"])
     assert up_json(spec)["run"]["hosts"][0]["changed"] == 0
+    for index in (0, 1):  # no unit of jackin's failed, on the host that came back or on the other one
+        assert "jackin" not in failed_units(flab, index)
 
 
 def test_status_shows_every_agent_and_an_unreachable_host_without_hanging(flab, fleet):
@@ -221,8 +227,20 @@ def test_down_passes_the_clean_check_and_a_second_down_is_a_no_op(flab, tmp_path
     spec = write_inventory(tmp_path, flab, "tdown")
     up_json(spec)
     inventory = fleet_api.load(spec)
-    result = fleet_api.down(inventory, keep_data=True)
+    # The down catches the policy's check running (held for 60 s by a runtime drop-in): stopped mid-run,
+    # it is no failure, and no unit of the fleet is left failed (the host would stay "degraded").
+    check = "jackin-nft-check-tdown.service"
+    held = f"/run/systemd/system/{check}.d"
+    sh(flab, 0, f"mkdir -p {held} && printf '[Service]\\nExecStart=\\nExecStart=/bin/sh -c "
+                f"\"sleep 60; exec /usr/local/lib/jackin/nft-guard check tdown\"\\n' > {held}/held.conf && "
+                f"systemctl daemon-reload && systemctl start --no-block {check} && sleep 0.5 && "
+                f"test \"$(systemctl is-active {check})\" = activating")  # fmt: skip
+    try:
+        result = fleet_api.down(inventory, keep_data=True)
+    finally:
+        sh(flab, 0, f"rm -rf {held} && systemctl daemon-reload")
     assert result.clean and not result.lab_removed
+    assert "tdown" not in failed_units(flab, 0)
     assert sh(flab, 0, "stat -c %a /srv/jackin/tdown/coder-1/workspace").stdout.strip() == "700"  # data kept
     wiped = fleet_api.down(inventory, keep_lab=True)  # now the kept homes and workspaces go too
     assert wiped.clean and not wiped.lab_removed

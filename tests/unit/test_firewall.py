@@ -678,6 +678,11 @@ CLEANUP = ("ls /etc/jackin/nft/*.nft >/dev/null 2>&1 || { rm -f /usr/local/lib/j
            "/run/jackin /etc/systemd/system/docker.service.d 2>/dev/null || true; }")  # fmt: skip
 
 
+RESET_FAILED = ("systemctl reset-failed jackin-nft-guard-demo.service jackin-nft-check-demo.timer "
+                "jackin-nft-check-demo.service jackin-nft-resolve-demo.timer jackin-nft-resolve-demo.service "
+                "jackin-dns-demo.target jackin-nft-demo.service 'jackin-dns-demo@*' 2>/dev/null || true")  # fmt: skip
+
+
 def test_remove_nothing_when_nothing_is_there() -> None:
     assert remove_commands(PLAN, HostState()) == []
 
@@ -700,11 +705,30 @@ def test_remove_everything() -> None:
         "rm -f " + " ".join(files),
         "systemctl daemon-reload",
         "systemctl stop jackin-nft-demo.service 2>/dev/null || true",
+        RESET_FAILED,
         "nft delete table inet jackin-demo",
         CLEANUP,
     ]
     assert "/etc/systemd/system/docker.service.d/jackin-nft-demo.conf" in files
     assert sum(c.startswith("systemctl daemon-reload") for c in remove_commands(PLAN, HostState(files=files))) == 1
+
+
+def test_remove_resets_every_failed_unit_of_the_fleet() -> None:
+    """A unit of the fleet left failed (a check killed mid-run, a filter that gave up) stays loaded as
+    "not-found failed" once its file is removed, and the host stays "degraded" after the fleet is gone:
+    the teardown resets each unit the fleet's firewall ever installs, after its last stop."""
+    files = firewall.owned_paths("demo")
+    commands = remove_commands(PLAN, HostState(nft_table=True, files=files))
+    assert commands.index(RESET_FAILED) == commands.index("systemctl stop jackin-nft-demo.service 2>/dev/null || true") + 1
+    installed = {p.rsplit("/", 1)[1] for p in firewall.bundle(PLAN) if p.startswith("/etc/systemd/system/jackin-")}
+    named = set(RESET_FAILED.split()[2:-3])
+    for unit in installed:  # the filters' template by its instances
+        assert (unit if "@." not in unit else f"'{unit.split('@')[0]}@*'") in named, unit
+    assert {u for u in named if "resolve" in u} == {"jackin-nft-resolve-demo.timer", "jackin-nft-resolve-demo.service"}
+    # Names not loaded are refused (systemctl exits 1) while the loaded ones are reset: never fatal under set -e.
+    assert RESET_FAILED.endswith(" 2>/dev/null || true")
+    # Only the fleet's files were there (no unit): nothing to reset.
+    assert not any("reset-failed" in c for c in remove_commands(PLAN, HostState(files=["/etc/jackin/nft/demo.nft"])))
 
 
 def test_remove_only_the_files_that_exist() -> None:

@@ -171,3 +171,20 @@ def test_guard_paths_agree_with_the_firewall() -> None:
     assert (policy_guard.NFT_DIR, policy_guard.UNIT_DIR) == (firewall.NFT_DIR, firewall.UNIT_DIR)
     # The filtering resolvers refill the domain sets at the agents' next lookups: no host-side resolver.
     assert firewall.RESOLVER not in GUARD_SCRIPT
+
+
+def test_a_check_stopped_mid_run_is_no_failure() -> None:
+    """fleet.up stops the check while it replaces the table and fleet.down before it removes it; a check
+    caught running dies by SIGTERM, which systemd counts as a failure for a oneshot (not for a simple
+    service such as the guard). That failed unit outlived the fleet (not-found, failed) and left the lab
+    host "degraded" (seen in test_a_host_stopped_mid_run_fails_alone_and_a_rerun_converges)."""
+    from jackin.policy_guard import guard_units
+
+    units = guard_units(FLEET)
+    check = units[f"/etc/systemd/system/jackin-nft-check-{FLEET}.service"].splitlines()
+    assert "Type=oneshot" in check and "SuccessExitStatus=SIGTERM" in check
+    assert check.index("SuccessExitStatus=SIGTERM") > check.index("[Service]")
+    guard = units[f"/etc/systemd/system/jackin-nft-guard-{FLEET}.service"].splitlines()
+    assert "Type=simple" in guard  # SIGTERM is a clean end for it already
+    # A real failure still fails the unit: load's status is check's (a policy and a lockdown that do not load).
+    assert "load quiet  # still failing" in GUARD_SCRIPT and "\n    load\n}" in GUARD_SCRIPT
