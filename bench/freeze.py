@@ -11,7 +11,7 @@ The floor, measured on the same host in the same run right before each snapshot:
 between), timed on the host the same way. Printed: every snapshot's freeze, the median and the
 largest, and the median ratio of freeze to floor. The rest of a freeze is restic reading what changed
 (an incremental backup). Then the same on the btrfs tier (``--checkpoints``, optional): the agent is
-not frozen at all (``held: checkpoint``).
+frozen only for the checkpoint itself (``held: checkpoint``).
 
 The lab runs on a shared, noisy machine: compare ratios, not seconds. Never a timed test. Uses a
 private state dir and a lab ``freeze-<pid>``, removed at the end.
@@ -102,13 +102,13 @@ def report(title: str, results: list[tuple[float | None, float, str]]) -> None:
               f"floor (pause+unpause alone): median {statistics.median([fl for _, fl, _ in results]):.0f} ms; "
               f"median ratio {statistics.median(ratios):.1f}x")  # fmt: skip
     else:
-        print("freeze: none (the agent was never frozen)")
+        print("freeze: none (the agent was not running)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--checkpoints", action="store_true", help="also the btrfs tier (never frozen)")
+    parser.add_argument("--checkpoints", action="store_true", help="also the btrfs tier (frozen for the checkpoint only)")
     args = parser.parse_args()
     lab = Lab(f"freeze-{os.getpid()}")
     work = Path(STATE) / "specs"

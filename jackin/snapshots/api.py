@@ -82,15 +82,19 @@ def in_parallel(targets: Sequence[SshTarget], work: Callable[[Connection, SshTar
     there and then, not when its backup would have finished)."""
     opened: list[Connection] = []
     guard = threading.Lock()
+    stopping = threading.Event()
 
     def over_ssh(target: SshTarget) -> T:
         with connect(target) as conn:
             with guard:
+                if stopping.is_set():  # connected after the Ctrl-C: start nothing
+                    raise ConnectError("interrupted (Ctrl-C) before anything was done here", host=target.name)
                 opened.append(conn)
             return work(conn, target)
 
     def close_all() -> None:
         with guard:
+            stopping.set()
             for conn in opened:
                 conn.close()
 

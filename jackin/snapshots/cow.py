@@ -2,7 +2,7 @@
 
 With ``snapshots.checkpoints: btrfs`` the fleet dir is a loop-mounted btrfs and every agent
 home a subvolume (provisioned by ``jackin/operations/cow.py``). A checkpoint is a read-only
-snapshot of the home, taken while the agent runs; a restore swaps a writable snapshot of
+snapshot of the home, taken with the agent frozen for it (one instant); a restore swaps a writable snapshot of
 it in for the home with two renames. Layout (all root's; agents reach none of it):
 
     /var/lib/jackin/cow/<fleet>.img                      the filesystem image (sparse), dir 0700
@@ -424,13 +424,16 @@ def supported(conn: Connection, fleet: str, instance: str | None = None) -> bool
 
 
 def checkpoint(conn: Connection, fleet: str, instance: str, snapshot_id: str) -> CheckpointTaken:
-    """Take checkpoint ``snapshot_id`` of ``instance``'s home: a read-only snapshot, while the agent runs."""
+    """Take checkpoint ``snapshot_id`` of ``instance``'s home: a read-only snapshot, the agent frozen for it."""
     started = time.monotonic()
     out = _run(conn, checkpoint_script(fleet, instance, snapshot_id), f"checkpoint {snapshot_id} of {instance}")
-    frozen = re.search(r"^jk-frozen-ns ([0-9]{1,19})$", out, re.MULTILINE)
+    frozen_ms, thaw_failed = freezer.parse(out)
+    if thaw_failed:
+        raise CheckpointError(f"checkpoint {snapshot_id} of {instance}: the agent's container could not be thawed: "
+                              f"it is still paused", hint=f"on the host: docker unpause {user_name(fleet, instance)}")  # fmt: skip
     return CheckpointTaken(checkpoint=Checkpoint(fleet=fleet, instance=instance, snapshot_id=snapshot_id),
                            took_ms=parse_took(out), wall_ms=(time.monotonic() - started) * 1000,
-                           frozen_ms=int(frozen.group(1)) / 1e6 if frozen else None)  # fmt: skip
+                           frozen_ms=frozen_ms)  # fmt: skip
 
 
 def list_checkpoints(conn: Connection, fleet: str, instance: str | None = None) -> list[Checkpoint]:

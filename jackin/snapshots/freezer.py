@@ -16,32 +16,50 @@ script that freezes calls ``thaw`` from its EXIT trap, and turns INT and TERM in
 
 from __future__ import annotations
 
+import re
 import shlex
 
 
 def functions(container: str, *, limit: int) -> str:
     """``FC``, ``freeze`` and ``thaw`` (see the module docstring); ``froze_how`` is set by ``freeze`` to
-    ``frozen``, ``paused`` (by someone else) or ``stopped`` (not running, or missing)."""
+    ``frozen``, ``paused`` (by someone else) or ``stopped`` (not running, or no such container). A
+    state Docker does not give (its daemon slow or down) fails the freeze: nothing is read unheld."""
     unpause = f"sleep {int(limit)}; docker unpause -- {shlex.quote(container)} >/dev/null 2>&1"
     return f"""FC={shlex.quote(container)}; froze=; W=; froze_how=
 freeze() {{
-  case "$(docker inspect -f '{{{{.State.Running}}}} {{{{.State.Paused}}}}' -- "$FC" 2>/dev/null || echo missing)" in
+  fs=$(docker container inspect -f '{{{{.State.Running}}}} {{{{.State.Paused}}}}' -- "$FC" 2>&1) || case "$fs" in
+    *"No such container"*) fs=missing ;;
+    *) echo "jackin: cannot read the state of container $FC: $fs" >&2; return 1 ;;
+  esac
+  case "$fs" in
     "true false")
       setsid /bin/sh -c {shlex.quote(unpause)} </dev/null >/dev/null 2>&1 4>&- & W=$!
-      t0=$(date +%s%N)
-      docker pause -- "$FC" >/dev/null || {{ echo "jackin: cannot freeze container $FC (docker pause failed)" >&2; return 1; }}
-      froze=$t0; froze_how=frozen ;;
+      froze=$(date +%s%N)  # before the pause: a signal during it still thaws on the way out
+      docker pause -- "$FC" >/dev/null || {{ thaw; echo "jackin: cannot freeze container $FC (docker pause failed)" >&2; return 1; }}
+      froze_how=frozen ;;
     "true true") froze_how=paused ;;
     *) froze_how=stopped ;;
   esac
 }}
+# Thawed once; a failed unpause of a container still paused keeps the watchdog (it tries again at its
+# time) and says jk-thaw-failed, which fails the snapshot.
 thaw() {{
   if [ -n "$froze" ]; then
-    if docker unpause -- "$FC" >/dev/null; then echo "jk-frozen-ns $(( $(date +%s%N) - froze ))"
-    else echo "jackin: could not thaw container $FC: run docker unpause $FC" >&2; fi
+    if docker unpause -- "$FC" >/dev/null 2>&1; then echo "jk-frozen-ns $(( $(date +%s%N) - froze ))" || true
+    elif [ "$(docker container inspect -f '{{{{.State.Paused}}}}' -- "$FC" 2>/dev/null)" = true ]; then
+      echo "jk-thaw-failed" || true; echo "jackin: could not thaw container $FC: run docker unpause $FC" >&2 || true
+      froze=; W=; return 0
+    fi
     froze=
   fi
-  if [ -n "$W" ]; then kill -- "-$W" 2>/dev/null; W=; fi
+  if [ -n "$W" ]; then kill -- "-$W" 2>/dev/null || true; W=; fi
   return 0
 }}
 """
+
+
+def parse(stdout: str) -> tuple[float | None, bool]:
+    """A script's ``jk-frozen-ns`` (milliseconds frozen; None: not frozen) and whether ``jk-thaw-failed``."""
+    frozen = re.search(r"^jk-frozen-ns ([0-9]{1,19})$", stdout, re.MULTILINE)
+    failed = re.search(r"^jk-thaw-failed$", stdout, re.MULTILINE) is not None
+    return (int(frozen.group(1)) / 1e6 if frozen else None), failed

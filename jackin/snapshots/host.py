@@ -24,7 +24,7 @@ import time
 from fabric import Connection
 
 from jackin.errors import ConnectError, RemoteCommandError
-from jackin.snapshots import instant, restic
+from jackin.snapshots import freezer, instant, restic
 from jackin.snapshots.models import AgentDiff, AgentManifest, BackupSummary
 
 LONG = instant.LONG  # a backup or restore of a big workspace may take hours; a dead host is found by SSH keepalives
@@ -107,7 +107,7 @@ def backup(conn: Connection, restic_bin: str, item: AgentManifest, *, host: str,
            checkpoint: str | None = None, max_freeze: int = 600, hold: bool = True) -> BackupSummary:  # fmt: skip
     """Back up ``item``'s home and manifest as of one instant (``jackin.snapshots.instant``): from the
     read-only ``checkpoint`` when there is one, else with the container frozen for the backup
-    (``hold=False``: the live home, as it is). A file that vanished while restic read never fails it;
+    (``hold=False``: the live home, as it is). A file that vanished from a live home never fails it;
     any other file restic could not read fails this agent alone (its partial snapshot is forgotten)."""
     fleet, instance = item.fleet, item.instance
     home = restic.home_path(fleet, instance)
@@ -117,16 +117,23 @@ def backup(conn: Connection, restic_bin: str, item: AgentManifest, *, host: str,
     what = f"restic backup of {instance}"
     code, out, err = session(conn, script, host=host, what=what, timeout=instant.LONG + 120)
     how, frozen_ms = instant.held(out)
-    if code == instant.TIMED_OUT:
-        raise RemoteCommandError(f"{what} did not finish within snapshots.max_freeze ({max_freeze}s): stopped, "
-                                 f"{'the agent thawed, ' if how == 'frozen' else ''}nothing recorded for it", host=host,
+    if freezer.parse(out)[1]:
+        raise RemoteCommandError(f"{what}: the agent's container {item.container} could not be thawed: it is still "
+                                 f"paused", host=host, hint=f"on the host: docker unpause {item.container} (a watchdog "
+                                                            "tries again after snapshots.max_freeze)")  # fmt: skip
+    if instant.capped(out):
+        raise RemoteCommandError(f"{what} did not finish within snapshots.max_freeze ({max_freeze}s): stopped, the "
+                                 "agent thawed, nothing recorded for it", host=host,
                                  hint="raise snapshots.max_freeze, or use snapshots.checkpoints: btrfs "
-                                      "(the agent never stops)")  # fmt: skip
+                                      "(the agent is frozen only for the checkpoint)")  # fmt: skip
     if code not in (0, 3):
         raise RemoteCommandError(f"{what} failed (exit {code}): {_tail(err)}", host=host)
     summary = restic.parse_backup(out)
     if code == 3:
-        unreadable = _unreadable(conn, instant.read_errors(out), host=host, live=how != "checkpoint")
+        # restic prints its --json error lines on stderr (0.14); read both streams. A file can vanish only
+        # from a home nothing held (a frozen one cannot change: every error there counts).
+        errors = instant.read_errors(err) + instant.read_errors(out)
+        unreadable = _unreadable(conn, errors, host=host, live=how in ("live", None))
         if unreadable:
             forget(conn, restic_bin, fleet, [summary.snapshot_id], host=host, prune=False)
             names = ", ".join(instant.relative(p, home) for p in unreadable[:5])
@@ -138,9 +145,9 @@ def backup(conn: Connection, restic_bin: str, item: AgentManifest, *, host: str,
 
 
 def _unreadable(conn: Connection, errors: list[tuple[str, int | None]], *, host: str, live: bool) -> list[str]:
-    """The items restic could not read that did not just vanish: not ENOENT, and (on a live or frozen
-    home, where a file can go between restic's listing and its read) still there now. Nothing vanishes
-    from a checkpoint: there every error counts."""
+    """The items restic could not read that did not just vanish: not ENOENT, and (on a live home, where a
+    file can go between restic's listing and its read) still there now. Nothing vanishes from a home
+    held still (a checkpoint, a frozen or stopped agent): there every error counts."""
     items = [item for item, errno in errors if not (live and errno == instant.ENOENT)]
     if not live or not items:
         return items

@@ -41,7 +41,6 @@ from jackin.snapshots.cow import SUBVOLUME_INODE
 from jackin.snapshots.models import Instant
 
 INSTANTS: tuple[str, ...] = get_args(Instant)
-TIMED_OUT = 124  # the script's exit status when the backup was stopped at max_freeze (as timeout(1)'s)
 LONG = 6 * 3600  # seconds any backup may take: a first backup of a big workspace may take hours
 GRACE = 30  # seconds the watchdog waits past max_freeze before it thaws on its own
 ENOENT = 2
@@ -55,8 +54,9 @@ def backup_script(argv: Sequence[str], *, home: str, container: str | None, chec
                   max_freeze: int = 600, hold: bool = True, grace: int = GRACE) -> str:  # fmt: skip
     """One bash script: hold the agent's home still (see the module docstring), run restic's backup
     ``argv`` (``... backup [options] -- <paths>``, the paths including ``home``), let go. Prints
-    ``jk-instant <how>`` before restic's JSON lines and ``jk-frozen-ns <n>`` after a freeze; exits with
-    restic's status (``TIMED_OUT``: stopped at ``max_freeze``). ``checkpoint``: the read-only subvolume
+    ``jk-instant <how>`` before restic's JSON lines and ``jk-frozen-ns <n>`` after a freeze (or
+    ``jk-thaw-failed``); exits with
+    restic's status (after ``jk-capped``: stopped at ``max_freeze``). ``checkpoint``: the read-only subvolume
     to read instead of the live home; ``hold=False``: read the live home (``live``); ``grace``: how long
     past ``max_freeze`` the watchdog waits before it thaws on its own (more than ``timeout``'s 10 s
     kill: restic is gone by then)."""
@@ -71,7 +71,7 @@ def backup_script(argv: Sequence[str], *, home: str, container: str | None, chec
     # 0.7 s) is not paid frozen. The FIFO's EOF lets it go on.
     cut = timed.index("--")
     restic = f'{q(*timed[:cut])} --exclude-file "$D/excludes" {q(*timed[cut:])}'
-    return _FREEZE.format(restic=restic, lifetime=_TIED, max_freeze=int(max_freeze), timed_out=TIMED_OUT,
+    return _FREEZE.format(restic=restic, lifetime=_TIED, max_freeze=int(max_freeze),
                           freezer=freezer.functions(container, limit=max_freeze + grace))  # fmt: skip
 
 
@@ -111,11 +111,11 @@ exit $rc
 # Freeze (``jackin.snapshots.freezer``) once restic is at its exclude file, thaw on every way out.
 # Opening the FIFO to write blocks until restic opens it to read; if restic ends first, the opener
 # opens it itself (read-write never blocks), so the script never hangs.
-_FREEZE = """{lifetime}{freezer}O=; K=
+_FREEZE = """{lifetime}{freezer}O=; K=; E=
 D=$(mktemp -d) && mkfifo -m 0600 "$D/excludes" || {{ echo "jackin: cannot make the freeze's FIFO" >&2; exit 1; }}
 let_go() {{
   thaw
-  if [ -n "$O" ]; then kill -KILL "$O" 2>/dev/null; O=; fi
+  for p in "$O" "$E"; do [ -z "$p" ] || kill -KILL "$p" 2>/dev/null; done; O=; E=
   if [ -n "$K" ]; then kill -KILL -- "-$K" 2>/dev/null; K=; fi
   rm -rf -- "$D"
 }}
@@ -124,14 +124,20 @@ start {restic}
 {{ while kill -0 "$R" 2>/dev/null; do sleep 0.05; done; exec 5<>"$D/excludes"; }} & O=$!
 exec 4>"$D/excludes"
 kill -KILL "$O" 2>/dev/null; O=
-if kill -0 "$R" 2>/dev/null; then freeze || exit 1; fi
-if [ -n "$froze" ]; then  # the cap on the freeze: a session of its own, ended whole (its sleep too)
-  setsid /bin/sh -c 'sleep "$1"; : > "$2"; kill -TERM "$3"' sh {max_freeze} "$D/capped" "$R" </dev/null >/dev/null 2>&1 4>&- & K=$!
+if kill -0 "$R" 2>/dev/null; then
+  # The cap on the freeze, from before the pause (a session of its own, ended whole): it stops only
+  # this backup (the process it names must still be restic's timeout).
+  setsid /bin/sh -c 'sleep "$1"; grep -q restic "/proc/$3/cmdline" 2>/dev/null && : > "$2" && kill -TERM "$3"' \
+    sh {max_freeze} "$D/capped" "$R" </dev/null >/dev/null 2>&1 4>&- & K=$!
+  freeze || exit 1
+  if [ -z "$froze" ]; then kill -KILL -- "-$K" 2>/dev/null; K=; fi
 fi
-echo "jk-instant ${{froze_how:-frozen}}"
+echo "jk-instant ${{froze_how:-live}}"
+# Any later open of the exclude file (a restic that reads it twice) finds a writer and reads its end.
+{{ while :; do exec 6>"$D/excludes"; exec 6>&-; done; }} 4>&- & E=$!
 exec 4>&-
 finish
-if [ -e "$D/capped" ]; then rc={timed_out}; fi
+if [ -e "$D/capped" ]; then echo "jk-capped"; fi
 let_go
 exit $rc
 """
@@ -144,9 +150,13 @@ def held(stdout: str) -> tuple[Instant | None, float | None]:
     """The ``jk-instant`` and ``jk-frozen-ns`` lines: how the home was held and, after a freeze, for how
     many milliseconds (None when it was not frozen)."""
     how = re.search(r"^jk-instant (\w+)$", stdout, re.MULTILINE)
-    frozen = re.search(r"^jk-frozen-ns ([0-9]{1,19})$", stdout, re.MULTILINE)
     instant = cast(Instant, how.group(1)) if how and how.group(1) in INSTANTS else None
-    return instant, (int(frozen.group(1)) / 1e6 if frozen else None)
+    return instant, freezer.parse(stdout)[0]
+
+
+def capped(stdout: str) -> bool:
+    """Whether the freeze's cap stopped the backup (``jk-capped``)."""
+    return re.search(r"^jk-capped$", stdout, re.MULTILINE) is not None
 
 
 def read_errors(stdout: str) -> list[tuple[str, int | None]]:

