@@ -35,7 +35,8 @@ else:  # loaded by the first command that uses them (jackin.lazy): the CLI's sta
 @contextmanager
 def guard() -> Iterator[None]:
     """Around every task: our errors as one message and their exit code; a Ctrl-C as exit 130 (the
-    command has started: from here a Ctrl-C is a KeyboardInterrupt, see ``jackin.interrupts``)."""
+    command has started: from here a Ctrl-C is a KeyboardInterrupt, see ``jackin.interrupts``). A
+    Ctrl-C that interrupted SSH work ends the process at once (``interrupts.end_if_interrupted``)."""
     interrupts.started()
     try:
         yield
@@ -44,7 +45,11 @@ def guard() -> Iterator[None]:
         raise Exit(code=exc.exit_code) from None
     except KeyboardInterrupt:
         ui.err.print("[yellow]interrupted[/yellow]")
-        raise Exit(code=130) from None
+        interrupts.end_if_interrupted(interrupts.INTERRUPTED)
+        raise Exit(code=interrupts.INTERRUPTED) from None
+    except Exit as done:  # agent.logs --follow and fleet.status --watch end with 0 at a Ctrl-C
+        interrupts.end_if_interrupted(done.code)
+        raise
 
 
 def exit_code(result: RunResult) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -37,6 +38,7 @@ WORKERS = 32  # at most this many threads for ``each``
 TICK = 0.1  # seconds: the longest a waiting main thread sleeps before it checks for a Ctrl-C
 
 _previous: list[Any] = []  # the SIGINT handler ``exit_until_started`` replaced, while it is replaced
+_interrupted: list[str] = []  # the work ``run`` was running when a Ctrl-C came (it may still run)
 
 
 def run(work: Callable[[threading.Event], T], *, grace: float = 0.0, name: str = "jackin-work") -> T:
@@ -61,6 +63,7 @@ def run(work: Callable[[threading.Event], T], *, grace: float = 0.0, name: str =
             threading.Thread(target=body, name=name, daemon=True).start()
             _wait(ended, None)
         except KeyboardInterrupt:
+            _interrupted.append(name)
             stop.set()
             if grace > 0:
                 _wait(ended, grace)
@@ -113,6 +116,21 @@ def each(fn: Callable[[T], R], items: Iterable[T], *, workers: int = WORKERS) ->
         return results
 
     return run(work, name="jackin-each")
+
+
+def end_if_interrupted(code: int) -> None:
+    """After a Ctrl-C interrupted ``run``'s work, end the process now with ``code``: stdout and stderr
+    flushed, and no interpreter teardown, which would run beside work still on its daemon thread (a
+    connection handshaking or closing, in paramiko and OpenSSL) and costs up to a second of a busy
+    machine's time; nothing else is left to do. Otherwise return."""
+    if not _interrupted:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def exit_until_started() -> None:

@@ -1,5 +1,6 @@
 """jackin.interrupts: work on daemon threads, a Ctrl-C raised in the main thread's own wait (never
-inside the work), the work told to stop and given a bounded time; and exit 130 before a command starts.
+inside the work), the work told to stop and given a bounded time, the process ended at once after it;
+and exit 130 before a command starts.
 
 A Ctrl-C is simulated with ``_thread.interrupt_main`` (what SIGINT does to the main thread), sent
 by the work itself, so no test waits for a timer."""
@@ -18,6 +19,12 @@ import pytest
 from jackin import interrupts
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's Ctrl-Cs are its own: a later task's guard must not end this pytest process."""
+    monkeypatch.setattr(interrupts, "_interrupted", [])
 
 
 def test_run_returns_the_works_result_or_raises_its_error() -> None:
@@ -102,3 +109,15 @@ def test_once_started_a_ctrl_c_is_a_keyboard_interrupt_again() -> None:
                    "try:\n    os.kill(os.getpid(), signal.SIGINT); time.sleep(20)\n"
                    "except KeyboardInterrupt:\n    print('interrupted')")  # fmt: skip
     assert (done.returncode, done.stdout) == (0, "interrupted\n"), done.stderr
+
+
+def test_after_a_ctrl_c_interrupted_work_the_process_ends_at_once_without_its_teardown() -> None:
+    """Work still running (here: holding a lock the teardown would need) cannot hold the exit up."""
+    done = _python("import _thread, threading, atexit; from jackin import interrupts\n"
+                   "held = threading.Lock()\n"
+                   "atexit.register(lambda: held.acquire())  # as a teardown waiting on the work's lock\n"
+                   "def work(stop):\n    with held:\n        _thread.interrupt_main(); threading.Event().wait(60)\n"
+                   "try:\n    interrupts.run(work, grace=0.05)\n"
+                   "except KeyboardInterrupt:\n    print('interrupted', end='')\n    interrupts.end_if_interrupted(130)\n")  # fmt: skip
+    assert (done.returncode, done.stdout) == (130, "interrupted"), done.stderr  # printed: flushed first
+    assert interrupts.end_if_interrupted(0) is None  # in this process nothing was interrupted: it goes on
