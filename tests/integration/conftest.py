@@ -91,3 +91,12 @@ def sh(lab: Lab, command: str, *, host: int = 0, warn: bool = False, timeout: fl
 
     with connect(lab.status().hosts[host].target()) as conn:
         return conn.run(command, hide=True, warn=warn, timeout=timeout)
+
+
+def at_a_terminal() -> None:
+    """``preexec_fn`` for a CLI a test interrupts with SIGINT: the child starts with SIGINT at its default,
+    as under an operator's terminal, even when the suite itself was started with SIGINT ignored (a
+    background job of a shell without job control ignores it, and every child inherits that)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

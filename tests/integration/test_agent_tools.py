@@ -23,7 +23,7 @@ import pytest
 
 from jackin.lab import Lab
 
-from .conftest import ROOT, inv, module_lab, sh
+from .conftest import ROOT, at_a_terminal, inv, module_lab, sh
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ class Cli:
     def __init__(self, *args: str):
         self.proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "invoke", *args], cwd=ROOT,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+                                     env={**os.environ, "COLUMNS": "200"}, preexec_fn=at_a_terminal)  # fmt: skip
         self.out, self.err, self.lines = b"", b"", threading.Condition()
         self.reader = threading.Thread(target=self._read_err, daemon=True)
         self.reader.start()

@@ -29,7 +29,7 @@ from jackin.lab import Lab
 from jackin.lab.workloads import BUSY_WRITER, CHECK
 from jackin.snapshots import restic
 
-from .conftest import ROOT, inv, module_lab, sh
+from .conftest import ROOT, at_a_terminal, inv, module_lab, sh
 
 ROUNDS = 20
 
@@ -150,7 +150,7 @@ def test_ctrl_c_during_a_frozen_backup_thaws_the_agent_at_once(plab, frozen_flee
     uid = sh(plab, f"id -u jk-{name}--coder-1").stdout.strip()
     sh(plab, f"docker exec --user {uid}:{uid} {container} sh -c 'head -c 300000000 /dev/urandom > /workspace/big'")
     proc = subprocess.Popen([sys.executable, "-m", "invoke", "snapshot.create", "-i", spec], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=at_a_terminal)  # fmt: skip
     try:
         paused = f"docker inspect -f '{{{{.State.Paused}}}}' {container}"
         deadline = time.monotonic() + 120
