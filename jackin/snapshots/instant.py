@@ -94,9 +94,12 @@ run() { start "$@"; finish; }
 # Whatever ends the script ends the backup first: nothing reads the home once it is let go.
 stop() {
   if [ -n "$R" ]; then kill -TERM "$R" 2>/dev/null; wait "$R" 2>/dev/null; R=; fi
-  if [ -n "$L" ]; then kill -KILL "$L" 2>/dev/null; wait "$L" 2>/dev/null; L=; fi
+  if [ -n "$L" ]; then end "$L"; L=; fi
   return 0
 }
+# End a helper (a pid, or -pgid for a whole session) with SIGKILL and reap it, quietly: bash would say
+# "Killed" on stderr, where restic's own last words must stay the last lines.
+end() { { kill -KILL -- "$1"; wait "${1#-}"; } 2>/dev/null; return 0; }
 trap 'main || exit; stop' EXIT
 trap 'exit 130' INT TERM
 """
@@ -115,22 +118,22 @@ _FREEZE = """{lifetime}{freezer}O=; K=; E=
 D=$(mktemp -d) && mkfifo -m 0600 "$D/excludes" || {{ echo "jackin: cannot make the freeze's FIFO" >&2; exit 1; }}
 let_go() {{
   thaw
-  for p in "$O" "$E"; do [ -z "$p" ] || kill -KILL "$p" 2>/dev/null; done; O=; E=
-  if [ -n "$K" ]; then kill -KILL -- "-$K" 2>/dev/null; K=; fi
+  for p in "$O" "$E"; do [ -z "$p" ] || end "$p"; done; O=; E=
+  if [ -n "$K" ]; then end "-$K"; K=; fi
   rm -rf -- "$D"
 }}
 trap 'main || exit; stop; let_go' EXIT
 start {restic}
 {{ while kill -0 "$R" 2>/dev/null; do sleep 0.05; done; exec 5<>"$D/excludes"; }} & O=$!
 exec 4>"$D/excludes"
-kill -KILL "$O" 2>/dev/null; O=
+end "$O"; O=
 if kill -0 "$R" 2>/dev/null; then
   # The cap on the freeze, from before the pause (a session of its own, ended whole): it stops only
   # this backup (the process it names must still be restic's timeout).
   setsid /bin/sh -c 'sleep "$1"; grep -q restic "/proc/$3/cmdline" 2>/dev/null && : > "$2" && kill -TERM "$3"' \
     sh {max_freeze} "$D/capped" "$R" </dev/null >/dev/null 2>&1 4>&- & K=$!
   freeze || exit 1
-  if [ -z "$froze" ]; then kill -KILL -- "-$K" 2>/dev/null; K=; fi
+  if [ -z "$froze" ]; then end "-$K"; K=; fi
 fi
 echo "jk-instant ${{froze_how:-live}}"
 # Any later open of the exclude file (a restic that reads it twice) finds a writer and reads its end.
