@@ -5,6 +5,9 @@ serves a fake engine instead."""
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+
 import pytest
 
 
@@ -16,3 +19,13 @@ def _no_local_docker_socket(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: p
         raise AssertionError(f"a unit test ran the real docker CLI: docker {' '.join(args)}")
 
     monkeypatch.setattr("jackin.lab.docker.docker", no_cli)  # a test that needs it stubs its own
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_reaches_python() -> Iterator[None]:
+    """A Ctrl-C (SIGINT, ``_thread.interrupt_main``) is Python's KeyboardInterrupt in every test, as under a
+    terminal, even when the suite runs as a background job of a shell that ignores SIGINT (inherited)."""
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)

@@ -8,6 +8,7 @@ by the work itself, so no test waits for a timer."""
 from __future__ import annotations
 
 import _thread
+import signal
 import subprocess
 import sys
 import threading
@@ -94,7 +95,10 @@ def test_a_ctrl_c_in_each_is_raised_at_once_with_items_still_running() -> None:
 
 
 def _python(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    """``code`` in a fresh Python whose SIGINT starts at its default, as under a terminal (the suite may run
+    as a background job that ignores SIGINT, which children inherit)."""
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
 
 
 def test_before_the_command_starts_a_ctrl_c_exits_130_at_once() -> None:
