@@ -39,15 +39,12 @@ from typing import cast, get_args
 from jackin.snapshots import freezer
 from jackin.snapshots.cow import SUBVOLUME_INODE
 from jackin.snapshots.models import Instant
+from jackin.snapshots.restic import q
 
 INSTANTS: tuple[str, ...] = get_args(Instant)
 LONG = 6 * 3600  # seconds any backup may take: a first backup of a big workspace may take hours
 GRACE = 30  # seconds the watchdog waits past max_freeze before it thaws on its own
 ENOENT = 2
-
-
-def q(*args: str) -> str:
-    return " ".join(shlex.quote(a) for a in args)
 
 
 def backup_script(argv: Sequence[str], *, home: str, container: str | None, checkpoint: str | None = None,
