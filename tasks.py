@@ -1,19 +1,20 @@
 """jackin fleet CLI: `inv --list`. Tasks parse arguments and call `jackin`; no logic here."""
 
-from jackin import interrupts
+from jackin.transport import interrupts
 
 interrupts.exit_until_started()  # first: a Ctrl-C while the CLI loads exits 130, not Invoke's 1
 
 from invoke import Collection, Exit, task
 
-from jackin import lazy, ui
-from jackin import cli
-from jackin.cli import count, guard
+from jackin import lazy
+from jackin.cli import render as ui
+from jackin.cli import edge as cli
+from jackin.cli.edge import count, guard
 from jackin.lab import Lab
 from jackin.lab.lab import DEFAULT_HOSTS
 
-fleet_api = lazy.module("jackin.fleet")  # loaded by the first task that uses it: `inv --list` stays quick
-providers = lazy.module("jackin.providers")
+fleet_api = lazy.module("jackin.lifecycle.fleet")  # loaded by the first task that uses it: `inv --list` stays quick
+providers = lazy.module("jackin.lifecycle.providers")
 
 # --- lab ---------------------------------------------------------------------
 
@@ -57,8 +58,7 @@ def fleet_validate(c, inventory=None):
     """Check an inventory file; every problem is reported at once, nothing is touched."""
     with guard():
         spec = fleet_api.load(inventory)
-        from jackin import work
-
+        from jackin.work import bundles as work
         work.check(spec.fleet)  # repositories, refs and task files on this machine (exit 2), no host touched
         agents = sum(a.count for a in spec.fleet.agents)
         ui.out.print(f"{inventory or fleet_api.DEFAULT_INVENTORY}: ok (fleet {spec.fleet.name!r}, "
@@ -153,7 +153,7 @@ def fleet_run(c, inventory=None, yes=False, timeout=None, json=False, keep_lab=F
     """The whole loop: fleet.up, wait until every agent is done or failed, collect their work, fleet.down.
     Exit 0 all done; 1 a phase failed (it says which and what is left); 2 usage; 3 a host unreachable;
     4 the timeout or time-to-live ended the wait (collected, torn down); 5 some agent failed."""
-    from jackin import runloop
+    from jackin.lifecycle import runloop
 
     with guard():
         raise Exit(code=runloop.cli_run(inventory, yes=yes, timeout=timeout, json=json, keep_lab=keep_lab))
@@ -193,7 +193,7 @@ def agent_exec(c, agent, inventory=None, host=None):
     its output streams here and its exit status is passed through. Exit 2: unknown agent or no command."""
     import sys
 
-    from jackin import agent_tools
+    from jackin.agents import tools as agent_tools
 
     with guard():
         raise Exit(code=agent_tools.cli_exec(inventory, agent, sys.argv, host=host))
@@ -204,7 +204,7 @@ def agent_exec(c, agent, inventory=None, host=None):
             "host": "the host to read from (needed when the fleet has more than one)"})  # fmt: skip
 def agent_logs(c, agent, follow=False, tail=None, inventory=None, host=None):
     """Print the agent container's output (docker logs); --follow until Ctrl-C (a clean exit)."""
-    from jackin import agent_tools
+    from jackin.agents import tools as agent_tools
 
     with guard():
         raise Exit(code=agent_tools.cli_logs(inventory, agent, follow=follow, host=host,
@@ -215,7 +215,7 @@ def agent_logs(c, agent, follow=False, tail=None, inventory=None, host=None):
             "host": "the host to open it on (needed when the fleet has more than one)"})  # fmt: skip
 def agent_shell(c, agent, inventory=None, host=None):
     """An interactive shell (bash, else sh) in the agent's container as the agent; needs a terminal."""
-    from jackin import agent_tools
+    from jackin.agents import tools as agent_tools
 
     with guard():
         raise Exit(code=agent_tools.cli_shell(inventory, agent, host=host))
@@ -300,8 +300,7 @@ def snapshot_push(c, snapshot, host=None, inventory=None, json=False):
 def fleet_collect(c, inventory=None, agent=None, into=None, json=False):
     """Bring each finished agent's branch (under refs/jackin/<fleet>/<host>/<instance>) and handoff back here.
     Exit 1: an agent's collection failed; 3: a host is unreachable."""
-    from jackin import collect
-
+    from jackin.work import collect
     with guard():
         raise Exit(code=collect.cli_collect(inventory, agents=agent, into=into, json=json))
 
@@ -309,8 +308,7 @@ def fleet_collect(c, inventory=None, agent=None, into=None, json=False):
 @task(help={"inventory": INVENTORY, "json": "print JSON"})
 def fleet_review(c, inventory=None, json=False):
     """Per agent: state, collected commit, diff stat against its source commit, handoff evidence and path."""
-    from jackin import collect
-
+    from jackin.work import collect
     with guard():
         raise Exit(code=collect.cli_review(inventory, json=json))
 
@@ -355,14 +353,13 @@ snapshot.add_task(snapshot_push, "push")
 ns = Collection(lab, fleet, agent_ns, snapshot)
 
 
-# --- roles (jackin/roles.py) ----------------------------------------------------
+# --- roles (jackin/spec/roles.py) ----------------------------------------------------
 
 
 @task(help={"json": "print JSON for scripts"})
 def role_list(c, json=False):
     """List the roles: name, how the image is built, credentials the agents must be given, default egress."""
-    from jackin import rolecli
-
+    from jackin.cli import roles as rolecli
     with guard():
         raise Exit(code=rolecli.role_list(json=json))
 
@@ -370,8 +367,7 @@ def role_list(c, json=False):
 @task(help={"name": "one role (default: every role)", "json": "print JSON for scripts"})
 def role_validate(c, name=None, json=False):
     """Validate every role file (or NAME's) and its image recipe, offline; exit 2 on an invalid role."""
-    from jackin import rolecli
-
+    from jackin.cli import roles as rolecli
     with guard():
         raise Exit(code=rolecli.role_validate(name, json=json))
 

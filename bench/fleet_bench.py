@@ -48,13 +48,15 @@ STATE = tempfile.mkdtemp(prefix="jackin-bench-")
 atexit.register(shutil.rmtree, STATE, True)  # also after --help or an error
 os.environ["JACKIN_STATE_DIR"] = STATE  # before jackin is imported
 
-from jackin import dns, firewall, images  # noqa: E402
-from jackin import fleet as fleet_api  # noqa: E402
-from jackin import plan as planning  # noqa: E402
+from jackin.net import dns
+from jackin.net import firewall
+from jackin.images import build as images
+from jackin.lifecycle import fleet as fleet_api
+from jackin.plan import fleet as planning
 from jackin.errors import JackinError  # noqa: E402
 from jackin.lab import Lab  # noqa: E402
 from jackin.lab.limits import INOTIFY_LIMIT, inotify_in_use  # noqa: E402
-from jackin.openssh import PERSIST  # noqa: E402
+from jackin.transport.openssh import PERSIST  # noqa: E402
 from jackin.operations import host as host_ops  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,7 +129,7 @@ def parts(lab: Lab, inventory: Path, repeat: int) -> dict[str, float]:
     """Where fleet.status's and a warm fleet.up's time goes, in this process (masters open): the lab
     lookup (``Lab.status``: docker CLI calls on this machine), the status read and the state read."""
     from jackin.snapshots.auto import read_states
-    from jackin.status import fleet_status
+    from jackin.lifecycle.status import fleet_status
 
     spec = fleet_api.load(inventory)
     hosts = [h.target() for h in lab.status().hosts]
@@ -145,7 +147,7 @@ def parts(lab: Lab, inventory: Path, repeat: int) -> dict[str, float]:
 
 
 def close_masters() -> None:
-    """End the OpenSSH master connections jackin's reads left open (jackin.openssh), so the next read
+    """End the OpenSSH master connections jackin's reads left open (jackin.transport.openssh), so the next read
     starts cold: each with ``ssh -O exit`` on its socket (only ours: the bench's private state dir)."""
     for socket in sorted((Path(STATE) / "ssh").glob("*")):
         subprocess.run(["ssh", "-F", "/dev/null", "-o", f"ControlPath={socket}", "-O", "exit", "x"],

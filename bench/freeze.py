@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from jackin.lab import Lab  # noqa: E402
 from jackin.lab.workloads import BUSY_WRITER  # noqa: E402
-from jackin.ssh import connect  # noqa: E402
+from jackin.transport.ssh import connect  # noqa: E402
 
 def cli(*args: str) -> str:
     done = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,

@@ -1,10 +1,10 @@
 """Bring a fleet up on one host: bootstrap, the egress policy, then one isolated environment per agent.
 
-`inv fleet.up` runs this with the plan in host.data.jackin (see jackin/plan.py), for the hosts
+`inv fleet.up` runs this with the plan in host.data.jackin (see jackin/plan/fleet.py), for the hosts
 its in-process plan found something to change on (a host with nothing to change is not run).
 By hand: pyinfra --data jackin='<FleetPlan JSON>' INVENTORY deploys/fleet.py
 
-What to do is decided by ``jackin.hostplan.steps`` (pure, and the very function ``fleet.plan``
+What to do is decided by ``jackin.plan.host.steps`` (pure, and the very function ``fleet.plan``
 and ``fleet.up``'s fast path call): in order, the bootstrap (Docker engine, nftables, dnsmasq),
 the Docker daemon's settings, the agent image, the fleet's root, the checkpoint filesystem, the
 egress policy (before any agent container starts: fail closed), the credentials (before the
@@ -13,10 +13,10 @@ containers that mount them), then each agent's user, directories, network and co
 
 from pyinfra import host
 
-from jackin import hostplan
+from jackin.plan import host as hostplan
 from jackin.engine import report, secrets
 from jackin.operations import ops
-from jackin.plan import FleetPlan
+from jackin.plan.fleet import FleetPlan
 
 plan = FleetPlan.model_validate(host.data.jackin)
 state = ops.fleet_state(plan, bootstrap=True)  # what fleet.up planned from (handed over), else read once

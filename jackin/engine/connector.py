@@ -4,7 +4,7 @@ pyinfra reads ``~/.ssh/config`` by default (HostName, Port, User, IdentityFile,
 ProxyJump, ForwardAgent, even ``Match exec`` commands) and opens ProxyJump hops
 with its accept-new/ask host-key policies and ``~/.ssh/known_hosts``. The engine
 gives every host ``ssh_config_file = /dev/null`` instead, and this connector
-opens a target's jump hosts itself with ``jackin.ssh.open_tunnel``: each hop
+opens a target's jump hosts itself with ``jackin.transport.ssh.open_tunnel``: each hop
 checked against the pinned known_hosts, nothing accepted on first use, every
 step bounded by the run's connect timeout. The target is then reached over the
 tunnel's channel (paramiko's ``sock``), still with strict host-key checking.
@@ -19,7 +19,7 @@ from pyinfra.api.exceptions import ConnectError as PyinfraConnectError
 from pyinfra.connectors.ssh import SSHConnector
 
 from jackin.errors import JackinError
-from jackin.ssh import SshTarget, Tunnel, open_tunnel
+from jackin.transport.ssh import SshTarget, Tunnel, open_tunnel
 
 NO_SSH_CONFIG = os.devnull
 TARGET_DATA = "jackin_ssh_target"

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.target import SshTarget
+from jackin.transport.target import SshTarget
 
 EventKind = Literal[
     "start",        # the engine has the request; hosts = [names]

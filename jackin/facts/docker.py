@@ -1,11 +1,11 @@
 """``DockerDaemon``: the Docker daemon's config file, its command line and whether live-restore
-is in effect, in one round trip (the pyinfra fact; the pure parts live in ``jackin.daemon``)."""
+is in effect, in one round trip (the pyinfra fact; the pure parts live in ``jackin.facts.daemon``)."""
 
 from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from jackin.daemon import DAEMON_JSON, DaemonState, daemon_command, parse_daemon
+from jackin.facts.daemon import DAEMON_JSON, DaemonState, daemon_command, parse_daemon
 
 __all__ = ["DAEMON_JSON", "DaemonState", "DockerDaemon", "daemon_command", "parse_daemon"]
 

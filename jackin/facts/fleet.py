@@ -1,14 +1,14 @@
 """``FleetState``: users, directories, containers and networks of one fleet on a host.
 
 One command, one round trip: checking must cost less than doing. The command and
-its parser live in ``jackin.state`` (pure, no pyinfra); this is the pyinfra fact.
+its parser live in ``jackin.facts.state`` (pure, no pyinfra); this is the pyinfra fact.
 """
 
 from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from jackin.state import Container, HostState, Network, PathInfo, User, parse_state, state_command
+from jackin.facts.state import Container, HostState, Network, PathInfo, User, parse_state, state_command
 
 __all__ = ["Container", "FleetState", "HostState", "Network", "PathInfo", "User", "parse_state", "state_command"]
 

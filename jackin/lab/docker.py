@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from jackin import dockerapi
+from jackin.facts import dockerapi
 from jackin.errors import LabError
 
 

@@ -36,7 +36,7 @@ from jackin.lab.image import ensure_image, image_tag
 from jackin.lab.limits import ensure_inotify
 from jackin.paths import private_dir, state_dir
 from jackin.spec.models import SLUG
-from jackin.target import SshTarget
+from jackin.transport.target import SshTarget
 
 LABEL = "jackin.lab"
 HOSTKEY_LABEL = "jackin.lab.hostkey"  # the SHA256 fingerprint of the host key injected at creation
@@ -505,8 +505,8 @@ servers[0].serve_forever()
 
 
 def wait_ready(target: SshTarget, *, timeout: float = 90, command: str = "true") -> str:
-    """``jackin.ssh.wait_ready`` (paramiko and Fabric are loaded by lab.up, not by every command's start)."""
-    from jackin import ssh
+    """``jackin.transport.ssh.wait_ready`` (paramiko and Fabric are loaded by lab.up, not by every command's start)."""
+    from jackin.transport import ssh
 
     return ssh.wait_ready(target, timeout=timeout, command=command)
 

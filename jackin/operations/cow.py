@@ -17,9 +17,9 @@ import shlex
 
 from jackin.operations.agent_paths import HOME_MODE
 from jackin.operations.files import Command, Refused, write_files
-from jackin.plan import FleetPlan
+from jackin.plan.fleet import FleetPlan
 from jackin.snapshots.cow import IMAGE_DIR, CowState, image_path, unit_hash, unit_name, unit_path, unit_text
-from jackin.state import HostState
+from jackin.facts.state import HostState
 
 
 def q(*args: str) -> str:

@@ -2,7 +2,7 @@
 
 Values come from ``jackin.engine.secrets`` (the engine's stdin), go to the host by SFTP into
 the root-only, tmpfs staging directory, and are installed with the agent's uid and mode 0400
-into a directory only root writes (layout: jackin/credentials.py), then renamed into place.
+into a directory only root writes (layout: jackin/agents/credentials.py), then renamed into place.
 No value is ever in a command line, a command's environment or a preview: an upload shows
 only its target. A value whose keyed digest matches the host's record, with the file's
 owner and mode as planned, is left alone: an unchanged credential is not rewritten.
@@ -15,10 +15,10 @@ import hmac
 import secrets as random
 import shlex
 
-from jackin.credentials import CREDENTIALS_DIR, DIR_MODE, FILE_MODE, Secrets, digests_file, fleet_dir
+from jackin.agents.credentials import CREDENTIALS_DIR, DIR_MODE, FILE_MODE, Secrets, digests_file, fleet_dir
 from jackin.operations.files import UPLOAD_DIR, Command, Refused, Upload, write_files
-from jackin.plan import STATE_DIR, AgentPlan, FleetPlan
-from jackin.state import HostState, PathInfo
+from jackin.plan.fleet import STATE_DIR, AgentPlan, FleetPlan
+from jackin.facts.state import HostState, PathInfo
 
 _KEY = random.token_bytes(16)  # staging names: stable within this process (pyinfra runs a generator twice)
 

@@ -2,7 +2,7 @@
 
 No pyinfra here: the command builders (``jackin.operations.{fleet,firewall,credentials,cow,host}``)
 are plain functions of (plan, state) returning shell strings and ``Upload``s, so the CLI process can
-compute what ``fleet.up`` would do (``jackin.hostplan``) without loading pyinfra and gevent. The
+compute what ``fleet.up`` would do (``jackin.plan.host``) without loading pyinfra and gevent. The
 deploys hand the same lists to ``jackin.operations.script.script``, which turns them into pyinfra
 commands. File bodies never go into a command line (Linux caps argv at 128 KiB, and ``ps`` shows
 it to every user): ``write_files`` sends them by SFTP into a root-only staging directory, then

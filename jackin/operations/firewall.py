@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import shlex
 
-from jackin import dns, firewall
-from jackin.state import HostState
+from jackin.net import dns
+from jackin.net import firewall
+from jackin.facts.state import HostState
 from jackin.operations.files import Command, write_files
-from jackin.plan import FleetPlan
-from jackin.policy_guard import DROPIN_DIR, RUN_DIR
+from jackin.plan.fleet import FleetPlan
+from jackin.net.guard import DROPIN_DIR, RUN_DIR
 
 
 def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:

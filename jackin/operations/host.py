@@ -17,10 +17,10 @@ import shlex
 from collections.abc import Sequence
 from importlib import resources
 
-from jackin.daemon import DAEMON_JSON, DaemonState
-from jackin.dockerapi import SOCKET
+from jackin.facts.daemon import DAEMON_JSON, DaemonState
+from jackin.facts.dockerapi import SOCKET
 from jackin.operations.files import Command, Refused, Upload, file_mode, write_files
-from jackin.plan import DEFAULT_IMAGE
+from jackin.plan.fleet import DEFAULT_IMAGE
 from jackin.spec.models import AddressPool
 
 # icc: no traffic between containers on the default bridge; no-new-privileges: no setuid gains in any
@@ -138,14 +138,14 @@ def image_commands(image: str, present_images: Sequence[str], *, busybox: bool) 
     return commands + [f"sh -c {shlex.quote(recipe)} agent-image import {shlex.quote(image)}"]  # a fixed 1 KiB script
 
 
-# --- role images (jackin/roles.py, jackin/images.py) ------------------------------------------------
+# --- role images (jackin/spec/roles.py, jackin/images/build.py) ------------------------------------------------
 
 BUILD_DIR = "/var/lib/jackin/build"  # build: host: the role's files, root-only, while docker build runs
 
 
 class ImageLoad(str):
     """A role image built on the operator's machine: ``fleet.up`` loads it over SSH before the deploy
-    (jackin/images.py ``deliver``). In the deploy it is a check that it arrived (the host fails if not);
+    (jackin/images/build.py ``deliver``). In the deploy it is a check that it arrived (the host fails if not);
     shown as "load image TAG from the operator (NN MB)"."""
 
     image: str

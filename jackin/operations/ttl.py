@@ -1,6 +1,6 @@
 """Commands that enforce a fleet's time-to-live on a host, and remove it (pure: no pyinfra).
 
-The deadline (epoch seconds, fixed at the fleet's first ``fleet.up``: jackin/ttl.py) is written to
+The deadline (epoch seconds, fixed at the fleet's first ``fleet.up``: jackin/plan/ttl.py) is written to
 ``/var/lib/jackin/ttl/<fleet>`` (root 0600) and enforced by two systemd units:
 
 - ``jackin-ttl-<fleet>.timer``: ``OnCalendar=`` the deadline in UTC, ``Persistent=true``. An absolute
@@ -29,7 +29,7 @@ import time
 from pydantic import BaseModel, ConfigDict
 
 from jackin.operations.files import Command, Refused, write_files
-from jackin.plan import STATE_DIR, FleetPlan
+from jackin.plan.fleet import STATE_DIR, FleetPlan
 
 TTL_DIR = f"{STATE_DIR}/ttl"
 UNIT_DIR = "/etc/systemd/system"
@@ -172,7 +172,7 @@ def teardown_commands(fleet: str, state: TtlState) -> list[str]:
 
 def state_section(fleet: str, *, systemd: bool = True) -> str:
     """``##ttl``: ``key=value`` lines (root-only paths jackin names; no agent-chosen name).
-    ``systemd=False``: without the timer's ``enabled``/``active`` (``jackin.state`` reads them in its one
+    ``systemd=False``: without the timer's ``enabled``/``active`` (``jackin.facts.state`` reads them in its one
     ``systemctl show``)."""
     f, t, s = (shlex.quote(p) for p in (deadline_file(fleet), unit_path(fleet, "timer"), unit_path(fleet, "service")))
     timer = shlex.quote(unit_name(fleet, "timer"))

@@ -1,7 +1,7 @@
 """The commands that deliver each agent's work, and those that remove it (pure: no pyinfra).
 
-Layout and ownership: jackin/work.py. The bundle and the task come from the operator's blob store
-by the digests in the plan (``jackin.work.file_data``), reach the host by SFTP into the root-only
+Layout and ownership: jackin/work/bundles.py. The bundle and the task come from the operator's blob store
+by the digests in the plan (``jackin.work.bundles.file_data``), reach the host by SFTP into the root-only
 staging directory, and are installed root:<agent gid> 0440 in a directory only root writes, then
 renamed into place (the container sees the old file or the new one, never half of one). A file
 whose digest matches the host's record, with the owner and mode planned, is left alone: a second
@@ -15,9 +15,9 @@ import shlex
 
 from jackin.operations.credentials import children, root_dir
 from jackin.operations.files import UPLOAD_DIR, Command, Refused, Upload, write_files
-from jackin.plan import STATE_DIR, WORK_DIR, AgentPlan, FleetPlan
-from jackin.state import HostState, PathInfo
-from jackin.work import DIR_MODE, FILE_MODE, FILES, digest, file_data
+from jackin.plan.fleet import STATE_DIR, WORK_DIR, AgentPlan, FleetPlan
+from jackin.facts.state import HostState, PathInfo
+from jackin.work.bundles import DIR_MODE, FILE_MODE, FILES, digest, file_data
 
 
 def q(*args: str) -> str:

@@ -23,19 +23,19 @@ from typing import Any, TypeVar
 import paramiko
 from fabric import Connection
 
-from jackin import agent as agent_api
-from jackin import firewall
-from jackin import plan as planning
+from jackin.net import probes as agent_api
+from jackin.net import firewall
+from jackin.plan import fleet as planning
 from jackin.errors import ConnectError, JackinError, SpecError
-from jackin.ledger import Ledger
-from jackin.providers import provider_for
-from jackin.remote import HostError
+from jackin.store.ledger import Ledger
+from jackin.lifecycle.providers import provider_for
+from jackin.transport.remote import HostError
 from jackin.snapshots import cow
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import (AgentDiff, AgentManifest, AgentSnapshot, CreateResult, DiffResult, Kind,
                                      SnapshotRecord, Tier, new_id)  # fmt: skip
 from jackin.spec import Inventory
-from jackin.ssh import SshTarget, connect
+from jackin.transport.ssh import SshTarget, connect
 
 T = TypeVar("T")
 
@@ -60,7 +60,7 @@ def select(inventory: Inventory, agent: str | None) -> list[str]:
 
 def fleet_plan(inventory: Inventory, ledger: Ledger) -> planning.FleetPlan:
     """The plan as the fleet has it (known uids; new ones only previewed, never allocated)."""
-    from jackin.fleet import make_plan  # late: jackin.fleet may call back into this module
+    from jackin.lifecycle.fleet import make_plan  # late: jackin.lifecycle.fleet may call back into this module
 
     provider = provider_for(inventory, ledger)
     return make_plan(inventory, ledger, store=False, fleet_hosts=provider.addresses())

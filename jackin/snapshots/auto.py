@@ -1,6 +1,6 @@
 """Automatic snapshots before ``fleet.up`` recreates or removes an existing agent.
 
-``affected(plan, state)`` is pure: from one host's state read (``jackin.state``) it
+``affected(plan, state)`` is pure: from one host's state read (``jackin.facts.state``) it
 names the agents this run would recreate or remove, with the very predicates the
 operations decide by (``jackin.operations.changes``), so the two cannot drift.
 ``snapshot_before_up`` reads every host in one parallel round trip and, when any
@@ -18,13 +18,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from jackin.errors import JackinError
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 from jackin.operations import changes
-from jackin.plan import FleetPlan
-from jackin.remote import gather
+from jackin.plan.fleet import FleetPlan
+from jackin.transport.remote import gather
 from jackin.spec import Inventory
-from jackin.target import SshTarget
-from jackin.state import HostState, parse_state, state_command
+from jackin.transport.target import SshTarget
+from jackin.facts.state import HostState, parse_state, state_command
 
 Log = Callable[[str], None]
 STATE_TIMEOUT = 15
@@ -146,19 +146,19 @@ def snapshot_before_up(ledger: Ledger, inventory: Inventory, plan: FleetPlan, ho
     return found, failed
 
 
-PLACEMENT = ("name", "provider", "lab", "hosts")  # as jackin.rollback.PLACEMENT: where the fleet runs
+PLACEMENT = ("name", "provider", "lab", "hosts")  # as jackin.lifecycle.rollback.PLACEMENT: where the fleet runs
 
 
 def by_spec_in_place(ledger: Ledger, inventory: Inventory,
                      group: list[AutoSnapshot]) -> list[tuple[Inventory, list[AutoSnapshot]]]:  # fmt: skip
     """The group's hosts by the fleet spec their agents run under, so the snapshot's manifests (spec,
     image, network policy, firewall hash) record what runs now, not the spec this run is about to apply:
-    the spec of the last run that succeeded on the host (``jackin.applied.in_place``; after a rollback
+    the spec of the last run that succeeded on the host (``jackin.plan.applied.in_place``; after a rollback
     not the file's). The spec being applied stands in where there is none, where it places the fleet
     elsewhere, or where it does not name an agent to snapshot that the ledger has no row of either.
     Hosts under different specs get different snapshots (ids)."""
-    from jackin.applied import load_fleet
-    from jackin.plan import instances as spec_instances
+    from jackin.plan.applied import load_fleet
+    from jackin.plan.fleet import instances as spec_instances
 
     runs = ledger.spec_runs(inventory.fleet.name)
     rows = {(r["host"], r["instance"]) for r in ledger.agents(inventory.fleet.name)}

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jackin.errors import JackinError
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 from jackin.snapshots import api, transfer
-from jackin.target import SshTarget
+from jackin.transport.target import SshTarget
 
 OPERATOR = "operator"  # the place of a copy on this machine (ledger ``repo_copies.place``)
 

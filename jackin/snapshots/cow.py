@@ -19,7 +19,7 @@ Limits: a nested subvolume an agent creates in its workspace (btrfs lets any use
 in its home's checkpoints (it shows there as an empty directory).
 
 Pure command builders and parsers first (unit-tested), then the Fabric functions the
-snapshot API calls with a ``jackin.ssh.connect`` connection.
+snapshot API calls with a ``jackin.transport.ssh.connect`` connection.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import RemoteCommandError, SpecError
-from jackin.plan import ROOT, STATE_DIR, user_name
+from jackin.plan.fleet import ROOT, STATE_DIR, user_name
 from jackin.snapshots import freezer
 from jackin.spec.models import SLUG
 
@@ -152,7 +152,7 @@ def unit_hash(fleet: str) -> str:
     return hashlib.sha256(unit_text(fleet).encode()).hexdigest()
 
 
-# --- the state read (pure; a section of jackin.state's one-round-trip read) ------------
+# --- the state read (pure; a section of jackin.facts.state's one-round-trip read) ------------
 
 
 class CowState(_Model):
@@ -175,7 +175,7 @@ class CowState(_Model):
 def state_section(fleet: str, *, systemd: bool = True) -> str:
     """Shell lines printing the ``##cow`` section (and ``##cowsubvols``, hex as ``##paths``) of the state read.
     A name that is no fleet's (fleet.gc reads what it finds on hosts) cannot have the tier: an empty section.
-    ``systemd=False``: without the unit's ``enabled`` (``jackin.state`` reads it in its one ``systemctl show``)."""
+    ``systemd=False``: without the unit's ``enabled`` (``jackin.facts.state`` reads it in its one ``systemctl show``)."""
     if not re.fullmatch(SLUG, fleet) or len(fleet) > 64:
         return "echo '##cow'"
     img, unit, mnt = (shlex.quote(p) for p in (image_path(fleet), unit_path(fleet), fleet_dir(fleet)))

@@ -25,14 +25,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin import plan as planning
+from jackin.plan import fleet as planning
 from jackin.errors import ConnectError, JackinError
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 from jackin.paths import state_dir
-from jackin.remote import gather
+from jackin.transport.remote import gather
 from jackin.spec import Inventory
-from jackin.target import SshTarget
-from jackin.state import HostState, parse_state, state_command
+from jackin.transport.target import SshTarget
+from jackin.facts.state import HostState, parse_state, state_command
 
 LABEL = "final, before fleet.down"
 Stage = Literal["done", "nothing", "read", "stop", "snapshot", "pull"]

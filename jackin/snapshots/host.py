@@ -1,4 +1,4 @@
-"""Snapshot work on one host over a strict Fabric connection (``jackin.ssh.connect``):
+"""Snapshot work on one host over a strict Fabric connection (``jackin.transport.ssh.connect``):
 restic itself, the fleet's repository, manifests, backup, list, diff, restore, forget.
 
 Files and secrets travel by SFTP (never in a command line). A restore is ONE remote

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.remote import HostError
+from jackin.transport.remote import HostError
 
 Kind = Literal["manual", "auto", "pre-restore", "final"]
 Tier = Literal["checkpoint", "restic"]
@@ -57,7 +57,7 @@ class AgentManifest(_Model):
     image_id: str | None = None  # the container's image id, when the container exists
     spec: dict[str, Any]  # the agent's spec (AgentSpec dump)
     network: dict[str, Any]  # its resolved network policy (NetworkPolicy dump)
-    firewall_hash: str  # jackin.firewall.bundle_hash of the fleet plan
+    firewall_hash: str  # jackin.net.firewall.bundle_hash of the fleet plan
     created: str  # UTC, ISO 8601
     tiers: list[Tier] = Field(default_factory=lambda: ["restic"])
 

@@ -23,14 +23,14 @@ from fabric import Connection
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import JackinError, SpecError
-from jackin.ledger import Ledger
-from jackin.providers import provider_for
-from jackin.remote import HostError
+from jackin.store.ledger import Ledger
+from jackin.lifecycle.providers import provider_for
+from jackin.transport.remote import HostError
 from jackin.snapshots import api, copies, restic, transfer
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import AgentSnapshot, SnapshotRecord
 from jackin.spec import Inventory
-from jackin.ssh import SshTarget, connect
+from jackin.transport.ssh import SshTarget, connect
 
 
 class _Model(BaseModel):

@@ -29,7 +29,7 @@ import shlex
 from collections.abc import Sequence
 
 from jackin.errors import RemoteCommandError, SpecError
-from jackin.plan import ROOT
+from jackin.plan.fleet import ROOT
 from jackin.snapshots.models import AgentDiff, BackupSummary
 
 SNAPSHOTS_ROOT = "/var/lib/jackin/snapshots"

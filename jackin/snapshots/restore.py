@@ -20,14 +20,14 @@ from fabric import Connection
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import JackinError, SpecError
-from jackin.ledger import Ledger
-from jackin.providers import provider_for
-from jackin.remote import HostError
+from jackin.store.ledger import Ledger
+from jackin.lifecycle.providers import provider_for
+from jackin.transport.remote import HostError
 from jackin.snapshots import api, cow
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import AgentRestore, AgentSnapshot, DiffResult, PruneResult, RestoreResult, SnapshotRecord
 from jackin.spec import Inventory
-from jackin.target import SshTarget
+from jackin.transport.target import SshTarget
 
 if TYPE_CHECKING:
     from jackin.snapshots.moves import Placement

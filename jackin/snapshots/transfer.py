@@ -38,7 +38,7 @@ from jackin.snapshots.mirror import (KINDS, MIRRORED, RESTIC_DIR, RESTIC_FILE, S
                                      list_local, parse_listing, plan_transfer, result_of, temp_name)  # fmt: skip
 from jackin.snapshots.restic import (NAME, SNAPSHOTS_ROOT, UPLOADED_RESTIC, checked_name, fleet_dir,  # noqa: F401
                                      imported_path, repo_path)  # fmt: skip
-from jackin.ssh import SshTarget, connect
+from jackin.transport.ssh import SshTarget, connect
 
 CHUNK = 1 << 20
 

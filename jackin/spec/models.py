@@ -33,7 +33,7 @@ SLUG = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"  # no "--": names join with "--" (jk-<fl
 Slug = Annotated[str, Field(pattern=SLUG, max_length=24)]
 HostName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=63)]
 
-# Shipped in roles/; `role:` is checked against the roles found there (jackin/roles.py).
+# Shipped in roles/; `role:` is checked against the roles found there (jackin/spec/roles.py).
 ROLES = ("claude-code", "codex", "opencode", "gemini", "amp", "demo")
 HOST_KEY_TYPES = (
     "ssh-ed25519",
@@ -250,7 +250,7 @@ class Resources(Model):
 class Credential(Model):
     """Names a secret and where the operator's machine keeps it; never its value.
     Delivered to the agent as a read-only file, ``/run/jackin/credentials/<name>`` in its
-    container (jackin/credentials.py)."""
+    container (jackin/agents/credentials.py)."""
 
     name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
     from_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -296,14 +296,14 @@ class Mount(Model):
 
 class AgentSpec(Model):
     name: Slug
-    role: str = "demo"  # one of the roles found under roles/ (jackin/roles.py); checked below
+    role: str = "demo"  # one of the roles found under roles/ (jackin/spec/roles.py); checked below
     count: int = Field(1, ge=1, le=64)
     network: NetworkPolicy | None = None
     resources: Resources | None = None
     credentials: list[Credential] = Field(default_factory=list)
     image: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?$")
     mounts: list[Mount] = Field(default_factory=list)
-    work: WorkSpec | None = None  # a repository and a task delivered to each instance (jackin/work.py)
+    work: WorkSpec | None = None  # a repository and a task delivered to each instance (jackin/work/bundles.py)
 
     @field_validator("mounts")
     @classmethod
@@ -416,11 +416,11 @@ class Inventory(Model):
     fleet: FleetSpec
 
 
-# --- roles (jackin/roles.py): the spec's ``role:``, its credentials and egress ---------------------
+# --- roles (jackin/spec/roles.py): the spec's ``role:``, its credentials and egress ---------------------
 
 
 def _check_role(name: str) -> str:
-    from jackin import roles
+    from jackin.spec import roles
 
     known = roles.names()
     if name not in known:
@@ -429,7 +429,7 @@ def _check_role(name: str) -> str:
 
 
 def _role(name: str):
-    from jackin import roles
+    from jackin.spec import roles
     from jackin.errors import SpecError
 
     try:
@@ -450,7 +450,7 @@ def _check_role_credentials(agent: AgentSpec) -> AgentSpec:
 
 
 def _role_names() -> list[str]:
-    from jackin import roles
+    from jackin.spec import roles
 
     return roles.names()
 
@@ -465,7 +465,7 @@ def with_role_egress(policy: NetworkPolicy, role: str) -> NetworkPolicy:
     return NetworkPolicy.model_validate({**policy.model_dump(), "allow": [*policy.allow, *extra]})
 
 
-# --- work (jackin/work.py) -------------------------------------------------------
+# --- work (jackin/work/bundles.py) -------------------------------------------------------
 
 _GIT_URL = re.compile(r"^(?:(?:https?|ssh|git|file)://|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:)")
 _REF = re.compile(r"^(?!-)(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/@^~+-]{1,200}$")
@@ -479,7 +479,7 @@ def is_git_url(repo: str) -> bool:
 class WorkSpec(Model):
     """An agent's work: a source repository (a local path, relative to the inventory file's
     directory, or a git URL), a ref in it (default HEAD) and a task, as text (``task``) or as a
-    file (``task_file``, relative like ``repo``). jackin/work.py checks the repository, ref and
+    file (``task_file``, relative like ``repo``). jackin/work/bundles.py checks the repository, ref and
     task on the operator's machine before any host is touched and delivers them as a git bundle."""
 
     repo: str = Field(min_length=1, max_length=1000)

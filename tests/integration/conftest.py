@@ -87,7 +87,7 @@ def module_lab(prefix: str, hosts: int = 1):
 
 def sh(lab: Lab, command: str, *, host: int = 0, warn: bool = False, timeout: float | None = None):
     """``command`` as root on the lab's host number ``host``, over strict SSH."""
-    from jackin.ssh import connect
+    from jackin.transport.ssh import connect
 
     with connect(lab.status().hosts[host].target()) as conn:
         return conn.run(command, hide=True, warn=warn, timeout=timeout)

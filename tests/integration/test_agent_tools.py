@@ -80,7 +80,7 @@ def test_exec_of_an_unknown_agent_lists_the_known_ones(ofleet: Fleet) -> None:
 class Cli:
     """``inv ARGS`` running as an operator runs it. Its stderr is read as it comes, with ``-X importtime``:
     a line as each module is loaded, so ``loaded`` can wait for a moment of the start (our own code
-    begins with ``jackin.interrupts``: before it, Python and Invoke are starting and a Ctrl-C is theirs)."""
+    begins with ``jackin.transport.interrupts``: before it, Python and Invoke are starting and a Ctrl-C is theirs)."""
 
     def __init__(self, *args: str):
         self.proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "invoke", *args], cwd=ROOT,
@@ -162,16 +162,16 @@ def test_logs_return_the_containers_output_and_follow_ends_at_ctrl_c(ofleet: Fle
 
 
 # Each following command is interrupted as it starts: its imports, the inventory and lazy imports
-# (after jackin.interrupts, the first of ours), and as it connects (after the module it connects with is
+# (after jackin.transport.interrupts, the first of ours), and as it connects (after the module it connects with is
 # loaded: the SSH stream, the status read, the first poll). It must end within 2 s with 0 or 130.
 FOLLOWING = {"logs": ("agent.logs", "coder-1", "--follow"), "status": ("fleet.status", "--watch"),
              "wait": ("fleet.wait", "--until", "blocked")}  # fmt: skip
-CONNECTS_WITH = {"logs": "jackin.ssh", "status": "jackin.status", "wait": "jackin.waiting"}
+CONNECTS_WITH = {"logs": "jackin.transport.ssh", "status": "jackin.lifecycle.status", "wait": "jackin.agents.wait"}
 
 
 @pytest.mark.parametrize("command", sorted(FOLLOWING))
 def test_ctrl_c_while_a_following_command_starts_ends_it_within_2s(ofleet: Fleet, command: str) -> None:
-    points = [("jackin.interrupts", 0.05), ("jackin.interrupts", 0.5), (CONNECTS_WITH[command], 0.0),
+    points = [("jackin.transport.interrupts", 0.05), ("jackin.transport.interrupts", 0.5), (CONNECTS_WITH[command], 0.0),
               (CONNECTS_WITH[command], 0.3)]  # fmt: skip
     for module, delay in points:
         with Cli(*FOLLOWING[command], "-i", str(ofleet.spec)) as cli:
@@ -190,7 +190,7 @@ def test_ctrl_c_while_a_following_command_polls_ends_it_within_2s(ofleet: Fleet,
         if command == "wait":
             assert b"coder-1" in cli.read_until(b"coder-1"), cli.err[-2000:]  # its first poll's line
         else:  # --watch to a pipe prints only at its end: by now its first read is done and the next is due
-            assert cli.loaded("jackin.status")
+            assert cli.loaded("jackin.lifecycle.status")
             time.sleep(3)
         assert cli.proc.poll() is None
         code, took = cli.interrupt()

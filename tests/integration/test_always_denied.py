@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from jackin import agent as agent_api
-from jackin import fleet as fleet_api
+from jackin.net import probes as agent_api
+from jackin.lifecycle import fleet as fleet_api
 from jackin.lab import Lab
 
 from .conftest import inv, module_lab, sh

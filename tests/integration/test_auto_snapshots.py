@@ -14,9 +14,9 @@ import secrets
 import pytest
 
 from jackin.lab import Lab
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 from jackin.operations import agent_paths
-from jackin.ssh import connect
+from jackin.transport.ssh import connect
 
 from .conftest import inv, module_lab
 

@@ -18,7 +18,7 @@ import pytest
 
 from jackin.lab import Lab
 from jackin.snapshots import cow
-from jackin.ssh import connect, wait_ready
+from jackin.transport.ssh import connect, wait_ready
 
 from .conftest import inv, module_lab, sh
 

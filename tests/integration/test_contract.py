@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from jackin import contract
+from jackin.plan import contract
 from jackin.lab import Lab
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 
 from .conftest import ROOT, inv, module_lab, sh
 

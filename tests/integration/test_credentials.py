@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from jackin import contract
+from jackin.plan import contract
 from jackin.lab import Lab
 from jackin.operations import agent_paths
 from jackin.paths import state_dir
@@ -116,7 +116,7 @@ echo "$n $hits $control" > /root/jk-watch/result
 def start_watch(fleet: Fleet, needles: list[str], control: str) -> None:
     """Sample every process's argv and environment on the host until stopped, counting lines that hold a
     needle (given by SFTP, so the sampler's own argv holds none) and the control string."""
-    from jackin.ssh import connect
+    from jackin.transport.ssh import connect
 
     with connect(fleet.lab.status().hosts[0].target()) as conn:
         conn.run("rm -rf /root/jk-watch && mkdir -m 0700 /root/jk-watch", hide=True)

@@ -17,7 +17,7 @@ import pytest
 
 from jackin.lab import Lab
 from jackin.lab import docker as dk
-from jackin.ssh import connect
+from jackin.transport.ssh import connect
 
 from .conftest import _engine_or_skip, inv, new_lab_name
 

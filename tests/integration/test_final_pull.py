@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 from jackin.operations import agent_paths
 from jackin.paths import state_dir
 from jackin.snapshots import transfer
-from jackin.ssh import connect
-from jackin.state import parse_state, state_command
+from jackin.transport.ssh import connect
+from jackin.facts.state import parse_state, state_command
 
 from .conftest import inv, module_lab
 

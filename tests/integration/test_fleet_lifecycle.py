@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-from jackin import fleet as fleet_api
+from jackin.lifecycle import fleet as fleet_api
 from jackin.errors import BusyError
 from jackin.lab import Lab
 from jackin.lab import docker as dk
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 from jackin.spec import parse_inventory
-from jackin.ssh import connect
+from jackin.transport.ssh import connect
 
 from .conftest import _engine_or_skip, inv, module_lab, new_lab_name
 

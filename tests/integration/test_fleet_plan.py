@@ -14,10 +14,10 @@ import sqlite3
 
 import pytest
 
-from jackin import contract
-from jackin.ledger import Ledger
-from jackin.plan import UIDS_PER_FLEET
-from jackin.state import state_command
+from jackin.plan import contract
+from jackin.store.ledger import Ledger
+from jackin.plan.fleet import UIDS_PER_FLEET
+from jackin.facts.state import state_command
 
 from .conftest import inv, module_lab, sh
 

@@ -2,7 +2,7 @@
 collect, down. Each agent's commit arrives in the operator's repository under its own ref, with its
 handoff; the fleet is gone from the hosts afterwards.
 
-Needs the agent-state wait (``jackin.waiting``) and the collect (``jackin.collect``): skipped in a build
+Needs the agent-state wait (``jackin.agents.wait``) and the collect (``jackin.work.collect``): skipped in a build
 without them. One 2-host lab for the module.
 """
 
@@ -17,8 +17,8 @@ import pytest
 
 from .conftest import inv, module_lab, sh
 
-pytest.importorskip("jackin.waiting")
-collect = pytest.importorskip("jackin.collect")
+pytest.importorskip("jackin.agents.wait")
+collect = pytest.importorskip("jackin.work.collect")
 
 
 def git(*args: str) -> str:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 from jackin.engine import EngineRequest, run
-from jackin.fleet import deploys_dir
-from jackin.ledger import Ledger
-from jackin.plan import build
+from jackin.lifecycle.fleet import deploys_dir
+from jackin.store.ledger import Ledger
+from jackin.plan.fleet import build
 from jackin.spec import parse_inventory
-from jackin.ssh import connect
+from jackin.transport.ssh import connect
 
 from .conftest import inv
 
@@ -60,7 +60,7 @@ def test_dry_run_shows_the_in_process_plan_and_changes_nothing(lab, tmp_path):
     open(spec, "w").write(text)
     before = _host_and_ledger(lab, "idry")
     done = inv("fleet.up", "-i", spec, "--dry-run", check=True)
-    # fleet.plan's per-host view (jackin.hostplan), the commands shown without a "$"
+    # fleet.plan's per-host view (jackin.plan.host), the commands shown without a "$"
     assert f"{lab.name}-1: would change" in done.stdout and "    useradd " in done.stdout
     assert " would change, " in done.stdout  # the summary's caption
     document = json.loads(inv("fleet.up", "-i", spec, "--dry-run", "--json", check=True).stdout)

@@ -16,14 +16,14 @@ import shutil
 
 import pytest
 
-from jackin.fleet import load
+from jackin.lifecycle.fleet import load
 from jackin.lab import Lab
 from jackin.lab import docker as dk
 from jackin.operations import agent_paths
 from jackin.paths import state_dir
-from jackin.providers import provider_for
+from jackin.lifecycle.providers import provider_for
 from jackin.snapshots import transfer
-from jackin.ssh import connect
+from jackin.transport.ssh import connect
 
 from .conftest import _engine_or_skip, inv, new_lab_name
 
@@ -236,7 +236,7 @@ def same_but_owner(lines: list[str], old: int, new: int) -> list[str]:
 
 
 def test_a_second_lifecycle_with_the_same_names_pulls_at_down_and_restores_under_a_new_uid(world) -> None:
-    from jackin.ledger import Ledger
+    from jackin.store.ledger import Ledger
 
     h0, h1, fleet = world["h0"], world["h1"], world["fleet"]
     old_uid, kept = uid(world, h0), listing(world, h0)

@@ -30,7 +30,7 @@ from jackin.lab import Lab, LabHost
 from jackin.lab import docker as dk
 from jackin.lab.lab import _write_keypair
 from jackin.paths import state_dir
-from jackin.ssh import SshTarget, connect, wait_ready
+from jackin.transport.ssh import SshTarget, connect, wait_ready
 
 from .conftest import ROOT, _engine_or_skip, new_lab_name
 

@@ -10,7 +10,7 @@ from jackin.errors import HostKeyError, LabError
 from jackin.lab import Lab
 from jackin.lab import docker as dk
 from jackin.lab.image import image_tag
-from jackin.ssh import connect
+from jackin.transport.ssh import connect
 
 from .conftest import inv
 

@@ -13,11 +13,11 @@ import time
 
 import pytest
 
-from jackin import agent as agent_api
-from jackin import fleet as fleet_api
+from jackin.net import probes as agent_api
+from jackin.lifecycle import fleet as fleet_api
 from jackin.lab import Lab
 from jackin.lab import docker as dk
-from jackin.plan import user_name
+from jackin.plan.fleet import user_name
 
 from .conftest import inv, module_lab, sh
 

@@ -11,10 +11,10 @@ import subprocess
 
 import pytest
 
-from jackin import openssh
+from jackin.transport import openssh
 from jackin.errors import ConnectError, HostKeyError, RemoteCommandError
-from jackin.remote import gather
-from jackin.ssh import SshTarget
+from jackin.transport.remote import gather
+from jackin.transport.ssh import SshTarget
 
 from .conftest import module_lab
 

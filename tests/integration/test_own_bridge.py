@@ -13,10 +13,10 @@ import json
 
 import pytest
 
-from jackin import agent as agent_api
-from jackin import fleet as fleet_api
+from jackin.net import probes as agent_api
+from jackin.lifecycle import fleet as fleet_api
 from jackin.lab import Lab
-from jackin.plan import bridge_name, user_name
+from jackin.plan.fleet import bridge_name, user_name
 
 from .conftest import inv, module_lab, sh
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jackin import roles
+from jackin.spec import roles
 from jackin.lab import Lab
 
 from .conftest import inv, module_lab, sh

@@ -14,9 +14,9 @@ import secrets
 
 import pytest
 
-from jackin import contract
+from jackin.plan import contract
 from jackin.lab import Lab
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 
 from .conftest import inv, module_lab, sh
 

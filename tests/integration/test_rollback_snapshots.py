@@ -16,7 +16,7 @@ import secrets
 import pytest
 
 from jackin.lab import Lab
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 from jackin.operations import agent_paths
 
 from .conftest import inv, module_lab, sh

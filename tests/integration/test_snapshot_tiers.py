@@ -17,11 +17,11 @@ import shlex
 import pytest
 
 from jackin.lab import Lab
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 from jackin.operations import agent_paths
 from jackin.snapshots import api, cow
 from jackin.snapshots import host as remote
-from jackin.ssh import connect
+from jackin.transport.ssh import connect
 
 from .conftest import inv, module_lab, sh
 

@@ -320,7 +320,7 @@ def test_prune_keeps_exactly_the_policys_count(slab, fleet):
 
 
 def test_every_snapshot_and_restore_is_in_the_ledger_with_audit_entries(slab, fleet):
-    from jackin.ledger import Ledger
+    from jackin.store.ledger import Ledger
 
     name, spec = fleet
     with Ledger() as ledger:

@@ -23,7 +23,7 @@ from jackin.errors import ConnectError
 from jackin.lab import Lab
 from jackin.snapshots import transfer
 from jackin.snapshots.transfer import TransferError, list_local
-from jackin.ssh import connect
+from jackin.transport.ssh import connect
 
 from .conftest import _engine_or_skip, new_lab_name
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from jackin.lab import Lab
-from jackin.plan import user_name
-from jackin.ssh import connect
+from jackin.plan.fleet import user_name
+from jackin.transport.ssh import connect
 
 from .conftest import inv, module_lab, sh
 

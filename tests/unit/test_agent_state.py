@@ -1,4 +1,4 @@
-"""Agent state derivation (jackin/agent_state.py): every branch of ``derive``, the strict status-file
+"""Agent state derivation (jackin/agents/state.py): every branch of ``derive``, the strict status-file
 parser, the text cleaning and the roll-up. Pure: no host, no clock."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from jackin.agent_state import (STALE_AFTER, AgentFacts, AgentState, clean, derive, order, parse_status_file,
+from jackin.agents.state import (STALE_AFTER, AgentFacts, AgentState, clean, derive, order, parse_status_file,
                                 rollup)  # fmt: skip
 
 NOW = 1_800_000_000.0
@@ -202,8 +202,8 @@ def test_order_puts_blocked_first_and_the_ones_to_look_at_next() -> None:
 
 
 def test_stale_after_comes_from_each_agents_role() -> None:
-    from jackin import roles
-    from jackin.agent_state import stale_after
+    from jackin.spec import roles
+    from jackin.agents.state import stale_after
     from jackin.spec.models import FleetSpec
 
     fleet = FleetSpec.model_validate({"name": "f", "agents": [{"name": "coder", "count": 2, "role": "demo"}]})
@@ -212,7 +212,7 @@ def test_stale_after_comes_from_each_agents_role() -> None:
 
 
 def test_a_status_file_cut_inside_a_character_still_parses() -> None:
-    from jackin.agent_state import parse_status_file
+    from jackin.agents.state import parse_status_file
 
     question = ("中" * 400).encode()[:1000].decode(errors="ignore").encode() + "中".encode()[:2]  # cut mid-character
     raw = b'{"schema_version":1,"state":"blocked","message":"m","question":"' + question + b'","heartbeat":1,"commit":null}'

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from jackin import agent_tools
+from jackin.agents import tools as agent_tools
 from jackin.errors import EXIT_SPEC, JackinError, SpecError
 from jackin.spec import parse_inventory
-from jackin.ssh import SshTarget
+from jackin.transport.ssh import SshTarget
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = parse_inventory("fleet:\n  name: demo\n  provider: lab\n  agents:\n    - name: coder\n      count: 2\n", "f.yaml")
@@ -100,7 +100,7 @@ class _Tty(io.BytesIO):
 
 
 def test_agent_output_on_a_terminal_shows_control_bytes_as_replacement_characters() -> None:
-    from jackin.agent_tools import _for
+    from jackin.agents.tools import _for
 
     data = "a\tb\r\nc \x1b]0;title\x07 \x1b[2J d\u009b e 中\n".encode()
     assert _for(io.BytesIO())(data) == data  # a pipe or a file gets the bytes unchanged

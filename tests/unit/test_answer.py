@@ -1,12 +1,12 @@
-"""agent.answer's checks (jackin/answer.py): which host it answers on, what it refuses before anything
+"""agent.answer's checks (jackin/agents/answer.py): which host it answers on, what it refuses before anything
 is written, and the command it runs (the text never in it). No host."""
 
 from __future__ import annotations
 
 import pytest
 
-from jackin.agent_state import AgentFacts, AgentState
-from jackin.answer import MAX_ANSWER, WRITE, NotBlocked, _user, check_instance, check_text, choose
+from jackin.agents.state import AgentFacts, AgentState
+from jackin.agents.answer import MAX_ANSWER, WRITE, NotBlocked, _user, check_instance, check_text, choose
 from jackin.errors import ConnectError, SpecError
 from jackin.spec import Inventory
 
@@ -80,7 +80,7 @@ def test_deliver_sends_the_text_on_stdin_never_in_the_command(monkeypatch) -> No
     from contextlib import contextmanager
     from types import SimpleNamespace
 
-    from jackin import answer
+    from jackin.agents import answer
 
     calls = []
 
@@ -104,7 +104,7 @@ def test_a_failed_delivery_is_that_hosts_error(monkeypatch) -> None:
     from contextlib import contextmanager
     from types import SimpleNamespace
 
-    from jackin import answer
+    from jackin.agents import answer
     from jackin.errors import RemoteCommandError
 
     @contextmanager

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from jackin.applied import CREDENTIAL_FIELDS, Change, applied, diff, load_fleet, redact, redacted
+from jackin.plan.applied import CREDENTIAL_FIELDS, Change, applied, diff, load_fleet, redact, redacted
 from jackin.spec import Inventory
 from jackin.spec.models import Credential
 
@@ -85,8 +85,8 @@ def test_diff_of_a_spec_with_itself_is_empty() -> None:
 
 
 def test_in_place_is_the_spec_last_successful_on_each_host(tmp_path, monkeypatch) -> None:
-    from jackin.applied import in_place
-    from jackin.ledger import Ledger
+    from jackin.plan.applied import in_place
+    from jackin.store.ledger import Ledger
 
     monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
     a, b = applied(inventory(ttl="1h")), applied(inventory(ttl="2h"))

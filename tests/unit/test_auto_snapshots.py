@@ -12,15 +12,15 @@ import pytest
 
 from jackin.errors import ConnectError, JackinError
 from jackin.facts.fleet import HostState, PathInfo
-from jackin.fleet import _not_run
+from jackin.lifecycle.fleet import _not_run
 from jackin.operations.fleet import agent_commands, fleet_commands
-from jackin.plan import build
-from jackin.remote import HostError
+from jackin.plan.fleet import build
+from jackin.transport.remote import HostError
 from jackin.snapshots import api, auto
 from jackin.snapshots.auto import AutoSnapshot, Change, _groups, affected, changes_of
 from jackin.snapshots.models import AgentSnapshot, CreateResult, SnapshotRecord
 from jackin.spec import parse_inventory
-from jackin.ssh import SshTarget
+from jackin.transport.ssh import SshTarget
 
 from .test_operations_fleet import CODER, INVENTORY, ONE, PLAN, container, network, present, replaced, without
 

@@ -9,7 +9,8 @@ import pytest
 from invoke.exceptions import Exit
 from rich.console import Console
 
-from jackin import cli, ui
+from jackin.cli import edge as cli
+from jackin.cli import render as ui
 from jackin.engine import HostResult, RunResult
 from jackin.errors import (
     BusyError,
@@ -22,8 +23,8 @@ from jackin.errors import (
     SpecError,
     worst,
 )
-from jackin.agent import Probe
-from jackin.remote import HostError
+from jackin.net.probes import Probe
+from jackin.transport.remote import HostError
 
 OK = HostResult(host="ok", connected=True, ops=3, changed=1)
 UNREACHABLE = HostResult(host="down", connected=False, error="cannot reach root@10.0.0.9:22")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from jackin import cli, fleet as fleet_api
+from jackin.cli import edge as cli
+from jackin.lifecycle import fleet as fleet_api
 from jackin.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,8 +24,8 @@ def test_status_plan_and_up_paths_load_neither_pyinfra_nor_gevent() -> None:
     in-process plan with every command builder, the engine client): no pyinfra, no gevent."""
     code = (
         "import sys, tasks; "
-        "import jackin.cli, jackin.fleet, jackin.hostplan, jackin.status, jackin.runs, jackin.engine, "
-        "jackin.snapshots.auto, jackin.snapshots.final, jackin.snapshots.api, jackin.state, jackin.daemon; "
+        "import jackin.cli.edge, jackin.lifecycle.fleet, jackin.plan.host, jackin.lifecycle.status, jackin.lifecycle.runs, jackin.engine, "
+        "jackin.snapshots.auto, jackin.snapshots.final, jackin.snapshots.api, jackin.facts.state, jackin.facts.daemon; "
         "from jackin.operations import changes, cow, credentials, firewall, fleet, host, files; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyinfra', 'gevent'}))"
     )
@@ -39,29 +39,29 @@ def test_tasks_module_leaves_what_commands_need_to_their_first_use() -> None:
     code = (
         "import sys, tasks; from importlib.util import _LazyModule; "
         "loaded = lambda n: n in sys.modules and not isinstance(sys.modules[n], _LazyModule); "
-        "names = ['jackin.fleet', 'jackin.contract', 'jackin.rollback', 'jackin.agent', 'jackin.snapshots.final', "
-        "'jackin.hostplan', 'jackin.providers']; "
+        "names = ['jackin.lifecycle.fleet', 'jackin.plan.contract', 'jackin.lifecycle.rollback', 'jackin.net.probes', 'jackin.snapshots.final', "
+        "'jackin.plan.host', 'jackin.lifecycle.providers']; "
         "print(sorted(n for n in names if loaded(n))); "
-        "tasks.fleet_api.status; print(loaded('jackin.fleet')); "
-        "import jackin.contract as c; c.current; print(loaded('jackin.contract'))"
+        "tasks.fleet_api.status; print(loaded('jackin.lifecycle.fleet')); "
+        "import jackin.plan.contract as c; c.current; print(loaded('jackin.plan.contract'))"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[:3] == ["[]", "True", "True"]
 
 
 def test_fleet_status_loads_neither_the_fleet_api_nor_the_engine() -> None:
-    """fleet.status reads through jackin.status: neither jackin.fleet (and the models of fleet.up's
+    """fleet.status reads through jackin.lifecycle.status: neither jackin.lifecycle.fleet (and the models of fleet.up's
     results it names: host plans, snapshots, the state read) nor the engine's protocol is executed; nor
-    paramiko and Fabric (jackin.ssh), which only the reads OpenSSH does not serve and lab.up load."""
+    paramiko and Fabric (jackin.transport.ssh), which only the reads OpenSSH does not serve and lab.up load."""
     code = (
         "import sys, tasks; from importlib.util import _LazyModule; "
-        "import jackin.cli as cli, jackin.status as status; "
+        "import jackin.cli.edge as cli, jackin.lifecycle.status as status; "
         "from jackin.spec import Inventory; "
         "status.read = lambda spec: status.FleetStatus(fleet=spec.fleet.name, at=0, hosts=[]); "
         "loaded = lambda n: n in sys.modules and not isinstance(sys.modules[n], _LazyModule); "
-        "names = ['jackin.fleet', 'jackin.engine', 'jackin.engine.protocol', 'jackin.hostplan', 'jackin.state', "
-        "'jackin.snapshots.auto', 'jackin.snapshots.final', 'jackin.gc', 'jackin.images', 'jackin.contract', "
-        "'jackin.ssh', 'paramiko', 'fabric', 'cryptography']; "
+        "names = ['jackin.lifecycle.fleet', 'jackin.engine', 'jackin.engine.protocol', 'jackin.plan.host', 'jackin.facts.state', "
+        "'jackin.snapshots.auto', 'jackin.snapshots.final', 'jackin.lifecycle.gc', 'jackin.images.build', 'jackin.plan.contract', "
+        "'jackin.transport.ssh', 'paramiko', 'fabric', 'cryptography']; "
         "code = cli.fleet_status('inventory/lab.yaml', watch=False, json=True); "
         "print(code, sorted(n for n in names if loaded(n)))"
     )
@@ -74,11 +74,11 @@ def test_the_up_path_loads_neither_paramiko_nor_fabric_nor_cryptography() -> Non
     no SSH library (~50 ms) unless a read falls back to Fabric (jump hosts, JACKIN_SSH=paramiko)."""
     code = (
         "import sys, tasks; "
-        "import jackin.cli, jackin.fleet, jackin.hostplan, jackin.runs, jackin.engine, jackin.teardown, "
-        "jackin.snapshots.auto, jackin.snapshots.final, jackin.state, jackin.contract, jackin.images, "
-        "jackin.credentials, jackin.work, jackin.providers, jackin.remote, jackin.openssh; "
+        "import jackin.cli.edge, jackin.lifecycle.fleet, jackin.plan.host, jackin.lifecycle.runs, jackin.engine, jackin.lifecycle.teardown, "
+        "jackin.snapshots.auto, jackin.snapshots.final, jackin.facts.state, jackin.plan.contract, jackin.images.build, "
+        "jackin.agents.credentials, jackin.work.bundles, jackin.lifecycle.providers, jackin.transport.remote, jackin.transport.openssh; "
         "tops = {m.split('.')[0] for m in sys.modules}; "
-        "print(sorted(tops & {'paramiko', 'fabric', 'cryptography'}), 'jackin.ssh' in sys.modules)"
+        "print(sorted(tops & {'paramiko', 'fabric', 'cryptography'}), 'jackin.transport.ssh' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[] False"

@@ -8,13 +8,14 @@ import sys
 import pytest
 from rich.console import Console
 
-from jackin import cli, ui
-from jackin import rollback as rollback_api
-from jackin.applied import Change, SpecDiff
+from jackin.cli import edge as cli
+from jackin.cli import render as ui
+from jackin.lifecycle import rollback as rollback_api
+from jackin.plan.applied import Change, SpecDiff
 from jackin.engine import HostResult, RunResult
 from jackin.errors import NotImplementedYet, SpecError
-from jackin.fleet import UpResult
-from jackin.plan import FleetPlan
+from jackin.lifecycle.fleet import UpResult
+from jackin.plan.fleet import FleetPlan
 from jackin.spec import Inventory
 
 INV = Inventory.model_validate({"fleet": {"name": "demo", "provider": "lab", "agents": [{"name": "coder"}]}})
@@ -27,8 +28,8 @@ CHOSEN = rollback_api.Rollback(fleet="demo", mode="step-back", steps=[STEP])
 
 def _applied(inventory: Inventory) -> None:
     """Record ``inventory``'s launch contract as the fleet's last applied one (a finished ok run)."""
-    from jackin import contract
-    from jackin.ledger import Ledger
+    from jackin.plan import contract
+    from jackin.store.ledger import Ledger
 
     with Ledger() as ledger:
         run = ledger.start_run("demo", "fleet.up")

@@ -11,13 +11,15 @@ import sys
 import pytest
 from rich.console import Console
 
-from jackin import cli, contract, ui
-from jackin import plan as planning
+from jackin.cli import edge as cli
+from jackin.plan import contract
+from jackin.cli import render as ui
+from jackin.plan import fleet as planning
 from jackin.engine import HostResult, RunResult
 from jackin.errors import JackinError, SpecError
-from jackin.fleet import HostPlan, UpResult
-from jackin.hostplan import Change, HostChanges
-from jackin.ledger import Ledger
+from jackin.lifecycle.fleet import HostPlan, UpResult
+from jackin.plan.host import Change, HostChanges
+from jackin.store.ledger import Ledger
 from jackin.spec import Inventory
 
 INV = Inventory.model_validate({"fleet": {"name": "demo", "provider": "lab", "agents": [{"name": "coder"}]}})

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from jackin import collect
-from jackin import fleet as fleet_api
+from jackin.work import collect
+from jackin.lifecycle import fleet as fleet_api
 from jackin.errors import JackinError
 
 

@@ -1,4 +1,4 @@
-"""The launch contract (jackin/contract.py): what it holds, its committed schema, its diff lines,
+"""The launch contract (jackin/plan/contract.py): what it holds, its committed schema, its diff lines,
 and that no credential value can be in it."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from jackin import contract, credentials
-from jackin import plan as planning
-from jackin.contract import FleetContract, build, diff
-from jackin.ledger import Ledger
+from jackin.plan import contract
+from jackin.agents import credentials
+from jackin.plan import fleet as planning
+from jackin.plan.contract import FleetContract, build, diff
+from jackin.store.ledger import Ledger
 from jackin.spec import parse_inventory
 
 SPEC = """
@@ -110,7 +111,7 @@ def test_host_facts_name_a_host_without_apparmor() -> None:
 
 def _state(apparmor_lines: list[str] | None):
     """A parsed state read whose ``##apparmor`` section holds ``apparmor_lines`` (None: no such section)."""
-    from jackin.state import parse_state
+    from jackin.facts.state import parse_state
 
     lines = ["##host", "kernel=6.1.0-28-amd64"]
     return parse_state(lines + (["##apparmor", *apparmor_lines] if apparmor_lines is not None else []))
@@ -273,7 +274,7 @@ def test_gate_shows_first_same_and_changed(tmp_path: Path, monkeypatch: pytest.M
     assert found.changes == (["coder-1 network: allowlist gained 10.1.0.0/16:5432"] if previous == "changed" else [])
 
 
-# --- the gate in fleet.up (jackin/cli.py contract_gate) ---------------------------------------
+# --- the gate in fleet.up (jackin/cli/edge.py contract_gate) ---------------------------------------
 
 
 @pytest.fixture
@@ -281,8 +282,7 @@ def screen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """A state dir of its own and the CLI's consoles captured at a fixed width."""
     import sys
 
-    from jackin import ui
-
+    from jackin.cli import render as ui
     monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
     text = io.StringIO()
@@ -304,7 +304,7 @@ def _runs() -> list:
 
 
 def test_gate_refuses_a_changed_contract_without_terminal_naming_it(screen) -> None:
-    from jackin import cli
+    from jackin.cli import edge as cli
     from jackin.errors import SpecError
 
     with Ledger() as ledger:
@@ -319,8 +319,7 @@ def test_gate_refuses_a_changed_contract_without_terminal_naming_it(screen) -> N
 
 
 def test_gate_with_yes_shows_the_change_and_goes_on(screen) -> None:
-    from jackin import cli
-
+    from jackin.cli import edge as cli
     found = cli.contract_gate(inventory(), yes=True)
     assert found.first and found.differs
     assert "launch contract of fleet demo" in screen.getvalue()
@@ -328,8 +327,7 @@ def test_gate_with_yes_shows_the_change_and_goes_on(screen) -> None:
 
 
 def test_gate_passes_an_unchanged_contract_without_asking(screen) -> None:
-    from jackin import cli
-
+    from jackin.cli import edge as cli
     with Ledger() as ledger:
         _record_ok(ledger, contract.current(inventory(), ledger))
     found = cli.contract_gate(inventory(), yes=False)
@@ -337,7 +335,7 @@ def test_gate_passes_an_unchanged_contract_without_asking(screen) -> None:
 
 
 def test_a_first_up_without_terminal_is_refused(screen) -> None:
-    from jackin import cli
+    from jackin.cli import edge as cli
     from jackin.errors import SpecError
 
     with pytest.raises(SpecError, match="no launch contract applied yet"):
@@ -346,8 +344,7 @@ def test_a_first_up_without_terminal_is_refused(screen) -> None:
 
 
 def test_renderers_show_each_term_and_the_summary() -> None:
-    from jackin import ui
-
+    from jackin.cli import render as ui
     c = contract_of(inventory())
     console = Console(file=io.StringIO(), width=200)
     for table in ui.contract_tables(c):

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 from jackin.operations.files import Refused as OperationError
 
-from jackin.credentials import (
+from jackin.agents.credentials import (
     CredentialError,
     Secrets,
     agent_dir,
@@ -24,11 +24,11 @@ from jackin.credentials import (
 from jackin.errors import EXIT_SPEC, SpecError
 from jackin.operations.credentials import SecretUpload, credential_commands, teardown_commands
 from jackin.operations.fleet import teardown_commands as fleet_teardown
-from jackin.plan import CREDENTIALS_TARGET, FleetPlan, build
+from jackin.plan.fleet import CREDENTIALS_TARGET, FleetPlan, build
 from jackin.spec import parse_inventory
 from jackin.spec.models import FleetSpec, Mount
-from jackin.ssh import SshTarget, connection
-from jackin.state import HostState, PathInfo, parse_state
+from jackin.transport.ssh import SshTarget, connection
+from jackin.facts.state import HostState, PathInfo, parse_state
 
 VALUE_A = "sk-live-AAAA1111secret"
 VALUE_B = b"ghp_BBBB2222secret\n"
@@ -468,7 +468,7 @@ def test_fabric_connections_never_forward_the_agent(tmp_path: Path, monkeypatch:
 
 
 def test_a_credentials_dir_left_makes_the_clean_check_dirty_even_keeping_data(tmp_path: Path) -> None:
-    from jackin.fleet import _leftovers
+    from jackin.lifecycle.fleet import _leftovers
 
     spec = fleet(tmp_path)
     plan, values = plan_of(spec), read(spec, environ=ENV, key=KEY)
@@ -480,7 +480,7 @@ def test_a_credentials_dir_left_makes_the_clean_check_dirty_even_keeping_data(tm
 
 def test_fleet_up_reads_and_checks_before_it_opens_the_ledger(tmp_path: Path, monkeypatch) -> None:
     """A missing source or a refused mount fails ``up`` before the ledger, the lab or any host is touched."""
-    import jackin.fleet as fleet_api
+    import jackin.lifecycle.fleet as fleet_api
     from jackin.spec import parse_inventory as parse
 
     touched: list[str] = []

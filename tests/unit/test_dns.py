@@ -1,4 +1,4 @@
-"""The filtering resolver's files and commands as exact text (jackin/dns.py)."""
+"""The filtering resolver's files and commands as exact text (jackin/net/dns.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from jackin import dns, firewall
-from jackin.plan import FleetPlan, build, instances
+from jackin.net import dns
+from jackin.net import firewall
+from jackin.plan.fleet import FleetPlan, build, instances
 from jackin.spec import parse_inventory
 
 SPEC = """\

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from jackin.engine import EngineRequest, run
-from jackin.ssh import SshTarget
+from jackin.transport.ssh import SshTarget
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import pydantic
 import pytest
 
 from jackin.engine import EngineRequest, Event, HostResult, RunResult
-from jackin.ssh import SshTarget
+from jackin.transport.ssh import SshTarget
 
 
 def test_host_result_round_trip() -> None:

@@ -7,7 +7,7 @@ import time
 
 from jackin.engine import client
 from jackin.engine.protocol import EngineRequest
-from jackin.runs import deploys_dir
+from jackin.lifecycle.runs import deploys_dir
 
 REQUEST = EngineRequest(deploy=str(deploys_dir() / "fleet.py"), targets=[])
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from jackin import fleet as lifecycle
+from jackin.lifecycle import fleet as lifecycle
 from jackin.facts.fleet import Container, FleetState, HostState, Network, PathInfo, User, parse_state, state_command
-from jackin.state import StateError
-from jackin.plan import FleetPlan
-from jackin.ssh import SshTarget
+from jackin.facts.state import StateError
+from jackin.plan.fleet import FleetPlan
+from jackin.transport.ssh import SshTarget
 
 NOLOGIN = "/usr/sbin/nologin"
 

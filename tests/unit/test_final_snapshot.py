@@ -9,21 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from jackin import cli
-from jackin import fleet as fleet_api
+from jackin.cli import edge as cli
+from jackin.lifecycle import fleet as fleet_api
 from jackin.engine import RunResult
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, ConnectError, JackinError, SpecError
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 from jackin.operations.fleet import snapshot_teardown, teardown_commands
-from jackin.plan import build
-from jackin.remote import HostError
+from jackin.plan.fleet import build
+from jackin.transport.remote import HostError
 from jackin.snapshots import api, copies, final, restic, transfer
 from jackin.snapshots import host as snapshot_host
 from jackin.snapshots.models import AgentSnapshot, CreateResult, SnapshotRecord
 from jackin.spec import parse_inventory
-from jackin.ssh import SshTarget
-from jackin.state import Container, HostState, SnapshotDirs, User, parse_state, snapshots_section
-from jackin.state import PathInfo as StatePath
+from jackin.transport.ssh import SshTarget
+from jackin.facts.state import Container, HostState, SnapshotDirs, User, parse_state, snapshots_section
+from jackin.facts.state import PathInfo as StatePath
 
 INVENTORY = """\
 fleet:

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from jackin import dns, firewall
-from jackin.state import HostState
-from jackin.firewall import Entry, enforcement, parse_entry, render, render_lockdown
+from jackin.net import dns
+from jackin.net import firewall
+from jackin.facts.state import HostState
+from jackin.net.firewall import Entry, enforcement, parse_entry, render, render_lockdown
 from jackin.operations.firewall import apply_commands, remove_commands
 from jackin.operations.script import Upload, write_files
-from jackin.plan import FleetPlan, build, instances
+from jackin.plan.fleet import FleetPlan, build, instances
 from jackin.spec import NetworkPolicy, parse_inventory
 
 NFT = "/usr/sbin/nft"

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from jackin import collect, handoffs
+from jackin.work import collect
+from jackin.work import handoffs
 from jackin.errors import SpecError
-from jackin.work import WorkError
+from jackin.work.bundles import WorkError
 
 GOOD = """# Handoff from coder-1
 
@@ -151,7 +152,7 @@ def test_the_starting_commit_is_taken_only_when_it_is_a_commit_id() -> None:
 
 
 def test_agents_are_chosen_by_instance_or_agent_and_an_unknown_name_is_exit_2() -> None:
-    from jackin.plan import build
+    from jackin.plan.fleet import build
     from jackin.spec import parse_inventory
 
     spec = parse_inventory("fleet:\n  name: demo\n  provider: lab\n  agents:\n    - {name: coder, count: 2}\n"

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from jackin import images
+from jackin.images import build as images
 from jackin.errors import JackinError
-from jackin.ssh import SshTarget
-from jackin.state import HostState
+from jackin.transport.ssh import SshTarget
+from jackin.facts.state import HostState
 
 TAG = "jackin/role-demo:0123456789ab"
 

@@ -1,4 +1,4 @@
-"""jackin.interrupts: work on daemon threads, a Ctrl-C raised in the main thread's own wait (never
+"""jackin.transport.interrupts: work on daemon threads, a Ctrl-C raised in the main thread's own wait (never
 inside the work), the work told to stop and given a bounded time, the process ended at once after it;
 and exit 130 before a command starts.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from jackin import interrupts
+from jackin.transport import interrupts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,13 +102,13 @@ def _python(code: str) -> subprocess.CompletedProcess:
 
 
 def test_before_the_command_starts_a_ctrl_c_exits_130_at_once() -> None:
-    done = _python("import os, signal, time; from jackin import interrupts; interrupts.exit_until_started(); "
+    done = _python("import os, signal, time; from jackin.transport import interrupts; interrupts.exit_until_started(); "
                    "os.kill(os.getpid(), signal.SIGINT); time.sleep(20); print('not reached')")  # fmt: skip
     assert (done.returncode, done.stdout, done.stderr) == (130, "", "")
 
 
 def test_once_started_a_ctrl_c_is_a_keyboard_interrupt_again() -> None:
-    done = _python("import os, signal, time; from jackin import interrupts; interrupts.exit_until_started(); "
+    done = _python("import os, signal, time; from jackin.transport import interrupts; interrupts.exit_until_started(); "
                    "interrupts.started()\n"
                    "try:\n    os.kill(os.getpid(), signal.SIGINT); time.sleep(20)\n"
                    "except KeyboardInterrupt:\n    print('interrupted')")  # fmt: skip
@@ -117,7 +117,7 @@ def test_once_started_a_ctrl_c_is_a_keyboard_interrupt_again() -> None:
 
 def test_after_a_ctrl_c_interrupted_work_the_process_ends_at_once_without_its_teardown() -> None:
     """Work still running (here: holding a lock the teardown would need) cannot hold the exit up."""
-    done = _python("import _thread, threading, atexit; from jackin import interrupts\n"
+    done = _python("import _thread, threading, atexit; from jackin.transport import interrupts\n"
                    "held = threading.Lock()\n"
                    "atexit.register(lambda: held.acquire())  # as a teardown waiting on the work's lock\n"
                    "def work(stop):\n    with held:\n        _thread.interrupt_main(); threading.Event().wait(60)\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jackin.errors import BusyError
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The OpenSSH path of gather without a server: its command line is as strict as jackin.ssh, it
+"""The OpenSSH path of gather without a server: its command line is as strict as jackin.transport.ssh, it
 steps aside (to Fabric) where it cannot be, its master socket is named by what was checked, and
 ssh's failures read as ours. A refused loopback connection is the only socket touched."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from jackin import openssh
+from jackin.transport import openssh
 from jackin.errors import ConnectError, HostKeyError
-from jackin.remote import gather
-from jackin.ssh import SshTarget
+from jackin.transport.remote import gather
+from jackin.transport.ssh import SshTarget
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client here")
 

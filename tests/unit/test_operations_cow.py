@@ -12,7 +12,7 @@ from jackin.facts.fleet import HostState, PathInfo
 from jackin.operations import cow as ops
 from jackin.operations.fleet import teardown_commands
 from jackin.operations.script import Upload
-from jackin.plan import build
+from jackin.plan.fleet import build
 from jackin.snapshots.cow import CowState, unit_hash, unit_text
 from jackin.spec import parse_inventory
 from jackin.spec.models import SnapshotPolicy
@@ -203,8 +203,8 @@ def test_the_clean_check_sees_the_tier_and_keep_data_keeps_it(monkeypatch: pytes
     --keep-data they hold the kept homes, so they may stay); a host without them is clean."""
     from pathlib import Path
 
-    from jackin import fleet as lifecycle
-    from jackin.ssh import SshTarget
+    from jackin.lifecycle import fleet as lifecycle
+    from jackin.transport.ssh import SshTarget
 
     target = SshTarget(name="web-1", address="192.0.2.10", known_hosts=Path("/nonexistent"))
     plan = PLAN.model_copy(update={"agents": []})

@@ -17,7 +17,7 @@ from jackin.facts.fleet import Container, HostState, Network, PathInfo, User
 from jackin.operations.agent_paths import as_agent, home_commands, workspace_commands
 from jackin.operations.fleet import agent_commands, fleet_commands, teardown_commands
 from jackin.operations.script import Upload, write_files
-from jackin.plan import BRIDGE_GATEWAY, AgentPlan, FleetPlan, build
+from jackin.plan.fleet import BRIDGE_GATEWAY, AgentPlan, FleetPlan, build
 from jackin.spec import parse_inventory
 from jackin.spec.models import AddressPool
 

@@ -8,8 +8,9 @@ import re
 
 import pytest
 
-from jackin import plan, roles
-from jackin.plan import BRIDGE_GATEWAY, AgentPlan, FleetPlan, bridge_name, build, instances, user_name
+from jackin.plan import fleet as plan
+from jackin.spec import roles
+from jackin.plan.fleet import BRIDGE_GATEWAY, AgentPlan, FleetPlan, bridge_name, build, instances, user_name
 from jackin.spec import parse_inventory
 
 FLEET = """\

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from jackin import firewall
-from jackin.policy_guard import GUARD_SCRIPT
+from jackin.net import firewall
+from jackin.net.guard import GUARD_SCRIPT
 
 from .test_firewall import PLANS
 
@@ -166,7 +166,7 @@ def test_stopped_forgets_the_applied_hash_only_when_stopped_by_hand(guard, tmp_p
 
 
 def test_guard_paths_agree_with_the_firewall() -> None:
-    from jackin import policy_guard
+    from jackin.net import guard as policy_guard
 
     assert (policy_guard.NFT_DIR, policy_guard.UNIT_DIR) == (firewall.NFT_DIR, firewall.UNIT_DIR)
     # The filtering resolvers refill the domain sets at the agents' next lookups: no host-side resolver.
@@ -178,7 +178,7 @@ def test_a_check_stopped_mid_run_is_no_failure() -> None:
     caught running dies by SIGTERM, which systemd counts as a failure for a oneshot (not for a simple
     service such as the guard). That failed unit outlived the fleet (not-found, failed) and left the lab
     host "degraded" (seen in test_a_host_stopped_mid_run_fails_alone_and_a_rerun_converges)."""
-    from jackin.policy_guard import guard_units
+    from jackin.net.guard import guard_units
 
     units = guard_units(FLEET)
     check = units[f"/etc/systemd/system/jackin-nft-check-{FLEET}.service"].splitlines()

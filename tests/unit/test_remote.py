@@ -11,9 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from jackin import interrupts, remote
+from jackin.transport import interrupts
+from jackin.transport import remote
 from jackin.errors import JackinError, RemoteCommandError
-from jackin.ssh import SshTarget
+from jackin.transport.ssh import SshTarget
 
 
 class FakeConnection:

@@ -1,4 +1,4 @@
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 from jackin.snapshots.copies import held_by
 
 

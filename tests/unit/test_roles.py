@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from jackin import images, plan, roles
+from jackin.images import build as images
+from jackin.plan import fleet as plan
+from jackin.spec import roles
 from jackin.errors import SpecError
 from jackin.spec import parse_inventory
 
@@ -187,8 +189,7 @@ def test_role_egress_joins_the_allowlist_in_allowlist_mode_only() -> None:
 
 
 def test_the_plan_and_contract_carry_the_role_egress_and_the_runtime_environment_risk() -> None:
-    from jackin import contract
-
+    from jackin.plan import contract
     inventory = parse_inventory(SPEC.format(role="claude-code", extra=CLAUDE_KEY, mode="allowlist"), "f.yaml")
     fleet_plan = plan.build(inventory.fleet, {"coder-1": 60000})
     agent = fleet_plan.agents[0]
@@ -206,8 +207,8 @@ def test_the_plan_and_contract_carry_the_role_egress_and_the_runtime_environment
 
 
 def test_image_step_loads_a_missing_operator_image_and_shows_its_size(monkeypatch) -> None:
-    from jackin import hostplan
-    from jackin.state import HostState
+    from jackin.plan import host as hostplan
+    from jackin.facts.state import HostState
 
     spec = fleet("demo", mode="none")
     fleet_plan = plan.build(spec, {"coder-1": 60000})

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from jackin import rollback
+from jackin.lifecycle import rollback
 from jackin.errors import NotImplementedYet, SpecError
-from jackin.rollback import SpecRun, Step, check_placement, check_to, choose
+from jackin.lifecycle.rollback import SpecRun, Step, check_placement, check_to, choose
 from jackin.spec.models import FleetSpec
 
 HOSTS = ["h1", "h2"]

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from jackin import rollback
-from jackin.applied import SpecDiff
+from jackin.lifecycle import rollback
+from jackin.plan.applied import SpecDiff
 from jackin.errors import JackinError, SpecError
-from jackin.rollback import PlannedStep, Rollback, SnapshotMatch, SpecRun, match, match_step, snapshots_taken, window
+from jackin.lifecycle.rollback import PlannedStep, Rollback, SnapshotMatch, SpecRun, match, match_step, snapshots_taken, window
 from jackin.spec import Inventory
 
 INV = Inventory.model_validate({"fleet": {"name": "demo", "provider": "lab", "agents": [{"name": "coder", "count": 2}]}})
@@ -153,8 +153,7 @@ def inventory(**fleet) -> Inventory:
 
 
 def record_up(ledger, inv: Inventory) -> int:
-    from jackin.applied import applied
-
+    from jackin.plan.applied import applied
     spec = applied(inv)
     run_id = ledger.start_run("demo", "fleet.up")
     ledger.record_spec(run_id, "demo", ["h1"], spec.spec, spec.hash, spec.fleet_hash)
@@ -182,7 +181,7 @@ def ledger_dir(tmp_path, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_prepare_chooses_the_snapshot_taken_under_the_target_spec(ledger_dir) -> None:
-    from jackin.ledger import Ledger
+    from jackin.store.ledger import Ledger
 
     with Ledger() as ledger:
         run_a = record_up(ledger, inventory(ttl="1h"))
@@ -196,7 +195,7 @@ def test_prepare_chooses_the_snapshot_taken_under_the_target_spec(ledger_dir) ->
 
 
 def test_prepare_refuses_with_snapshots_when_none_matches_and_records_nothing(ledger_dir) -> None:
-    from jackin.ledger import Ledger
+    from jackin.store.ledger import Ledger
 
     with Ledger() as ledger:
         run_a = record_up(ledger, inventory(ttl="1h"))

@@ -9,13 +9,14 @@ import json
 import pytest
 from rich.console import Console
 
-from jackin import cli, ui
-from jackin import rollback as rollback_api
-from jackin.applied import SpecDiff
+from jackin.cli import edge as cli
+from jackin.cli import render as ui
+from jackin.lifecycle import rollback as rollback_api
+from jackin.plan.applied import SpecDiff
 from jackin.engine import HostResult, RunResult
 from jackin.errors import BusyError, JackinError
-from jackin.fleet import UpResult
-from jackin.plan import FleetPlan
+from jackin.lifecycle.fleet import UpResult
+from jackin.plan.fleet import FleetPlan
 from jackin.spec import Inventory
 
 INV = Inventory.model_validate({"fleet": {"name": "demo", "provider": "lab", "agents": [{"name": "coder"}]}})

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from jackin import runloop
+from jackin.lifecycle import runloop
 from jackin.errors import ConnectError, JackinError
-from jackin.runloop import Phases, run, wait_limit
+from jackin.lifecycle.runloop import Phases, run, wait_limit
 
 SPEC = SimpleNamespace(fleet=SimpleNamespace(name="demo", agents=[SimpleNamespace(name="coder"), SimpleNamespace(name="reviewer")]))
 
@@ -79,7 +79,7 @@ def test_a_failed_up_stops_before_waiting_and_says_what_is_left() -> None:
 
 def test_a_failed_collect_never_tears_down_and_says_how_to_retry() -> None:
     report = SimpleNamespace(failed=[SimpleNamespace(host="h1", instance="coder-2", reason="no handoff")],
-                             unreachable={})  # the shape of jackin.collect.CollectReport
+                             unreachable={})  # the shape of jackin.work.collect.CollectReport
     for result in (JackinError("h1: bundle failed"), SimpleNamespace(errors={"coder-2": "no handoff"}), report):
         fake = Fake(collect=result)
         outcome = run(SPEC, fake.phases(), inventory="f.yaml")
@@ -137,8 +137,8 @@ def test_a_build_without_wait_or_collect_is_refused_before_anything(monkeypatch,
     real = builtins.__import__
 
     def without_waiting(name, *args, **kwargs):
-        if name == "jackin.waiting":
-            raise ImportError("No module named 'jackin.waiting'")
+        if name == "jackin.agents.wait":
+            raise ImportError("No module named 'jackin.agents.wait'")
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", without_waiting)
@@ -151,8 +151,9 @@ def test_cli_run_prints_each_phase_and_one_json_document(monkeypatch, capsys) ->
     gets the time-to-live as its limit, and --json prints only the outcome on stdout."""
     import json
 
-    from jackin import cli, ui
-    from jackin import fleet as fleet_api
+    from jackin.cli import edge as cli
+    from jackin.cli import render as ui
+    from jackin.lifecycle import fleet as fleet_api
     from jackin.spec import parse_inventory
     from rich.console import Console
 

@@ -17,7 +17,7 @@ import pytest
 
 from jackin.snapshots import instant
 from jackin.snapshots.models import AgentSnapshot
-from jackin.ui import held_text
+from jackin.cli.render import held_text
 
 SUMMARY = json.dumps({"message_type": "summary", "snapshot_id": "abc123", "total_bytes_processed": 5})
 
@@ -270,7 +270,7 @@ def test_an_interrupt_cuts_the_hosts_work_short_before_waiting_for_it() -> None:
     import threading
 
     from jackin.snapshots import api
-    from jackin.target import SshTarget
+    from jackin.transport.target import SshTarget
 
     release, calls = threading.Event(), []
 

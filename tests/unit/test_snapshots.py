@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jackin.errors import RemoteCommandError, SpecError
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 from jackin.snapshots import api, restic
 from jackin.snapshots.host import restore_script
 from jackin.snapshots.models import AgentSnapshot, SnapshotRecord, new_id
@@ -161,7 +161,7 @@ def test_ledger_keeps_snapshots_with_their_agents_and_tiers(tmp_path: Path) -> N
 
 
 def test_placement_follows_the_ledger_and_else_the_plan(tmp_path: Path) -> None:
-    from jackin.ssh import SshTarget
+    from jackin.transport.ssh import SshTarget
 
     targets = [SshTarget(name=n, address="10.0.0.1", known_hosts=tmp_path / "k") for n in ("h1", "h2")]
     with Ledger(tmp_path / "l.sqlite3") as ledger:

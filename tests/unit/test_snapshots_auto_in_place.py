@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from jackin.applied import applied
-from jackin.ledger import Ledger
+from jackin.plan.applied import applied
+from jackin.store.ledger import Ledger
 from jackin.snapshots import api, auto
 from jackin.snapshots.auto import AutoSnapshot, Change
 from jackin.snapshots.models import AgentSnapshot, CreateResult, SnapshotRecord

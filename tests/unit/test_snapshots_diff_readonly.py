@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from jackin.errors import BusyError, JackinError
-from jackin.ledger import Ledger
+from jackin.store.ledger import Ledger
 from jackin.snapshots import api
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import AgentDiff, AgentSnapshot, SnapshotRecord

@@ -97,7 +97,7 @@ INV = Inventory.model_validate({"fleet": {"name": "f1", "provider": "lab", "snap
 
 @pytest.fixture
 def ledger(tmp_path, monkeypatch: pytest.MonkeyPatch):
-    from jackin.ledger import Ledger
+    from jackin.store.ledger import Ledger
 
     monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
     monkeypatch.setattr(restore, "provider_for", lambda inv, led: SimpleNamespace(

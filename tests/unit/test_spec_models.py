@@ -9,7 +9,7 @@ import pydantic
 import pytest
 
 from jackin.errors import EXIT_SPEC, JackinError, SpecError
-from jackin import roles
+from jackin.spec import roles
 from jackin.spec import (
     AgentSpec,
     FleetSpec,
@@ -612,8 +612,7 @@ def test_link_local_resolver_is_refused_because_link_local_is_always_denied():
 
 
 def test_the_shipped_run_inventory_gives_each_demo_agent_this_repository_and_a_task() -> None:
-    from jackin import work
-
+    from jackin.work import bundles as work
     inv = load_inventory(REPO / "inventory" / "run.yaml")
     assert {a.role for a in inv.fleet.agents} == {"demo"}
     assert all(a.work is not None and a.work.repo == str(REPO) for a in inv.fleet.agents)

@@ -13,7 +13,7 @@ import pytest
 from jackin.errors import ConnectError, HostKeyError
 from fabric import Config, Connection
 
-from jackin.ssh import SshTarget, auth_kwargs, connect, connection
+from jackin.transport.ssh import SshTarget, auth_kwargs, connect, connection
 
 
 def closed_port() -> int:

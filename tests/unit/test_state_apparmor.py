@@ -1,4 +1,4 @@
-"""The host's AppArmor in the state read (jackin/state.py ``##apparmor``): its parser, strict, and
+"""The host's AppArmor in the state read (jackin/facts/state.py ``##apparmor``): its parser, strict, and
 the read itself run locally against stand-in kernel files."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jackin.state import APPARMOR_SECTION, AppArmor, StateError, parse_state, state_command
+from jackin.facts.state import APPARMOR_SECTION, AppArmor, StateError, parse_state, state_command
 
 ENABLED = "/sys/module/apparmor/parameters/enabled"
 PROFILES = "/sys/kernel/security/apparmor/profiles"

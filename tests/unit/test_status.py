@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from jackin.status import SAMPLE, SAMPLE_AWK, STATUS_READ, AgentStatus, parse_status, status_command
+from jackin.lifecycle.status import SAMPLE, SAMPLE_AWK, STATUS_READ, AgentStatus, parse_status, status_command
 
 NOW = 1767369600.5  # 2026-01-02T16:00:00.5Z
 ID = "0123456789abcdef" * 4
@@ -165,8 +165,8 @@ def test_status_command_writes_no_temp_file() -> None:
 
 # --- the egress policy and its guard, per host -------------------------------------------
 
-from jackin.cli import status_exit  # noqa: E402
-from jackin.status import FleetStatus, HostStatus, not_enforced, parse_host_status  # noqa: E402
+from jackin.cli.edge import status_exit  # noqa: E402
+from jackin.lifecycle.status import FleetStatus, HostStatus, not_enforced, parse_host_status  # noqa: E402
 
 
 def host_output(*, table: bool = True, guard: str = "active\nactive", policy: str = "enforced") -> str:
@@ -248,8 +248,7 @@ def test_status_table_shows_the_guard_per_host_and_what_is_not_enforced() -> Non
 
     from rich.console import Console
 
-    from jackin import ui
-
+    from jackin.cli import render as ui
     ok, bad = policy_host(), policy_host("missing", "inactive").model_copy(update={"host": "h2"})
     console = Console(file=io.StringIO(), width=200, color_system=None)
     console.print(ui.status_table(fleet(ok, bad)))

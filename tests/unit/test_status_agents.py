@@ -1,4 +1,4 @@
-"""The agent-state read of fleet.status and fleet.wait (jackin/status.py, appended part): its output
+"""The agent-state read of fleet.status and fleet.wait (jackin/lifecycle/status.py, appended part): its output
 parsed strictly and NUL-safely, and the command itself run against a fake ``docker`` and ``setpriv``
 on PATH (no host): the status file is read as the container's uid:gid, never as root, and only for a
 plain instance name."""
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from jackin.agent_state import AgentFacts
+from jackin.agents.state import AgentFacts
 from jackin.errors import JackinError
-from jackin.status import (agents_command, parse_agents, parse_host_status_with_agents, status_with_agents_command,
+from jackin.lifecycle.status import (agents_command, parse_agents, parse_host_status_with_agents, status_with_agents_command,
                            FleetStatus, HostStatus, AgentStatus, fill_rollup)  # fmt: skip
 
 NOW = 1_800_000_000
@@ -30,7 +30,7 @@ def state(status: str = "running", code: int = 0, health: dict | None = None) ->
 
 
 def row(cid: str, instance: str | None, st: str, *, user: str | None = "60000:60000", restarts: int = 0) -> str:
-    """One INSPECT_FORMAT line (jackin/status.py)."""
+    """One INSPECT_FORMAT line (jackin/lifecycle/status.py)."""
     name = f"jk-f--{instance}"
     return "\t".join([cid, str(restarts), json.dumps(user), json.dumps(instance), st, "0", json.dumps(f"/{name}"),
                       json.dumps(name), "0"])  # fmt: skip
@@ -118,7 +118,7 @@ def test_an_agent_read_that_does_not_parse_leaves_the_rest_of_the_status() -> No
 
 
 def test_fill_rollup_counts_every_host() -> None:
-    from jackin.agent_state import AgentState
+    from jackin.agents.state import AgentState
 
     def agent(instance: str, st: str) -> AgentStatus:
         return AgentStatus(instance=instance, container=instance, state="running", agent_state=AgentState(state=st))

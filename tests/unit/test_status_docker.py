@@ -1,4 +1,4 @@
-"""The status read's Docker part (``jackin.status.STATUS_READ``): run by the real perl against a fake
+"""The status read's Docker part (``jackin.lifecycle.status.STATUS_READ``): run by the real perl against a fake
 Docker daemon on a local unix socket, it prints one INSPECT_FORMAT line per container of the fleet,
 the fields the docker CLI's format printed (free text as the JSON Docker wrote), parsed as before."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from jackin.dockerapi import SOCKET
-from jackin.status import INSPECT_FIELDS, STATUS_READ, _inspect, parse_agents, parse_host_status_with_agents, parse_status
+from jackin.facts.dockerapi import SOCKET
+from jackin.lifecycle.status import INSPECT_FIELDS, STATUS_READ, _inspect, parse_agents, parse_host_status_with_agents, parse_status
 from tests.unit.test_state_docker import CONTAINER_ID, OTHER_ID, FakeDocker
 
 pytestmark = pytest.mark.skipif(shutil.which("perl") is None, reason="no perl here")

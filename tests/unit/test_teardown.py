@@ -1,4 +1,4 @@
-"""fleet.down's state reads (``jackin.teardown``): which read each host is torn down from, and that
+"""fleet.down's state reads (``jackin.lifecycle.teardown``): which read each host is torn down from, and that
 the state handed to the teardown deploy survives its JSON trip (no SSH: gather is faked)."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from jackin import teardown
-from jackin.plan import build
+from jackin.lifecycle import teardown
+from jackin.plan.fleet import build
 from jackin.snapshots.final import FinalHost
 from jackin.spec import parse_inventory
-from jackin.ssh import SshTarget
-from jackin.state import Container, HostState
+from jackin.transport.ssh import SshTarget
+from jackin.facts.state import Container, HostState
 
 INVENTORY = """\
 fleet:

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from jackin import ttl
-from jackin.credentials import Secrets
-from jackin.hostplan import host_changes
-from jackin.ledger import Ledger
+from jackin.plan import ttl
+from jackin.agents.credentials import Secrets
+from jackin.plan.host import host_changes
+from jackin.store.ledger import Ledger
 from jackin.operations import ttl as ops
 from jackin.operations.files import Refused, Upload
-from jackin.state import HostState
+from jackin.facts.state import HostState
 
 from .test_hostplan import provisioned
 from .test_operations_fleet import PLAN

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from jackin import ui
+from jackin.cli import render as ui
 from jackin.engine import Event, HostResult, RunResult
 from jackin.errors import ConnectError, LabError, SpecError
 from jackin.lab import LabHost, LabService, LabStatus

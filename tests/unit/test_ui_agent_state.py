@@ -1,4 +1,4 @@
-"""Rendering of agent state (jackin/ui.py, appended part): the agents table blocked first with the
+"""Rendering of agent state (jackin/cli/render.py, appended part): the agents table blocked first with the
 roll-up, a fleet.wait change line, the wait summary; the agent's text printed as text, never markup."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import io
 
 from rich.console import Console
 
-from jackin import ui
-from jackin.agent_state import AgentState
-from jackin.status import AgentStatus, FleetStatus, HostStatus, fill_rollup
-from jackin.waiting import AgentView, Change, WaitResult
+from jackin.cli import render as ui
+from jackin.agents.state import AgentState
+from jackin.lifecycle.status import AgentStatus, FleetStatus, HostStatus, fill_rollup
+from jackin.agents.wait import AgentView, Change, WaitResult
 
 
 def render(renderable: object, width: int = 120) -> list[str]:

@@ -8,10 +8,10 @@ import io
 import pytest
 from rich.console import Console
 
-from jackin import ui
+from jackin.cli import render as ui
 from jackin.engine import HostResult, RunResult
-from jackin.fleet import CleanCheck
-from jackin.status import AgentStatus, FleetStatus, HostStatus
+from jackin.lifecycle.fleet import CleanCheck
+from jackin.lifecycle.status import AgentStatus, FleetStatus, HostStatus
 
 
 def render(renderable: object) -> list[str]:

@@ -1,4 +1,4 @@
-"""fleet.wait's logic (jackin/waiting.py) with a scripted poll, clock and sleep: which condition ends
+"""fleet.wait's logic (jackin/agents/wait.py) with a scripted poll, clock and sleep: which condition ends
 the wait, with which exit code, and which changes are reported. No host, no real time."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from jackin.errors import SpecError
 from jackin.spec import Inventory
-from jackin.waiting import EXIT_TIMEOUT, UNREACHABLE_POLLS, AgentView, Change, Poll, changes, condition, wait
+from jackin.agents.wait import EXIT_TIMEOUT, UNREACHABLE_POLLS, AgentView, Change, Poll, changes, condition, wait
 
 SPEC = Inventory.model_validate({"fleet": {"name": "f", "agents": [{"name": "coder", "count": 2}]}})
 

@@ -10,14 +10,14 @@ import pytest
 from invoke import Context
 from invoke.exceptions import Exit
 
-from jackin import work
+from jackin.work import bundles as work
 from jackin.errors import EXIT_SPEC, SpecError
 from jackin.operations.files import Refused, Upload
 from jackin.operations.fleet import teardown_commands as fleet_teardown
 from jackin.operations.work import digests_file, teardown_commands, work_commands
-from jackin.plan import WORK_TARGET, FleetPlan, build
+from jackin.plan.fleet import WORK_TARGET, FleetPlan, build
 from jackin.spec import load_inventory
-from jackin.state import HostState, PathInfo, parse_state
+from jackin.facts.state import HostState, PathInfo, parse_state
 
 
 def sh(*args: str, cwd: Path | None = None) -> str:
@@ -124,7 +124,7 @@ def test_fleet_validate_exits_2_on_a_missing_repository(tmp_path: Path, capsys) 
 
 
 def test_fleet_up_checks_work_before_it_opens_the_ledger(tmp_path: Path, monkeypatch) -> None:
-    import jackin.fleet as fleet_api
+    import jackin.lifecycle.fleet as fleet_api
 
     touched: list[str] = []
     monkeypatch.setattr(fleet_api, "Ledger", lambda *a, **k: touched.append("ledger"))

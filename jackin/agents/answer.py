@@ -1,0 +1,134 @@
+"""``agent.answer``: unblock a blocked agent by writing the operator's answer into its workspace.
+
+The answer is written AS THE AGENT, inside its container (``docker exec --user UID:GID``, the text on
+stdin, never in a command line), to ``/workspace/.jackin/answer.tmp`` and renamed over ``answer``: the
+agent's entrypoint consumes (removes) it and goes on. Refused, with nothing written, unless the agent's
+state (read in the same way as fleet.status) is ``blocked``.
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+
+from pydantic import BaseModel, ConfigDict
+
+from jackin.agents import state as derivation
+from jackin.plan import fleet as planning
+from jackin.agents.state import AgentFacts
+from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecError
+from jackin.transport.remote import gather
+from jackin.spec import Inventory
+from jackin.transport.ssh import SshTarget, connect
+
+MAX_ANSWER = 16384  # bytes (UTF-8) of an answer
+ANSWER = "/workspace/.jackin/answer"
+WRITE = f"umask 077; mkdir -p /workspace/.jackin && cat > {ANSWER}.tmp && mv -f {ANSWER}.tmp {ANSWER}"
+
+
+class NotBlocked(JackinError):
+    """The agent is not waiting for an answer: nothing was written (exit 1)."""
+
+
+class Answered(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str
+    instance: str
+    container: str
+    question: str | None
+    size: int  # bytes delivered
+
+
+def check_text(text: str) -> bytes:
+    """The answer as it is written (UTF-8, ending in a newline), or SpecError: empty or too large."""
+    if not text.strip():
+        raise SpecError("the answer is empty: give the text to send (or - to read it from stdin)")
+    data = (text if text.endswith("\n") else text + "\n").encode("utf-8")
+    if len(data) > MAX_ANSWER:
+        raise SpecError(f"the answer is {len(data)} bytes; at most {MAX_ANSWER} are sent")
+    return data
+
+
+def check_instance(spec: Inventory, instance: str) -> None:
+    names = [i for _, i in planning.instances(spec.fleet)]
+    if instance not in names:
+        raise SpecError(f"no agent instance {instance!r} in fleet {spec.fleet.name!r}",
+                        hint=f"expected one of: {', '.join(names)}")  # fmt: skip
+
+
+def choose(instance: str, found: dict[str, derivation.AgentState | JackinError]) -> str:
+    """The host to answer on, from each host's state of ``instance`` (or the error reading it): the
+    one host where it is blocked. Raises NotBlocked when it is blocked nowhere that was read, and
+    SpecError when it is blocked on several (name one with --host)."""
+    states = {h: s for h, s in found.items() if not isinstance(s, JackinError)}
+    blocked = [h for h, s in states.items() if s.state == "blocked"]
+    if len(blocked) == 1:
+        return blocked[0]
+    if blocked:
+        raise SpecError(f"{instance} is blocked on {len(blocked)} hosts ({', '.join(blocked)}): name one with --host")
+    errors = [e for e in found.values() if isinstance(e, JackinError)]
+    if not states and errors:
+        raise errors[0]
+    shown = "; ".join(f"{h}: {s.state}" + (f" ({s.message})" if s.message else "") for h, s in states.items())
+    unread = f" (not read: {', '.join(h for h, s in found.items() if isinstance(s, JackinError))})" if errors else ""
+    raise NotBlocked(f"{instance} is not blocked, nothing written: {shown or 'no container'}{unread}",
+                     hint="inv fleet.status shows each agent's state; only a blocked agent takes an answer")  # fmt: skip
+
+
+def answer(spec: Inventory, instance: str, text: str, *, host: str | None = None) -> Answered:
+    """Deliver ``text`` to ``instance`` (on ``host``, or the one host where it is blocked)."""
+    from jackin.lifecycle import fleet as fleet_api
+    from jackin.lifecycle.status import agents_command, parse_agents
+
+    check_instance(spec, instance)
+    data = check_text(text)
+    targets = fleet_api.targets(spec, bring_up=False)
+    if host:
+        if host not in [t.name for t in targets]:
+            raise SpecError(f"--host {host!r} is not a host of fleet {spec.fleet.name!r}",
+                            hint=f"its hosts: {', '.join(t.name for t in targets) or 'none (is it up?)'}")  # fmt: skip
+        targets = [t for t in targets if t.name == host]
+    stale = derivation.stale_after(spec.fleet)
+    reads = gather(targets, agents_command(spec.fleet.name), parse_agents)
+    found: dict[str, derivation.AgentState | JackinError] = {}
+    facts: dict[str, AgentFacts] = {}
+    for target in targets:
+        read = reads[target.name]
+        if isinstance(read, JackinError):
+            found[target.name] = read
+            continue
+        facts[target.name] = read.get(instance) or AgentFacts(container="missing", now=0)
+        found[target.name] = derivation.derive(facts[target.name],
+                                               stale_after=stale.get(instance, derivation.STALE_AFTER))  # fmt: skip
+    chosen = choose(instance, found)
+    state = found[chosen]
+    assert not isinstance(state, JackinError)
+    container = planning.user_name(spec.fleet.name, instance)
+    deliver(next(t for t in targets if t.name == chosen), container, _user(facts[chosen], chosen), data)
+    return Answered(host=chosen, instance=instance, container=container, question=state.question, size=len(data))
+
+
+def _user(facts: AgentFacts, host: str) -> str:
+    """The container's ``uid:gid``, checked: an agent never runs as root or a system user."""
+    uid, _, gid = (facts.user or "").partition(":")
+    gid = gid or uid
+    if not (uid.isdigit() and gid.isdigit() and int(uid) >= 1000 and int(gid) >= 1000):
+        raise JackinError(f"the container runs as {facts.user!r}, not an agent's uid:gid: nothing written", host=host)
+    return f"{int(uid)}:{int(gid)}"
+
+
+def deliver(target: SshTarget, container: str, user: str, data: bytes) -> None:
+    """Write ``data`` to the agent's answer file as ``user``, inside ``container`` (stdin, tmp + mv)."""
+    command = f"docker exec -i --user {shlex.quote(user)} {shlex.quote(container)} sh -c {shlex.quote(WRITE)}"
+    try:
+        with connect(target) as conn:
+            result = conn.run(command, hide=True, warn=True, timeout=30, in_stream=io.StringIO(data.decode("utf-8")))
+    except ConnectError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a dropped connection or timeout: that host's error
+        raise ConnectError(f"answer not delivered: {type(error).__name__}: {' '.join(str(error).split())[:200]}",
+                           host=target.name) from None  # fmt: skip
+    if result.exited != 0:
+        tail = " | ".join(result.stderr.strip().splitlines()[-3:]) or "no message"
+        raise RemoteCommandError(f"answer not delivered (exit {result.exited}): {tail}", host=target.name)

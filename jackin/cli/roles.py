@@ -1,0 +1,49 @@
+"""``inv role.list`` and ``inv role.validate``: what the roles are, and whether each one is valid.
+
+Kept apart from jackin/spec/roles.py (the model and its checks) so that module stays data and logic; this one
+only renders (rich tables, or JSON for scripts) and returns the exit code.
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from jackin.spec import roles
+from jackin.cli import render as ui
+from jackin.errors import EXIT_OK, EXIT_SPEC
+
+
+def role_list(*, json: bool) -> int:
+    """Every role: name, how its image is built, its credentials and egress (and its tag and command).
+    A role file that does not validate is reported on stderr; exit 2 then."""
+    found, errors = roles.rows()
+    if json:
+        ui.print_json({"roles": [r.model_dump() for r in found],
+                       "invalid": [{"error": e.message, "problems": e.problems} for e in errors]})  # fmt: skip
+    else:
+        table = Table(title=f"roles ({roles.roles_dir()})", title_justify="left")
+        for column in ("name", "image build", "credentials", "egress", "command"):
+            table.add_column(column, overflow="fold")
+        for row in found:
+            table.add_row(f"{row.name}\n[dim]{row.tag}[/dim]", row.image, ", ".join(row.credentials) or "-",
+                          ", ".join(row.egress) or "-", " ".join(row.command))  # fmt: skip
+        ui.out.print(table)
+        for error in errors:
+            ui.err.print(f"[red]invalid:[/red] {error.message} (inv role.validate)")
+    return EXIT_SPEC if errors else EXIT_OK
+
+
+def role_validate(name: str | None, *, json: bool) -> int:
+    """Every role file (or NAME's) and its image recipe; problems as FILE:LINE: message; exit 2 if any."""
+    checks = roles.validate(name)
+    if json:
+        ui.print_json({"roles": [{**c.model_dump(), "ok": c.ok} for c in checks]})
+    else:
+        for check in checks:
+            if check.ok:
+                ui.out.print(f"{check.file}: ok (role {check.name})")
+            else:
+                ui.err.print(f"[red]{check.file}: invalid role {check.name} ({len(check.problems)} problem(s))[/red]")
+                for problem in check.problems:
+                    ui.err.print(problem, soft_wrap=True)
+    return EXIT_OK if all(c.ok for c in checks) else EXIT_SPEC

@@ -1,0 +1,367 @@
+"""Role images: built on the operator's machine, cached by tag, streamed to the hosts that lack them.
+
+Lab hosts (and many real ones) reach no registry and no package mirror, so an image built here is
+carried over the SSH connection:
+
+- build (``ensure_built``): a role with ``image.debootstrap`` is a Debian minbase root from the apt
+  mirror this machine uses (``jackin.lab.image.apt_mirror``) with the role's packages, busybox's
+  applets linked into /usr/local/bin for every command the root lacks (wget, nc, nslookup...),
+  imported as a base image; then a legacy ``docker build`` (offline: ``FROM`` a local image) adds
+  roles/common, the role's files, the HEALTHCHECK, the ENTRYPOINT and the command. Tagged
+  ``jackin/role-<name>:<hash>`` (jackin/spec/roles.py): a present tag is never rebuilt.
+- archive (``archive``): ``docker save | gzip`` once per tag, kept under the state dir (``images/``).
+- load (``deliver``): per host whose state read lacks the tag, over strict SSH (Fabric): SFTP into a
+  fresh root-only directory, ``docker load``, remove it. Hosts load in parallel; a failure is that
+  host's error (it is then not deployed), never the others'.
+
+A role with ``build: host`` is built on the host instead (jackin/operations/host.py
+``role_image_commands``: its files by SFTP, ``docker build`` there), which needs the host to reach
+the runtime's registries; ``source`` gives that step what it needs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from jackin.spec import roles
+from jackin.errors import JackinError, LabError, RemoteCommandError
+from jackin.paths import private_dir, state_dir
+
+BUILDER_VERSION = "1"  # bump when the build below changes what an image holds
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Where a debootstrap root is trimmed: documentation, manuals, translations, apt's caches.
+TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/cache/apt", "var/lib/apt/lists")
+Log = Callable[[str], None]
+
+
+def is_role_image(image: str) -> bool:
+    return image.startswith(roles.REPOSITORY)
+
+
+def role_of(image: str) -> str:
+    return image[len(roles.REPOSITORY):].split(":", 1)[0]
+
+
+# --- build -------------------------------------------------------------------------------------
+
+
+def _docker(*args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    done = subprocess.run(["docker", *args], capture_output=True, check=False, **kwargs)
+    if check and done.returncode != 0:
+        raise LabError(f"docker {args[0]} failed: {done.stderr.decode(errors='replace').strip()[-2000:]}")
+    return done
+
+
+def present(tag: str) -> bool:
+    return _docker("image", "inspect", "--format", "ok", tag, check=False).returncode == 0
+
+
+@contextmanager
+def _locked(name: str) -> Iterator[None]:
+    """One build or archive of a tag at a time on this machine (parallel runs share the Docker engine)."""
+    path = private_dir(state_dir() / "images") / f".{name}.lock"
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_built(role: roles.Role, *, log: Log = lambda _: None) -> str:
+    """The role's image tag, built here first unless the local Docker engine has it."""
+    tag = role.tag
+    if present(tag):
+        return tag
+    if role.image.build != "operator":
+        raise JackinError(f"role {role.name}: its image is built on the host (build: host), not here",
+                          hint="see README, Roles: building on the host")  # fmt: skip
+    with _locked(role.name):
+        if present(tag):
+            return tag
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="jackin-role-", dir="/var/tmp") as work:
+            base = None
+            if role.image.debootstrap is not None:
+                base = f"{roles.REPOSITORY}{role.name}-base:{tag.split(':')[1]}"
+                log(f"building the base of {tag} with debootstrap (a minute or two)")
+                _base(role, Path(work) / "root", base)
+            context = build_context(role, Path(work) / "context", base=base)
+            log(f"building {tag} (docker build)")
+            done = subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], capture_output=True,
+                                  check=False, env={**os.environ, "DOCKER_BUILDKIT": "0"})  # fmt: skip
+            if base:
+                _docker("rmi", base, check=False)  # its layer stays, under the role's tag
+            if done.returncode != 0:
+                raise LabError(f"docker build of {tag} failed:\n{done.stderr.decode(errors='replace')[-3000:]}")
+        log(f"built {tag} in {time.monotonic() - started:.0f}s")
+    return tag
+
+
+def _base(role: roles.Role, root: Path, base: str) -> None:
+    """A Debian minbase root with the role's packages and busybox's applets, imported as ``base``."""
+    from jackin.lab.image import _run, apt_mirror, suite
+
+    if os.geteuid() != 0 or shutil.which("debootstrap") is None:
+        raise LabError(f"building role {role.name}'s image needs root and debootstrap on this machine",
+                       hint="apt-get install debootstrap, and run as root")  # fmt: skip
+    packages = ",".join(role.image.debootstrap or [])
+    _run(["debootstrap", "--variant=minbase", f"--include={packages}", suite(), str(root), apt_mirror()],
+         "debootstrap")  # fmt: skip
+    link_applets(root)
+    for part in TRIM:
+        shutil.rmtree(root / part, ignore_errors=True)
+    for directory in ("workspace", "run/jackin"):
+        (root / directory).mkdir(parents=True, exist_ok=True)
+    tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+    try:
+        done = subprocess.run(["docker", "import", "-", base], stdin=tar.stdout, capture_output=True, check=False)
+    finally:
+        assert tar.stdout is not None
+        tar.stdout.close()
+        tar.wait()
+    if done.returncode != 0:
+        raise LabError(f"docker import of {base} failed: {done.stderr.decode(errors='replace').strip()}")
+
+
+def link_applets(root: Path) -> list[str]:
+    """Link each busybox applet the root has no command of into /usr/local/bin (the root's own tools,
+    e.g. coreutils, stay first). Returns the applets linked; none without /bin/busybox."""
+    busybox = root / "bin" / "busybox"
+    if not busybox.exists():
+        return []
+    listed = subprocess.run(["chroot", str(root), "/bin/busybox", "--list"], capture_output=True, text=True,
+                            check=True).stdout.split()  # fmt: skip
+    target = root / "usr" / "local" / "bin"
+    target.mkdir(parents=True, exist_ok=True)
+    linked = []
+    for applet in listed:
+        if applet == "busybox" or "/" in applet:
+            continue
+        if any((root / d / applet).exists() or (root / d / applet).is_symlink()
+               for d in ("bin", "sbin", "usr/bin", "usr/sbin")):  # fmt: skip
+            continue
+        (target / applet).symlink_to("/bin/busybox")
+        linked.append(applet)
+    return linked
+
+
+def dockerfile(role: roles.Role, base: str) -> str:
+    """The Dockerfile of a debootstrap role: its base, roles/common, its files, HEALTHCHECK, ENTRYPOINT, CMD."""
+    files = " ".join(role.image.files)
+    lines = [
+        f"FROM {base}",
+        "COPY common/ /usr/local/bin/",  # the entrypoint, the health check, jackin-status
+        *([f"COPY {files} /usr/local/bin/"] if files else []),
+        f"ENV PATH={PATH}",
+        "WORKDIR /workspace",
+        "USER 65534:65534",
+        role.healthcheck.instruction(),
+        f"ENTRYPOINT {json.dumps([roles.ENTRYPOINT])}",
+        f"CMD {json.dumps(role.command)}",
+        f"LABEL jackin.role={role.name} jackin.recipe={role.tag.split(':')[1]}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def build_context(role: roles.Role, context: Path, *, base: str | None) -> Path:
+    """A build context: the role's files at the top, roles/common as ``common/``; for a debootstrap role
+    the generated Dockerfile, else the role's own."""
+    shutil.copytree(role.directory, context, symlinks=False)
+    shutil.copytree(roles.roles_dir() / roles.COMMON, context / roles.COMMON, symlinks=False)
+    if base is not None:
+        (context / "Dockerfile").write_text(dockerfile(role, base))
+    elif role.image.dockerfile != "Dockerfile":
+        shutil.copy(context / str(role.image.dockerfile), context / "Dockerfile")
+    return context
+
+
+# --- archive -------------------------------------------------------------------------------------
+
+
+def archive_path(tag: str) -> Path:
+    name, _, digest = tag[len(roles.REPOSITORY):].partition(":")
+    return state_dir() / "images" / f"role-{name}-{digest}.tar.gz"
+
+
+def archive_size(tag: str) -> int | None:
+    """The cached archive's size in bytes, or None before it exists."""
+    try:
+        return archive_path(tag).stat().st_size
+    except OSError:
+        return None
+
+
+def archive(tag: str, *, log: Log = lambda _: None) -> Path:
+    """``docker save TAG | gzip`` once, kept under the state dir by tag."""
+    path = archive_path(tag)
+    if path.exists():
+        return path
+    private_dir(path.parent)
+    with _locked(role_of(tag)):
+        if path.exists():
+            return path
+        log(f"saving {tag} for the hosts (docker save | gzip)")
+        partial = path.with_suffix(".partial")
+        with open(partial, "wb") as out:
+            save = subprocess.Popen(["docker", "save", tag], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            gzip = subprocess.run(["gzip", "-1"], stdin=save.stdout, stdout=out, check=False)
+            assert save.stdout is not None
+            save.stdout.close()
+            error = save.stderr.read() if save.stderr else b""
+            if save.wait() != 0 or gzip.returncode != 0:
+                partial.unlink(missing_ok=True)
+                raise LabError(f"docker save of {tag} failed: {error.decode(errors='replace').strip()}")
+        partial.rename(path)
+    return path
+
+
+# --- delivery ------------------------------------------------------------------------------------
+
+
+def missing(images: Sequence[str], present_images: Sequence[str]) -> list[str]:
+    """The role images of ``images`` a host's state read did not find there."""
+    return sorted({i for i in images if is_role_image(i) and i not in present_images})
+
+
+def prepare(tags: Sequence[str], *, log: Log = lambda _: None) -> dict[str, Path]:
+    """Build (if needed) and archive each role image in ``tags``; its archive by tag."""
+    out = {}
+    for tag in sorted(set(tags)):
+        role = roles.load(role_of(tag))
+        if role.tag != tag:
+            raise JackinError(f"image {tag} is not role {role.name}'s current image ({role.tag})")
+        ensure_built(role, log=log)
+        out[tag] = archive(tag, log=log)
+    return out
+
+
+def load_one(target, archives: Sequence[Path]) -> None:
+    """Send each archive by SFTP into a fresh root-only directory on the host, ``docker load`` it, remove it."""
+    from jackin.transport.ssh import connect
+
+    with connect(target, timeout=15) as conn:
+        made = conn.run("mktemp -d /var/tmp/jackin-image.XXXXXX", hide=True, warn=True)
+        if not made.ok:
+            raise RemoteCommandError(f"cannot make a directory for the image: {made.stderr.strip()}", host=target.name)
+        directory = made.stdout.strip()
+        try:
+            sftp = conn.sftp()
+            for n, path in enumerate(archives):
+                remote = f"{directory}/{n}.tar.gz"
+                sftp.put(str(path), remote)
+                done = conn.run(f"docker load -q -i {shlex.quote(remote)}", hide=True, warn=True, timeout=600)
+                if not done.ok:
+                    raise RemoteCommandError(f"docker load of {path.name} failed: {done.stderr.strip()[-500:]}",
+                                             host=target.name)  # fmt: skip
+                conn.run(f"rm -f {shlex.quote(remote)}", hide=True, warn=True)
+        finally:
+            conn.run(f"rm -rf {shlex.quote(directory)}", hide=True, warn=True)
+
+
+def deliver(wanted: dict[str, list[str]], targets: Sequence, *, log: Log = lambda _: None) -> dict[str, JackinError]:
+    """Load into each host (by name in ``wanted``) the role images it lacks, hosts in parallel.
+    Returns the hosts that failed, with their error (a failed build fails them all)."""
+    wanted = {name: tags for name, tags in wanted.items() if tags}
+    if not wanted:
+        return {}
+    by_name = {t.name: t for t in targets if t.name in wanted}
+    try:
+        archives = prepare(sorted({t for tags in wanted.values() for t in tags}), log=log)
+    except JackinError as error:
+        return {name: error for name in wanted}
+    failed: dict[str, JackinError] = {}
+
+    def one(name: str) -> None:
+        started = time.monotonic()
+        try:
+            load_one(by_name[name], [archives[t] for t in wanted[name]])
+        except JackinError as error:
+            failed[name] = error
+        except Exception as error:  # noqa: BLE001 - paramiko/SFTP raise many kinds; the host fails, not the run
+            failed[name] = RemoteCommandError(f"loading the image failed: {error}", host=name)
+        else:
+            log(f"{name}: loaded {', '.join(wanted[name])} in {time.monotonic() - started:.0f}s")
+
+    with ThreadPoolExecutor(max_workers=min(8, len(by_name)) or 1) as pool:
+        list(pool.map(one, sorted(by_name)))
+    return failed
+
+
+def source(tag: str) -> dict:
+    """What the host's image step needs of a role image (pure of the host): how it is built, the
+    archive's size when cached here (``build: operator``), the build context (``build: host``).
+    Refused when ``tag`` is not the role's current image (nothing could bring that one to a host)."""
+    from jackin.operations.files import Refused
+
+    try:
+        role = roles.load(role_of(tag))
+    except JackinError as error:
+        raise Refused(f"image {tag}: {error.message}") from None
+    if role.tag != tag:
+        raise Refused(f"image {tag} is not role {role.name}'s current image ({role.tag}) and is not on the host")
+    if role.image.build == "operator":
+        return {"build": "operator", "size": archive_size(tag)}
+    return {"build": "host", "files": context_files(role)}
+
+
+def context_files(role: roles.Role) -> dict[str, bytes]:
+    """``build: host``: the build context's files (path in the context -> bytes), as ``build_context``."""
+    files = {p.relative_to(role.directory).as_posix(): p.read_bytes() for p in sorted(role.directory.rglob("*"))
+             if p.is_file()}  # fmt: skip
+    common = roles.roles_dir() / roles.COMMON
+    files.update({f"{roles.COMMON}/{p.relative_to(common).as_posix()}": p.read_bytes()
+                  for p in sorted(common.rglob("*")) if p.is_file()})  # fmt: skip
+    if role.image.dockerfile and role.image.dockerfile != "Dockerfile":
+        files["Dockerfile"] = files[role.image.dockerfile]
+    return files
+
+
+# --- fleet.up (jackin/lifecycle/fleet.py) --------------------------------------------------------------------
+
+
+def _wanted(plan, states: Mapping[str, object], hosts: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """Per readable host (of ``hosts``, default all), the plan's role images its state read lacks."""
+    from jackin.facts.state import HostState
+
+    planned = [a.image for a in plan.agents]
+    return {name: missing(planned, state.images) for name, state in states.items()
+            if isinstance(state, HostState) and (hosts is None or name in hosts)}  # fmt: skip
+
+
+def prepare_missing(plan, states: Mapping[str, object], *, log: Log = lambda _: None) -> None:
+    """Build and archive here the role images any readable host lacks (before anything changes: a
+    failed build raises and no host is touched)."""
+    tags = sorted({t for tags in _wanted(plan, states).values() for t in tags})
+    if tags:
+        prepare(tags, log=log)
+
+
+def load_missing(plan, split, states: Mapping[str, object], *, log: Log = lambda _: None) -> list:
+    """Before the deploy: load into each host to be run (``split.run``) the role images it lacks. A host
+    that fails is taken out of ``split.run`` and returned as not run (failed, nothing changed there).
+    A host that loaded them has them added to its state in ``states`` (the state its deploy is handed)."""
+    from jackin.engine.protocol import HostResult
+
+    wanted = _wanted(plan, states, [t.name for t in split.run])
+    failed = deliver(wanted, split.run, log=log)
+    split.run = [t for t in split.run if t.name not in failed]
+    if isinstance(states, dict):  # the state handed to each deploy lists what was just loaded there
+        for name, tags in wanted.items():
+            if tags and name not in failed:
+                states[name] = states[name].model_copy(update={"images": sorted({*states[name].images, *tags})})
+    return [HostResult(host=name, connected=True, failed=1,
+                       error=f"not changed: loading its agent image failed: {error.message}")
+            for name, error in sorted(failed.items())]  # fmt: skip

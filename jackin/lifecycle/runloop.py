@@ -1,0 +1,289 @@
+"""``fleet.run``: the whole loop in one command: up, wait, collect, down.
+
+Each phase runs only when the one before it left the fleet in a state to go on:
+
+    up       fleet.up, through the same launch-contract gate and confirmation (``jackin.cli.edge.fleet_up``)
+    wait     until every agent is done or failed (``jackin.waiting.wait``, ``until="done"``), or the
+             ``--timeout`` or the fleet's time-to-live passes, whichever comes first; the changes of
+             state are printed as they are seen
+    collect  every finished agent's branch and handoff, to the operator's machine (``jackin.collect.collect``)
+    down     fleet.down, with its final snapshot (``jackin.cli.edge.fleet_down``)
+
+A phase that fails stops the loop: what is left running is said, and how to go on by hand. Nothing
+is torn down before its work is collected: a failed collect leaves the fleet up (retry with
+``fleet.collect``, then ``fleet.down``). A wait ended by the timeout or the time-to-live still
+collects what finished and tears down (the exit status says so).
+
+Exit status (``RunOutcome.exit_code``): 0 every agent done, its work collected, the fleet torn down;
+1 a phase failed and the loop stopped there (the message names it and what is left); 2 invalid spec
+or usage (before anything ran); 3 a host could not be reached (the loop stopped); 4 the wait ended
+at the ``--timeout`` or the time-to-live before every agent finished (what finished was collected,
+the fleet torn down); 5 the loop ran to the end but some agent reported ``failed``.
+
+The wait and the collect are looked up lazily (``jackin.waiting.wait``, ``jackin.collect.collect``) and
+may be given as parameters (the unit tests give fakes).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError
+
+EXIT_TIMEOUT = 4  # the wait ended at --timeout or the time-to-live; collected and torn down
+EXIT_AGENT_FAILED = 5  # ran to the end; some agent reported failed
+TTL_MARGIN = 60.0  # seconds before the time-to-live's deadline the wait ends (at most; a tenth of a short ttl)
+Phase = Literal["up", "wait", "collect", "down"]
+PHASES: tuple[Phase, ...] = ("up", "wait", "collect", "down")
+
+
+class PhaseResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    phase: Phase
+    status: Literal["ok", "failed", "skipped"]
+    detail: str = ""
+    exit_code: int = EXIT_OK
+
+
+class RunOutcome(BaseModel):
+    """What ``fleet.run`` did, phase by phase, and where it stopped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fleet: str
+    phases: list[PhaseResult] = Field(default_factory=list)
+    stopped_at: Phase | None = None  # the phase that failed (None: ran to the end)
+    left: str | None = None  # what is left running, and how to go on, when it stopped
+    exit_code: int = EXIT_OK
+    agents: list[dict[str, Any]] = Field(default_factory=list)  # the agents' last states (from the wait)
+
+
+class Phases(BaseModel):
+    """The four phases as callables (the CLI's up and down; the wait and collect of their modules)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    up: Callable[[], int]
+    wait: Callable[..., Any]
+    collect: Callable[..., Any]
+    down: Callable[[], int]
+
+
+def default_wait() -> Callable[..., Any]:
+    try:
+        from jackin.agents.wait import wait  # type: ignore[import-not-found,unused-ignore]  # the agent-state module
+    except ImportError as error:
+        raise JackinError(f"fleet.run needs fleet.wait's jackin.waiting.wait, which this build lacks ({error})",
+                          hint="nothing was touched") from None  # fmt: skip
+    return wait
+
+
+def default_collect() -> Callable[..., Any]:
+    try:
+        from jackin.work.collect import collect  # type: ignore[import-not-found,unused-ignore]  # fleet.collect's
+    except ImportError as error:
+        raise JackinError(f"fleet.run needs fleet.collect's jackin.collect.collect, which this build lacks ({error})",
+                          hint="nothing was touched") from None  # fmt: skip
+    return collect
+
+
+def wait_limit(timeout: float | None, ttl_left: float | None) -> tuple[float | None, str]:
+    """How long the wait may last: the smaller of ``--timeout`` and the time-to-live left (never
+    below zero), and which of them it is."""
+    limits = [(t, why) for t, why in ((timeout, "--timeout"), (ttl_left, "the time-to-live")) if t is not None]
+    if not limits:
+        return None, ""
+    seconds, why = min(limits, key=lambda item: item[0])
+    return max(0.0, seconds), why
+
+
+def _left(fleet: str, inventory: str | None, phase: Phase) -> str:
+    i = f" -i {inventory}" if inventory else ""
+    if phase == "up":
+        return (f"whatever fleet.up brought up of fleet {fleet} is left as it is (inv fleet.status{i} shows it); "
+                f"fix the cause and run inv fleet.run{i} again, or remove it with inv fleet.down{i}")  # fmt: skip
+    if phase == "wait":
+        return (f"fleet {fleet} is left running, nothing collected; go on by hand: inv fleet.wait{i}, "
+                f"inv fleet.collect{i}, then inv fleet.down{i}")  # fmt: skip
+    if phase == "collect":
+        return (f"fleet {fleet} is left running and NOT torn down (its agents' work is only on the hosts); "
+                f"retry with inv fleet.collect{i}, then inv fleet.down{i}")  # fmt: skip
+    return (f"the agents' work was collected; fleet.down of fleet {fleet} did not finish: what it says above "
+            f"is left; run inv fleet.down{i} again")  # fmt: skip
+
+
+def _failed(outcome: RunOutcome, phase: Phase, detail: str, code: int, inventory: str | None) -> RunOutcome:
+    from jackin.agents.state import clean
+
+    detail = clean(detail, 2000) or ""  # it may carry a host's or an agent's text (stderr, a reason)
+    outcome.phases.append(PhaseResult(phase=phase, status="failed", detail=detail, exit_code=code or EXIT_FAILED))
+    outcome.stopped_at, outcome.exit_code = phase, code or EXIT_FAILED
+    outcome.left = _left(outcome.fleet, inventory, phase)
+    for later in PHASES[PHASES.index(phase) + 1 :]:
+        outcome.phases.append(PhaseResult(phase=later, status="skipped", detail=f"not run: {phase} failed"))
+    return outcome
+
+
+def _problems(result: Any) -> tuple[list[str], bool]:
+    """A collect result's failures, whatever its shape (``jackin.work.collect.CollectReport``: ``failed``
+    agents and ``unreachable`` hosts; else ``errors`` or ``ok``), and whether a host was unreachable."""
+    found = [f"{getattr(a, 'host', '?')} {getattr(a, 'instance', '?')}: {getattr(a, 'reason', None) or 'failed'}"
+             for a in (getattr(result, "failed", None) or [])]  # fmt: skip
+    unreachable = getattr(result, "unreachable", None) or {}
+    found += [f"{host}: unreachable: {why}" for host, why in unreachable.items()]
+    errors = getattr(result, "errors", None) or []
+    found += [f"{k}: {v}" for k, v in errors.items()] if isinstance(errors, dict) else [str(e) for e in errors]
+    if not found and getattr(result, "ok", True) is False:
+        found.append("collect did not succeed")
+    return found, bool(unreachable)
+
+
+def run(spec: Any, phases: Phases, *, inventory: str | None = None, timeout: float | None = None,
+        ttl_left: float | None | Callable[[], float | None] = None,
+        on_phase: Callable[[Phase, str], None] = lambda *_: None,
+        on_change: Callable[[Any], None] = lambda _: None) -> RunOutcome:  # fmt: skip
+    """Run the four phases in order, stopping at the first that fails (see the module's docstring).
+    ``ttl_left``: seconds of the time-to-live left (None: no time-to-live), or a function that says
+    so, asked once the up is done: the deadline is fixed by the up, and the wait starts after it."""
+    outcome = RunOutcome(fleet=spec.fleet.name)
+    on_phase("up", "start")
+    code = phases.up()
+    if code != EXIT_OK:
+        return _failed(outcome, "up", f"fleet.up exited {code}", code, inventory)
+    outcome.phases.append(PhaseResult(phase="up", status="ok"))
+
+    limit, why = wait_limit(timeout, ttl_left() if callable(ttl_left) else ttl_left)
+    on_phase("wait", "until every agent is done or failed" + (f" (at most {limit:.0f} s: {why})" if why else ""))
+    started = time.monotonic()
+    try:
+        waited = phases.wait(spec, until="done", timeout=limit, on_change=on_change)
+    except JackinError as error:
+        return _failed(outcome, "wait", error.message, EXIT_CONNECT if isinstance(error, ConnectError) else 1,
+                       inventory)  # fmt: skip
+    outcome.agents = [a.model_dump() if hasattr(a, "model_dump") else dict(a) for a in getattr(waited, "agents", [])]
+    states = [a.get("state") for a in outcome.agents]
+    reason = getattr(waited, "reason", "")
+    if reason == "unreachable":
+        return _failed(outcome, "wait", "a host could not be read: " + "; ".join(
+            f"{h}: {e}" for h, e in (getattr(waited, "errors", {}) or {}).items()), EXIT_CONNECT, inventory)  # fmt: skip
+    timed_out = not getattr(waited, "held", False)
+    detail = (f"{why} passed after {time.monotonic() - started:.0f} s before every agent finished" if timed_out
+              else "every agent finished")  # fmt: skip
+    detail += f" ({', '.join(f'{states.count(s)} {s}' for s in sorted(set(map(str, states))))})" if states else ""
+    outcome.phases.append(PhaseResult(phase="wait", status="ok", detail=detail,
+                                      exit_code=EXIT_TIMEOUT if timed_out else EXIT_OK))  # fmt: skip
+
+    on_phase("collect", "each finished agent's branch and handoff")
+    try:
+        # Every agent, whatever its state (failed, or still working at the timeout, too): nothing is
+        # torn down before its work is collected; an agent that cannot be collected stops the loop.
+        collected = phases.collect(spec, agents=[a.name for a in spec.fleet.agents], into=None)
+    except JackinError as error:
+        return _failed(outcome, "collect", error.message, EXIT_CONNECT if isinstance(error, ConnectError) else 1,
+                       inventory)  # fmt: skip
+    problems, unreachable = _problems(collected)
+    if problems:
+        return _failed(outcome, "collect", "; ".join(problems), EXIT_CONNECT if unreachable else EXIT_FAILED,
+                       inventory)  # fmt: skip
+    outcome.phases.append(PhaseResult(phase="collect", status="ok"))
+
+    on_phase("down", "fleet.down, with its final snapshot")
+    code = phases.down()
+    if code != EXIT_OK:
+        return _failed(outcome, "down", f"fleet.down exited {code}", code, inventory)
+    outcome.phases.append(PhaseResult(phase="down", status="ok"))
+    outcome.exit_code = EXIT_TIMEOUT if timed_out else EXIT_AGENT_FAILED if "failed" in states else EXIT_OK
+    return outcome
+
+
+# --- the CLI's side: the phases as fleet.up and fleet.down run them ------------------------------
+
+
+def cli_run(inventory: str | None, *, yes: bool, timeout: str | float | None, json: bool,
+            keep_lab: bool = False) -> int:  # fmt: skip
+    """``inv fleet.run``: ask once for the whole loop (or ``--yes``), then run it, printing each phase.
+    ``json``: the phases' own output goes to stderr, one JSON document of the outcome to stdout."""
+    from jackin.cli import edge as cli
+    from jackin.plan import ttl
+    from jackin.cli import render as ui
+    from jackin.lifecycle import fleet as fleet_api
+    from jackin.errors import SpecError
+
+    spec = fleet_api.load(inventory)
+    seconds = timeout_seconds(timeout)
+    if json and not yes:
+        raise SpecError("--json needs --yes (there is no one to ask)")
+    default_wait(), default_collect()  # refused before asking when this build lacks either
+
+    def ttl_left() -> float | None:  # asked after the up, which fixes the deadline
+        found = ttl.status(spec.fleet)
+        left = None if found.ttl is None else found.left if found.left is not None else float(found.ttl)
+        if left is not None and found.ttl:  # end the wait a little before the hosts stop the agents, so
+            left -= min(TTL_MARGIN, found.ttl / 10)  # the collect runs while they still do
+        return left
+
+    if not yes:
+        cli.require_terminal_or("--yes")
+        cli.confirm(f"Run fleet {spec.fleet.name!r} to the end: up, wait until every agent is done or failed, "
+                    "collect their work, then tear it down (fleet.down, final snapshot first)?")  # fmt: skip
+    say = ui.err if json else ui.out
+    wait, collect = default_wait(), default_collect()  # before anything is touched
+    phases = Phases(
+        up=lambda: _to(say, lambda: cli.fleet_up(inventory, yes=yes, json=False, dry_run=False)),
+        wait=wait, collect=collect,
+        down=lambda: _to(say, lambda: cli.fleet_down(inventory, yes=True, keep_data=False, keep_lab=keep_lab)),
+    )  # fmt: skip
+    outcome = run(spec, phases, inventory=inventory, timeout=seconds, ttl_left=ttl_left,
+                  on_phase=lambda p, what: say.print(f"[bold]fleet.run: {p}[/bold] {what}", soft_wrap=True),
+                  on_change=lambda c: say.print(change_line(c), soft_wrap=True, highlight=False, markup=False))  # fmt: skip
+    if json:
+        ui.print_json(outcome.model_dump(mode="json"))
+    else:
+        for phase in outcome.phases:
+            ui.out.print(f"{phase.phase}: {phase.status}" + (f": {phase.detail}" if phase.detail else ""),
+                         soft_wrap=True, highlight=False, markup=False)  # fmt: skip
+    if outcome.stopped_at:
+        ui.err.print(f"error: fleet.run stopped at {outcome.stopped_at}: {outcome.left}", soft_wrap=True,
+                     style="bold red", markup=False)  # fmt: skip
+    return outcome.exit_code
+
+
+def timeout_seconds(value: str | float | None) -> float | None:
+    """``--timeout``: seconds, or a duration like fleet.wait's (``90s``, ``10m``, ``2h``); else exit 2."""
+    from jackin.errors import SpecError
+    from jackin.spec.models import parse_duration
+
+    if value is None or value == "":
+        return None
+    try:
+        return float(parse_duration(str(value)))
+    except ValueError as error:
+        raise SpecError(f"--timeout expects seconds or a duration such as 90s, 10m or 2h, got {value!r} "
+                        f"({error})") from None  # fmt: skip
+
+
+def _to(console: Any, phase: Callable[[], int]) -> int:
+    """Run a CLI phase with its output on ``console`` (stderr under --json); its errors as exit codes."""
+    from jackin.cli import render as ui
+    saved = ui.out
+    ui.out = console
+    try:
+        return phase()
+    except JackinError as error:
+        ui.error(error)
+        return error.exit_code
+    finally:
+        ui.out = saved
+
+
+def change_line(change: Any) -> str:
+    """``12:01:02 h1 coder-1: working -> blocked: QUESTION``."""
+    at = time.strftime("%H:%M:%S", time.localtime(getattr(change, "at", time.time())))
+    text = f"{at} {change.host} {change.instance}: {change.old or 'new'} -> {change.new}"
+    extra = getattr(change, "question", None) or getattr(change, "message", "")
+    return text + (f": {extra}" if extra else "")

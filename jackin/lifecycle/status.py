@@ -1,0 +1,523 @@
+"""Fleet status: hosts × agents, read in one SSH round trip per host.
+
+Per agent: container state, uptime, CPU (from the container's cgroup, over a window of at
+least SAMPLE seconds that the read's other checks run inside, measured on the host's clock),
+memory, restarts and the last error. A host that does not answer within the timeout is shown
+as unreachable; it never stalls the others.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import shlex
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from jackin.agents import state as derivation
+from jackin.facts import dockerapi
+from jackin.net import firewall
+from jackin.plan import ttl
+from jackin.agents.state import AgentFacts, AgentState
+from jackin.plan.applied import in_place
+from jackin.errors import ConnectError, JackinError
+from jackin.net.firewall import GUARD, ident
+from jackin.paths import private_dir, state_dir
+from jackin.plan.fleet import ROOT, instances
+from jackin.lifecycle.providers import provider_for
+from jackin.transport.remote import gather
+from jackin.spec import Inventory
+from jackin.spec.models import FleetSpec, NetworkPolicy
+from jackin.transport.target import SshTarget
+from jackin.plan.ttl import TtlStatus
+from jackin.plan.ttl import line as ttl_text
+
+SAMPLE = 0.1  # seconds: the shortest window CPU is measured over (see status_command)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AgentStatus(_Model):
+    instance: str
+    container: str
+    state: str
+    uid: int | None = None
+    network: str | None = None
+    uptime: float | None = None
+    cpu_percent: float | None = None
+    memory: int | None = None
+    memory_limit: int | None = None
+    restarts: int = 0
+    error: str | None = None
+    egress: str | None = None  # the policy's mode
+    enforcement: str | None = None  # full, or partial: reasons
+    drops: int | None = None  # packets the policy dropped since it was applied
+    drops_new: int | None = None  # ... since the last fleet.status
+    agent_state: AgentState | None = None  # what the agent is doing (jackin/agents/state.py); None: not read
+
+
+class HostStatus(_Model):
+    host: str
+    address: str
+    port: int
+    reachable: bool
+    error: str | None = None
+    policy_loaded: bool | None = None  # is the fleet's nftables table in the kernel?
+    policy: str | None = None  # enforced, lockdown, missing, altered, unverified, failed; unknown: no guard
+    guard: str | None = None  # the guard service (systemctl is-active): active, inactive, failed...
+    guard_timer: str | None = None  # its backstop timer
+    not_enforced: str | None = None  # why the agents' egress policy is not enforced here; None if it is
+    ttl_timer: str | None = None  # the time-to-live's timer (systemctl is-active; inactive: none here)
+    agents: list[AgentStatus] = Field(default_factory=list)
+
+
+class FleetStatus(_Model):
+    fleet: str
+    at: float
+    hosts: list[HostStatus]
+    agent_states: dict[str, int] = Field(default_factory=dict)  # agents per state, over every host read
+    rollup: str | None = None  # "4 agents: 1 blocked, 2 working, 1 done"
+    ttl: TtlStatus | None = None  # the time-to-live: the time left (jackin/plan/ttl.py)
+
+
+# One ``docker inspect`` line per container feeds both reads (the status row and the agent state):
+# tab-separated, every free-text field JSON (Docker escapes tabs and newlines in it), so a line is
+# one container whatever its error or health output holds. The shell reads fields 1, 3, 4 and 6.
+INSPECT_FORMAT = ('{{.Id}}\t{{.RestartCount}}\t{{json .Config.User}}\t{{json (index .Config.Labels "jackin.agent")}}'
+                  "\t{{json .State}}\t{{.State.Pid}}\t{{json .Name}}\t{{json .HostConfig.NetworkMode}}"
+                  "\t{{.HostConfig.Memory}}")  # fmt: skip
+INSPECT_FIELDS = 9
+
+# CPU in nanoseconds and memory in bytes of each pid's container cgroup (v2, else v1), in one awk
+# for every pid given: one line "<pid> <cpu> <mem>" each (empty fields when unreadable).
+SAMPLE_AWK = r"""function one(f,  v) { if ((getline v < f) <= 0) v = ""; close(f); return v }
+BEGIN { for (i = 1; i < ARGC; i++) { p = ARGV[i]; f = "/proc/" p "/cgroup"; cg = m = c = cpu = mem = ""
+  while ((getline l < f) > 0) {
+    if (l ~ /^0::/) cg = substr(l, 4)
+    else if (sub(/^[0-9]*:memory:/, "", l)) m = l
+    else if (sub(/^[0-9]*:[^:]*cpuacct[^:]*:/, "", l)) c = l }
+  close(f); st = "/sys/fs/cgroup" cg "/cpu.stat"
+  if ((r = (getline l < st)) >= 0) {
+    for (; r > 0; r = (getline l < st))
+      if (l ~ /^usage_usec/) { split(l, a, " "); cpu = sprintf("%.0f", a[2] * 1000) }
+    close(st); mem = one("/sys/fs/cgroup" cg "/memory.current")
+  } else {
+    cpu = one("/sys/fs/cgroup/cpuacct" c "/cpuacct.usage"); mem = one("/sys/fs/cgroup/memory" m "/memory.usage_in_bytes")
+  }
+  print p, cpu, mem } }"""
+
+
+# The same lines from the daemon's socket in one perl process (``jackin.facts.dockerapi``: ~25 ms of a
+# host's CPU less per docker CLI start saved): the fleet's containers by label, each one's inspect
+# document, and from it the INSPECT_FORMAT fields. ``fields`` splits a JSON object into its members'
+# raw texts (strings kept whole, nesting counted), so every free-text field stays the JSON Docker
+# wrote; numbers that are not plain digits read 0. A container gone before its inspect is skipped;
+# a daemon that does not answer the list exits 1 (``##docker`` / ``down``), as ``docker ps`` failing.
+STATUS_READ = dockerapi.PRELUDE + r"""my $S = qr/"(?:[^"\\]++|\\.)*+"/s;
+sub skip { for ($_[0]) { /\G\s*/gc; return 1 if /\G$S/gc;
+    if (/\G[\{\[]/gc) { my $d = 1;
+      while ($d) { if (/\G$S/gc || /\G[^"\{\}\[\]]+/gc) {} elsif (/\G[\{\[]/gc) { $d++ } elsif (/\G[\}\]]/gc) { $d-- } else { return 0 } }
+      return 1 }
+    return /\G[^,\}\]\s]+/gc ? 1 : 0 } }
+sub fields { my $t = shift; my %h; defined $t && $t =~ /\G\s*\{/gc or return ();
+  while ($t =~ /\G\s*($S)\s*:\s*/gc) { my ($k, $at) = ($1, pos $t); skip($t) or last;
+    $h{$k} = substr($t, $at, pos($t) - $at); $t =~ /\G\s*,/gc }
+  return %h }
+sub num { my $v = shift; return defined $v && $v =~ /\A[0-9]+\z/ ? $v : 0 }
+my ($c, $list) = get("/containers/json?all=1&filters=" . label_filter($ARGV[0]));
+exit 1 unless $c == 200;
+for my $id ($list =~ /"Id":\s*"([0-9a-f]{64})"/g) {
+  my ($code, $doc) = get("/containers/$id/json"); next unless $code == 200;
+  my %d = fields($doc); my %st = fields($d{'"State"'}); my %cf = fields($d{'"Config"'});
+  my %lb = fields($cf{'"Labels"'}); my %hc = fields($d{'"HostConfig"'});
+  my @row = ($id, num($d{'"RestartCount"'}), $cf{'"User"'} // '""', $lb{'"jackin.agent"'} // "null", $d{'"State"'} // "{}",
+    num($st{'"Pid"'}), $d{'"Name"'} // '""', $hc{'"NetworkMode"'} // '""', num($hc{'"Memory"'}));
+  tr/\t\r\n/   / for @row;  # only JSON's own whitespace can be a raw tab or newline: a row stays one line
+  print join("\t", @row), "\n" }
+"""
+
+
+def _inspect(fleet: str) -> str:
+    """Shell: ``$info``, one INSPECT_FORMAT line per container of ``fleet`` (one perl process on the
+    daemon's socket, else two docker calls); ``##docker`` / ``down`` when the engine does not answer."""
+    label = shlex.quote(f"label=jackin.fleet={fleet}")
+    return (f"info=; if {dockerapi.USABLE}; then "
+            f"info=$(perl -e {shlex.quote(STATUS_READ)} {shlex.quote(fleet)}) || {{ info=; echo '##docker'; echo down; }}; "
+            f"elif ids=$(docker ps -aq --no-trunc --filter {label}); then "
+            f"[ -z \"$ids\" ] || info=$(docker inspect --format {shlex.quote(INSPECT_FORMAT)} $ids); "
+            "else echo '##docker'; echo down; fi; ")  # fmt: skip
+
+
+def status_command(fleet: str, *, inside: str = "") -> str:
+    """The status read: sections ``##rows`` (INSPECT_FORMAT lines), ``##1``/``##2`` (the CPU samples,
+    each with its host clock ``@ns``), ``##drops`` (``nft list counters``), ``##table`` (``loaded``),
+    ``##guard`` (systemctl is-active: guard service, its timer, the time-to-live's timer) and
+    ``##policy`` (the guard's verify). ``inside``: more shell run within the CPU window."""
+    table = shlex.quote(f"jackin-{fleet}")
+    units = [f"jackin-nft-guard-{fleet}.service", f"jackin-nft-check-{fleet}.timer", f"jackin-ttl-{fleet}.timer"]
+    checks = (f"echo '##drops'; nft list counters table inet {table} 2>/dev/null && {{ echo '##table'; echo loaded; }}; "
+              f"echo '##guard'; systemctl is-active {' '.join(map(shlex.quote, units))} 2>/dev/null; "
+              f"echo '##policy'; [ -x {GUARD} ] && {GUARD} verify {shlex.quote(fleet)} 2>/dev/null; ")  # fmt: skip
+    # The CPU window opens after the container rows and closes after the policy checks (and ``inside``),
+    # which run inside it; only what is left of SAMPLE is slept. Each sample carries its clock (@ns):
+    # CPU is over the real window.
+    window = (f"smp={shlex.quote(SAMPLE_AWK)}; t1=$(date +%s%N); echo '##1'; echo \"@$t1\"; "
+              f"[ -z \"$pids\" ] || awk \"$smp\" $pids; {checks}{inside}"
+              f"if [ -n \"$pids\" ]; then r=$(( {int(SAMPLE * 1e9)} - $(date +%s%N) + t1 )); "
+              "[ \"$r\" -le 0 ] || sleep \"$(printf '0.%09d' \"$r\")\"; "
+              "echo '##2'; echo \"@$(date +%s%N)\"; awk \"$smp\" $pids; fi")  # fmt: skip
+    return (f"date +%s.%N; pids=; {_inspect(fleet)}echo '##rows'; [ -z \"$info\" ] || "
+            "{ printf '%s\\n' \"$info\"; pids=$(printf '%s\\n' \"$info\" | awk -F'\\t' '$6 > 0 {print $6}'); }; "
+            f"{window}")  # fmt: skip
+
+
+DOCKER_DOWN = "the Docker engine does not answer (docker ps failed): the agents' state is unknown"
+POLICY_STATES = ("enforced", "lockdown", "missing", "altered", "unverified", "failed")
+WHY = {
+    "lockdown": "the lockdown table is loaded instead of the policy (it did not load)",
+    "missing": "table {table} is not loaded",
+    "altered": "table {table} differs from the one loaded (a rule or chain changed)",
+    "unverified": "table {table} was not loaded by jackin (nothing to compare it with)",
+    "failed": "neither the policy nor the lockdown table loads",
+    "unknown": "the guard is not installed",
+}
+
+
+def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, object]]:
+    """(host time, agents, the host's policy fields of HostStatus)."""
+    now, agents = parse_status(output)
+    sections = _sections(output)
+    guard = sections.get("guard", [])
+    policy = next((s for s in sections.get("policy", []) if s in POLICY_STATES), "unknown")
+    fields: dict[str, object] = {
+        "policy_loaded": "\n##table\nloaded" in output, "policy": policy,
+        "guard": guard[0] if guard else "unknown", "guard_timer": guard[1] if len(guard) > 1 else "unknown",
+    }  # fmt: skip
+    fields["ttl_timer"] = guard[2] if len(guard) > 2 else None  # the time-to-live's timer
+    if "docker" in sections:  # the host answered, its Docker engine did not: its agents are unknown, not absent
+        fields["error"] = DOCKER_DOWN
+    return now, agents, fields
+
+
+def not_enforced(fleet: str, host: HostStatus) -> str | None:
+    """Why the egress policy of this host's agents is not enforced, or None (also with no agents)."""
+    if not host.reachable or not host.agents:
+        return None
+    reasons = []
+    if host.policy != "enforced":
+        reasons.append(WHY.get(host.policy or "unknown", WHY["unknown"]).format(table=f"jackin-{fleet}"))
+    if host.guard != "active":
+        reasons.append(f"the guard (jackin-nft-guard-{fleet}) is {host.guard or 'unknown'}")
+    if host.guard_timer != "active":
+        reasons.append(f"the guard's backstop timer (jackin-nft-check-{fleet}.timer) is {host.guard_timer or 'unknown'}")
+    return "; ".join(reasons) + " (run fleet.up to restore it)" if reasons else None
+
+
+def _sections(output: str) -> dict[str, list[str]]:
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in output.split("\n"):
+        if line.startswith("##"):
+            current = sections.setdefault(line[2:].strip(), [])
+        elif current is not None and line.strip():
+            current.append(line.strip())
+    return sections
+
+
+def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
+    lines = output.split("\n")
+    now = float(lines[0]) if lines and lines[0].replace(".", "", 1).isdigit() else time.time()
+    sections: dict[str, list[str]] = {"rows": []}
+    current = "rows"
+    for line in lines[1:]:
+        if line.startswith("##"):
+            current = line[2:].strip()
+            sections.setdefault(current, [])
+        elif line.strip():
+            sections[current].append(line)
+    drops = _drops(sections.get("drops", []))
+    samples: dict[str, dict[str, tuple[int, int]]] = {"1": {}, "2": {}}
+    clock: dict[str, int] = {}  # each sample's host clock in ns (@ns), when the read printed it
+    for key in samples:
+        for line in sections.get(key, []):
+            if line.startswith("@") and line[1:].strip().isdigit():
+                clock[key] = int(line[1:])
+            parts = line.split()
+            if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+                samples[key][parts[0]] = (int(parts[1]), int(parts[2]))
+    agents = []
+    for line in sections["rows"]:
+        try:
+            row = Inspected.of(line)
+        except ValueError:  # not a line of docker inspect: no container (the agent read says why, if it fails)
+            continue
+        state, pid = row.state, str(row.pid)
+        uptime = None
+        if state.get("Status") == "running" and row.started and not row.started.startswith("0001"):
+            uptime = max(0.0, now - _parse_time(row.started))
+        cpu = mem = None
+        if pid in samples["1"] and pid in samples["2"]:
+            window = clock["2"] - clock["1"] if len(clock) == 2 and clock["2"] > clock["1"] else SAMPLE * 1e9
+            cpu = round((samples["2"][pid][0] - samples["1"][pid][0]) / window * 100, 1)
+            mem = samples["2"][pid][1]
+        uid = row.user.split(":")[0]
+        agents.append(
+            AgentStatus(
+                instance=row.instance or row.name.lstrip("/"), container=row.name.lstrip("/"),
+                state=str(state.get("Status") or ""), uid=int(uid) if uid.isdigit() else None,
+                network=row.network or None, uptime=uptime, cpu_percent=cpu, memory=mem,
+                memory_limit=row.memory or None, restarts=row.restarts, error=str(state.get("Error") or "") or None,
+                drops=drops.get(ident(row.instance)) if drops else None,
+            )  # fmt: skip
+        )
+    agents.sort(key=lambda a: a.instance)
+    return now, agents
+
+
+class Inspected(_Model):
+    """One INSPECT_FORMAT line: what both reads know of a container."""
+
+    id: str
+    restarts: int
+    user: str  # "uid:gid" as configured ("" when none)
+    instance: str  # its jackin.agent label ("" when none)
+    state: dict[str, Any]  # Docker's State: Status, ExitCode, StartedAt, Error, Health...
+    pid: int
+    name: str
+    network: str
+    memory: int
+
+    @property
+    def started(self) -> str:
+        return str(self.state.get("StartedAt") or "")
+
+    @classmethod
+    def of(cls, line: str) -> Inspected:
+        """Parsed, or ValueError (also for JSON of the wrong type: pydantic's ValidationError is one)."""
+        fields = line.split("\t")
+        if len(fields) != INSPECT_FIELDS:
+            raise ValueError(f"{len(fields)} fields, not {INSPECT_FIELDS}")
+        cid, restarts, user, label, state, pid, name, network, memory = fields
+        return cls(id=cid, restarts=int(restarts), user=json.loads(user) or "", instance=json.loads(label) or "",
+                   state=json.loads(state), pid=int(pid), name=json.loads(name), network=json.loads(network) or "",
+                   memory=int(memory))  # fmt: skip
+
+
+def _drops(lines: list[str]) -> dict[str, int]:
+    """Packets each agent's drop counter counted, by its nftables ident, from ``nft list counters``."""
+    drops, name = {}, ""
+    for line in lines:
+        words = line.split()
+        if len(words) >= 2 and words[0] == "counter":
+            name = words[1]
+        elif len(words) >= 2 and words[0] == "packets" and words[1].isdigit() and name.startswith("drops_"):
+            drops[name[len("drops_") :]] = int(words[1])
+    return drops
+
+
+def _parse_time(text: str) -> float:
+    # Docker prints RFC 3339 with nanoseconds: 2026-12-02T16:40:01.123456789Z
+    head, _, frac = text.rstrip("Z").partition(".")
+    return datetime.fromisoformat(head + "+00:00").timestamp() + float("0." + (frac or "0")[:6])
+
+
+def fleet_status(fleet: str, targets: list[SshTarget], *, timeout: float = 8,
+                 stale_after: Mapping[str, float] | None = None) -> FleetStatus:  # fmt: skip
+    """``stale_after``: per instance, its role's seconds without a heartbeat before it is stuck."""
+    parse = partial(parse_host_status_with_agents, stale_after=stale_after or {})
+    results = gather(targets, status_with_agents_command(fleet), parse, timeout=timeout)
+    hosts = []
+    for target in targets:
+        result = results[target.name]
+        if isinstance(result, JackinError):  # a failed read on a host that answered is not "unreachable"
+            hosts.append(HostStatus(host=target.name, address=target.address, port=target.port,
+                                    reachable=not isinstance(result, ConnectError), error=result.message))  # fmt: skip
+        else:
+            host = HostStatus(host=target.name, address=target.address, port=target.port,
+                              reachable=True, agents=result[1], **result[2])  # fmt: skip
+            host.not_enforced = not_enforced(fleet, host)
+            hosts.append(host)
+    return fill_rollup(FleetStatus(fleet=fleet, at=time.time(), hosts=hosts))
+
+
+# --- fleet.status: the read, with what the operator's side knows -------------------------------
+#
+# Here rather than in jackin.lifecycle.fleet: fleet.status loads neither the fleet API nor the models of
+# fleet.up's results (snapshots, host plans, the engine's protocol) it does not need.
+
+
+def read(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
+    """Hosts × agents of the fleet; never brings a lab up and never hangs on a dead host.
+
+    Each agent also shows its egress mode and what is enforced (from the spec last applied on its
+    host, which after a ``fleet.rollback`` is not the file's), and how many packets
+    its policy dropped in all and since the last ``status`` (kept in the state dir).
+    """
+    spec = inventory.fleet
+    result = fleet_status(spec.name, provider_for(inventory).targets(bring_up=False), timeout=timeout,
+                          stale_after=derivation.stale_after(spec))  # fmt: skip
+    applied_there = in_place(spec.name, [h.host for h in result.hosts])  # after a rollback: not the file's
+    seen_file = private_dir(state_dir() / "fleets" / spec.name) / "drops.json"
+    try:
+        seen = json.loads(seen_file.read_text())
+    except (OSError, ValueError):
+        seen = {}
+    for host in result.hosts:
+        policies = _policies(applied_there.get(host.host, spec))
+        for agent in host.agents:
+            policy = policies.get(agent.instance)
+            if policy is not None:
+                level, reasons = firewall.enforcement(policy)
+                agent.egress = policy.mode
+                agent.enforcement = level + (": " + "; ".join(reasons) if reasons else "")
+                if host.not_enforced:
+                    agent.enforcement = f"NOT ENFORCED: {host.not_enforced}"
+            if agent.drops is not None:
+                before = seen.get(host.host, {}).get(agent.instance, 0)
+                agent.drops_new = agent.drops - before if agent.drops >= before else agent.drops
+                seen.setdefault(host.host, {})[agent.instance] = agent.drops
+    seen_file.write_text(json.dumps(seen))
+    result.ttl = ttl.status(spec)  # the time left (from the ledger; each host's timer is in its HostStatus)
+    return result
+
+
+def _policies(spec: FleetSpec) -> dict[str, NetworkPolicy]:
+    """Each instance's egress policy under ``spec``."""
+    return {instance: spec.agent_network(next(a for a in spec.agents if a.name == agent))
+            for agent, instance in instances(spec)}  # fmt: skip
+
+
+# --- agent state (issue 10): what each agent is doing ---------------------------------------------
+#
+# Inside the status read's CPU window (one round trip per host, the same docker inspect lines) and
+# read alone by fleet.wait each poll. Per container: its INSPECT_FORMAT line (state, exit code,
+# restarts, health with its last output), and the status file read AS THE
+# AGENT (setpriv to the container's uid:gid, never root following the agent's path), capped, base64
+# so that NULs, newlines or a "##" line in it cannot reach the section parser. Derivation: jackin/agents/state.py.
+
+STATUS_FILE = ".jackin/status.json"  # the status file, under the agent's workspace (/workspace in its container)
+
+
+def agents_command(fleet: str, *, root: str = ROOT) -> str:
+    """The agent-state read of ``fleet``'s containers on one host: sections ``##agents-now`` (the
+    host's clock), ``##agents`` (one INSPECT_FORMAT line per container) and ``##agent-files`` (``<id>
+    <base64 of the status file's first MAX_STATUS+1 bytes>`` or ``<id> -``). A uid or gid below 1000,
+    or an instance label that is not a plain name, is never read (``-``)."""
+    return (f"echo '##agents-now'; date +%s; {_inspect(fleet)}[ -n \"$info\" ] || exit 0; "
+            f"echo '##agents'; printf '%s\\n' \"$info\"; {agent_files(fleet, root=root)}")  # fmt: skip
+
+
+def agent_files(fleet: str, *, root: str = ROOT) -> str:
+    """Shell: ``##agent-files`` for the containers in ``$info`` (INSPECT_FORMAT lines): each status
+    file read as its agent (uid and gid from the container's user, both numeric and >= 1000; the
+    instance from its label, a plain name), never as root."""
+    path = f'{shlex.quote(f"{root}/{fleet}")}/"$inst"/workspace/{STATUS_FILE}'
+    return (
+        "echo '##agent-files'; printf '%s\\n' \"$info\" | while IFS='\t' read -r id _r user inst rest; do "
+        # user and inst are JSON strings: only "..." is taken, its quotes removed (anything escaped fails below)
+        'case "$user" in \\"*\\") user=${user#\\"}; user=${user%\\"};; *) user=-;; esac; '
+        'case "$inst" in \\"*\\") inst=${inst#\\"}; inst=${inst%\\"};; *) inst=-;; esac; '
+        'u=${user%%:*}; g=${user#*:}; ok=1; '
+        'case "$u" in ""|*[!0-9]*) ok=;; esac; case "$g" in ""|*[!0-9]*) ok=;; esac; '
+        'case "$inst" in ""|-*|*[!a-z0-9-]*) ok=;; esac; '
+        '{ [ -n "$ok" ] && [ "$u" -ge 1000 ] && [ "$g" -ge 1000 ]; } || { echo "$id -"; continue; }; '
+        f'b=$(setpriv --reuid="$u" --regid="$g" --clear-groups -- head -c {derivation.MAX_STATUS + 1} -- {path} '
+        '2>/dev/null | base64 -w0); echo "$id ${b:--}"; done; '
+    )
+
+
+def parse_agents(output: str, *, section: str = "agents") -> dict[str, AgentFacts]:
+    """Per instance, the facts ``agents_command`` printed (none when the fleet has no container there).
+    A line Docker printed that does not parse fails the host's read (JackinError): it is not the agent's.
+    ``section``: where the INSPECT_FORMAT lines are (``rows`` in the combined read, which prints them once)."""
+    sections = _sections(output)
+    now_lines = sections.get("agents-now", [])
+    if len(now_lines) != 1 or not now_lines[0].isdigit():
+        raise JackinError(f"agent state read: no host clock in the output ({now_lines[:1]!r})")
+    now = float(now_lines[0])
+    files: dict[str, bytes | None] = {}
+    for line in sections.get("agent-files", []):
+        cid, _, data = line.partition(" ")
+        try:
+            files[cid] = None if data == "-" else base64.b64decode(data, validate=True) or None
+        except (binascii.Error, ValueError):
+            raise JackinError(f"agent state read: status file of container {cid[:12]} is not base64") from None
+    found: dict[str, AgentFacts] = {}
+    for line in sections.get(section, []):
+        instance, facts = _agent_row(line, now, files)
+        if instance:
+            found[instance] = facts
+    return found
+
+
+def _agent_row(line: str, now: float, files: Mapping[str, bytes | None]) -> tuple[str | None, AgentFacts]:
+    """(instance, facts) of one ``INSPECT_FORMAT`` line."""
+    try:
+        row = Inspected.of(line)
+        state, health = row.state, row.state.get("Health") or {}
+        log = health.get("Log") or []
+        facts = AgentFacts(
+            container=str(state["Status"]), exit_code=int(state["ExitCode"]), restarts=row.restarts,
+            health=str(health.get("Status") or "none"), now=now, status=files.get(row.id), user=row.user or None,
+            health_output=str(log[-1].get("Output", "")) if log else None,
+        )  # fmt: skip
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise JackinError(f"agent state read: a line of docker inspect does not parse ({type(error).__name__})") from None
+    return row.instance or None, facts
+
+
+def agent_states(facts: Mapping[str, AgentFacts], stale_after: Mapping[str, float]
+                 ) -> dict[str, AgentState]:  # fmt: skip
+    """Each instance's derived state, with its role's ``stale_after`` (default derivation.STALE_AFTER)."""
+    return {i: derivation.derive(f, stale_after=stale_after.get(i, derivation.STALE_AFTER)) for i, f in facts.items()}
+
+
+def parse_host_status_with_agents(output: str, *, stale_after: Mapping[str, float]
+                                  ) -> tuple[float, list[AgentStatus], dict[str, object]]:  # fmt: skip
+    """``parse_host_status`` with each agent's ``agent_state`` filled in from the appended read (a read
+    that does not parse leaves the host's other columns and makes its agents ``unknown``, saying why)."""
+    now, agents, fields = parse_host_status(output)
+    if "docker" in _sections(output) or not agents:
+        return now, agents, fields
+    try:
+        states = agent_states(parse_agents(output, section="rows"), stale_after)
+    except JackinError as error:  # the rest of the host's status still stands
+        states = {a.instance: AgentState(state="unknown", message=error.message) for a in agents}
+    for agent in agents:
+        agent.agent_state = states.get(agent.instance) or AgentState(
+            state="unknown", message="container not in the agent state read (removed meanwhile?)")
+    return now, agents, fields
+
+
+def status_with_agents_command(fleet: str, *, root: str = ROOT) -> str:
+    """The status read with the agent-state read inside its CPU window (one round trip): the agent
+    sections of ``agents_command`` but ``##agents``, whose lines are the ``##rows`` already printed."""
+    agents = f"echo '##agents-now'; date +%s; [ -z \"$info\" ] || {{ {agent_files(fleet, root=root)}}}; "
+    return status_command(fleet, inside=agents)
+
+
+def fill_rollup(status: FleetStatus) -> FleetStatus:
+    """``agent_states`` (count per state) and ``rollup`` (one line) over every agent read."""
+    states = [a.agent_state.state for h in status.hosts for a in h.agents if a.agent_state]
+    status.agent_states = {s: states.count(s) for s in derivation.STATES if s in states}
+    status.rollup = derivation.rollup(states)
+    return status
+
+
+# --- the time-to-live ------------------------------------------------------------------
+
+
+def ttl_line(status: FleetStatus) -> str | None:
+    """The line fleet.status prints about the time left (None: status read without it)."""
+    if status.ttl is None:
+        return None
+    timers = {h.host: h.ttl_timer or "unknown" for h in status.hosts if h.reachable} if status.ttl.ttl else None
+    return ttl_text(status.fleet, status.ttl, timers)

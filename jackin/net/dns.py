@@ -1,0 +1,206 @@
+"""The filtering resolver: one dnsmasq per agent that has domain entries (allowlist mode).
+
+An agent resolves names only through its own filter, which listens on the agent's
+bridge and nowhere else. The filter answers for the agent's allowlisted names only,
+exactly those names and not their subdomains (``github.com`` allows ``github.com``,
+not ``<data>.github.com``), forwarding them to the spec's ``dns`` servers, or to the
+host's own resolvers when the spec names none (the ``nameserver`` lines of
+``/etc/resolv.conf``, read when the policy is applied: ``servers_command``). dnsmasq
+never gets default servers (``no-resolv``): with them, it forwarded every name.
+Every other query is answered NXDOMAIN on the host and never forwarded, so
+nothing an agent writes into a name reaches any upstream.
+
+Every IPv4 address the filter answers (CNAME chains included) goes into that
+entry's nftables set (dnsmasq's ``nftset``), so a domain entry allows exactly the
+addresses the agent was given, at once. The filter caches nothing, so every
+answer passes through the set again (after the table is reloaded, too), and the
+TTL it hands out is at most ``MAX_TTL`` seconds so clients come back soon.
+
+Files (all from the plan, pure text here):
+
+    /etc/jackin/dns/<fleet>/<instance>.conf            the agent's dnsmasq configuration
+    /etc/jackin/dns/<fleet>/<instance>.servers         its upstreams, from the host (no dns in the spec)
+    /etc/systemd/system/jackin-dns-<fleet>@.service    one filter per agent: @<instance>
+    /etc/systemd/system/jackin-dns-<fleet>.target      wants every filter of the fleet; enabled
+
+Queries are logged per agent: ``journalctl -t jackin-dns-<fleet>-<instance>``.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from jackin.net import firewall
+from jackin.plan.fleet import AgentPlan, FleetPlan
+
+DNS_DIR = "/etc/jackin/dns"
+UNIT_DIR = "/etc/systemd/system"
+DNSMASQ = "/usr/sbin/dnsmasq"
+HOST_RESOLV = "/etc/resolv.conf"
+MAX_TTL = 60
+
+
+def conf_dir(fleet: str) -> str:
+    return f"{DNS_DIR}/{fleet}"
+
+
+def conf_path(agent: AgentPlan) -> str:
+    return f"{conf_dir(agent.fleet)}/{agent.instance}.conf"
+
+
+def servers_path(agent: AgentPlan) -> str:
+    return f"{conf_dir(agent.fleet)}/{agent.instance}.servers"
+
+
+def template(fleet: str) -> str:
+    return f"jackin-dns-{fleet}@.service"
+
+
+def target(fleet: str) -> str:
+    return f"jackin-dns-{fleet}.target"
+
+
+def instance_unit(agent: AgentPlan) -> str:
+    return f"jackin-dns-{agent.fleet}@{agent.instance}.service"
+
+
+def filtered(plan: FleetPlan) -> list[AgentPlan]:
+    """The agents that resolve through a filter (allowlist mode with at least one domain entry)."""
+    return [a for a in plan.agents if a.dns_filter]
+
+
+def _names(agent: AgentPlan) -> dict[str, list[str]]:
+    """Each allowlisted name of the agent, with its sets (a name with several ports has several)."""
+    sets: dict[str, list[str]] = {}
+    for set_name, name in firewall.domain_sets(agent):
+        sets.setdefault(name, []).append(set_name)
+    return sets
+
+
+def config(agent: AgentPlan) -> str:
+    """The dnsmasq configuration of one agent's filter."""
+    sets = _names(agent)
+    table = firewall.table_name(agent.fleet)
+    lines = [
+        f"# jackin fleet {agent.fleet}, agent {agent.instance}: the only resolver this agent can reach.",
+        "# Answers the allowlisted names below (exactly these names), puts every address it answers",
+        "# into the agent's nftables sets, and answers NXDOMAIN for anything else, never forwarding it.",
+        f"interface={agent.bridge}",
+        "except-interface=lo",
+        "bind-dynamic",
+        "no-hosts",
+        "no-resolv",  # no default servers: only the names below are ever forwarded
+        "cache-size=0",
+        f"max-ttl={MAX_TTL}",
+        "log-queries",
+        "log-facility=-",
+    ]
+    if not agent.policy.dns:
+        lines.append(f"servers-file={servers_path(agent)}")  # server=/<name>/<host resolver> lines
+    for name, set_names in sets.items():
+        lines += [f"server=/{name}/{upstream}" for upstream in agent.policy.dns]
+        lines.append(f"local=/*.{name}/")  # subdomains are not the allowlisted name
+        lines.append(f"nftset=/{name}/" + ",".join(f"4#inet#{table}#{s}" for s in set_names))
+    lines.append("address=/#/")
+    return "\n".join(lines) + "\n"
+
+
+def units(plan: FleetPlan) -> dict[str, str]:
+    """The per-agent filter template and the fleet's target that wants every filter."""
+    fleet = plan.fleet
+    service = f"""[Unit]
+Description=jackin fleet {fleet}: filtering resolver of agent %i
+After=jackin-nft-{fleet}.service network.target
+Before=docker.service
+PartOf={target(fleet)}
+
+[Service]
+ExecStart={DNSMASQ} --keep-in-foreground --conf-file={conf_dir(fleet)}/%i.conf --pid-file
+Restart=on-failure
+RestartSec=2
+SyslogIdentifier=jackin-dns-{fleet}-%i
+"""
+    wants = " ".join(instance_unit(a) for a in filtered(plan))
+    fleet_target = f"""[Unit]
+Description=jackin fleet {fleet}: filtering resolvers of its agents
+{f"Wants={wants}" if wants else "# no agent of this fleet resolves names"}
+
+[Install]
+WantedBy=multi-user.target
+"""
+    return {f"{UNIT_DIR}/{template(fleet)}": service, f"{UNIT_DIR}/{target(fleet)}": fleet_target}
+
+
+def servers_command(agent: AgentPlan) -> str:
+    """Shell: write the agent's servers file from the host's resolv.conf (each allowlisted name to
+    each ``nameserver``), for an agent whose spec names no dns servers."""
+    program = ('FNR == NR { if ($1 == "nameserver") ns[++k] = $2; next } '
+               '{ for (i = 1; i <= k; i++) print "server=/" $0 "/" ns[i] }')  # fmt: skip
+    names = " ".join(shlex.quote(name) for name in _names(agent))
+    path = servers_path(agent)
+    return f"printf '%s\\n' {names} | awk {shlex.quote(program)} {HOST_RESOLV} - > {path}.tmp && mv {path}.tmp {path}"
+
+
+def files(plan: FleetPlan) -> dict[str, str]:
+    """Every file of the fleet's filters, by path (part of the firewall bundle)."""
+    return {**{conf_path(a): config(a) for a in filtered(plan)}, **units(plan)}
+
+
+def owned_paths(fleet: str) -> list[str]:
+    """What the filters leave on a host (the configuration directory as a whole)."""
+    return [conf_dir(fleet), f"{UNIT_DIR}/{template(fleet)}", f"{UNIT_DIR}/{target(fleet)}"]
+
+
+LEGACY_UNITS = ("jackin-nft-resolve-{fleet}.timer", "jackin-nft-resolve-{fleet}.service")
+
+
+def legacy_paths(fleet: str) -> set[str]:
+    """What the host-side resolver of earlier versions left: its units and its domain list."""
+    return {f"{UNIT_DIR}/{u.format(fleet=fleet)}" for u in LEGACY_UNITS} | {f"{firewall.NFT_DIR}/{fleet}.domains"}
+
+
+def apply_commands(plan: FleetPlan, present: list[str]) -> list[str]:
+    """After the table is loaded and the units reloaded (the target already enabled, with the
+    policy's units: ``jackin.operations.firewall``): (re)start the plan's filters, stop the rest,
+    and retire the host-side resolver of earlier versions (``present``: the fleet's files on the host)."""
+    fleet = plan.fleet
+    keep = [a.instance for a in filtered(plan)]
+    pattern = shlex.quote(f"jackin-dns-{fleet}@*")
+    commands = []
+    # Exact names: the guard's own check timer also ends in .timer, and it must survive a re-apply.
+    legacy = [p for p in present if p in legacy_paths(fleet)]
+    if legacy:
+        units_ = " ".join(u.format(fleet=fleet) for u in LEGACY_UNITS)
+        commands += [
+            f"systemctl disable --now --quiet {units_} 2>/dev/null || true",
+            "rm -f " + " ".join(shlex.quote(p) for p in legacy),
+            f"ls {firewall.NFT_DIR}/*.domains >/dev/null 2>&1 || rm -f {firewall.RESOLVER}",
+            "rmdir /usr/local/lib/jackin 2>/dev/null || true",
+            "systemctl daemon-reload",
+        ]
+    stale = "".join(f" ! -name {shlex.quote(i + '.conf')} ! -name {shlex.quote(i + '.servers')}" for i in keep)
+    running = "|".join(instance_unit(a) for a in filtered(plan))
+    commands += [
+        f"[ ! -d {conf_dir(fleet)} ] || find {conf_dir(fleet)} -maxdepth 1 -type f{stale} -delete",
+        f"for u in $(systemctl list-units --all --plain --no-legend {pattern} | awk '{{print $1}}'); do "
+        f'case "$u" in {running + ") ;; " if running else ""}*) systemctl stop "$u" ;; esac; done',
+    ]
+    commands += [servers_command(a) for a in filtered(plan) if not a.policy.dns]
+    if keep:
+        commands.append("systemctl restart " + " ".join(instance_unit(a) for a in filtered(plan)))
+    commands.append(f"systemctl start {target(fleet)}")
+    return commands
+
+
+def remove_commands(fleet: str, present: list[str], *, disabled: bool = False) -> list[str]:
+    """Stop and remove the fleet's filters (before the generic removal of the fleet's files).
+    ``disabled``: the caller's own ``systemctl disable --now`` named the target already (one call)."""
+    if not any(p in present for p in owned_paths(fleet)):
+        return []
+    disable = [] if disabled else [f"systemctl disable --now --quiet {target(fleet)} 2>/dev/null || true"]
+    return [
+        *disable,
+        f"systemctl stop {shlex.quote(f'jackin-dns-{fleet}@*')} 2>/dev/null || true",
+        f"rm -rf --one-file-system {conf_dir(fleet)}",
+        f"rmdir {DNS_DIR} 2>/dev/null || true",
+    ]

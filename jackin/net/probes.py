@@ -1,0 +1,158 @@
+"""Looking at one agent's network boundary from inside: netcheck probes, denied destinations."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import shlex
+
+from pydantic import BaseModel, ConfigDict
+
+from jackin.net import firewall
+from jackin.plan import fleet as planning
+from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError, SpecError
+from jackin.transport.remote import HostError, gather
+from jackin.spec import Inventory
+from jackin.transport.target import SshTarget
+
+
+class Probe(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str
+    instance: str
+    target: str
+    port: int
+    result: str  # reachable, refused (the destination answered: not blocked), blocked, error, unreachable
+    detail: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        """0 for an answer (reachable, refused, blocked); 3 when the host was not reached; 1 when the probe failed."""
+        return {"unreachable": EXIT_CONNECT, "error": EXIT_FAILED}.get(self.result, EXIT_OK)
+
+
+class Denial(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str
+    instance: str
+    destination: str
+    port: int
+    expires: str
+
+
+class Denials(BaseModel):
+    """Every host's denials, and the hosts that could not be read (never dropped)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    denials: list[Denial]
+    errors: list[HostError]
+
+
+def instances(inventory: Inventory, agent: str) -> list[str]:
+    """``coder-1`` names one instance, ``coder`` every instance of that agent."""
+    all_instances = [i for _, i in planning.instances(inventory.fleet)]
+    if agent in all_instances:
+        return [agent]
+    matches = [i for a, i in planning.instances(inventory.fleet) if a == agent]
+    if not matches:
+        raise SpecError(f"no agent {agent!r} in fleet {inventory.fleet.name!r}",
+                        hint=f"expected one of: {', '.join(all_instances)}")  # fmt: skip
+    return matches
+
+
+def _check_target(target: str, port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise SpecError(f"--port expects 1 to 65535, got {port}")
+    if "%" in target:
+        raise SpecError(f"target {target!r}: scoped IPv6 addresses are not supported")
+    try:
+        ipaddress.ip_address(target)
+    except ValueError:
+        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", target):
+            raise SpecError(f"target {target!r} is not an IP address or a host name") from None
+
+
+def netcheck(inventory: Inventory, hosts: list[SshTarget], agent: str, target: str, port: int,
+             *, timeout: int = 3) -> list[Probe]:  # fmt: skip
+    """Probe ``target:port`` with TCP from inside each instance's container, on every host."""
+    _check_target(target, port)
+    names = instances(inventory, agent)
+    fleet = inventory.fleet.name
+    script = "; ".join(
+        f"echo '##{i}'; docker exec {shlex.quote(planning.user_name(fleet, i))} "
+        f"sh -c {shlex.quote(f'echo | timeout {timeout + 2} nc -w {timeout} {shlex.quote(target)} {port}')} "
+        f">/dev/null 2>/tmp/.jk-nc.$$; echo \"rc=$? $(tr '\\n' ' ' </tmp/.jk-nc.$$)\""
+        for i in names
+    ) + "; rm -f /tmp/.jk-nc.$$"
+
+    def parse(out: str) -> dict[str, tuple[str, str]]:
+        found, current = {}, None
+        for line in out.splitlines():
+            if line.startswith("##"):
+                current = line[2:]
+            elif current and line.startswith("rc="):
+                code, _, err = line[3:].partition(" ")
+                found[current] = _verdict(int(code), err.strip())
+        return found
+
+    results = gather(hosts, script, parse, timeout=timeout * len(names) + 15)
+    probes = []
+    for host in hosts:
+        found = results[host.name]
+        for instance in names:
+            if isinstance(found, JackinError):
+                result = "unreachable" if isinstance(found, ConnectError) else "error"
+                probes.append(Probe(host=host.name, instance=instance, target=target, port=port,
+                                    result=result, detail=found.message))  # fmt: skip
+            else:
+                result, detail = found.get(instance, ("error", "no answer"))
+                probes.append(Probe(host=host.name, instance=instance, target=target, port=port,
+                                    result=result, detail=detail))  # fmt: skip
+    return probes
+
+
+def _verdict(code: int, err: str) -> tuple[str, str]:
+    if code == 0:
+        return "reachable", ""
+    if "refused" in err.lower():
+        return "refused", "the destination answered (port closed): not blocked"
+    if "no such container" in err.lower() or "is not running" in err.lower():
+        return "error", err
+    return "blocked", err or f"no answer (exit {code})"
+
+
+def denials(inventory: Inventory, hosts: list[SshTarget], agent: str) -> Denials:
+    """Destinations the agent's policy denied in the last hour (from the policy's set), on
+    every host; a host that cannot be read is one of ``errors``, the others still count."""
+    names = instances(inventory, agent)
+    table = firewall.table_name(inventory.fleet.name)
+    script = "; ".join(
+        f"echo '##{i}'; nft list set inet {table} denied_{firewall.ident(i)} 2>/dev/null" for i in names
+    )
+
+    def parse(out: str) -> dict[str, list[tuple[str, int, str]]]:
+        found: dict[str, list[tuple[str, int, str]]] = {}
+        current = None
+        for line in out.splitlines():
+            if line.startswith("##"):
+                current = line[2:]
+                found[current] = []
+            elif current:
+                for addr, port, expires in re.findall(r"([0-9.]+) \. (\d+) (?:timeout \S+ )?expires (\S+?)[,\s}]", line + " "):
+                    found[current].append((addr, int(port), expires))
+        return found
+
+    results = gather(hosts, script, parse)
+    out, errors = [], []
+    for host in hosts:
+        found = results[host.name]
+        if isinstance(found, JackinError):
+            errors.append(HostError.of(host.name, found))
+            continue
+        for instance in names:
+            for addr, port, expires in found.get(instance, []):
+                out.append(Denial(host=host.name, instance=instance, destination=addr, port=port, expires=expires))
+    return Denials(denials=out, errors=errors)

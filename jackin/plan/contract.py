@@ -1,0 +1,585 @@
+"""The launch contract: what each agent will be able to reach, and what jackin does to each host.
+
+``build(inventory, plan, host_facts)`` resolves it from the spec and its plan (and, when they
+were read, the hosts' facts), pure: nothing here touches a host. Per agent: identity, every
+host path it sees, credentials (names and how they are delivered, never a value), network,
+Docker access, resources and residual risks; for the fleet: the host-side effects, the
+recovery and teardown posture. ``diff(old, new)`` gives the differences as human lines, in a
+stable order, so ``fleet.up`` can show what changed since the last contract it applied (kept in
+the ledger per run, ``run_contracts``) and ask before it goes on (``gate``).
+
+The JSON form is versioned (``schema_version``); its JSON schema is generated from these
+models and committed as ``docs/contract.schema.json`` (a unit test keeps the two equal).
+Bump ``SCHEMA_VERSION`` whenever a field is renamed, removed or changes meaning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from jackin.net import dns
+from jackin.net import firewall
+from jackin.plan import fleet as planning
+from jackin.agents.credentials import FILE_MODE
+from jackin.store.ledger import Ledger
+from jackin.plan.fleet import CREDENTIALS_TARGET, STATE_DIR, AgentPlan, FleetPlan
+from jackin.net.guard import DROPIN_DIR
+from jackin.snapshots.restic import SNAPSHOTS_ROOT, UPLOADED_RESTIC
+from jackin.spec import Inventory
+from jackin.spec.models import SnapshotPolicy
+
+SCHEMA_VERSION = 1
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "contract.schema.json"
+DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock",
+                  "/var/run/containerd/containerd.sock")  # fmt: skip
+ALWAYS_DENIED = [
+    "link-local addresses (169.254.0.0/16 with the metadata address, fe80::/10)",
+    "the other clouds' metadata addresses (168.63.129.16, 100.100.100.200, fd00:ec2::254)",
+    "every address of every host of the fleet",
+    "the host itself (sshd, the Docker API, any service), except DNS to the agent's own filter",
+    "other agents' bridges",
+    "private and reserved ranges not explicitly allowed by an entry inside them",
+]
+# jackin.operations.host.HARDENING's keys (that module loads pyinfra; a unit test keeps the two equal)
+DAEMON_KEYS = ["icc", "live-restore", "no-new-privileges", "userland-proxy"]
+HARDENING = ["every capability dropped", "no-new-privileges", "read-only root filesystem",
+             "/tmp a 64 MiB tmpfs (nosuid, nodev)", "Docker's default seccomp profile",
+             "its own uid:gid, never root", "logs capped at 3 x 10 MiB"]  # fmt: skip
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- per agent --------------------------------------------------------------------------------
+
+
+class Identity(_Model):
+    user: str  # the Unix user (and group) on every host of the fleet
+    uid: int
+    gid: int
+    home: str
+    workspace: str
+    container: str
+
+
+class MountTerm(_Model):
+    """A host path visible inside the agent's container."""
+
+    source: str  # on the host
+    target: str  # in the container
+    mode: Literal["ro", "rw"]
+    kind: Literal["workspace", "credentials", "spec", "work"]
+    acknowledged_credentials: bool = False  # a credential-like path the spec acknowledged
+
+
+class CredentialTerm(_Model):
+    """How one credential reaches the agent; its value is never part of a contract."""
+
+    name: str
+    delivery: Literal["file"] = "file"
+    host_path: str
+    container_path: str
+    mode: str = FILE_MODE
+    owner: str  # the agent's user
+    source: Literal["env", "file"]  # where the operator's machine keeps it
+
+
+class PublishTerm(_Model):
+    bind: str
+    host_port: int
+    port: int
+    protocol: Literal["tcp", "udp"]
+
+
+class NetworkTerm(_Model):
+    mode: Literal["none", "allowlist", "open"]
+    allowlist: list[str]  # the spec's entries (CIDR, host:port, domain[:port])
+    dns: list[str]  # the spec's resolvers (allowlist: the filter's upstreams only)
+    dns_filter: bool  # resolves through its own filtering resolver (domain entries)
+    publish: list[PublishTerm]
+    enforcement: Literal["full", "partial"]  # jackin.net.firewall.enforcement
+    enforcement_reasons: list[str]
+    always_denied: list[str]
+
+
+class DockerTerm(_Model):
+    access: Literal["none", "socket"]
+    detail: str
+    risk: str
+    apparmor: list[str] = []  # per host read: "h1: no AppArmor on this host", "h1: AppArmor: docker-default (enforce)"
+
+
+class ResourcesTerm(_Model):
+    """As applied in the container's ``docker run`` line."""
+
+    cpus: float
+    memory: int  # bytes; swap is not allowed beyond it (--memory-swap equal)
+    memory_swap: int
+    pids: int
+    hardening: list[str]
+
+
+class AgentContract(_Model):
+    instance: str
+    agent: str
+    role: str
+    image: str
+    identity: Identity
+    mounts: list[MountTerm]
+    credentials: list[CredentialTerm]
+    network: NetworkTerm
+    docker: DockerTerm
+    resources: ResourcesTerm
+    residual_risks: list[str]
+
+
+# --- per fleet --------------------------------------------------------------------------------
+
+
+class PackageTerm(_Model):
+    name: str
+    when: str
+
+
+class HostEffects(_Model):
+    """What ``fleet.up`` writes on each host of the fleet (deploys/fleet.py), the same on every host."""
+
+    packages: list[PackageTerm]
+    services: list[str]
+    files: list[str]
+    directories: list[str]
+    firewall_tables: list[str]
+    daemon_json_keys: list[str]  # merged into /etc/docker/daemon.json; the operator's other keys kept
+    users: list[str]
+    docker_objects: list[str]
+
+
+class RecoveryTerm(_Model):
+    engine: str
+    before_changes: bool
+    before_teardown: bool
+    keep: int
+    every: int | None  # seconds
+    checkpoints: Literal["off", "btrfs"]
+    checkpoint_size: int | None
+    max_freeze: int  # seconds: the longest a running agent is frozen for a restic backup (restic-only tier)
+    point_in_time: str  # how each agent's snapshot is one instant on this fleet's tier, and what it costs
+    last_snapshot: str | None  # the fleet's newest snapshot id in the ledger (informational: never diffed)
+    notes: list[str]
+
+
+class TeardownTerm(_Model):
+    ttl: int | None  # seconds, from the spec
+    ttl_enforced: bool
+    removes: list[str]
+    keeps: list[str]
+    keep_data_keeps: list[str]  # what fleet.down --keep-data leaves on the hosts
+    final_snapshot: str
+
+
+class HostFacts(_Model):
+    name: str
+    kernel: str | None = None
+    apparmor: bool | None = None  # the kernel's AppArmor is enabled; None: not read
+    apparmor_docker: str | None = None  # docker-default's mode when loaded (enforce, complain); None: not loaded
+
+    def apparmor_line(self) -> str:
+        """What confines a container on this host, as the contract's Docker and risk lines say it."""
+        if self.apparmor is None:
+            return f"{self.name}: AppArmor not checked"
+        if not self.apparmor:
+            return f"{self.name}: no AppArmor on this host"
+        if self.apparmor_docker:
+            return f"{self.name}: AppArmor: docker-default ({self.apparmor_docker})"
+        return f"{self.name}: AppArmor enabled, docker-default not loaded when read (Docker loads it when it starts)"
+
+
+class FleetContract(_Model):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    fleet: str
+    hosts: list[HostFacts]  # the hosts whose facts were read (empty: none were)
+    agents: list[AgentContract]
+    host_effects: HostEffects
+    recovery: RecoveryTerm
+    teardown: TeardownTerm
+    residual_risks: list[str]
+
+    def agent(self, instance: str) -> AgentContract | None:
+        return next((a for a in self.agents if a.instance == instance), None)
+
+
+def schema() -> dict[str, Any]:
+    """The JSON schema of the contract document (committed as docs/contract.schema.json)."""
+    return FleetContract.model_json_schema()
+
+
+# --- build --------------------------------------------------------------------------------------
+
+
+def build(inventory: Inventory, plan: FleetPlan, host_facts: Mapping[str, Any] | None = None, *,
+          last_snapshot: str | None = None) -> FleetContract:  # fmt: skip
+    """The launch contract of ``plan`` (made from ``inventory``). ``host_facts``: per host name,
+    a ``HostState`` or its ``host`` mapping (``kernel``, ``apparmor``: "Y" when the kernel's
+    AppArmor is enabled); None when no host was read. ``last_snapshot``: from the ledger."""
+    hosts = [_facts(name, facts) for name, facts in sorted((host_facts or {}).items())]
+    spec = inventory.fleet
+    by_name = {a.name: a for a in spec.agents}
+    agents = [_agent(a, by_name[a.agent].credentials, hosts) for a in plan.agents]
+    return FleetContract(fleet=plan.fleet, hosts=hosts, agents=agents, host_effects=_effects(plan),
+                         recovery=_recovery(inventory, last_snapshot), teardown=_teardown(inventory),
+                         residual_risks=FLEET_RISKS)  # fmt: skip
+
+
+def _facts(name: str, facts: Any) -> HostFacts:
+    """A host's facts from its state read (``HostState``: ``apparmor`` read by ``jackin.facts.state``), a
+    mapping (``kernel``, ``apparmor``: "Y"/"N", ``apparmor_docker``), or facts a contract already holds."""
+    if isinstance(facts, HostFacts):
+        return facts.model_copy(update={"name": name})
+    values = getattr(facts, "host", facts) or {}
+    read = getattr(facts, "apparmor", None)
+    if read is not None:  # a HostState whose read included AppArmor
+        return HostFacts(name=name, kernel=values.get("kernel") or None, apparmor=read.enabled,
+                         apparmor_docker=read.docker_default if read.enabled else None)  # fmt: skip
+    apparmor = values.get("apparmor") if isinstance(values, Mapping) else None
+    return HostFacts(name=name, kernel=values.get("kernel") or None, apparmor_docker=values.get("apparmor_docker"),
+                     apparmor=None if apparmor is None else apparmor.strip().upper().startswith("Y"))  # fmt: skip
+
+
+def _agent(agent: AgentPlan, credentials: list, hosts: list[HostFacts]) -> AgentContract:
+    identity = Identity(user=agent.user, uid=agent.uid, gid=agent.uid, home=agent.home, workspace=agent.workspace,
+                        container=agent.container)  # fmt: skip
+    creds = [CredentialTerm(name=c.name, host_path=f"{agent.credentials_dir}/{c.name}",
+                            container_path=f"{CREDENTIALS_TARGET}/{c.name}", owner=agent.user,
+                            source="env" if c.from_env else "file") for c in sorted(credentials, key=lambda c: c.name)]  # fmt: skip
+    mounts = _mounts(agent)
+    docker = _docker(mounts).model_copy(update={"apparmor": [h.apparmor_line() for h in hosts] or
+                                                ["AppArmor not checked (no host facts read)"]})  # fmt: skip
+    network = _network(agent)
+    return AgentContract(instance=agent.instance, agent=agent.agent, role=agent.role, image=agent.image,
+                         identity=identity, mounts=mounts, credentials=creds, network=network, docker=docker,
+                         resources=_resources(agent),
+                         residual_risks=_risks(mounts, network, docker, hosts) + _role_risks(agent, creds))  # fmt: skip
+
+
+def _mounts(agent: AgentPlan) -> list[MountTerm]:
+    mounts = [MountTerm(source=agent.workspace, target="/workspace", mode="rw", kind="workspace")]
+    if agent.credentials:
+        mounts.append(MountTerm(source=agent.credentials_dir, target=CREDENTIALS_TARGET, mode="ro", kind="credentials"))
+    if agent.work is not None:  # the repository bundle, the task and work.json (jackin/work/bundles.py)
+        mounts.append(MountTerm(source=agent.work_dir, target=planning.WORK_TARGET, mode="ro", kind="work"))
+    mounts += [MountTerm(source=m.source, target=m.target, mode="ro" if m.readonly else "rw", kind="spec",
+                         acknowledged_credentials=m.acknowledge_credentials) for m in agent.mounts]  # fmt: skip
+    return mounts
+
+
+def _docker(mounts: list[MountTerm]) -> DockerTerm:
+    sockets = [m.source for m in mounts if m.source in DOCKER_SOCKETS or m.source.endswith("/docker.sock")]
+    if sockets:
+        return DockerTerm(access="socket", detail=f"the spec mounts {', '.join(sockets)} into the container",
+                          risk="whoever reaches the Docker socket is root on the host: the agent can start a "
+                               "privileged container that mounts the host's root")  # fmt: skip
+    return DockerTerm(access="none", detail="no Docker socket or API in the container; the firewall drops the "
+                      "agent's traffic to the host (the Docker API included); not in the docker group",
+                      risk="a spec mount of a Docker (or containerd) socket would make the agent root on the host")  # fmt: skip
+
+
+def _network(agent: AgentPlan) -> NetworkTerm:
+    policy = agent.policy
+    level, reasons = firewall.enforcement(policy)
+    publish = [PublishTerm(bind=p.bind, host_port=p.host_port or p.port, port=p.port, protocol=p.protocol)
+               for p in policy.publish]  # fmt: skip
+    return NetworkTerm(mode=policy.mode, allowlist=list(policy.allow), dns=list(policy.dns), dns_filter=agent.dns_filter,
+                       publish=publish, enforcement=level, enforcement_reasons=reasons, always_denied=ALWAYS_DENIED)  # fmt: skip
+
+
+def _run_value(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def _resources(agent: AgentPlan) -> ResourcesTerm:
+    args = agent.run_args()
+    return ResourcesTerm(cpus=float(_run_value(args, "--cpus")), memory=int(_run_value(args, "--memory")),
+                         memory_swap=int(_run_value(args, "--memory-swap")), pids=int(_run_value(args, "--pids-limit")),
+                         hardening=HARDENING)  # fmt: skip
+
+
+FLEET_RISKS = [
+    "the Docker daemon runs as root without user namespaces: a container escape is root on the host",
+    "agents on a host share its Docker daemon, and a full disk or a daemon restart affects them all",
+]
+
+
+def _risks(mounts: list[MountTerm], network: NetworkTerm, docker: DockerTerm, hosts: list[HostFacts]) -> list[str]:
+    risks = ["shares the host's kernel with the host and every other agent: a kernel exploit escapes the container"]
+    absent = [h.name for h in hosts if h.apparmor is False]
+    if absent:
+        risks.append(f"no AppArmor on {', '.join(absent)}: the container runs without a mandatory access control profile")
+    unloaded = [h.name for h in hosts if h.apparmor and h.apparmor_docker != "enforce"]
+    if unloaded:
+        risks.append(f"AppArmor on {', '.join(unloaded)} is enabled but docker-default was not enforcing when read: "
+                     "the container's profile is not confirmed")  # fmt: skip
+    if not hosts or any(h.apparmor is None for h in hosts):
+        risks.append("AppArmor not checked (no host facts read): the container may run without a MAC profile")
+    if network.mode == "open":
+        risks.append("egress mode open: any public IPv4 destination is reachable (exfiltration is not prevented)")
+    if network.dns_filter:
+        risks.append("domain entries allow every service at the addresses their names resolve to (shared CDN "
+                     "addresses)")  # fmt: skip
+    for port in network.publish:
+        risks.append(f"accepts inbound connections on {port.bind}:{port.host_port}/{port.protocol}")
+    for mount in (m for m in mounts if m.kind == "spec"):
+        if mount.acknowledged_credentials:
+            risks.append(f"sees {mount.source}, a credential-like path the spec acknowledged ({mount.mode})")
+        if mount.mode == "rw":
+            risks.append(f"can write to the host path {mount.source}")
+    if docker.access != "none":
+        risks.append(docker.risk)
+    return risks
+
+
+def _effects(plan: FleetPlan) -> HostEffects:
+    fleet = plan.fleet
+    packages = [PackageTerm(name="docker.io", when="dockerd is missing"),
+                PackageTerm(name="nftables", when="nft is missing")]  # fmt: skip
+    if any(a.dns_filter for a in plan.agents):
+        packages.append(PackageTerm(name="dnsmasq-base", when="an agent has domain entries and dnsmasq is missing"))
+    if plan.checkpoints is not None:
+        packages.append(PackageTerm(name="btrfs-progs", when="the checkpoint tier is on and mkfs.btrfs is missing"))
+    if any(a.image == planning.DEFAULT_IMAGE for a in plan.agents):
+        packages.append(PackageTerm(name="busybox-static", when=f"{planning.DEFAULT_IMAGE} and /bin/busybox are missing"))
+    units = sorted(Path(p).name for p in firewall.bundle(plan)
+                   if Path(p).parent == Path(firewall.UNIT_DIR) and p.endswith((".service", ".timer", ".target")))
+    services = ["docker (running, enabled)", *units,
+                *(dns.instance_unit(a) for a in dns.filtered(plan))]  # fmt: skip
+    files = sorted({*firewall.bundle(plan), f"{firewall.NFT_DIR}/{fleet}.sha", "/etc/docker/daemon.json",
+                    f"{DROPIN_DIR}/jackin-nft-{fleet}.conf", plan.marker})  # fmt: skip
+    directories = [plan.fleet_dir, *(a.home for a in plan.agents), *(a.workspace for a in plan.agents)]
+    if any(a.credentials for a in plan.agents):
+        directories += [f"{planning.CREDENTIALS_DIR}/{fleet}",
+                        *(a.credentials_dir for a in plan.agents if a.credentials)]  # fmt: skip
+    if any(a.work for a in plan.agents):
+        directories += [f"{planning.WORK_DIR}/{fleet}", *(a.work_dir for a in plan.agents if a.work)]
+    if plan.checkpoints is not None:
+        directories.append(f"{STATE_DIR}/cow/{fleet}.img (a sparse file, loop-mounted btrfs at {plan.fleet_dir})")
+    directories.append(f"{SNAPSHOTS_ROOT}/{fleet} (when a snapshot is taken)")
+    if plan.ttl_deadline is not None:  # the time-to-live (jackin/operations/ttl.py)
+        services.append(f"jackin-ttl-{fleet}.timer (stops the agents at the deadline)")
+        files += [f"/var/lib/jackin/ttl/{fleet}", f"/etc/systemd/system/jackin-ttl-{fleet}.timer",
+                  f"/etc/systemd/system/jackin-ttl-{fleet}.service"]  # fmt: skip
+    files.append(f"{UPLOADED_RESTIC} (when a snapshot is taken and the host has no restic)")
+    return HostEffects(packages=packages, services=services, files=files, directories=directories,
+                       firewall_tables=[f"inet {firewall.table_name(fleet)}"],
+                       daemon_json_keys=DAEMON_KEYS + (["default-address-pools"] if plan.address_pools else []),
+                       users=[a.user for a in plan.agents],
+                       docker_objects=[f"network {a.network}" for a in plan.agents] +
+                                      [f"container {a.container}" for a in plan.agents] +
+                                      [f"image {i}" for i in sorted({a.image for a in plan.agents})])  # fmt: skip
+
+
+def _recovery(inventory: Inventory, last_snapshot: str | None) -> RecoveryTerm:
+    policy = inventory.fleet.snapshots
+    notes = ["snapshot.create takes a snapshot on demand (restic, and the btrfs checkpoint when on)"]
+    if policy.before_changes:
+        notes.append("before_changes: fleet.up first snapshots (kind auto) the agents it will recreate or remove; "
+                     "a failed snapshot refuses the run before anything changes")  # fmt: skip
+    else:
+        notes.append("before_changes off: fleet.up recreates or removes agents with no snapshot first")
+    if policy.every:
+        notes.append("every is not acted on yet: no scheduled snapshots")
+    return RecoveryTerm(engine=policy.engine, before_changes=policy.before_changes,
+                        before_teardown=policy.before_teardown, keep=policy.keep, every=policy.every,
+                        checkpoints=policy.checkpoints,
+                        checkpoint_size=policy.checkpoint_size if policy.checkpoints == "btrfs" else None,
+                        max_freeze=policy.max_freeze, point_in_time=_point_in_time(policy),
+                        last_snapshot=last_snapshot, notes=notes)  # fmt: skip
+
+
+def _point_in_time(policy: SnapshotPolicy) -> str:
+    """The instant guarantee of this fleet's snapshots (``jackin.snapshots.instant``), in one sentence."""
+    freeze = (f"the agent's container is frozen (docker pause) while restic reads its home and thawed right after, "
+              f"whatever happens: one instant, at the cost of a pause as long as the backup (an incremental "
+              f"backup of a small workspace: well under a second; a first or large one: longer), at most "
+              f"{policy.max_freeze}s (snapshots.max_freeze; past it the backup stops and that agent's snapshot fails)")  # fmt: skip
+    if policy.checkpoints == "btrfs":
+        return ("each snapshot is one instant: the btrfs checkpoint is taken with the agent's container frozen "
+                "for the checkpoint (its milliseconds plus docker pause and unpause), then restic reads that read-only checkpoint while the agent runs on; where a "
+                f"checkpoint cannot be taken, {freeze}")  # fmt: skip
+    return f"each snapshot of a running agent is one instant: {freeze}"
+
+
+def _teardown(inventory: Inventory) -> TeardownTerm:
+    fleet = inventory.fleet
+    final = ("a final snapshot of every agent, each host's repository pulled to the operator's "
+             f"<state>/snapshots/{fleet.name}/pulled/<host>/repo and checked; a host where that fails is not torn "
+             "down (fleet.down --keep-data or --no-final-snapshot skip it)")  # fmt: skip
+    if not fleet.snapshots.before_teardown:
+        final = "none (snapshots.before_teardown: false): the workspaces are removed with no copy"
+    return TeardownTerm(
+        ttl=fleet.ttl, ttl_enforced=fleet.ttl is not None,  # a systemd timer on each host (jackin/operations/ttl.py)
+        removes=["containers", "networks", "users and groups", "homes and workspaces", "delivered credentials",
+                 "delivered work", "the nftables table and its units and files", "the checkpoint filesystem",
+                 f"the time-to-live's timer and deadline file (jackin-ttl-{fleet.name}.timer, /var/lib/jackin/ttl/{fleet.name})",
+                 f"{SNAPSHOTS_ROOT}/{fleet.name} (the host's snapshots)", "the fleet marker"],
+        keeps=["Docker and the installed packages", "daemon.json settings", "the agent images",
+               "the operator's pulled snapshot copies and the ledger's history"],
+        keep_data_keeps=["homes and workspaces", "uids", "the host's snapshots"],
+        final_snapshot=final,
+    )  # fmt: skip
+
+
+# --- diff ---------------------------------------------------------------------------------------
+
+NOT_DIFFED = {("recovery", "last_snapshot")}  # informational: a new snapshot is no change of terms
+LABELS = {"allowlist": "allowlist", "publish": "published", "residual_risks": "risks"}
+
+
+def diff(old: FleetContract, new: FleetContract) -> list[str]:
+    """What changed from ``old`` to ``new``, one human line each ("coder-1 network: allowlist gained
+    api.example.com:443"); agents in ``new``'s order, then removed ones; empty when equal."""
+    lines: list[str] = []
+    if old.schema_version != new.schema_version:
+        lines.append(f"schema_version {old.schema_version} -> {new.schema_version}")
+    before = {a.instance: a for a in old.agents}
+    after = {a.instance: a for a in new.agents}
+    for instance, agent in after.items():
+        if instance not in before:
+            lines.append(f"{instance}: new agent")
+            continue
+        old_dump, new_dump = before[instance].model_dump(mode="json"), agent.model_dump(mode="json")
+        for section in new_dump:
+            if section == "instance":
+                continue
+            prefix = f"{instance} {LABELS.get(section, section)}"
+            _walk(prefix, "", old_dump[section], new_dump[section], lines)
+    lines += [f"{instance}: removed" for instance in before if instance not in after]
+    old_dump, new_dump = old.model_dump(mode="json"), new.model_dump(mode="json")
+    for section in ("hosts", "host_effects", "recovery", "teardown", "residual_risks"):
+        old_part, new_part = old_dump[section], new_dump[section]
+        if isinstance(new_part, dict):
+            old_part = {k: v for k, v in old_part.items() if (section, k) not in NOT_DIFFED}
+            new_part = {k: v for k, v in new_part.items() if (section, k) not in NOT_DIFFED}
+        _walk(f"fleet {section.replace('_', ' ')}", "", old_part, new_part, lines)
+    return lines
+
+
+def _key(item: Any) -> str:
+    """How a list item is named in a diff line (and matched between two lists)."""
+    if not isinstance(item, dict):
+        return str(item)
+    if "kind" in item and "target" in item:  # a mount
+        where = item["source"] if item["source"] == item["target"] else f"{item['source']} at {item['target']}"
+        return f"{where} ({item['mode']})"
+    if "bind" in item:  # a published port
+        return f"{item['bind']}:{item['host_port']}->{item['port']}/{item['protocol']}"
+    return str(item.get("name", item))
+
+
+def _walk(prefix: str, path: str, old: Any, new: Any, lines: list[str]) -> None:
+    if old == new:
+        return
+    where = f"{prefix}: {LABELS.get(path.split('.')[-1], path)} " if path else f"{prefix}: "
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in [*new, *(k for k in old if k not in new)]:
+            _walk(prefix, f"{path}.{key}" if path else key, old.get(key), new.get(key), lines)
+    elif isinstance(old, list) and isinstance(new, list):
+        olds, news = {_key(x): x for x in old}, {_key(x): x for x in new}
+        lines += [f"{where}gained {k}" for k in news if k not in olds]
+        lines += [f"{where}lost {k}" for k in olds if k not in news]
+        for key in (k for k in news if k in olds and olds[k] != news[k]):
+            _walk(prefix, f"{path} {key}" if path else key, olds[key], news[key], lines)
+    else:
+        lines.append(f"{where}{_show(old)} -> {_show(new)}")
+
+
+def _show(value: Any) -> str:
+    return "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# --- the contract at launch -------------------------------------------------------------------
+
+
+class Gate(_Model):
+    """The contract ``fleet.up`` is about to apply, the last one applied (None: never), and the difference."""
+
+    contract: FleetContract
+    previous: FleetContract | None
+    changes: list[str]
+
+    @property
+    def first(self) -> bool:
+        return self.previous is None
+
+    @property
+    def differs(self) -> bool:
+        return self.first or bool(self.changes)
+
+
+def current(inventory: Inventory, ledger: Ledger, plan: FleetPlan | None = None,
+            host_facts: Mapping[str, Any] | None = None) -> FleetContract:  # fmt: skip
+    """The contract of ``inventory`` now: with its plan (default: uids previewed, none allocated)
+    and the fleet's newest snapshot from the ledger. Reads the ledger only."""
+    fleet = inventory.fleet
+    if plan is None:
+        names = [instance for _, instance in planning.instances(fleet)]
+        plan = planning.build(fleet, ledger.preview_uids(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET))
+    snapshots = ledger.snapshot_rows(fleet.name)
+    return build(inventory, plan, host_facts, last_snapshot=snapshots[-1]["id"] if snapshots else None)
+
+
+def last_applied(ledger: Ledger, fleet: str) -> FleetContract | None:
+    """The contract of the fleet's last successful run that recorded one; None when there is none, or
+    when it was written by another schema version (then the whole contract is shown and asked about
+    again). A failed or interrupted run's contract does not count: it may not be in place."""
+    text = ledger.last_contract(fleet)
+    if text is None:
+        return None
+    try:
+        return FleetContract.model_validate_json(text)
+    except ValueError:
+        return None
+
+
+def gate(inventory: Inventory, host_facts: Mapping[str, Any] | None = None) -> Gate:
+    """What ``fleet.up`` shows before it applies: the contract, and how it differs from the last
+    one applied to the fleet. Reads the ledger; touches no host. No ``host_facts`` (no host read
+    now): the hosts as the last applied contract found them, so only the spec makes a difference."""
+    with Ledger() as ledger:
+        return gate_of(ledger, inventory, host_facts=host_facts)
+
+
+def gate_of(ledger: Ledger, inventory: Inventory, plan: FleetPlan | None = None,
+            host_facts: Mapping[str, Any] | None = None, previous: FleetContract | None = None) -> Gate:  # fmt: skip
+    """``gate`` on an open ledger, with ``plan`` when it is made; ``previous``: compare with it
+    instead of the last applied contract (a rollback's later step follows its earlier one)."""
+    previous = previous or last_applied(ledger, inventory.fleet.name)
+    if host_facts is None and previous is not None and previous.hosts:
+        host_facts = {h.name: h for h in previous.hosts}
+    contract = current(inventory, ledger, plan, host_facts=host_facts)
+    return Gate(contract=contract, previous=previous, changes=diff(previous, contract) if previous else [])
+
+
+def record(ledger: Ledger, run: int, contract: FleetContract) -> None:
+    """Keep the contract a run applies (no secret: a contract holds credential names only)."""
+    ledger.record_contract(run, contract.fleet, contract.schema_version, contract.model_dump_json())
+
+
+def _role_risks(agent: AgentPlan, creds: list[CredentialTerm]) -> list[str]:
+    """What the agent's role adds (jackin/spec/roles.py): its credentials live in the runtime's environment, and
+    its default egress entries are in the allowlist (allowlist mode)."""
+    from jackin.spec.models import _role, _role_names
+
+    risks = []
+    if creds and agent.image != planning.DEFAULT_IMAGE:  # the busybox image has no entrypoint: files only
+        risks.append(f"the role's entrypoint exports {', '.join(c.name for c in creds)} into the runtime's process "
+                     "environment: the runtime and every command it runs can read it (and a prompt can make it leak "
+                     "through any allowed destination)")  # fmt: skip
+    if agent.role in _role_names() and agent.policy.mode == "allowlist":
+        egress = [e for e in _role(agent.role).egress if e in agent.policy.allow]
+        if egress:
+            risks.append(f"role {agent.role} adds {', '.join(egress)} to the allowlist (its model provider's API)")
+    return risks

@@ -1,0 +1,291 @@
+"""The fleet plan: what every host must have, computed on the operator's side.
+
+A plan is pure data: names, uids, paths, container settings and a hash of
+each container's configuration. The deploy (``deploys/fleet.py``) turns it into
+commands; nothing here touches a host. Naming is deterministic:
+
+    instance   <agent>-<i>                 e.g. coder-1
+    user       jk-<fleet>--<instance>      also the group, the container and the network
+    bridge     jk<8 hex>                   the agent network's Linux bridge (nftables matches it)
+    home       /srv/jackin/<fleet>/<instance>            mode 0750, root:<agent group> (see operations/agent_paths)
+    workspace  /srv/jackin/<fleet>/<instance>/workspace  mode 0700, mounted at /workspace
+    credentials /var/lib/jackin/credentials/<fleet>/<instance>  names only here; mounted read-only
+               at /run/jackin/credentials when the agent has any (jackin/agents/credentials.py)
+    labels     jackin.fleet=<fleet>, jackin.agent=<instance>
+
+Names longer than Linux allows (32 characters) are shortened with a hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from jackin.spec.models import SLUG, AddressPool, FleetSpec, Mount, NetworkPolicy, WorkSpec
+
+ROOT = "/srv/jackin"
+DEFAULT_IMAGE = "jackin/agent:busybox"
+MAX_NAME = 32
+UIDS_PER_FLEET = 1000
+STATE_DIR = "/var/lib/jackin"
+CREDENTIALS_DIR = f"{STATE_DIR}/credentials"  # per agent: <fleet>/<instance>/<NAME> (jackin/agents/credentials.py)
+CREDENTIALS_TARGET = "/run/jackin/credentials"  # where the agent's container sees them, read-only
+WORK_DIR = f"{STATE_DIR}/work"  # per agent: <fleet>/<instance>/{repo.bundle,task.md,work.json} (jackin/work/bundles.py)
+WORK_TARGET = "/run/jackin/work"  # where the agent's container sees its work, read-only
+# Stands for the agent network's gateway in the run line (and its hash): known only on the host.
+BRIDGE_GATEWAY = "@bridge-gateway"
+
+# The demo role idles until stopped; real roles arrive with the roles issue.
+IDLE = ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkPlan(_Model):
+    """An agent instance's work (jackin/work/bundles.py): what the spec names, and once prepared on the
+    operator's machine (``jackin.work.bundles.attach``: fleet.up and fleet.plan) the commit and the sha256 of
+    each file delivered (``repo.bundle``, ``task.md``, ``work.json``). Not in the container's hash:
+    a new commit or task is re-delivered into the mounted directory, the container stays."""
+
+    repo: str  # the spec's repository: an absolute local path or a git URL
+    name: str  # the repository's short name (its last path component, without .git)
+    ref: str
+    branch: str  # jackin/<instance>: the agent's own branch, fixed by jackin
+    commit: str | None = None
+    files: dict[str, str] = Field(default_factory=dict)  # file name -> sha256 hex; empty: not prepared
+
+
+class Health(_Model):
+    """The role's healthcheck as ``docker run`` flags (durations in seconds)."""
+
+    test: list[str]
+    interval: int
+    timeout: int
+    retries: int
+    start_period: int
+
+    def run_args(self) -> list[str]:
+        return ["--health-cmd", shlex.join(self.test), "--health-interval", f"{self.interval}s",
+                "--health-timeout", f"{self.timeout}s", "--health-retries", str(self.retries),
+                "--health-start-period", f"{self.start_period}s"]  # fmt: skip
+
+
+class AgentPlan(_Model):
+    fleet: str
+    agent: str
+    instance: str
+    role: str
+    uid: int = Field(ge=1000)
+    user: str
+    home: str
+    workspace: str
+    container: str
+    network: str
+    bridge: str
+    image: str
+    command: list[str]
+    memory: int
+    cpus: float
+    pids: int
+    policy: NetworkPolicy = NetworkPolicy()
+    credentials: list[str] = Field(default_factory=list)  # names only: values never enter a plan
+    mounts: list[Mount] = Field(default_factory=list)
+    healthcheck: Health | None = None  # the role's Docker HEALTHCHECK (None: the image's own, if any)
+    work: WorkPlan | None = None  # a repository and a task delivered to /run/jackin/work (jackin/work/bundles.py)
+
+    @property
+    def work_dir(self) -> str:
+        """The host directory holding this agent's delivered work (see jackin/work/bundles.py)."""
+        return f"{WORK_DIR}/{self.fleet}/{self.instance}"
+
+    @property
+    def credentials_dir(self) -> str:
+        """The host directory holding this agent's credential files (see jackin/agents/credentials.py)."""
+        return f"{CREDENTIALS_DIR}/{self.fleet}/{self.instance}"
+
+    @property
+    def dns_filter(self) -> bool:
+        """Whether the agent resolves through its own filtering resolver (jackin/net/dns.py): allowlist
+        mode with at least one domain entry."""
+        return self.policy.mode == "allowlist" and any(_is_domain(entry) for entry in self.policy.allow)
+
+    @property
+    def dns(self) -> list[str]:
+        """Resolvers the container uses. allowlist with domain entries: its filter on the bridge
+        gateway (``BRIDGE_GATEWAY``, filled in on the host when the container is created); open:
+        the policy's, or Docker's default; otherwise none at all (a loopback address nothing
+        answers on: the spec's ``dns`` servers are only ever the filter's upstreams)."""
+        if self.dns_filter:
+            return [BRIDGE_GATEWAY]
+        if self.policy.mode == "open":
+            return list(self.policy.dns)
+        return ["127.0.0.1"]
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {"jackin.fleet": self.fleet, "jackin.agent": self.instance}
+
+    def run_args(self) -> list[str]:
+        """The ``docker run`` arguments of this agent's container (hardened)."""
+        options, tail = self._run_line()
+        return [*options, "--label", f"jackin.config={self.config_hash}", *tail]
+
+    def _run_line(self) -> tuple[list[str], list[str]]:
+        args = [
+            "--name", self.container, "--hostname", self.instance,
+            "--user", f"{self.uid}:{self.uid}",
+            "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev,size=64m",
+            "--memory", str(self.memory), "--memory-swap", str(self.memory),
+            "--cpus", f"{self.cpus:g}", "--pids-limit", str(self.pids),
+            "--network", self.network,
+            "--mount", f"type=bind,src={self.workspace},dst=/workspace",
+            "--workdir", "/workspace", "--env", "HOME=/workspace",
+            "--restart", "unless-stopped",
+            "--log-opt", "max-size=10m", "--log-opt", "max-file=3",
+        ]  # fmt: skip
+        if self.credentials:  # the directory, not each file: a re-delivered file is seen at once
+            args += ["--mount", f"type=bind,src={self.credentials_dir},dst={CREDENTIALS_TARGET},readonly"]
+        if self.work is not None:  # the directory: a re-delivered task is seen at once, like credentials
+            args += ["--mount", f"type=bind,src={self.work_dir},dst={WORK_TARGET},readonly"]
+        for mount in self.mounts:
+            args += ["--mount", f"type=bind,src={mount.source},dst={mount.target}" + (",readonly" if mount.readonly else "")]
+        for server in self.dns:
+            args += ["--dns", server]
+        for port in self.policy.publish:
+            host_port = port.host_port or port.port
+            args += ["--publish", f"{port.bind}:{host_port}:{port.port}/{port.protocol}"]
+        for key, value in sorted(self.labels.items()):
+            args += ["--label", f"{key}={value}"]
+        if self.healthcheck is not None:
+            args += self.healthcheck.run_args()
+        return args, [self.image, *self.command]
+
+    @property
+    def config_hash(self) -> str:
+        """A hash of the whole ``docker run`` line: any change to it, from the spec or from a new
+        release's hardening, recreates the container; nothing else does."""
+        options, tail = self._run_line()
+        return hashlib.sha256(json.dumps([options, tail]).encode()).hexdigest()[:12]
+
+
+class CheckpointPlan(_Model):
+    """The checkpoint tier on each host (``snapshots.checkpoints``): the fleet dir is a loop-mounted
+    filesystem of ``size`` bytes whose agent homes are subvolumes (jackin/operations/cow.py)."""
+
+    filesystem: Literal["btrfs"] = "btrfs"
+    size: int = Field(gt=0)
+
+
+class FleetPlan(_Model):
+    fleet: str = Field(pattern=SLUG, max_length=24)  # names read back from hosts (gc) are checked too
+    root: str = ROOT
+    uid_min: int
+    uid_max: int
+    agents: list[AgentPlan]
+    address_pools: list[AddressPool] = Field(default_factory=list)
+    fleet_hosts: list[str] = Field(default_factory=list)  # every fleet host's IP addresses: always denied to agents
+    checkpoints: CheckpointPlan | None = None  # None: homes are plain directories (no checkpoint tier)
+    ttl_deadline: int | None = None  # epoch seconds (operator clock) the time-to-live ends (jackin/plan/ttl.py)
+
+    @property
+    def fleet_dir(self) -> str:
+        return f"{self.root}/{self.fleet}"
+
+    @property
+    def marker(self) -> str:
+        return f"{STATE_DIR}/fleet-{self.fleet}.json"
+
+
+def user_name(fleet: str, instance: str) -> str:
+    name = f"jk-{fleet}--{instance}"  # "--" never occurs in a name: fleets cannot clash
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
+    return f"{name[: MAX_NAME - 7]}-{digest}"
+
+
+def _is_domain(entry: str) -> bool:
+    """An allow entry names a domain (not an address or CIDR, with or without a port)."""
+    if entry.startswith("["):
+        return False
+    target = entry.split(":")[0] if entry.count(":") == 1 else entry
+    try:
+        ipaddress.ip_network(target, strict=False)
+    except ValueError:
+        return True
+    return False
+
+
+def bridge_name(fleet: str, instance: str) -> str:
+    return "jk" + hashlib.sha256(f"{fleet}/{instance}".encode()).hexdigest()[:8]
+
+
+def instances(spec: FleetSpec) -> list[tuple[str, str]]:
+    """(agent, instance) for every agent of the fleet, in spec order."""
+    return [(a.name, f"{a.name}-{i}") for a in spec.agents for i in range(1, a.count + 1)]
+
+
+def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] = ()) -> FleetPlan:
+    """The plan for ``spec``, with each instance's uid taken from ``uids`` (the ledger) and the
+    fleet's host addresses (always denied to its agents)."""
+    agents = []
+    by_name = {a.name: a for a in spec.agents}
+    for agent_name, instance in instances(spec):
+        agent = by_name[agent_name]
+        resources = spec.agent_resources(agent)
+        user = user_name(spec.name, instance)
+        home = f"{ROOT}/{spec.name}/{instance}"
+        agents.append(
+            AgentPlan(
+                fleet=spec.name, agent=agent_name, instance=instance, role=agent.role,
+                uid=uids[instance], user=user, home=home, workspace=f"{home}/workspace",
+                container=user, network=user, bridge=bridge_name(spec.name, instance),
+                **role_settings(agent.role, agent.image),
+                memory=resources.memory, cpus=resources.cpus, pids=resources.pids,
+                policy=spec.agent_network(agent),
+                credentials=sorted({c.name for c in agent.credentials}), mounts=agent.mounts,
+            )  # fmt: skip
+        )
+    agents = [a.model_copy(update={"work": work_plan(by_name[a.agent].work, a.instance)}) for a in agents]
+    return FleetPlan(
+        fleet=spec.name,
+        uid_min=spec.uid_base,
+        uid_max=spec.uid_base + UIDS_PER_FLEET - 1,
+        agents=agents,
+        address_pools=spec.address_pools,
+        fleet_hosts=list(fleet_hosts),
+        checkpoints=(CheckpointPlan(size=spec.snapshots.checkpoint_size)
+                     if spec.snapshots.checkpoints == "btrfs" else None),  # fmt: skip
+    )
+
+
+def work_plan(work: WorkSpec | None, instance: str) -> WorkPlan | None:
+    """The plan's part of an agent's work, from the spec alone (``jackin.work.bundles.attach`` adds the commit
+    and the files' digests once the repository is bundled on the operator's machine)."""
+    if work is None:
+        return None
+    name = work.repo.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1].removesuffix(".git") or "repo"
+    return WorkPlan(repo=work.repo, name=name, ref=work.ref, branch=f"jackin/{instance}")
+
+
+def role_settings(role_name: str, image: str | None) -> dict:
+    """The agent's image, command and healthcheck from its role (jackin/spec/roles.py): the role's image
+    (``jackin/role-<name>:<hash>``), its command (run by the image's entrypoint) and healthcheck.
+    The spec's ``image:`` overrides the image; the registry-free busybox image (``DEFAULT_IMAGE``)
+    has no entrypoint or health script, so it idles with no healthcheck."""
+    from jackin.spec import roles
+
+    if image == DEFAULT_IMAGE:
+        return {"image": image, "command": IDLE, "healthcheck": None}
+    role = roles.load(role_name)
+    return {"image": image or role.tag, "command": list(role.command),
+            "healthcheck": Health(**role.healthcheck.model_dump())}

@@ -1,0 +1,397 @@
+"""Roles: what an agent runs. One directory per role under ``roles/`` (``JACKIN_ROLES_DIR`` overrides)::
+
+    roles/<name>/role.yaml    the Role below (name, image recipe, command, credentials, egress, state, healthcheck)
+    roles/<name>/...          the role's files (a Dockerfile for the runtimes; the demo agent's script)
+    roles/common/             runtime-neutral files every image carries (the entrypoint, the health check)
+
+A role file is read with the inventory's YAML loader (safe, YAML 1.2, duplicate keys refused) and
+validated by pydantic; every problem comes out as ``FILE:LINE: field: what was expected``.
+Image tags are ``jackin/role-<name>:<12 hex>``, a hash over the role's files and ``roles/common``:
+editing any of them gives a new image (see jackin/images/build.py for the build and the delivery).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from jackin.errors import SpecError
+from jackin.spec.models import SLUG, AllowEntry, Model, parse_duration
+
+ROLE_FILE = "role.yaml"
+COMMON = "common"
+REPOSITORY = "jackin/role-"
+DEFAULT_ROLE = "demo"
+ENTRYPOINT = "/usr/local/bin/jackin-entrypoint"
+# Files of a role a recipe may name: plain relative names, no way out of the role's directory.
+FileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$", max_length=200)]
+CredentialName = Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]*$", max_length=64)]  # as the spec's
+Package = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9+.-]+$", max_length=64)]
+Seconds = Annotated[int, Field(gt=0)]
+
+
+def _seconds(value: str | int) -> int:
+    return parse_duration(value)
+
+
+class ImageRecipe(Model):
+    """How the role's image is built: ``operator`` (here, then streamed to the hosts over SSH) or ``host``
+    (a ``docker build`` on the host, of the role's directory). Exactly one of ``dockerfile`` (a file of the
+    role) or ``debootstrap`` (Debian packages of a minbase root, built here only)."""
+
+    build: Literal["operator", "host"]
+    dockerfile: FileName | None = None
+    debootstrap: list[Package] | None = None
+    files: list[FileName] = Field(default_factory=list)  # debootstrap: role files installed in /usr/local/bin
+
+    @model_validator(mode="after")
+    def _one_recipe(self) -> ImageRecipe:
+        if (self.dockerfile is None) == (self.debootstrap is None):
+            raise ValueError("give exactly one of dockerfile (a file of the role) or debootstrap (a package list)")
+        if self.debootstrap is not None and self.build != "operator":
+            raise ValueError("a debootstrap recipe is built on the operator's machine: build: operator")
+        if self.dockerfile is not None and self.files:
+            raise ValueError("files: only with debootstrap (a Dockerfile copies its own files)")
+        return self
+
+
+class StateDetection(Model):
+    """Where the role's entrypoint keeps the agent's state, and when a silent heartbeat means stuck."""
+
+    status_file: str = Field("/workspace/.jackin/status.json", pattern=r"^/workspace/")
+    stale_after: Seconds = 60
+
+    _duration = field_validator("stale_after", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+
+
+class Healthcheck(Model):
+    """The container's Docker HEALTHCHECK (exec form; durations as 30s, 1m or seconds)."""
+
+    test: list[str] = Field(min_length=1)
+    interval: Seconds = 30
+    timeout: Seconds = 10
+    retries: int = Field(3, ge=1, le=100)
+    start_period: Seconds = 10
+
+    _durations = field_validator("interval", "timeout", "start_period", mode="before")(
+        classmethod(lambda cls, v: _seconds(v)))  # fmt: skip
+
+    def instruction(self) -> str:
+        """The Dockerfile line."""
+        import json
+
+        return (f"HEALTHCHECK --interval={self.interval}s --timeout={self.timeout}s "
+                f"--start-period={self.start_period}s --retries={self.retries} CMD {json.dumps(self.test)}")  # fmt: skip
+
+
+class Role(Model):
+    name: Annotated[str, Field(pattern=SLUG, max_length=24)]
+    description: str = Field(min_length=1, max_length=500)
+    image: ImageRecipe
+    command: list[str] = Field(min_length=1)
+    credentials: list[CredentialName] = Field(default_factory=list)
+    egress: list[AllowEntry] = Field(default_factory=list)  # joins an allowlist agent's allowlist
+    state: StateDetection = StateDetection()
+    healthcheck: Healthcheck
+
+    @field_validator("credentials", "egress")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("each entry may appear once")
+        return value
+
+    @property
+    def directory(self) -> Path:
+        return roles_dir() / self.name
+
+    @property
+    def tag(self) -> str:
+        """``jackin/role-<name>:<12 hex of sha256 over the role's files and roles/common>``."""
+        return f"{REPOSITORY}{self.name}:{recipe_hash(self.name)}"
+
+
+# --- discovery and loading ------------------------------------------------------------------
+
+
+def roles_dir() -> Path:
+    """Where roles live: ``$JACKIN_ROLES_DIR``, else the repository's ``roles/``."""
+    override = os.environ.get("JACKIN_ROLES_DIR")
+    return Path(override).expanduser() if override else Path(__file__).resolve().parents[2] / "roles"
+
+
+def names() -> list[str]:
+    """Every role found (a directory holding ``role.yaml``), sorted."""
+    root = roles_dir()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.name != COMMON and (p / ROLE_FILE).is_file())
+
+
+def load(name: str) -> Role:
+    """The role ``name``, validated; SpecError listing every problem as FILE:LINE: field: message."""
+    if name not in names():
+        known = ", ".join(names()) or "none"
+        raise SpecError(f"unknown role {name!r} (known roles: {known})", hint=f"roles live in {roles_dir()}")
+    return _load_cached(str(roles_dir() / name / ROLE_FILE), _mtime(roles_dir() / name / ROLE_FILE))
+
+
+def _mtime(path: Path) -> float:
+    return path.stat().st_mtime
+
+
+@lru_cache(maxsize=64)
+def _load_cached(path: str, _mtime: float) -> Role:
+    return load_file(Path(path))
+
+
+def load_file(path: Path) -> Role:
+    """Read and validate one role file (its directory name must be the role's name)."""
+    from jackin.spec.loader import Problem, _from_validation, _parse_yaml, format_path
+
+    filename = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise SpecError(f"{filename}: cannot read role file: {error}") from None
+    data, tree = _parse_yaml(text, filename)
+    problems = list(tree.problems)
+    role: Role | None = None
+    if not isinstance(data, dict):
+        problems.append(Problem(1, (), "expected a mapping with name, description, image, command, healthcheck"))
+    else:
+        try:
+            role = Role.model_validate(data)
+        except ValidationError as error:
+            problems.extend(_from_validation(error, tree.lines, Role))
+        if role is not None:
+            problems.extend(_check_files(role, path.parent, tree.lines))
+    if problems:
+        problems.sort(key=lambda p: (p.line or 0, format_path(p.path)))
+        lines = [p.render(filename) for p in problems]
+        count = f"{len(lines)} problem{'s' if len(lines) > 1 else ''}"
+        raise SpecError(f"{filename}: invalid role ({count})", problems=lines)
+    assert role is not None
+    return role
+
+
+def _check_files(role: Role, directory: Path, lines: dict) -> list:
+    """The role's name is its directory's; every file its recipe names exists there."""
+    from jackin.spec.loader import Problem
+
+    out = []
+    if role.name != directory.name:
+        out.append(Problem(lines.get(("name",)), ("name",),
+                           f"{role.name!r} is not the role's directory name {directory.name!r}"))  # fmt: skip
+    named = [("dockerfile",), *(("files", n) for n in range(len(role.image.files)))]
+    for path in named:
+        value = role.image.dockerfile if path == ("dockerfile",) else role.image.files[path[1]]  # type: ignore[index]
+        if value is not None and not (directory / value).is_file():
+            where = ("image", *path)
+            out.append(Problem(lines.get(where) or lines.get(("image",)), where,
+                               f"{value!r} is not a file in {directory}"))  # fmt: skip
+    return out
+
+
+def load_all() -> tuple[list[Role], list[SpecError]]:
+    """Every role, and the errors of those that do not validate."""
+    found, errors = [], []
+    for name in names():
+        try:
+            found.append(load(name))
+        except SpecError as error:
+            errors.append(error)
+    return found, errors
+
+
+# --- the image's identity ---------------------------------------------------------------------
+
+
+def recipe_files(name: str) -> list[tuple[str, Path]]:
+    """(path relative to the roles dir, file) for the role's files and roles/common, sorted."""
+    root = roles_dir()
+    out = []
+    for top in (root / name, root / COMMON):
+        if top.is_dir():
+            out += [(p.relative_to(root).as_posix(), p) for p in top.rglob("*") if p.is_file()]
+    return sorted(out)
+
+
+def recipe_hash(name: str) -> str:
+    """12 hex of sha256 over the role's files and roles/common (names, modes and bytes), and the
+    image builder's version and Debian suite."""
+    from jackin.images.build import BUILDER_VERSION
+    from jackin.lab.image import suite
+
+    files = recipe_files(name)
+    stats = tuple((relative, p.stat().st_mtime_ns, p.stat().st_ctime_ns, p.stat().st_size) for relative, p in files)
+    return _hash(f"{BUILDER_VERSION}\0{suite()}", tuple(files), stats)
+
+
+@lru_cache(maxsize=64)
+def _hash(salt: str, files: tuple[tuple[str, Path], ...], _stats: tuple) -> str:
+    digest = hashlib.sha256(salt.encode())
+    for relative, path in files:
+        digest.update(f"{relative}\0{path.stat().st_mode & 0o111}\0".encode() + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+# --- the image recipe, checked without a network ------------------------------------------------
+
+_PINNED_FROM = re.compile(r"^(?:--platform=\S+\s+)?(?P<image>[a-z0-9][a-z0-9._/-]*)(?::(?P<tag>[A-Za-z0-9._-]+))?"
+                          r"(?:@sha256:[0-9a-f]{64})?(?:\s+AS\s+\S+)?$", re.IGNORECASE)  # fmt: skip
+_PIPE_TO_SHELL = re.compile(r"\b(curl|wget)\b[^|;&]*\|\s*(sudo\s+)?(ba|da|z)?sh\b")
+_NPM_GLOBAL = re.compile(r"\bnpm\s+(?:install|i)\s+(?:-g|--global)\b([^&;|]*)")
+
+
+def dockerfile_instructions(text: str) -> list[tuple[int, str, str]]:
+    """(line, INSTRUCTION, arguments) of a Dockerfile: continuations joined, comments dropped."""
+    out: list[tuple[int, str, str]] = []
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if pending and line.startswith("#"):
+            continue
+        if not pending:
+            start = number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        whole = (pending + line).strip()
+        pending = ""
+        word, _, rest = whole.partition(" ")
+        out.append((start, word.upper(), rest.strip()))
+    return out
+
+
+def check_dockerfile(role: Role, text: str, filename: str) -> list[str]:
+    """What an offline look at the role's Dockerfile can check: FROM pinned to a tag (or digest), not
+    ``latest``; no script piped from the network into a shell; every ``npm install -g`` package pinned to
+    a version; the last USER not root; a HEALTHCHECK equal to the role's; ENTRYPOINT the common
+    entrypoint; CMD the role's command; roles/common copied in. Problems as ``FILE:LINE: message``."""
+    steps = dockerfile_instructions(text)
+    problems: list[str] = []
+    args = {m.group(1): m.group(2) for _, word, rest in steps if word == "ARG"
+            for m in [re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=(\S+)$", rest)] if m}  # fmt: skip
+
+    def say(line: int, message: str) -> None:
+        problems.append(f"{filename}:{line}: {message}")
+
+    def last(word: str) -> tuple[int, str] | None:
+        found = [(n, rest) for n, w, rest in steps if w == word]
+        return found[-1] if found else None
+
+    froms = [(n, rest) for n, w, rest in steps if w == "FROM"]
+    if not froms:
+        say(1, "no FROM: the base image is not named")
+    for line, rest in froms:
+        match = _PINNED_FROM.match(rest)
+        if not match or (not match.group("tag") and "@sha256:" not in rest) or match.group("tag") == "latest":
+            say(line, f"FROM {rest}: pin the base image to a tag (not latest) or a digest")
+    for line, word, rest in steps:
+        if word == "RUN" and _PIPE_TO_SHELL.search(rest):
+            say(line, "a script fetched from the network is piped into a shell: install a pinned package instead")
+        if word == "RUN":
+            for spec in (_NPM_GLOBAL.search(rest).group(1).split() if _NPM_GLOBAL.search(rest) else []):
+                spec = spec.strip("\"'")
+                if spec.startswith("-"):
+                    continue
+                expanded = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: args.get(m.group(1), ""), spec)
+                version = expanded.rpartition("@")[2] if expanded.rfind("@") > 0 else ""
+                if not version or version in ("latest", "next") or not re.match(r"^\d", version):
+                    say(line, f"npm package {spec} is not pinned to a version")
+    user = last("USER")
+    if user is None or user[1].split(":")[0] in ("root", "0"):
+        say(user[0] if user else 1, "the image's USER must not be root (jackin runs it as the agent's uid anyway)")
+    health = last("HEALTHCHECK")
+    if health is None:
+        say(1, "no HEALTHCHECK")
+    elif f"HEALTHCHECK {health[1]}" != role.healthcheck.instruction():
+        say(health[0], f"HEALTHCHECK differs from role.yaml's healthcheck ({role.healthcheck.instruction()})")
+    entry = last("ENTRYPOINT")
+    if entry is None or _json_list(entry[1]) != [ENTRYPOINT]:
+        say(entry[0] if entry else 1, f"ENTRYPOINT must be [\"{ENTRYPOINT}\"] (the common entrypoint)")
+    cmd = last("CMD")
+    if cmd is None or _json_list(cmd[1]) != role.command:
+        say(cmd[0] if cmd else 1, "CMD must be role.yaml's command, in JSON form")
+    if not any(w in ("COPY", "ADD") and rest.split()[0].rstrip("/") == COMMON for _, w, rest in steps if rest):
+        say(1, f"roles/{COMMON} is not copied in (COPY {COMMON}/ /usr/local/bin/)")
+    return problems
+
+
+def _json_list(text: str) -> list[str] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
+
+
+class RoleCheck(Model):
+    """One role's validation: its file, and every problem found (empty: valid)."""
+
+    name: str
+    file: str
+    problems: list[str] = Field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def validate(name: str | None = None) -> list[RoleCheck]:
+    """Every role (or ``name``): role.yaml against the model, then its Dockerfile (or the generated one
+    of a debootstrap role) against ``check_dockerfile``."""
+    wanted = [name] if name else names()
+    if name and name not in names():
+        raise SpecError(f"unknown role {name!r} (known roles: {', '.join(names()) or 'none'})",
+                        hint=f"roles live in {roles_dir()}")  # fmt: skip
+    checks = []
+    for each in wanted:
+        path = roles_dir() / each / ROLE_FILE
+        try:
+            role = load_file(path)
+        except SpecError as error:
+            checks.append(RoleCheck(name=each, file=str(path), problems=error.problems or [error.message]))
+            continue
+        if role.image.dockerfile:
+            docker = role.directory / role.image.dockerfile
+            problems = check_dockerfile(role, docker.read_text(), str(docker))
+        else:
+            from jackin.images.build import dockerfile
+
+            problems = check_dockerfile(role, dockerfile(role, "jackin/base:0"), f"{path} (generated Dockerfile)")
+        checks.append(RoleCheck(name=each, file=str(path), problems=problems))
+    return checks
+
+
+class RoleRow(Model):
+    name: str
+    description: str
+    image: str  # how it is built
+    tag: str
+    command: list[str]
+    credentials: list[str]
+    egress: list[str]
+
+
+def rows() -> tuple[list[RoleRow], list[SpecError]]:
+    """``role.list``: every role that loads, and the errors of those that do not."""
+    found, errors = load_all()
+    out = []
+    for role in found:
+        recipe = (f"Dockerfile {role.image.dockerfile}" if role.image.dockerfile
+                  else f"debootstrap {' '.join(role.image.debootstrap or [])}")  # fmt: skip
+        out.append(RoleRow(name=role.name, description=role.description, image=f"{role.image.build}: {recipe}",
+                           tag=role.tag, command=role.command, credentials=role.credentials,
+                           egress=role.egress))  # fmt: skip
+    return out, errors

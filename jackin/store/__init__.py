@@ -1,0 +1,1 @@
+"""The operator's state: the SQLite ledger."""

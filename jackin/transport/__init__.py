@@ -1,0 +1,1 @@
+"""Reaching hosts: targets, strict SSH (Fabric and OpenSSH), the parallel fan-out, Ctrl-C handling."""

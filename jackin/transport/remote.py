@@ -1,0 +1,92 @@
+"""Imperative reads from many hosts at once over strict SSH, with bounded timeouts: the system's
+OpenSSH client, multiplexed, where it serves the target (``jackin.transport.openssh``), else Fabric.
+
+A host that does not answer is a result (its ConnectError), never a hang and
+never an exception that hides the other hosts; a command that fails on a host
+that answered is that host's RemoteCommandError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from jackin.transport import interrupts
+from jackin.transport import openssh
+from jackin.errors import ConnectError, JackinError, RemoteCommandError
+from jackin.transport.target import SshTarget
+
+if TYPE_CHECKING:
+    from fabric import Connection
+
+T = TypeVar("T")
+
+
+class HostError(BaseModel):
+    """One host's failure in a task over several hosts: reported beside the others' results."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str
+    error: str
+    unreachable: bool  # not reached (exit 3), else reached and failed (exit 1)
+
+    @classmethod
+    def of(cls, host: str, error: JackinError) -> HostError:
+        return cls(host=host, error=error.message, unreachable=isinstance(error, ConnectError))
+
+    @property
+    def exit_code(self) -> int:
+        return ConnectError.exit_code if self.unreachable else JackinError.exit_code
+
+
+def connect(target: SshTarget, *, timeout: float = 10) -> Connection:
+    """The Fabric fallback's connection (``jackin.transport.ssh.connect``): paramiko and Fabric are loaded by
+    the first read OpenSSH does not serve, not by every command's start."""
+    from jackin.transport import ssh
+
+    return ssh.connect(target, timeout=timeout)
+
+
+def gather(
+    targets: Sequence[SshTarget],
+    command: str,
+    parse: Callable[[str], T],
+    *,
+    timeout: float = 10,
+) -> dict[str, T | JackinError]:
+    """Run ``command`` on every target in parallel; per host the parsed output or the error
+    (ConnectError: not reached; RemoteCommandError: reached, the command failed).
+
+    A Ctrl-C is raised at once (``jackin.transport.interrupts.each``), not after the reads in flight: their
+    ssh clients are ended, and a Fabric connection's daemon threads are left to the process's exit."""
+
+    def one(target: SshTarget) -> T | JackinError:
+        try:
+            if openssh.usable(target):  # the system client, multiplexed; as strict (jackin.transport.openssh)
+                result: Any = openssh.run(target, command, timeout=timeout, connect_timeout=min(timeout, 10))
+            else:
+                with connect(target, timeout=min(timeout, 10)) as conn:
+                    result = conn.run(command, hide=True, warn=True, timeout=timeout)
+        except ConnectError as error:
+            return error
+        except Exception as error:  # noqa: BLE001 - timeouts and SSH faults become that host's error
+            return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
+        if result.exited != 0:
+            return RemoteCommandError(f"command failed (exit {result.exited}): {result.stderr.strip()[:200]}",
+                                      host=target.name)
+        try:
+            return parse(result.stdout)
+        except JackinError as error:  # output that does not parse (a forged or broken read) fails that host alone
+            error.host = error.host or target.name
+            return error
+
+    if not targets:
+        return {}
+    try:
+        return dict(zip([t.name for t in targets], interrupts.each(one, targets)))
+    except KeyboardInterrupt:
+        openssh.end_all()
+        raise

@@ -1,0 +1,414 @@
+"""fleet.collect and fleet.review: bring each agent's branch and handoff back, and show them.
+
+``collect`` reads, over strict SSH (one Fabric connection per host, hosts in parallel), for each
+agent it collects: its status file, its ``work.json`` (the commit it started from), its handoff
+and its branch as a git bundle. Every read runs *inside the agent's container as the agent*
+(``docker exec --user UID:GID``), capped in size (``head -c``, a byte cap on the bundle stream):
+root never follows a path the agent controls, and every name in those commands (container,
+uid, the branch ``jackin/<instance>``) is jackin's own, quoted. On this machine the bundle is
+checked (``git bundle verify``) and fetched, with ``transfer.fsckObjects``, under
+``refs/jackin/<fleet>/<host>/<instance>`` into the local repository: the agent's source
+repository when it is a local path (refs only: its branches, index and worktree are never
+touched), else a bare repository under the state dir; ``into`` overrides. The handoff is kept
+at ``<state dir>/work/<fleet>/handoffs/<host>/<instance>.md`` and checked for evidence
+(``jackin.work.handoffs``). Each collection is recorded in the ledger (``collections``).
+
+Every agent of a fleet runs on every host, so the ref and the handoff path name the host too.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from jackin.work import handoffs
+from jackin.plan import fleet as planning
+from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecError
+from jackin.store.ledger import Ledger
+from jackin.paths import private_dir, state_dir
+from jackin.spec import Inventory
+from jackin.spec.models import is_git_url
+from jackin.transport.ssh import SshTarget, connect
+from jackin.work.bundles import WorkError, git
+
+MAX_BUNDLE = 512 * 1024 * 1024
+MAX_STATUS = 64 * 1024
+STATUS_FILE = "/workspace/.jackin/status.json"
+HANDOFF_FILE = "/workspace/.jackin/handoff.md"
+REPO_DIR = "/workspace/repo"
+READ_TIMEOUT = 600
+STATES = ("idle", "working", "blocked", "done", "failed")
+
+
+class AgentCollect(BaseModel):
+    """One agent instance on one host: what was collected, or why not."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str
+    instance: str
+    agent: str
+    state: str = "unknown"  # from its status file when read
+    result: str = "skipped"  # collected, skipped (not done and not asked for), failed
+    reason: str | None = None
+    repo: str | None = None  # the local repository the branch was fetched into
+    ref: str | None = None
+    commit: str | None = None
+    source_commit: str | None = None  # the commit the agent started from (its work.json)
+    handoff: str | None = None  # where the handoff was kept on this machine
+    evidence: handoffs.Evidence | None = None
+
+
+class CollectReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fleet: str
+    agents: list[AgentCollect] = Field(default_factory=list)
+    unreachable: dict[str, str] = Field(default_factory=dict)  # host -> why
+
+    @property
+    def collected(self) -> list[AgentCollect]:
+        return [a for a in self.agents if a.result == "collected"]
+
+    @property
+    def failed(self) -> list[AgentCollect]:
+        return [a for a in self.agents if a.result == "failed"]
+
+
+# --- the local side -----------------------------------------------------------------------
+
+
+def ref_name(fleet: str, host: str, instance: str) -> str:
+    ref = f"refs/jackin/{fleet}/{host}/{instance}"
+    if git("check-ref-format", ref, check=False).returncode != 0:
+        raise SpecError(f"host name {host!r} cannot be part of a git ref ({ref})")
+    return ref
+
+
+def local_repo(inventory: Inventory, agent: str, into: str | None) -> str:
+    """Where an agent's branch is fetched: ``into``, else its source repository when that is a local
+    path, else a bare repository under the state dir (made on first use)."""
+    if into:
+        path = Path(into).expanduser().absolute()
+    else:
+        spec = next(a for a in inventory.fleet.agents if a.name == agent)
+        if spec.work is not None and not is_git_url(spec.work.repo):
+            return spec.work.repo
+        path = private_dir(state_dir() / "work" / inventory.fleet.name) / "collected.git"
+    if not path.exists():
+        git("init", "--quiet", "--bare", str(path))
+    elif git("-C", str(path), "rev-parse", "--git-dir", check=False).returncode != 0:
+        raise SpecError(f"--into {path}: not a git repository", hint="give a git repository, or a path that does not exist yet")
+    return str(path)
+
+
+def fetch(repo: str, bundle: bytes, branch: str, ref: str) -> str:
+    """Verify ``bundle`` and fetch its ``branch`` into ``repo`` as ``ref`` (only that ref changes); the commit."""
+    with tempfile.TemporaryDirectory(prefix="jackin-collect-") as scratch:
+        path = Path(scratch) / "agent.bundle"
+        path.write_bytes(bundle)
+        verify = git("-C", repo, "bundle", "verify", "--quiet", str(path), check=False)
+        if verify.returncode != 0:
+            raise WorkError(f"the agent's bundle does not verify: {verify.stderr.decode(errors='replace')[-300:]}")
+        fetched = git("-C", repo, "-c", "transfer.fsckObjects=true", "-c", "fetch.fsckObjects=true", "-c",
+                      "gc.auto=0", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
+                      str(path), f"+refs/heads/{branch}:{ref}", check=False)  # fmt: skip
+        if fetched.returncode != 0:
+            raise WorkError(f"the agent's bundle cannot be fetched into {repo}: "
+                            f"{' '.join(fetched.stderr.decode(errors='replace').split())[-300:]}")  # fmt: skip
+    commit = git("-C", repo, "rev-parse", "--verify", f"{ref}^{{commit}}").stdout.decode().strip()
+    return commit
+
+
+def on_branch(repo: str, ref: str, since: str | None = None):
+    """``handoffs.check``'s lookup: a word naming a commit reachable from ``ref`` -> its full id.
+    ``since``: the commit the agent started from; a commit already in it is not the agent's work."""
+
+    def lookup(word: str) -> str | None:
+        found = git("-C", repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{word}^{{commit}}",
+                    check=False)  # fmt: skip
+        commit = found.stdout.decode().strip()
+        if found.returncode != 0 or not commit:
+            return None
+        inside = git("-C", repo, "merge-base", "--is-ancestor", commit, ref, check=False).returncode == 0
+        if inside and since:
+            inside = git("-C", repo, "merge-base", "--is-ancestor", commit, since, check=False).returncode != 0
+        return commit if inside else None
+
+    return lookup
+
+
+def handoff_path(fleet: str, host: str, instance: str) -> Path:
+    return private_dir(state_dir() / "work" / fleet / "handoffs" / host) / f"{instance}.md"
+
+
+# --- the remote side ----------------------------------------------------------------------
+
+
+def _exec(conn, command: str, *, cap: int, host: str, timeout: float = READ_TIMEOUT) -> tuple[int, bytes, bytes]:
+    """Run ``command`` on the host; its stdout as bytes (more than ``cap`` is an error), stderr, exit."""
+    transport = conn.client.get_transport()
+    if transport is None or not transport.is_active():
+        raise ConnectError("the SSH connection is closed", host=host)
+    channel = transport.open_session()
+    channel.settimeout(timeout)
+    out, err = bytearray(), bytearray()
+    try:
+        channel.exec_command(command)
+        deadline = time.monotonic() + timeout
+        while True:
+            if channel.recv_ready():
+                out += channel.recv(1 << 16)
+                if len(out) > cap:
+                    raise RemoteCommandError(f"output larger than {cap} bytes: refused", host=host)
+            elif channel.recv_stderr_ready():
+                err += channel.recv_stderr(1 << 16)[: max(0, 65536 - len(err))]
+            elif channel.exit_status_ready():
+                if not channel.recv_ready() and not channel.recv_stderr_ready():
+                    break
+            elif time.monotonic() > deadline:
+                raise ConnectError(f"no answer within {timeout:.0f}s", host=host)
+            else:
+                time.sleep(0.02)
+        return channel.recv_exit_status(), bytes(out), bytes(err)
+    except (OSError, EOFError) as error:
+        raise ConnectError(f"the connection failed: {error}", host=host) from None
+    finally:
+        channel.close()
+
+
+def as_agent(agent: planning.AgentPlan, *argv: str) -> str:
+    """``docker exec`` of ``argv`` in the agent's container as the agent (its uid and group)."""
+    return shlex.join(["docker", "exec", "--user", f"{agent.uid}:{agent.uid}", agent.container, *argv])
+
+
+def read_file(conn, agent: planning.AgentPlan, path: str, cap: int, *, host: str) -> bytes | None:
+    """A file in the agent's container, read as the agent and capped; None when it cannot be read."""
+    code, out, _ = _exec(conn, as_agent(agent, "head", "-c", str(cap), path), cap=cap, host=host, timeout=30)
+    return out if code == 0 else None
+
+
+def read_status(conn, agent: planning.AgentPlan, *, host: str) -> dict:
+    """The agent's status file as a dict ({} when absent or not JSON)."""
+    data = read_file(conn, agent, STATUS_FILE, MAX_STATUS, host=host)
+    try:
+        found = json.loads(data or b"")
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def state_of(status: dict) -> str:
+    """The state a status file names, when it is one of the contract's (agent-written text is never shown raw)."""
+    state = status.get("state")
+    return state if state in STATES else "unknown"
+
+
+def _started_from(data: bytes | None) -> str | None:
+    """The commit in a work.json (the agent's starting point), when it is a commit id."""
+    try:
+        found = json.loads(data or b"")
+    except ValueError:
+        return None
+    commit = found.get("commit") if isinstance(found, dict) else None
+    return commit if isinstance(commit, str) and len(commit) in (40, 64) and commit.isalnum() else None
+
+
+def _one(conn, inventory: Inventory, agent: planning.AgentPlan, *, host: str, into: str | None,
+         asked: bool) -> AgentCollect:  # fmt: skip
+    fleet = inventory.fleet.name
+    result = AgentCollect(host=host, instance=agent.instance, agent=agent.agent)
+    status = read_status(conn, agent, host=host)
+    result.state = state_of(status)
+    if not asked and result.state != "done":
+        result.reason = f"state {result.state} (not done; --agent collects any state)"
+        return result
+    if agent.work is None:
+        result.result, result.reason = "skipped", "the agent has no work in the spec"
+        return result
+    try:
+        result.source_commit = _started_from(read_file(conn, agent, f"{planning.WORK_TARGET}/work.json", 4096,
+                                                       host=host))  # fmt: skip
+        code, bundle, err = _exec(conn, as_agent(agent, "git", "-C", REPO_DIR, "bundle", "create", "--quiet", "-",
+                                                 f"refs/heads/{agent.work.branch}"), cap=MAX_BUNDLE, host=host)  # fmt: skip
+        if code != 0:
+            raise RemoteCommandError(f"git bundle create failed in the container (exit {code}): "
+                                     f"{err.decode(errors='replace').strip()[:300]}", host=host)  # fmt: skip
+        result.repo = local_repo(inventory, agent.agent, into)
+        result.ref = ref_name(fleet, host, agent.instance)
+        result.commit = fetch(result.repo, bundle, agent.work.branch, result.ref)
+        text = read_file(conn, agent, HANDOFF_FILE, handoffs.MAX_HANDOFF, host=host)
+        path = handoff_path(fleet, host, agent.instance)
+        if text is not None:
+            path.write_bytes(text)
+            result.handoff = str(path)
+        elif path.exists():
+            path.unlink()  # an older collection's handoff is not this one's
+        result.evidence = handoffs.check(None if text is None else text.decode(errors="replace"),
+                                         on_branch(result.repo, result.ref, result.source_commit))  # fmt: skip
+        result.result = "collected"
+    except JackinError as error:
+        from jackin.agents.state import clean
+
+        result.result, result.reason = "failed", clean(error.message, 500)  # it may carry the container's stderr
+    return result
+
+
+def _host(target: SshTarget, inventory: Inventory, agents: list[planning.AgentPlan], *, into: str | None,
+          asked: bool) -> list[AgentCollect] | JackinError:  # fmt: skip
+    try:
+        with connect(target, timeout=10) as conn:
+            return [_one(conn, inventory, a, host=target.name, into=into, asked=asked) for a in agents]
+    except JackinError as error:
+        return error
+    except Exception as error:  # noqa: BLE001 - SSH faults become that host's error
+        return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
+
+
+def select(plan: planning.FleetPlan, names: Sequence[str] | None) -> list[planning.AgentPlan]:
+    """The plan's agents named (instance ``coder-1`` or agent ``coder``), or all; an unknown name is exit 2."""
+    if not names:
+        return list(plan.agents)
+    known = {a.instance for a in plan.agents} | {a.agent for a in plan.agents}
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise SpecError(f"no agent {', '.join(missing)} in fleet {plan.fleet}",
+                        hint=f"agents: {', '.join(sorted(known))}")  # fmt: skip
+    return [a for a in plan.agents if a.instance in names or a.agent in names]
+
+
+def collect(inventory: Inventory, *, agents: Sequence[str] | None = None, into: str | None = None) -> CollectReport:
+    """Collect the fleet's finished agents (``agents``: these, in any state) from every host; recorded."""
+    from jackin.lifecycle.fleet import make_plan, targets
+
+    with Ledger() as ledger:
+        plan = make_plan(inventory, ledger, store=False)
+    chosen = select(plan, agents)
+    hosts = targets(inventory, bring_up=False)
+    if not hosts:  # a lab that is not up: nothing could be collected, and saying "0 collected" would hide it
+        raise JackinError(f"fleet {plan.fleet} has no host up: nothing to collect",
+                          hint="bring it up with inv fleet.up, or check the inventory's hosts")  # fmt: skip
+    report = CollectReport(fleet=plan.fleet)
+    with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
+        found = list(pool.map(lambda t: _host(t, inventory, chosen, into=into, asked=bool(agents)), hosts))
+    for target, outcome in zip(hosts, found):
+        if isinstance(outcome, JackinError):
+            report.unreachable[target.name] = outcome.message
+        else:
+            report.agents += outcome
+    with Ledger() as ledger:
+        for item in report.agents:
+            if item.result != "skipped":
+                ledger.record_collection(plan.fleet, item.host, item.instance, item.result, state=item.state,
+                                         repo=item.repo, ref=item.ref, commit_id=item.commit,
+                                         source_commit=item.source_commit, handoff=item.handoff,
+                                         evidence=item.evidence.label if item.evidence else None,
+                                         detail={"reason": item.reason} if item.reason else None)  # fmt: skip
+    return report
+
+
+# --- review ---------------------------------------------------------------------------------
+
+
+class ReviewRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str
+    instance: str
+    state: str  # live from the status file, else "<state> (at collection)", else unknown
+    commit: str | None = None
+    source_commit: str | None = None
+    diff: str | None = None  # git diff --shortstat SOURCE..REF
+    evidence: str | None = None  # ok, or without evidence: reasons
+    handoff: str | None = None
+    ref: str | None = None
+    repo: str | None = None
+
+
+class Review(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fleet: str
+    rows: list[ReviewRow] = Field(default_factory=list)
+    unreachable: dict[str, str] = Field(default_factory=dict)
+
+
+def diff_stat(repo: str | None, source: str | None, ref: str | None) -> str | None:
+    if not (repo and source and ref):
+        return None
+    found = git("-C", repo, "diff", "--shortstat", f"{source}..{ref}", "--", check=False)
+    if found.returncode != 0:
+        return None
+    return found.stdout.decode(errors="replace").strip() or "no changes"
+
+
+def _live(target: SshTarget, agents: list[planning.AgentPlan]) -> dict[str, str] | JackinError:
+    try:
+        with connect(target, timeout=10) as conn:
+            return {a.instance: state_of(read_status(conn, a, host=target.name)) for a in agents}
+    except JackinError as error:
+        return error
+    except Exception as error:  # noqa: BLE001 - SSH faults become that host's error
+        return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
+
+
+def review(inventory: Inventory) -> Review:
+    """Per host and agent: its state (live when the host answers, else at its last collection), the
+    collected commit, the diff stat against the commit it started from, and the handoff's evidence."""
+    from jackin.lifecycle.fleet import make_plan, targets
+
+    with Ledger() as ledger:
+        plan = make_plan(inventory, ledger, store=False)
+        collected = {(r["host"], r["instance"]): r for r in ledger.collections(plan.fleet)}
+    hosts = targets(inventory, bring_up=False)
+    result = Review(fleet=plan.fleet)
+    live: dict[tuple[str, str], str] = {}
+    if hosts:
+        with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
+            for target, found in zip(hosts, pool.map(lambda t: _live(t, list(plan.agents)), hosts)):
+                if isinstance(found, JackinError):
+                    result.unreachable[target.name] = found.message
+                else:
+                    live.update({(target.name, i): s for i, s in found.items()})
+    for key in sorted(set(live) | set(collected)):
+        row = collected.get(key, {})
+        state = live.get(key) or (f"{row['state']} (at collection)" if row.get("state") else "unknown")
+        result.rows.append(ReviewRow(host=key[0], instance=key[1], state=state, commit=row.get("commit_id"),
+                                     source_commit=row.get("source_commit"), evidence=row.get("evidence"),
+                                     handoff=row.get("handoff"), ref=row.get("ref"), repo=row.get("repo"),
+                                     diff=diff_stat(row.get("repo"), row.get("source_commit"), row.get("ref"))))  # fmt: skip
+    return result
+
+
+# --- the CLI's side: inventory in, rendering and exit status out (tasks.py stays thin) ----------
+
+
+def cli_collect(inventory: str | None, *, agents: Sequence[str] | None, into: str | None, json: bool) -> int:
+    """``inv fleet.collect``. Exit 1: an agent's collection failed; 3: a host is unreachable."""
+    from jackin.lifecycle import fleet as fleet_api
+    from jackin.cli import render as ui
+    report = collect(fleet_api.load(inventory), agents=agents or None, into=into)
+    if json:
+        ui.print_json(report.model_dump(mode="json"))
+    else:
+        ui.out.print(ui.collect_table(report))
+    return 1 if report.failed else 3 if report.unreachable else 0
+
+
+def cli_review(inventory: str | None, *, json: bool) -> int:
+    """``inv fleet.review``. Exit 3: a host is unreachable (its agents show their state at collection)."""
+    from jackin.lifecycle import fleet as fleet_api
+    from jackin.cli import render as ui
+    found = review(fleet_api.load(inventory))
+    if json:
+        ui.print_json(found.model_dump(mode="json"))
+    else:
+        ui.out.print(ui.review_table(found))
+    return 3 if found.unreachable else 0
