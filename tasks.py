@@ -7,8 +7,8 @@ interrupts.exit_until_started()  # first: a Ctrl-C while the CLI loads exits 130
 from invoke import Collection, Exit, task
 
 from jackin import lazy
-from jackin.cli import render as ui
 from jackin.cli import edge as cli
+from jackin.cli import render as ui
 from jackin.cli.edge import count, guard
 from jackin.lab import Lab
 from jackin.lab.lab import DEFAULT_HOSTS
@@ -59,6 +59,7 @@ def fleet_validate(c, inventory=None):
     with guard():
         spec = fleet_api.load(inventory)
         from jackin.work import bundles as work
+
         work.check(spec.fleet)  # repositories, refs and task files on this machine (exit 2), no host touched
         agents = sum(a.count for a in spec.fleet.agents)
         ui.out.print(f"{inventory or fleet_api.DEFAULT_INVENTORY}: ok (fleet {spec.fleet.name!r}, "
@@ -89,8 +90,9 @@ def fleet_status(c, inventory=None, watch=False, json=False):
                                  "each host's earlier snapshots are still pulled here",
             "discard_snapshots": "no final snapshot and no pull: lose the workspaces and the snapshots kept only "
                                  "on the hosts (the ledger forgets them)"})  # fmt: skip
-def fleet_down(c, inventory=None, yes=False, keep_data=False, keep_lab=False, no_final_snapshot=False,
-               discard_snapshots=False):
+def fleet_down(
+    c, inventory=None, yes=False, keep_data=False, keep_lab=False, no_final_snapshot=False, discard_snapshots=False
+):
     """Snapshot every agent and pull it here, tear the fleet down on every host, prove nothing is left,
     and (lab) destroy the lab. A host whose final snapshot or pull failed is not torn down (exit 1)."""
     with guard():
@@ -301,6 +303,7 @@ def fleet_collect(c, inventory=None, agent=None, into=None, json=False):
     """Bring each finished agent's branch (under refs/jackin/<fleet>/<host>/<instance>) and handoff back here.
     Exit 1: an agent's collection failed; 3: a host is unreachable."""
     from jackin.work import collect
+
     with guard():
         raise Exit(code=collect.cli_collect(inventory, agents=agent, into=into, json=json))
 
@@ -309,6 +312,7 @@ def fleet_collect(c, inventory=None, agent=None, into=None, json=False):
 def fleet_review(c, inventory=None, json=False):
     """Per agent: state, collected commit, diff stat against its source commit, handoff evidence and path."""
     from jackin.work import collect
+
     with guard():
         raise Exit(code=collect.cli_review(inventory, json=json))
 
@@ -360,6 +364,7 @@ ns = Collection(lab, fleet, agent_ns, snapshot)
 def role_list(c, json=False):
     """List the roles: name, how the image is built, credentials the agents must be given, default egress."""
     from jackin.cli import roles as rolecli
+
     with guard():
         raise Exit(code=rolecli.role_list(json=json))
 
@@ -368,6 +373,7 @@ def role_list(c, json=False):
 def role_validate(c, name=None, json=False):
     """Validate every role file (or NAME's) and its image recipe, offline; exit 2 on an invalid role."""
     from jackin.cli import roles as rolecli
+
     with guard():
         raise Exit(code=rolecli.role_validate(name, json=json))
 

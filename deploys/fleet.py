@@ -13,9 +13,9 @@ containers that mount them), then each agent's user, directories, network and co
 
 from pyinfra import host
 
-from jackin.plan import host as hostplan
 from jackin.engine import report, secrets
 from jackin.operations import ops
+from jackin.plan import host as hostplan
 from jackin.plan.fleet import FleetPlan
 
 plan = FleetPlan.model_validate(host.data.jackin)

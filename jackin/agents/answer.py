@@ -14,11 +14,11 @@ import shlex
 from pydantic import BaseModel, ConfigDict
 
 from jackin.agents import state as derivation
-from jackin.plan import fleet as planning
 from jackin.agents.state import AgentFacts
 from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecError
-from jackin.transport.remote import gather
+from jackin.plan import fleet as planning
 from jackin.spec import Inventory
+from jackin.transport.remote import gather
 from jackin.transport.ssh import SshTarget, connect
 
 MAX_ANSWER = 16384  # bytes (UTF-8) of an answer

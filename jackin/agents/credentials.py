@@ -149,7 +149,9 @@ def _read_file(where: str, path: Path) -> bytes:
     except PermissionError:
         raise CredentialError(f"{where}: file {path} is not readable (permission denied)") from None
     except OSError as error:
-        raise CredentialError(f"{where}: file {path} cannot be read ({error.strerror or type(error).__name__})") from None
+        raise CredentialError(
+            f"{where}: file {path} cannot be read ({error.strerror or type(error).__name__})"
+        ) from None
 
 
 def read(spec: FleetSpec, *, environ: Mapping[str, str] | None = None, key: bytes | None = None) -> Secrets:
@@ -197,8 +199,10 @@ def digest_key(fleet: str) -> bytes:
     try:
         return bytes.fromhex(path.read_text().strip())
     except ValueError:
-        raise CredentialError(f"the credentials key {path} is not a key",
-                              hint="remove it: the next run makes a new one (and re-delivers every credential once)") from None
+        raise CredentialError(
+            f"the credentials key {path} is not a key",
+            hint="remove it: the next run makes a new one (and re-delivers every credential once)",
+        ) from None
 
 
 def duplicate_names(spec: FleetSpec) -> list[str]:

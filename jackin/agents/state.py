@@ -186,9 +186,9 @@ def order(state: str) -> int:
 def stale_after(fleet) -> dict[str, float]:
     """Per instance of ``fleet`` (a FleetSpec), its role's ``state.stale_after`` (jackin/spec/roles.py). A
     role that does not load leaves its instances at STALE_AFTER: role.validate reports what is wrong."""
+    from jackin.errors import JackinError
     from jackin.plan import fleet as planning
     from jackin.spec import roles
-    from jackin.errors import JackinError
 
     found: dict[str, float] = {}
     for agent in fleet.agents:

@@ -23,8 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from jackin.plan import fleet as planning
 from jackin.errors import EXIT_OK, JackinError, SpecError
+from jackin.plan import fleet as planning
 from jackin.spec import Inventory
 from jackin.transport.target import SshTarget
 
@@ -103,7 +103,9 @@ def exec_command(ref: AgentRef, argv: Sequence[str]) -> str:
     """``docker exec`` of ``argv`` in the agent's container as the agent (argv quoted: one word stays one)."""
     if not argv:
         raise SpecError("agent.exec needs a command after --: inv agent.exec coder-1 -- ls -la")
-    return f"{_present(ref.container)}; exec docker exec --user {ref.user} {shlex.quote(ref.container)} {shlex.join(argv)}"
+    return (
+        f"{_present(ref.container)}; exec docker exec --user {ref.user} {shlex.quote(ref.container)} {shlex.join(argv)}"
+    )
 
 
 def logs_command(ref: AgentRef, *, follow: bool = False, tail: int | None = None) -> str:
@@ -188,7 +190,12 @@ def _copy(ref: AgentRef, command: str, out: Any, err: Any, stop: threading.Event
                     err.write(shown_err(data))
                     err.flush()
                     idle = False
-                if idle and channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                if (
+                    idle
+                    and channel.exit_status_ready()
+                    and not channel.recv_ready()
+                    and not channel.recv_stderr_ready()
+                ):
                     return channel.recv_exit_status(), tail
                 if idle:
                     stop.wait(0.05)

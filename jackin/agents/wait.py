@@ -24,11 +24,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.agents import state as derivation
-from jackin.plan import fleet as planning
 from jackin.agents.state import AgentState
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError, SpecError
-from jackin.transport.remote import gather
+from jackin.plan import fleet as planning
 from jackin.spec import Inventory
+from jackin.transport.remote import gather
 from jackin.transport.target import SshTarget
 
 Until = Literal["done", "blocked", "any"]

@@ -16,18 +16,26 @@ from invoke.exceptions import Exit
 from rich.prompt import Confirm
 
 from jackin import lazy
-from jackin.transport import interrupts
 from jackin.cli import render as ui
-from jackin.errors import (EXIT_CONNECT, EXIT_FAILED, EXIT_NOT_ENFORCED, EXIT_OK, JackinError, NotImplementedYet,
-                           SpecError, worst)  # fmt: skip
+from jackin.errors import (
+    EXIT_CONNECT,
+    EXIT_FAILED,
+    EXIT_NOT_ENFORCED,
+    EXIT_OK,
+    JackinError,
+    NotImplementedYet,
+    SpecError,  # fmt: skip
+    worst,
+)
+from jackin.transport import interrupts
 
 if TYPE_CHECKING:
-    from jackin.net import probes as agent_api
+    from jackin.engine import RunResult
     from jackin.lifecycle import fleet as fleet_api
     from jackin.lifecycle import rollback as rollback_api
-    from jackin.engine import RunResult
-    from jackin.transport.remote import HostError
     from jackin.lifecycle.status import FleetStatus
+    from jackin.net import probes as agent_api
+    from jackin.transport.remote import HostError
 else:  # loaded by the first command that uses them (jackin.lazy): the CLI's start stays short
     agent_api = lazy.module("jackin.net.probes")
     fleet_api = lazy.module("jackin.lifecycle.fleet")
@@ -127,6 +135,7 @@ def contract_gate(spec, *, yes: bool, json: bool = False):
 
 def contract_gate_of(spec):
     from jackin.plan import contract as contract_api
+
     return contract_api.gate(spec)
 
 
@@ -199,8 +208,9 @@ def status_exit(status: FleetStatus) -> int:
 def fleet_down(inventory: str | None, *, yes: bool, keep_data: bool, keep_lab: bool,
                no_final_snapshot: bool = False, discard_snapshots: bool = False) -> int:  # fmt: skip
     spec = fleet_api.load(inventory)
-    preview = final_preview(spec, keep_data=keep_data, no_final_snapshot=no_final_snapshot,
-                            discard_snapshots=discard_snapshots)  # fmt: skip - checks the flags before asking
+    preview = final_preview(
+        spec, keep_data=keep_data, no_final_snapshot=no_final_snapshot, discard_snapshots=discard_snapshots
+    )  # fmt: skip - checks the flags before asking
     if not yes:
         require_terminal_or("--yes")
         data = "keeping homes and workspaces" if keep_data else "including every agent's workspace"
@@ -380,10 +390,14 @@ def snapshot_prune(inventory: str | None, *, yes: bool, json: bool) -> int:
     if json:
         ui.print_json(result.model_dump(mode="json"))
     else:
-        ui.out.print(f"kept {len(result.kept)} snapshot(s); removed {len(result.removed)}: {', '.join(result.removed) or '-'}")
+        ui.out.print(
+            f"kept {len(result.kept)} snapshot(s); removed {len(result.removed)}: {', '.join(result.removed) or '-'}"
+        )
         for note in result.notes:  # snapshots of hosts that left the fleet: kept for a copy, or forgotten
             ui.out.print(f"note: {note}", highlight=False, soft_wrap=True)
     return _snapshot_errors(result.errors)
+
+
 # --- fleet.rollback ----------------------------------------------------------------
 
 
@@ -427,7 +441,7 @@ def rollback_gate(chosen: rollback_api.Rollback, *, yes: bool, json: bool) -> li
         for step in chosen.steps:
             gates.append(contract_api.gate_of(ledger, step.inventory, previous=previous))
             previous = gates[-1].contract
-    for step, found in zip(chosen.steps, gates):
+    for step, found in zip(chosen.steps, gates, strict=True):
         show_contract(found, fleet=chosen.fleet, yes=yes, json=json, what=f"launch contract (run {step.to}'s spec)")
     return gates
 
@@ -506,6 +520,7 @@ def _copy_places(spec) -> dict[str, list[str]]:
 
     return moves.copy_places(spec)
 
+
 # --- fleet.down: the final snapshot ---------------------------------------------------------
 
 
@@ -571,11 +586,13 @@ def final_errors(result: fleet_api.DownResult) -> list[int]:
 
 # --- fleet.plan --------------------------------------------------------------------
 
+
 def fleet_plan(inventory: str | None, *, json: bool) -> int:
     """What fleet.up would change on each host, from one parallel state read; changes nothing.
     Exit 2: a spec or credential problem (before any host is read); 3: a host is unreachable; 1: a
     host answered but its state could not be read, or fleet.up would refuse to act there; else 0."""
     from jackin.plan import contract as contract_api
+
     spec = fleet_api.load(inventory)
     result = fleet_api.plan(spec, log=ui.log)
     terms = contract_api.gate(spec, host_facts=result.host_facts)  # the contract fleet.up would apply, hosts read

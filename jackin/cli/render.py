@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # annotations only: the engine's protocol is not loaded by co
     from jackin.lifecycle.fleet import CleanCheck
     from jackin.lifecycle.status import FleetStatus
 
+
 def _console(*, stderr: bool = False) -> Console:
     """A terminal gets its own width; a pipe or file gets wide lines, never truncated cells."""
     console = Console(stderr=stderr, highlight=False)
@@ -96,7 +97,9 @@ class Progress:
             "op_start": Text(f"{op} …"),
             "op_ok": Text(f"{op} ok"),
             "op_error": Text(f"{op} failed{': ' + error if error else ''}", style="red"),
-            "host_done": Text("done", style="green") if event.result and event.result.ok else Text("failed", style="red"),
+            "host_done": Text("done", style="green")
+            if event.result and event.result.ok
+            else Text("failed", style="red"),
         }.get(event.event)
         if text:
             self.lines[event.host] = text
@@ -307,7 +310,9 @@ def diff_table(result, *, limit: int = 50) -> Table:
                 if shown < limit:
                     table.add_row(a.host, a.instance, Text(mark, style=styles[mark]), Text(path))
                 shown += 1
-    total = ", ".join(f"{a.instance}@{a.host}: +{len(a.added)} -{len(a.removed)} M{len(a.changed)}" for a in result.agents)
+    total = ", ".join(
+        f"{a.instance}@{a.host}: +{len(a.added)} -{len(a.removed)} M{len(a.changed)}" for a in result.agents
+    )
     table.caption = (total or "no agents compared") + (f" ({shown - limit} more not shown)" if shown > limit else "")
     return table
 
@@ -325,7 +330,7 @@ def restore_table(result) -> Table:
 
 # --- fleet.rollback ----------------------------------------------------------------
 
-INVENTORY_KEPT = ("the inventory file is not rewritten: the next fleet.up -i FILE applies the file's spec again")
+INVENTORY_KEPT = "the inventory file is not rewritten: the next fleet.up -i FILE applies the file's spec again"
 
 
 def _value(value: object) -> str:
@@ -477,8 +482,11 @@ def contract_summary(contract) -> Table:
     for column in ("agent", "user (uid)", "mounts", "credentials", "egress", "docker", "limits", "risks"):
         table.add_column(column, overflow="fold")
     for a in contract.agents:
-        egress = a.network.mode + (f" {len(a.network.allowlist)} entries" if a.network.allowlist else "") + (
-            f", {len(a.network.publish)} published" if a.network.publish else "")
+        egress = (
+            a.network.mode
+            + (f" {len(a.network.allowlist)} entries" if a.network.allowlist else "")
+            + (f", {len(a.network.publish)} published" if a.network.publish else "")
+        )
         mounts = ", ".join(f"{m.target} {m.mode}" for m in a.mounts)
         table.add_row(a.instance, f"{a.identity.user} ({a.identity.uid})", mounts,
                       ", ".join(c.name for c in a.credentials) or "-", f"{egress} ({a.network.enforcement})",

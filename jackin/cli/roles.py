@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from jackin.spec import roles
 from jackin.cli import render as ui
 from jackin.errors import EXIT_OK, EXIT_SPEC
+from jackin.spec import roles
 
 
 def role_list(*, json: bool) -> int:

@@ -76,8 +76,14 @@ def started(wanted: bool) -> Iterator[Engine | None]:
         yield engine
 
 
-def run(request: EngineRequest, on_event: OnEvent = lambda _: None, *, timeout: float = 3600,
-        secrets: str | None = None, engine: Engine | None = None) -> RunResult:
+def run(
+    request: EngineRequest,
+    on_event: OnEvent = lambda _: None,
+    *,
+    timeout: float = 3600,
+    secrets: str | None = None,
+    engine: Engine | None = None,
+) -> RunResult:
     """Run a deploy on every target in the engine process; return per-host results.
 
     ``secrets``: credential values (``Secrets.to_wire``), written to the child's stdin after the

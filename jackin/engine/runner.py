@@ -146,7 +146,7 @@ def _results(state: State, request: EngineRequest, connect_errors: dict[str, str
                 if meta.did_error():
                     failed += 1
                     if error is None:
-                        lines = [l for l in meta.stderr_lines if l.strip()] or ["(no output)"]
+                        lines = [line for line in meta.stderr_lines if line.strip()] or ["(no output)"]
                         error = f"{_op_name(state, op_hash)}: {lines[-1].strip()}"
         planned = _planned(state, host, ops) if request.dry_run else []
         if request.dry_run:

@@ -46,11 +46,13 @@ def daemon_section(*, live: bool = True, pid: str = MAIN_PID) -> str:
     (hex of daemon.json, absent when there is none). Hex: no byte of the file can forge a section.
     ``live=False``: no ``live=`` line (``jackin.facts.state`` reads it with the other Docker reads); ``pid``:
     the shell text giving dockerd's pid (``jackin.facts.state``: from its one ``systemctl show``)."""
-    return ("echo '##daemon'; " + ("echo \"live=$(docker info --format '{{.LiveRestoreEnabled}}' 2>/dev/null)\"; "
-                                   if live else "") +
-            f"p={pid}; printf 'args='; "
-            'if [ -n "$p" ] && [ "$p" != 0 ]; then od -An -v -tx1 < /proc/$p/cmdline | tr -d \' \\n\'; fi; echo; '
-            f"if [ -e {DAEMON_JSON} ]; then printf 'config='; od -An -v -tx1 < {DAEMON_JSON} | tr -d ' \\n'; echo; fi")
+    return (
+        "echo '##daemon'; "
+        + ("echo \"live=$(docker info --format '{{.LiveRestoreEnabled}}' 2>/dev/null)\"; " if live else "")
+        + f"p={pid}; printf 'args='; "
+        'if [ -n "$p" ] && [ "$p" != 0 ]; then od -An -v -tx1 < /proc/$p/cmdline | tr -d \' \\n\'; fi; echo; '
+        f"if [ -e {DAEMON_JSON} ]; then printf 'config='; od -An -v -tx1 < {DAEMON_JSON} | tr -d ' \\n'; echo; fi"
+    )
 
 
 def parse_section(lines: list[str]) -> DaemonState | None:

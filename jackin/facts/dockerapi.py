@@ -17,9 +17,11 @@ SOCKET = "/var/run/docker.sock"
 # Shell: true when the perl reads can be used on this host: the docker CLI would ask the same engine (no
 # DOCKER_HOST, DOCKER_CONTEXT or DOCKER_CONFIG, no context chosen in ~/.docker/config.json), it has a
 # socket, and there is perl.
-USABLE = ('[ -z "${DOCKER_HOST:-}${DOCKER_CONTEXT:-}${DOCKER_CONFIG:-}" ] && '
-          '{ [ ! -e "$HOME/.docker/config.json" ] || ! grep -q currentContext "$HOME/.docker/config.json"; } && '
-          f'[ -S {SOCKET} ] && command -v perl >/dev/null 2>&1')
+USABLE = (
+    '[ -z "${DOCKER_HOST:-}${DOCKER_CONTEXT:-}${DOCKER_CONFIG:-}" ] && '
+    '{ [ ! -e "$HOME/.docker/config.json" ] || ! grep -q currentContext "$HOME/.docker/config.json"; } && '
+    f"[ -S {SOCKET} ] && command -v perl >/dev/null 2>&1"
+)
 
 # perl: ``enc`` (URL-encode), ``get`` (one HTTP/1.0 request on the socket: (status, body), (0, "")
 # when it fails), ``ids`` (the ids in a list answer), ``label_filter`` (the fleet's label filter).

@@ -21,10 +21,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin.errors import JackinError
 from jackin.facts import dockerapi
 from jackin.facts.daemon import DaemonState, daemon_section
 from jackin.facts.daemon import parse_section as parse_daemon
-from jackin.errors import JackinError
 from jackin.net.firewall import NFT_DIR, owned_paths
 from jackin.operations import ttl as ttl_ops
 from jackin.plan.fleet import CREDENTIALS_DIR, ROOT, STATE_DIR, WORK_DIR, user_name
@@ -137,7 +137,9 @@ class HostState(BaseModel):
     # files (path -> info), and per instance the keyed digest of each delivered value (name -> HMAC).
     credentials: dict[str, PathInfo] = Field(default_factory=dict)
     credential_digests: dict[str, dict[str, str]] = Field(default_factory=dict)
-    daemon: DaemonState | None = None  # the Docker daemon's settings (read only with ``bootstrap``; see jackin.facts.daemon)
+    daemon: DaemonState | None = (
+        None  # the Docker daemon's settings (read only with ``bootstrap``; see jackin.facts.daemon)
+    )
     apparmor: AppArmor | None = None  # None: not in the read
     ttl: ttl_ops.TtlState = Field(default_factory=ttl_ops.TtlState)  # the time-to-live's file and units
     # Delivered work (jackin/work/bundles.py): the fleet's work dir, each agent's dir and files, and per
@@ -238,9 +240,11 @@ def _systemd_command(fleet: str) -> str:
     ``systemctl is-active``/``is-enabled``/``show`` each, ~5 ms of CPU apiece); ``$dp`` keeps
     dockerd's main pid for ``##daemon``."""
     units = " ".join(shlex.quote(u) for u in _units(fleet))
-    return (f"u=$(systemctl show -p Id -p ActiveState -p UnitFileState -p MainPID {units} 2>/dev/null); "
-            "echo '##systemd'; printf '%s\\n' \"$u\"; "
-            'dp=; for l in $u; do case $l in MainPID=*) dp=${l#MainPID=}; break;; esac; done')
+    return (
+        f"u=$(systemctl show -p Id -p ActiveState -p UnitFileState -p MainPID {units} 2>/dev/null); "
+        "echo '##systemd'; printf '%s\\n' \"$u\"; "
+        "dp=; for l in $u; do case $l in MainPID=*) dp=${l#MainPID=}; break;; esac; done"
+    )
 
 
 def _systemd(lines: list[str]) -> dict[str, dict[str, str]]:
@@ -266,7 +270,9 @@ def _systemd(lines: list[str]) -> dict[str, dict[str, str]]:
 # fleet's name and the images are arguments, never code; a request that fails prints nothing, as the
 # CLI's would. Unless ``dockerapi.USABLE`` (the CLI could ask another engine, no socket, no perl): the docker CLI.
 DOCKER_SOCKET = dockerapi.SOCKET
-DOCKER_READ = dockerapi.PRELUDE + r"""my ($fleet, $live, @images) = @ARGV;
+DOCKER_READ = (
+    dockerapi.PRELUDE
+    + r"""my ($fleet, $live, @images) = @ARGV;
 my $filter = label_filter($fleet);
 my ($ok) = get("/_ping"); print "ok\n" if $ok == 200;
 print "##containers\n";
@@ -278,13 +284,16 @@ print "##images\n";
 for (@images) { my ($c) = get("/images/" . enc($_) . "/json"); print "$_\n" if $c == 200 }
 if ($live) { my ($c, $b) = get("/info"); print "##live\n", ($c == 200 && $b =~ /"LiveRestoreEnabled":\s*(true|false)/ ? $1 : ""), "\n" }
 """
+)
 
 
 # ``##apparmor``: ``enabled=Y|N|`` and, when Docker's default profile is loaded, ``docker-default=MODE``.
 # Kernel files only (no name an agent chose); a missing file reads as empty: no AppArmor, not loaded.
-APPARMOR_SECTION = ("echo '##apparmor'; echo \"enabled=$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)\"; "
-                    "sed -n 's/^docker-default (\\([a-z]*\\))$/docker-default=\\1/p' "
-                    "/sys/kernel/security/apparmor/profiles 2>/dev/null | head -n 1")
+APPARMOR_SECTION = (
+    "echo '##apparmor'; echo \"enabled=$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)\"; "
+    "sed -n 's/^docker-default (\\([a-z]*\\))$/docker-default=\\1/p' "
+    "/sys/kernel/security/apparmor/profiles 2>/dev/null | head -n 1"
+)
 _APPARMOR_MODE = re.compile(r"[a-z]{1,16}")
 
 
@@ -301,37 +310,45 @@ def snapshots_section(fleet: str) -> str:
     """``##snapshots``: words ``fleet``, ``repo``, ``restic``, ``others`` (see ``SnapshotDirs``).
     Root-only paths that jackin names; another fleet's dir is only counted, never named."""
     mine, root = shlex.quote(f"{SNAPSHOTS_ROOT}/{fleet}"), shlex.quote(SNAPSHOTS_ROOT)  # quoted, any name
-    return (f"echo '##snapshots'; [ -d {mine} ] && echo fleet; [ -f {mine}/repo/config ] && echo repo; "
-            f"[ -e {shlex.quote(UPLOADED_RESTIC)} ] && echo restic; "
-            f"[ -d {root} ] && find {root} -mindepth 1 -maxdepth 1 ! -name {shlex.quote(fleet)} -print 2>/dev/null "
-            f"| grep -q . && echo others")
+    return (
+        f"echo '##snapshots'; [ -d {mine} ] && echo fleet; [ -f {mine}/repo/config ] && echo repo; "
+        f"[ -e {shlex.quote(UPLOADED_RESTIC)} ] && echo restic; "
+        f"[ -d {root} ] && find {root} -mindepth 1 -maxdepth 1 ! -name {shlex.quote(fleet)} -print 2>/dev/null "
+        f"| grep -q . && echo others"
+    )
 
 
 def _paths_command(fleet_dir: str) -> str:
     """The fleet dir, its entries (homes: names root made, in a dir only root writes) and each
     home's ``workspace``; nothing else of what agents own. Hex, so no name can forge a line."""
     fmt = shlex.quote(PATH_FORMAT)
-    return (f"[ -d {fleet_dir} ] && {{ find {fleet_dir} -maxdepth 1 -printf {fmt}; "
-            f"find {fleet_dir} -mindepth 2 -maxdepth 2 -name workspace -printf {fmt}; }} | od -An -v -tx1")
+    return (
+        f"[ -d {fleet_dir} ] && {{ find {fleet_dir} -maxdepth 1 -printf {fmt}; "
+        f"find {fleet_dir} -mindepth 2 -maxdepth 2 -name workspace -printf {fmt}; }} | od -An -v -tx1"
+    )
 
 
 def _credentials_command(fleet: str) -> str:
     """The fleet's credentials dir, each agent's dir and its files (hex, like ``_paths_command``), then
     the digest files' ``NAME HMAC`` lines prefixed by their path (``grep -H``). Only root writes there."""
     fmt, d = shlex.quote(PATH_FORMAT), shlex.quote(f"{CREDENTIALS_DIR}/{fleet}")
-    return "\n".join([
-        f"echo '##creds'; [ -d {d} ] && find {d} -maxdepth 2 -printf {fmt} | od -An -v -tx1",
-        f"echo '##creddigests'; [ -d {d} ] && grep -H '' {d}/*.digests 2>/dev/null",
-    ])
+    return "\n".join(
+        [
+            f"echo '##creds'; [ -d {d} ] && find {d} -maxdepth 2 -printf {fmt} | od -An -v -tx1",
+            f"echo '##creddigests'; [ -d {d} ] && grep -H '' {d}/*.digests 2>/dev/null",
+        ]
+    )
 
 
 def _work_command(fleet: str) -> str:
     """The fleet's work dir, each agent's dir and files (hex), then the digest records' lines (``grep -H``)."""
     fmt, d = shlex.quote(PATH_FORMAT), shlex.quote(f"{WORK_DIR}/{fleet}")
-    return "\n".join([
-        f"echo '##work'; [ -d {d} ] && find {d} -maxdepth 2 -printf {fmt} | od -An -v -tx1",
-        f"echo '##workdigests'; [ -d {d} ] && grep -H '' {d}/*.digests 2>/dev/null",
-    ])
+    return "\n".join(
+        [
+            f"echo '##work'; [ -d {d} ] && find {d} -maxdepth 2 -printf {fmt} | od -An -v -tx1",
+            f"echo '##workdigests'; [ -d {d} ] && grep -H '' {d}/*.digests 2>/dev/null",
+        ]
+    )
 
 
 _WORK_DIGEST = re.compile(r"^.*/([a-z][a-z0-9-]*)\.digests:([a-z][a-z.]*) ([0-9a-f]{64})$")

@@ -29,15 +29,14 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
-from jackin.spec import roles
 from jackin.errors import JackinError, LabError, RemoteCommandError
 from jackin.paths import private_dir, state_dir
+from jackin.spec import roles
 
 BUILDER_VERSION = "1"  # bump when the build below changes what an image holds
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -51,7 +50,7 @@ def is_role_image(image: str) -> bool:
 
 
 def role_of(image: str) -> str:
-    return image[len(roles.REPOSITORY):].split(":", 1)[0]
+    return image[len(roles.REPOSITORY) :].split(":", 1)[0]
 
 
 # --- build -------------------------------------------------------------------------------------
@@ -192,7 +191,7 @@ def build_context(role: roles.Role, context: Path, *, base: str | None) -> Path:
 
 
 def archive_path(tag: str) -> Path:
-    name, _, digest = tag[len(roles.REPOSITORY):].partition(":")
+    name, _, digest = tag[len(roles.REPOSITORY) :].partition(":")
     return state_dir() / "images" / f"role-{name}-{digest}.tar.gz"
 
 

@@ -12,12 +12,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from jackin.facts import dockerapi
 from jackin.errors import LabError
+from jackin.facts import dockerapi
 
 
 def docker(
-    *args: str, input: bytes | None = None, check: bool = True, timeout: float = 300, raw: bool = False,
+    *args: str,
+    input: bytes | None = None,
+    check: bool = True,
+    timeout: float = 300,
+    raw: bool = False,
     binary: bool = False,
 ):
     """Run ``docker ARGS`` and return its stdout; raise LabError with stderr on failure.
@@ -31,9 +35,7 @@ def docker(
             hint="install Debian's docker.io package (bash .ci/setup does it)",
         )
     try:
-        done = subprocess.run(
-            ["docker", *args], input=input, capture_output=True, timeout=timeout, check=False
-        )
+        done = subprocess.run(["docker", *args], input=input, capture_output=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         raise LabError(f"docker {args[0]} did not finish within {timeout:.0f}s") from None
     if raw:
@@ -57,9 +59,7 @@ def ensure_engine() -> None:
 
 
 def exists(kind: str, name: str) -> bool:
-    return subprocess.run(
-        ["docker", kind, "inspect", name], capture_output=True, check=False
-    ).returncode == 0
+    return subprocess.run(["docker", kind, "inspect", name], capture_output=True, check=False).returncode == 0
 
 
 def inspect(kind: str, names: list[str]) -> list[dict[str, Any]]:

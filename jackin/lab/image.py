@@ -105,9 +105,19 @@ def ensure_image(log: Callable[[str], None] = lambda _: None) -> str:
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
         try:
             done = subprocess.run(
-                ["docker", "import", "--change", 'CMD ["/sbin/init"]',
-                 "--change", f"LABEL jackin.recipe={tag.split(':')[1]}", "-", tag],
-                stdin=tar.stdout, capture_output=True, check=False,
+                [
+                    "docker",
+                    "import",
+                    "--change",
+                    'CMD ["/sbin/init"]',
+                    "--change",
+                    f"LABEL jackin.recipe={tag.split(':')[1]}",
+                    "-",
+                    tag,
+                ],
+                stdin=tar.stdout,
+                capture_output=True,
+                check=False,
             )
         finally:
             assert tar.stdout is not None

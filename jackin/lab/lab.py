@@ -11,6 +11,7 @@ hosts, replaces broken or outdated ones, and never clashes with a leftover.
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import hashlib
 import io
@@ -23,7 +24,6 @@ import tarfile
 import time
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
-import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -70,9 +70,11 @@ Log = Callable[[str], None]
 # its failed units are printed after the state). ``is-system-running`` exits 1 when degraded, so its
 # state is judged here: waiting on its exit status alone waited out the whole timeout on a host that
 # booted with one failed unit.
-BOOTED = ('s=$(systemctl is-system-running --wait 2>/dev/null); echo "$s"; case "$s" in running) exit 0 ;; '
-          'degraded) systemctl --failed --no-legend --plain 2>/dev/null | head -n 5; exit 0 ;; esac; '
-          'echo "systemd is ${s:-not answering}" >&2; exit 1')
+BOOTED = (
+    's=$(systemctl is-system-running --wait 2>/dev/null); echo "$s"; case "$s" in running) exit 0 ;; '
+    "degraded) systemctl --failed --no-legend --plain 2>/dev/null | head -n 5; exit 0 ;; esac; "
+    'echo "systemd is ${s:-not answering}" >&2; exit 1'
+)
 
 
 class _Model(BaseModel):
@@ -91,7 +93,6 @@ class LabHost(_Model):
     lab_ip: str | None = None
     public_ip: str | None = None
     pinned: bool = False  # the container was made with the host key pinned on this machine
-
 
     def target(self) -> SshTarget:
         return SshTarget(
@@ -128,9 +129,7 @@ class Lab:
 
     def __init__(self, name: str = "jackin", *, root: Path | None = None):
         if not re.fullmatch(SLUG, name) or len(name) > 24:
-            raise SpecError(
-                f"invalid lab name {name!r}: expected lower-case letters, digits and '-' (at most 24)"
-            )
+            raise SpecError(f"invalid lab name {name!r}: expected lower-case letters, digits and '-' (at most 24)")
         self.name = name
         self.dir = (root or state_dir()) / "labs" / name
         self.network = f"jackin-lab-{name}"
@@ -235,7 +234,11 @@ class Lab:
     # --- up ------------------------------------------------------------------
 
     def up(
-        self, hosts: int | None = None, *, log: Log = lambda _: None, timeout: float = 120,
+        self,
+        hosts: int | None = None,
+        *,
+        log: Log = lambda _: None,
+        timeout: float = 120,
         used_by: Collection[str] = (),
     ) -> LabStatus:
         """Converge the lab to ``hosts`` running, reachable hosts (default: as many as it has, or 2).
@@ -364,7 +367,9 @@ class Lab:
                 return
             if "overlap" not in done.stderr.lower():
                 raise LabError(f"docker network create {self.public_network} failed: {done.stderr.strip()}")
-        raise LabError(f"no free /24 left in {PUBLIC_RANGE} for lab {self.name!r}", hint="remove old labs (inv lab.down)")
+        raise LabError(
+            f"no free /24 left in {PUBLIC_RANGE} for lab {self.name!r}", hint="remove old labs (inv lab.down)"
+        )
 
     def public_ip(self, last: int) -> str:
         info = dk.inspect("network", [self.public_network])[0]
@@ -415,7 +420,9 @@ class Lab:
             if state not in ("running", "degraded"):
                 return LabError(f"systemd says {state!r}", host=host.name)
             if failed:
-                log(f"{host.name}: booted degraded; failed units: {', '.join(f.split()[0] for f in failed if f.split())}")
+                log(
+                    f"{host.name}: booted degraded; failed units: {', '.join(f.split()[0] for f in failed if f.split())}"
+                )
             return None
 
         with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:

@@ -15,33 +15,33 @@ from typing import TYPE_CHECKING, Any, cast
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin import lazy
-from jackin.net import firewall
-from jackin.images import build as images
-from jackin.lifecycle import teardown
-from jackin.plan import ttl
-from jackin.work import bundles as work
-from jackin.plan import fleet as planning
-from jackin.plan.applied import applied
 from jackin.engine import Event, HostResult, RunResult
 from jackin.engine import client as engine_client
 from jackin.errors import ConnectError, JackinError, SpecError
+from jackin.facts.state import HostState, parse_state, state_command
+from jackin.images import build as images
+from jackin.lifecycle import teardown
 from jackin.lifecycle.gc import GC_COMMAND, gc, orphans
-from jackin.store.ledger import Ledger
 from jackin.lifecycle.providers import LabProvider, provider_for
-from jackin.transport.remote import gather
 from jackin.lifecycle.runs import deploys_dir, recorded_run
+from jackin.lifecycle.status import FleetStatus
+from jackin.lifecycle.status import read as read_status
+from jackin.net import firewall
+from jackin.plan import fleet as planning
+from jackin.plan import ttl
+from jackin.plan.applied import applied
 from jackin.plan.host import HostChanges, host_changes
 from jackin.snapshots.auto import AutoSnapshot, States, read_states, snapshot_before_up
 from jackin.snapshots.final import FinalHost, take_final
 from jackin.spec import DEFAULT_INVENTORY, Inventory, load_inventory
+from jackin.store.ledger import Ledger
+from jackin.transport.remote import gather
 from jackin.transport.target import SshTarget
-from jackin.facts.state import HostState, parse_state, state_command
-from jackin.lifecycle.status import FleetStatus
-from jackin.lifecycle.status import read as read_status
+from jackin.work import bundles as work
 
 if TYPE_CHECKING:
-    from jackin.plan import contract
     from jackin.agents import credentials
+    from jackin.plan import contract
 else:  # loaded by fleet.up and fleet.plan, not by fleet.status (jackin.lazy)
     contract = lazy.module("jackin.plan.contract")
     credentials = lazy.module("jackin.agents.credentials")
@@ -63,8 +63,14 @@ def targets(inventory: Inventory, *, log: Log = lambda _: None, bring_up: bool =
     return provider_for(inventory).targets(bring_up=bring_up, log=log)
 
 
-def make_plan(inventory: Inventory, ledger: Ledger, *, store: bool = True,
-              fleet_hosts: list[str] | None = None, start_ttl: bool = False) -> planning.FleetPlan:
+def make_plan(
+    inventory: Inventory,
+    ledger: Ledger,
+    *,
+    store: bool = True,
+    fleet_hosts: list[str] | None = None,
+    start_ttl: bool = False,
+) -> planning.FleetPlan:
     """The fleet's plan; ``store=False`` previews new uids without allocating them (a dry run).
     ``fleet_hosts``: every address of the fleet's hosts, always denied to its agents.
     ``start_ttl``: a real fleet.up, which fixes the time-to-live's start if none is (jackin/plan/ttl.py)."""
@@ -129,9 +135,13 @@ def up(
     credentials.check(fleet)  # refused (exit 2) before anything: credential-like mounts, duplicate names
     values = credentials.read(fleet)  # every value read here, before any host is touched; never in the plan
     ready = work.prepare(fleet)  # every repository checked and bundled here, before any host is touched
-    with Ledger() as ledger, ledger.lock(fleet.name, action), engine_client.started(
-        not dry_run and (ledger.fleet(fleet.name) or {}).get("status") != "up"  # a first up: the engine will run
-    ) as engine:  # the engine child loads pyinfra while this process reads and plans the hosts
+    with (
+        Ledger() as ledger,
+        ledger.lock(fleet.name, action),
+        engine_client.started(
+            not dry_run and (ledger.fleet(fleet.name) or {}).get("status") != "up"  # a first up: the engine will run
+        ) as engine,
+    ):  # the engine child loads pyinfra while this process reads and plans the hosts
         provider = provider_for(inventory, ledger)
         hosts = _only(provider.targets(log=log, bring_up=not dry_run if bring_up is None else bring_up), only)
         if dry_run and not hosts:
@@ -140,10 +150,14 @@ def up(
                          start_ttl=not dry_run)  # fmt: skip
         plan = work.attach(plan, ready)
         for name in provider.unresolved():
-            log(f"warning: host {name} is given by name: its address is not in the agents' always-denied set "
-                "(give it as an IP address to deny it)")
+            log(
+                f"warning: host {name} is given by name: its address is not in the agents' always-denied set "
+                "(give it as an IP address to deny it)"
+            )
         states = read_states(plan, hosts)  # one parallel round trip: the snapshot decision and the plan
-        if not dry_run or bring_up:  # role images some host lacks: built and archived here first (jackin/images/build.py)
+        if (
+            not dry_run or bring_up
+        ):  # role images some host lacks: built and archived here first (jackin/images/build.py)
             images.prepare_missing(plan, states, log=log)
         # Before anything changes: snapshot the agents this run recreates or removes (a dry run names them).
         auto, _ = snapshot_before_up(ledger, inventory, plan, hosts, action=action, dry_run=dry_run, log=log,
@@ -235,7 +249,9 @@ def split_hosts(plan: planning.FleetPlan, hosts: list[SshTarget], states: States
 def _host_data(hosts: list[SshTarget], states: States) -> dict[str, dict[str, Any]]:
     """Per host of ``hosts`` read without error, the state its deploy works from (``host.data.jackin_host``,
     ``ops.fleet_state``): fleet.up's and fleet.down's one read; a host without one is read by its deploy."""
-    return {h.name: {"state": s.model_dump(mode="json")} for h in hosts if isinstance(s := states.get(h.name), HostState)}
+    return {
+        h.name: {"state": s.model_dump(mode="json")} for h in hosts if isinstance(s := states.get(h.name), HostState)
+    }
 
 
 def _in_order(results: list[HostResult], hosts: list[SshTarget]) -> list[HostResult]:
@@ -463,8 +479,20 @@ def down(
         return outcome
 
 
-__all__ = ["GC_COMMAND", "HostResult", "clean_check", "deploys_dir", "down", "gc", "load", "orphans", "plan",
-           "status", "targets", "up"]
+__all__ = [
+    "GC_COMMAND",
+    "HostResult",
+    "clean_check",
+    "deploys_dir",
+    "down",
+    "gc",
+    "load",
+    "orphans",
+    "plan",
+    "status",
+    "targets",
+    "up",
+]
 
 
 # --- down: the final snapshot ---------------------------------------------------------------

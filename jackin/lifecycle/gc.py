@@ -15,17 +15,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from jackin.plan import fleet as planning
-from jackin.engine import Event, RunResult
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin.engine import Event, RunResult
 from jackin.errors import JackinError
-from jackin.store.ledger import Ledger
 from jackin.lifecycle.providers import LabProvider, provider_for
-from jackin.transport.remote import HostError, gather
 from jackin.lifecycle.runs import recorded_run
+from jackin.plan import fleet as planning
 from jackin.spec import Inventory
 from jackin.spec.models import SLUG
+from jackin.store.ledger import Ledger
+from jackin.transport.remote import HostError, gather
 
 OnEvent = Callable[[Event], None]
 

@@ -29,9 +29,9 @@ from pydantic import BaseModel, ConfigDict
 
 from jackin.errors import SpecError
 from jackin.lab import Lab, LabHost, LabStatus
-from jackin.store.ledger import Ledger
 from jackin.paths import private_dir, state_dir
 from jackin.spec import Inventory, LabSpec
+from jackin.store.ledger import Ledger
 from jackin.transport.target import SshTarget
 
 Log = Callable[[str], None]
@@ -212,6 +212,7 @@ class LabProvider(Provider):
                                     f"inv lab.down --name {name} removes it")  # fmt: skip
             if record["users"]:
                 return Release(note=f"lab {name!r} kept: still used by fleet(s) {', '.join(record['users'])}")
+
             def joined() -> bool:  # under the lab's lock: a fleet that claimed it since keeps it
                 with self.ledger() as fresh:
                     return bool((fresh.lab(name) or {}).get("users"))

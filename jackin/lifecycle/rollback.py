@@ -42,13 +42,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin.errors import JackinError, NotImplementedYet, SpecError
 from jackin.lifecycle import fleet as fleet_api
 from jackin.plan.applied import SpecDiff, diff, load_fleet
-from jackin.errors import JackinError, NotImplementedYet, SpecError
-from jackin.store.ledger import Ledger
 from jackin.plan.fleet import instances as spec_instances
 from jackin.spec import Inventory
 from jackin.spec.models import FleetSpec
+from jackin.store.ledger import Ledger
 
 SPEC_ACTIONS = ("fleet.up", "fleet.rollback")
 PLACEMENT = ("name", "provider", "lab", "hosts")  # where the fleet runs: a rollback never changes it
@@ -131,7 +131,9 @@ def choose(runs: list[SpecRun], fleet_hosts: list[str], *, fleet: str, to: SpecR
     latest = runs[-1]
     if host is not None:
         if host not in fleet_hosts:
-            raise SpecError(f"--host {host!r} is not one of the hosts of fleet {fleet!r} ({', '.join(fleet_hosts) or 'none'})")
+            raise SpecError(
+                f"--host {host!r} is not one of the hosts of fleet {fleet!r} ({', '.join(fleet_hosts) or 'none'})"
+            )
         mine = [r for r in runs if host in r.hosts]
         current = mine[-1].run if mine else None
         if to is not None:
@@ -344,14 +346,18 @@ def match_step(runs: list[SpecRun], taken: list[TakenSnapshot], step: PlannedSte
         found, missing = match(runs, taken, step.to, host, instances)
         matches += found
         if missing:
-            problems.append(f"{host}: no snapshot of {', '.join(missing)} was taken while run {step.to}'s spec "
-                            "was in place there (after it finished, before the next run with another spec did)")
+            problems.append(
+                f"{host}: no snapshot of {', '.join(missing)} was taken while run {step.to}'s spec "
+                "was in place there (after it finished, before the next run with another spec did)"
+            )
     by_id = {t.id: t for t in taken}
     for (snap, instance), hosts in sorted(_groups(matches).items()):
         extra = sorted(h for h, i in by_id[snap].holds if i == instance and h not in hosts)
         if extra:
-            problems.append(f"snapshot {snap} also holds {instance} on {', '.join(extra)}, which this rollback "
-                            f"does not restore from it (a restore takes an instance from every host it holds)")
+            problems.append(
+                f"snapshot {snap} also holds {instance} on {', '.join(extra)}, which this rollback "
+                f"does not restore from it (a restore takes an instance from every host it holds)"
+            )
     if problems:
         raise SpecError(f"--with-snapshots: no matching snapshot for every agent of run {step.to}'s spec; "
                         "nothing was changed", problems=problems,
@@ -397,7 +403,8 @@ def restore_matches(step: PlannedStep, ok_hosts: list[str], log: Log) -> None:
             failed.append(f"{instance} from {snap}: {error.message}")
             continue
         problems = [f"{a.host}: {a.error}" for a in result.agents if not a.restored] + [
-            f"{e.host}: {e.error}" for e in result.errors]
+            f"{e.host}: {e.error}" for e in result.errors
+        ]
         if problems:
             failed.append(f"{instance} from {snap}: {'; '.join(problems)}")
         else:

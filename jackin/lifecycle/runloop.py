@@ -209,10 +209,10 @@ def cli_run(inventory: str | None, *, yes: bool, timeout: str | float | None, js
     """``inv fleet.run``: ask once for the whole loop (or ``--yes``), then run it, printing each phase.
     ``json``: the phases' own output goes to stderr, one JSON document of the outcome to stdout."""
     from jackin.cli import edge as cli
-    from jackin.plan import ttl
     from jackin.cli import render as ui
-    from jackin.lifecycle import fleet as fleet_api
     from jackin.errors import SpecError
+    from jackin.lifecycle import fleet as fleet_api
+    from jackin.plan import ttl
 
     spec = fleet_api.load(inventory)
     seconds = timeout_seconds(timeout)
@@ -270,6 +270,7 @@ def timeout_seconds(value: str | float | None) -> float | None:
 def _to(console: Any, phase: Callable[[], int]) -> int:
     """Run a CLI phase with its output on ``console`` (stderr under --json); its errors as exit codes."""
     from jackin.cli import render as ui
+
     saved = ui.out
     ui.out = console
     try:

@@ -26,7 +26,9 @@ OnHost = Callable[[HostResult, SshTarget], None]
 def deploys_dir() -> Path:
     path = Path(jackin.__file__).resolve().parent.parent / "deploys"
     if not path.is_dir():
-        raise JackinError(f"deploy files not found at {path}", hint="install jackin from its checkout (pip install -e .)")
+        raise JackinError(
+            f"deploy files not found at {path}", hint="install jackin from its checkout (pip install -e .)"
+        )
     return path
 
 

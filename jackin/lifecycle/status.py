@@ -21,22 +21,22 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.agents import state as derivation
-from jackin.facts import dockerapi
-from jackin.net import firewall
-from jackin.plan import ttl
 from jackin.agents.state import AgentFacts, AgentState
-from jackin.plan.applied import in_place
 from jackin.errors import ConnectError, JackinError
+from jackin.facts import dockerapi
+from jackin.lifecycle.providers import provider_for
+from jackin.net import firewall
 from jackin.net.firewall import GUARD, ident
 from jackin.paths import private_dir, state_dir
+from jackin.plan import ttl
+from jackin.plan.applied import in_place
 from jackin.plan.fleet import ROOT, instances
-from jackin.lifecycle.providers import provider_for
-from jackin.transport.remote import gather
-from jackin.spec import Inventory
-from jackin.spec.models import FleetSpec, NetworkPolicy
-from jackin.transport.target import SshTarget
 from jackin.plan.ttl import TtlStatus
 from jackin.plan.ttl import line as ttl_text
+from jackin.spec import Inventory
+from jackin.spec.models import FleetSpec, NetworkPolicy
+from jackin.transport.remote import gather
+from jackin.transport.target import SshTarget
 
 SAMPLE = 0.1  # seconds: the shortest window CPU is measured over (see status_command)
 
@@ -121,7 +121,9 @@ BEGIN { for (i = 1; i < ARGC; i++) { p = ARGV[i]; f = "/proc/" p "/cgroup"; cg =
 # raw texts (strings kept whole, nesting counted), so every free-text field stays the JSON Docker
 # wrote; numbers that are not plain digits read 0. A container gone before its inspect is skipped;
 # a daemon that does not answer the list exits 1 (``##docker`` / ``down``), as ``docker ps`` failing.
-STATUS_READ = dockerapi.PRELUDE + r"""my $S = qr/"(?:[^"\\]++|\\.)*+"/s;
+STATUS_READ = (
+    dockerapi.PRELUDE
+    + r"""my $S = qr/"(?:[^"\\]++|\\.)*+"/s;
 sub skip { for ($_[0]) { /\G\s*/gc; return 1 if /\G$S/gc;
     if (/\G[\{\[]/gc) { my $d = 1;
       while ($d) { if (/\G$S/gc || /\G[^"\{\}\[\]]+/gc) {} elsif (/\G[\{\[]/gc) { $d++ } elsif (/\G[\}\]]/gc) { $d-- } else { return 0 } }
@@ -143,6 +145,7 @@ for my $id ($list =~ /"Id":\s*"([0-9a-f]{64})"/g) {
   tr/\t\r\n/   / for @row;  # only JSON's own whitespace can be a raw tab or newline: a row stays one line
   print join("\t", @row), "\n" }
 """
+)
 
 
 def _inspect(fleet: str) -> str:
@@ -217,7 +220,9 @@ def not_enforced(fleet: str, host: HostStatus) -> str | None:
     if host.guard != "active":
         reasons.append(f"the guard (jackin-nft-guard-{fleet}) is {host.guard or 'unknown'}")
     if host.guard_timer != "active":
-        reasons.append(f"the guard's backstop timer (jackin-nft-check-{fleet}.timer) is {host.guard_timer or 'unknown'}")
+        reasons.append(
+            f"the guard's backstop timer (jackin-nft-check-{fleet}.timer) is {host.guard_timer or 'unknown'}"
+        )
     return "; ".join(reasons) + " (run fleet.up to restore it)" if reasons else None
 
 
@@ -271,10 +276,17 @@ def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
         uid = row.user.split(":")[0]
         agents.append(
             AgentStatus(
-                instance=row.instance or row.name.lstrip("/"), container=row.name.lstrip("/"),
-                state=str(state.get("Status") or ""), uid=int(uid) if uid.isdigit() else None,
-                network=row.network or None, uptime=uptime, cpu_percent=cpu, memory=mem,
-                memory_limit=row.memory or None, restarts=row.restarts, error=str(state.get("Error") or "") or None,
+                instance=row.instance or row.name.lstrip("/"),
+                container=row.name.lstrip("/"),
+                state=str(state.get("Status") or ""),
+                uid=int(uid) if uid.isdigit() else None,
+                network=row.network or None,
+                uptime=uptime,
+                cpu_percent=cpu,
+                memory=mem,
+                memory_limit=row.memory or None,
+                restarts=row.restarts,
+                error=str(state.get("Error") or "") or None,
                 drops=drops.get(ident(row.instance)) if drops else None,
             )  # fmt: skip
         )
@@ -425,7 +437,7 @@ def agent_files(fleet: str, *, root: str = ROOT) -> str:
         # user and inst are JSON strings: only "..." is taken, its quotes removed (anything escaped fails below)
         'case "$user" in \\"*\\") user=${user#\\"}; user=${user%\\"};; *) user=-;; esac; '
         'case "$inst" in \\"*\\") inst=${inst#\\"}; inst=${inst%\\"};; *) inst=-;; esac; '
-        'u=${user%%:*}; g=${user#*:}; ok=1; '
+        "u=${user%%:*}; g=${user#*:}; ok=1; "
         'case "$u" in ""|*[!0-9]*) ok=;; esac; case "$g" in ""|*[!0-9]*) ok=;; esac; '
         'case "$inst" in ""|-*|*[!a-z0-9-]*) ok=;; esac; '
         '{ [ -n "$ok" ] && [ "$u" -ge 1000 ] && [ "$g" -ge 1000 ]; } || { echo "$id -"; continue; }; '
@@ -470,7 +482,9 @@ def _agent_row(line: str, now: float, files: Mapping[str, bytes | None]) -> tupl
             health_output=str(log[-1].get("Output", "")) if log else None,
         )  # fmt: skip
     except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise JackinError(f"agent state read: a line of docker inspect does not parse ({type(error).__name__})") from None
+        raise JackinError(
+            f"agent state read: a line of docker inspect does not parse ({type(error).__name__})"
+        ) from None
     return row.instance or None, facts
 
 
@@ -493,7 +507,8 @@ def parse_host_status_with_agents(output: str, *, stale_after: Mapping[str, floa
         states = {a.instance: AgentState(state="unknown", message=error.message) for a in agents}
     for agent in agents:
         agent.agent_state = states.get(agent.instance) or AgentState(
-            state="unknown", message="container not in the agent state read (removed meanwhile?)")
+            state="unknown", message="container not in the agent state read (removed meanwhile?)"
+        )
     return now, agents, fields
 
 

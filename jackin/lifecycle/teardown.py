@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jackin.plan import fleet as planning
 from jackin.errors import JackinError
-from jackin.transport.remote import gather
-from jackin.snapshots.final import FinalHost
-from jackin.transport.target import SshTarget
 from jackin.facts.state import HostState, parse_state, state_command
+from jackin.plan import fleet as planning
+from jackin.snapshots.final import FinalHost
+from jackin.transport.remote import gather
+from jackin.transport.target import SshTarget
 
 States = dict[str, HostState | JackinError]
 

@@ -57,8 +57,8 @@ import re
 from dataclasses import dataclass
 
 from jackin.net import dns
-from jackin.plan.fleet import AgentPlan, FleetPlan
 from jackin.net.guard import GUARD, GUARD_SCRIPT, guard_units, runtime_paths
+from jackin.plan.fleet import AgentPlan, FleetPlan
 from jackin.spec.models import NetworkPolicy
 
 PRIORITY = "filter - 5"  # before Docker's own filter chains; a drop anywhere is final
@@ -232,8 +232,9 @@ def render(plan: FleetPlan) -> str:
         forward.append(f'iifname "{agent.bridge}" jump egress_{name}')
         inp.append(f'iifname "{agent.bridge}" ct direction reply accept')
         if agent.dns_filter:  # its filtering resolver, on its own bridge's address and nowhere else
-            inp.append(f'iifname "{agent.bridge}" meta l4proto {{ tcp, udp }} th dport 53 '
-                       "fib daddr . iif type local accept")
+            inp.append(
+                f'iifname "{agent.bridge}" meta l4proto {{ tcp, udp }} th dport 53 fib daddr . iif type local accept'
+            )
         inp.append(f'iifname "{agent.bridge}" goto deny_{name}')
         output.append(f"meta skuid {agent.uid} jump user_{name}")
         chains.append((f"egress_{name}", body))

@@ -8,11 +8,11 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict
 
+from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError, SpecError
 from jackin.net import firewall
 from jackin.plan import fleet as planning
-from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError, SpecError
-from jackin.transport.remote import HostError, gather
 from jackin.spec import Inventory
+from jackin.transport.remote import HostError, gather
 from jackin.transport.target import SshTarget
 
 
@@ -81,12 +81,15 @@ def netcheck(inventory: Inventory, hosts: list[SshTarget], agent: str, target: s
     _check_target(target, port)
     names = instances(inventory, agent)
     fleet = inventory.fleet.name
-    script = "; ".join(
-        f"echo '##{i}'; docker exec {shlex.quote(planning.user_name(fleet, i))} "
-        f"sh -c {shlex.quote(f'echo | timeout {timeout + 2} nc -w {timeout} {shlex.quote(target)} {port}')} "
-        f">/dev/null 2>/tmp/.jk-nc.$$; echo \"rc=$? $(tr '\\n' ' ' </tmp/.jk-nc.$$)\""
-        for i in names
-    ) + "; rm -f /tmp/.jk-nc.$$"
+    script = (
+        "; ".join(
+            f"echo '##{i}'; docker exec {shlex.quote(planning.user_name(fleet, i))} "
+            f"sh -c {shlex.quote(f'echo | timeout {timeout + 2} nc -w {timeout} {shlex.quote(target)} {port}')} "
+            f">/dev/null 2>/tmp/.jk-nc.$$; echo \"rc=$? $(tr '\\n' ' ' </tmp/.jk-nc.$$)\""
+            for i in names
+        )
+        + "; rm -f /tmp/.jk-nc.$$"
+    )
 
     def parse(out: str) -> dict[str, tuple[str, str]]:
         found, current = {}, None
@@ -129,9 +132,7 @@ def denials(inventory: Inventory, hosts: list[SshTarget], agent: str) -> Denials
     every host; a host that cannot be read is one of ``errors``, the others still count."""
     names = instances(inventory, agent)
     table = firewall.table_name(inventory.fleet.name)
-    script = "; ".join(
-        f"echo '##{i}'; nft list set inet {table} denied_{firewall.ident(i)} 2>/dev/null" for i in names
-    )
+    script = "; ".join(f"echo '##{i}'; nft list set inet {table} denied_{firewall.ident(i)} 2>/dev/null" for i in names)
 
     def parse(out: str) -> dict[str, list[tuple[str, int, str]]]:
         found: dict[str, list[tuple[str, int, str]]] = {}
@@ -141,7 +142,9 @@ def denials(inventory: Inventory, hosts: list[SshTarget], agent: str) -> Denials
                 current = line[2:]
                 found[current] = []
             elif current:
-                for addr, port, expires in re.findall(r"([0-9.]+) \. (\d+) (?:timeout \S+ )?expires (\S+?)[,\s}]", line + " "):
+                for addr, port, expires in re.findall(
+                    r"([0-9.]+) \. (\d+) (?:timeout \S+ )?expires (\S+?)[,\s}]", line + " "
+                ):
                     found[current].append((addr, int(port), expires))
         return found
 

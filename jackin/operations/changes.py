@@ -10,9 +10,9 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 
+from jackin.facts.state import HostState, Network, PathInfo
 from jackin.plan.fleet import AgentPlan, FleetPlan
 from jackin.spec.models import AddressPool
-from jackin.facts.state import HostState, Network, PathInfo
 
 
 def home_ok(agent: AgentPlan, state: HostState) -> bool:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import shlex
 
+from jackin.facts.state import HostState
 from jackin.operations.agent_paths import HOME_MODE
 from jackin.operations.files import Command, Refused, write_files
 from jackin.plan.fleet import FleetPlan
 from jackin.snapshots.cow import IMAGE_DIR, CowState, image_path, unit_hash, unit_name, unit_path, unit_text
-from jackin.facts.state import HostState
 
 
 def q(*args: str) -> str:
@@ -91,7 +91,7 @@ def _home(home: str, instance: str, gid: int) -> list[str]:
     p = shlex.quote(home)
     wrong = f"the home of {instance} ({home}) exists and is not a btrfs subvolume"
     return [
-        f"if [ -e {p} ] || [ -L {p} ]; then [ ! -L {p} ] && [ \"$(stat -c %i -- {p})\" = 256 ] || "
+        f'if [ -e {p} ] || [ -L {p} ]; then [ ! -L {p} ] && [ "$(stat -c %i -- {p})" = 256 ] || '
         f"{{ echo {shlex.quote(wrong)} >&2; exit 1; }}; else btrfs subvolume create {p} >/dev/null; fi",
         q("chown", "-h", f"0:{gid}", "--", home),
         q("chmod", "0" + HOME_MODE, "--", home),

@@ -16,9 +16,9 @@ import secrets as random
 import shlex
 
 from jackin.agents.credentials import CREDENTIALS_DIR, DIR_MODE, FILE_MODE, Secrets, digests_file, fleet_dir
+from jackin.facts.state import HostState, PathInfo
 from jackin.operations.files import UPLOAD_DIR, Command, Refused, Upload, write_files
 from jackin.plan.fleet import STATE_DIR, AgentPlan, FleetPlan
-from jackin.facts.state import HostState, PathInfo
 
 _KEY = random.token_bytes(16)  # staging names: stable within this process (pyinfra runs a generator twice)
 
@@ -88,8 +88,9 @@ def _agent(agent: AgentPlan, state: HostState, values: Secrets) -> list[Command]
             commands.append(q("mv", "-f", "-T", new, target))  # atomic: the container sees old or new, never half
         commands += [q("rm", "-rf", staging), f"rmdir {shlex.quote(UPLOAD_DIR)} 2>/dev/null || true"]
     record = "".join(f"{name} {want[name]}\n" for name in sorted(want))
-    commands += write_files({digests_file(agent.fleet, agent.instance): record},
-                            modes={digests_file(agent.fleet, agent.instance): "0600"})  # last: a failure re-delivers
+    commands += write_files(
+        {digests_file(agent.fleet, agent.instance): record}, modes={digests_file(agent.fleet, agent.instance): "0600"}
+    )  # last: a failure re-delivers
     return commands
 
 
@@ -104,7 +105,7 @@ def credential_commands(plan: FleetPlan, state: HostState, values: Secrets) -> l
     if state.credentials.get(base) != PathInfo(kind="d", mode="0700", uid=0, gid=0):
         commands += [f"[ -d {STATE_DIR} ] || install -d -m 0700 {STATE_DIR}", *root_dir(CREDENTIALS_DIR, "0700", 0),
                      *root_dir(base, "0700", 0)]  # fmt: skip
-    for name, info in sorted(children(state.credentials, base).items()):
+    for name, _info in sorted(children(state.credentials, base).items()):
         instance = name.removesuffix(".digests")
         if instance not in wanted:  # an agent that left the plan or has no credentials left
             commands.append(q("rm", "-rf", "--one-file-system", "--", f"{base}/{name}"))

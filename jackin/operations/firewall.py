@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import shlex
 
-from jackin.net import dns
-from jackin.net import firewall
 from jackin.facts.state import HostState
+from jackin.net import dns, firewall
+from jackin.net.guard import DROPIN_DIR, RUN_DIR
 from jackin.operations.files import Command, write_files
 from jackin.plan.fleet import FleetPlan
-from jackin.net.guard import DROPIN_DIR, RUN_DIR
 
 
 def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
@@ -80,8 +79,10 @@ def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
         # A unit of the fleet that failed (a check killed by an older unit's stop, a filter that gave up)
         # stays loaded as "not-found failed" once its file is gone: the host would stay "degraded" after
         # the fleet. One call: names not loaded are refused, the rest are reset all the same.
-        commands.append(f"systemctl reset-failed {' '.join(_units(fleet))} "
-                        f"{shlex.quote(f'jackin-dns-{fleet}@*')} 2>/dev/null || true")
+        commands.append(
+            f"systemctl reset-failed {' '.join(_units(fleet))} "
+            f"{shlex.quote(f'jackin-dns-{fleet}@*')} 2>/dev/null || true"
+        )
     if state.nft_table:
         commands.append(f"nft delete table inet {firewall.table_name(fleet)}")
     if state.files:

@@ -11,6 +11,7 @@ import json
 import shlex
 from collections.abc import Sequence
 
+from jackin.facts.state import HostState, PathInfo, User
 from jackin.operations import changes, cow, credentials, work
 from jackin.operations.agent_paths import home_commands, workspace_commands
 from jackin.operations.files import Command, Refused, write_files
@@ -18,7 +19,6 @@ from jackin.operations.firewall import remove_commands
 from jackin.plan.fleet import BRIDGE_GATEWAY, ROOT, STATE_DIR, AgentPlan, FleetPlan
 from jackin.snapshots import restic
 from jackin.spec.models import AddressPool
-from jackin.facts.state import HostState, PathInfo, User
 
 NOLOGIN = "/usr/sbin/nologin"
 
@@ -70,8 +70,9 @@ def agent_commands(agent: AgentPlan, state: HostState, pools: Sequence[AddressPo
     return commands
 
 
-def _network_and_container(agent: AgentPlan, state: HostState, pools: Sequence[AddressPool], *,
-                           remount: bool = False) -> list[str]:
+def _network_and_container(
+    agent: AgentPlan, state: HostState, pools: Sequence[AddressPool], *, remount: bool = False
+) -> list[str]:
     """The agent's network (created, or replaced when it is ours but not as planned: never reused)
     and its container, started only after the same script checked the network's bridge. ``remount``:
     the home or workspace was not as planned, so the container may have mounted the workspace

@@ -92,7 +92,7 @@ def _check_flags(args: Sequence[str], wanted: dict) -> None:
         raise Refused(f"dockerd is started with {', '.join(both)}, which jackin sets in {DAEMON_JSON}, and dockerd "
                          "refuses a setting given both ways: remove the flag (systemctl cat docker), then run again")  # fmt: skip
     files = [a.split("=", 1)[1] for a in args if a.startswith("--config-file=")]
-    files += [b for a, b in zip(args, args[1:]) if a == "--config-file"]
+    files += [b for a, b in zip(args, args[1:], strict=False) if a == "--config-file"]
     if files and files[-1] != DAEMON_JSON:
         raise Refused(f"dockerd reads {files[-1]}, not {DAEMON_JSON}, so jackin's settings would not apply: "
                          "remove its --config-file, then run again")  # fmt: skip

@@ -14,12 +14,12 @@ from pyinfra.api import OperationError, operation
 from pyinfra.operations import apt, systemd
 
 from jackin.facts.fleet import FleetState
-from jackin.plan.host import Step
+from jackin.facts.state import HostState
 from jackin.operations.fleet import teardown_commands
 from jackin.operations.script import script
 from jackin.operations.ttl import teardown_commands as ttl_teardown
 from jackin.plan.fleet import FleetPlan
-from jackin.facts.state import HostState
+from jackin.plan.host import Step
 
 
 def fleet_state(plan: FleetPlan, *, bootstrap: bool = False) -> HostState:

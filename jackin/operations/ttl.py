@@ -144,8 +144,14 @@ def ttl_commands(plan: FleetPlan, state: TtlState, *, now: float) -> list[Comman
     return [
         f"[ -d {STATE_DIR} ] || install -d -m 0700 {STATE_DIR}",
         f"install -d -m 0700 -o root -g root {TTL_DIR}",
-        *write_files(files, modes={deadline_file(fleet): "0600", unit_path(fleet, "timer"): "0644",
-                                   unit_path(fleet, "service"): "0644"}),  # fmt: skip
+        *write_files(
+            files,
+            modes={
+                deadline_file(fleet): "0600",
+                unit_path(fleet, "timer"): "0644",
+                unit_path(fleet, "service"): "0644",
+            },
+        ),  # fmt: skip
         "systemctl daemon-reload",
         f"systemctl enable {q(unit_name(fleet, 'timer'))}",
         f"systemctl restart {q(unit_name(fleet, 'timer'))}",

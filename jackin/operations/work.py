@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import shlex
 
+from jackin.facts.state import HostState, PathInfo
 from jackin.operations.credentials import children, root_dir
 from jackin.operations.files import UPLOAD_DIR, Command, Refused, Upload, write_files
 from jackin.plan.fleet import STATE_DIR, WORK_DIR, AgentPlan, FleetPlan
-from jackin.facts.state import HostState, PathInfo
 from jackin.work.bundles import DIR_MODE, FILE_MODE, FILES, digest, file_data
 
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.store.ledger import Ledger
 from jackin.spec import Inventory
 from jackin.spec.models import AgentSpec, FleetSpec
+from jackin.store.ledger import Ledger
 
 CREDENTIAL_FIELDS = ("name", "from_env", "from_file")  # references only: where the operator keeps it
 

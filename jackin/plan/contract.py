@@ -21,16 +21,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from jackin.net import dns
-from jackin.net import firewall
-from jackin.plan import fleet as planning
 from jackin.agents.credentials import FILE_MODE
-from jackin.store.ledger import Ledger
-from jackin.plan.fleet import CREDENTIALS_TARGET, STATE_DIR, AgentPlan, FleetPlan
+from jackin.net import dns, firewall
 from jackin.net.guard import DROPIN_DIR
+from jackin.plan import fleet as planning
+from jackin.plan.fleet import CREDENTIALS_TARGET, STATE_DIR, AgentPlan, FleetPlan
 from jackin.snapshots.restic import SNAPSHOTS_ROOT, UPLOADED_RESTIC
 from jackin.spec import Inventory
 from jackin.spec.models import SnapshotPolicy
+from jackin.store.ledger import Ledger
 
 SCHEMA_VERSION = 1
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "contract.schema.json"
@@ -318,7 +317,9 @@ def _risks(mounts: list[MountTerm], network: NetworkTerm, docker: DockerTerm, ho
     risks = ["shares the host's kernel with the host and every other agent: a kernel exploit escapes the container"]
     absent = [h.name for h in hosts if h.apparmor is False]
     if absent:
-        risks.append(f"no AppArmor on {', '.join(absent)}: the container runs without a mandatory access control profile")
+        risks.append(
+            f"no AppArmor on {', '.join(absent)}: the container runs without a mandatory access control profile"
+        )
     unloaded = [h.name for h in hosts if h.apparmor and h.apparmor_docker != "enforce"]
     if unloaded:
         risks.append(f"AppArmor on {', '.join(unloaded)} is enabled but docker-default was not enforcing when read: "
@@ -351,9 +352,14 @@ def _effects(plan: FleetPlan) -> HostEffects:
     if plan.checkpoints is not None:
         packages.append(PackageTerm(name="btrfs-progs", when="the checkpoint tier is on and mkfs.btrfs is missing"))
     if any(a.image == planning.DEFAULT_IMAGE for a in plan.agents):
-        packages.append(PackageTerm(name="busybox-static", when=f"{planning.DEFAULT_IMAGE} and /bin/busybox are missing"))
-    units = sorted(Path(p).name for p in firewall.bundle(plan)
-                   if Path(p).parent == Path(firewall.UNIT_DIR) and p.endswith((".service", ".timer", ".target")))
+        packages.append(
+            PackageTerm(name="busybox-static", when=f"{planning.DEFAULT_IMAGE} and /bin/busybox are missing")
+        )
+    units = sorted(
+        Path(p).name
+        for p in firewall.bundle(plan)
+        if Path(p).parent == Path(firewall.UNIT_DIR) and p.endswith((".service", ".timer", ".target"))
+    )
     services = ["docker (running, enabled)", *units,
                 *(dns.instance_unit(a) for a in dns.filtered(plan))]  # fmt: skip
     files = sorted({*firewall.bundle(plan), f"{firewall.NFT_DIR}/{fleet}.sha", "/etc/docker/daemon.json",

@@ -157,7 +157,10 @@ class AgentPlan(_Model):
         if self.work is not None:  # the directory: a re-delivered task is seen at once, like credentials
             args += ["--mount", f"type=bind,src={self.work_dir},dst={WORK_TARGET},readonly"]
         for mount in self.mounts:
-            args += ["--mount", f"type=bind,src={mount.source},dst={mount.target}" + (",readonly" if mount.readonly else "")]
+            args += [
+                "--mount",
+                f"type=bind,src={mount.source},dst={mount.target}" + (",readonly" if mount.readonly else ""),
+            ]
         for server in self.dns:
             args += ["--dns", server]
         for port in self.policy.publish:
@@ -246,13 +249,24 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
         home = f"{ROOT}/{spec.name}/{instance}"
         agents.append(
             AgentPlan(
-                fleet=spec.name, agent=agent_name, instance=instance, role=agent.role,
-                uid=uids[instance], user=user, home=home, workspace=f"{home}/workspace",
-                container=user, network=user, bridge=bridge_name(spec.name, instance),
+                fleet=spec.name,
+                agent=agent_name,
+                instance=instance,
+                role=agent.role,
+                uid=uids[instance],
+                user=user,
+                home=home,
+                workspace=f"{home}/workspace",
+                container=user,
+                network=user,
+                bridge=bridge_name(spec.name, instance),
                 **role_settings(agent.role, agent.image),
-                memory=resources.memory, cpus=resources.cpus, pids=resources.pids,
+                memory=resources.memory,
+                cpus=resources.cpus,
+                pids=resources.pids,
                 policy=spec.agent_network(agent),
-                credentials=sorted({c.name for c in agent.credentials}), mounts=agent.mounts,
+                credentials=sorted({c.name for c in agent.credentials}),
+                mounts=agent.mounts,
             )  # fmt: skip
         )
     agents = [a.model_copy(update={"work": work_plan(by_name[a.agent].work, a.instance)}) for a in agents]
@@ -263,8 +277,9 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
         agents=agents,
         address_pools=spec.address_pools,
         fleet_hosts=list(fleet_hosts),
-        checkpoints=(CheckpointPlan(size=spec.snapshots.checkpoint_size)
-                     if spec.snapshots.checkpoints == "btrfs" else None),  # fmt: skip
+        checkpoints=(
+            CheckpointPlan(size=spec.snapshots.checkpoint_size) if spec.snapshots.checkpoints == "btrfs" else None
+        ),  # fmt: skip
     )
 
 
@@ -287,5 +302,8 @@ def role_settings(role_name: str, image: str | None) -> dict:
     if image == DEFAULT_IMAGE:
         return {"image": image, "command": IDLE, "healthcheck": None}
     role = roles.load(role_name)
-    return {"image": image or role.tag, "command": list(role.command),
-            "healthcheck": Health(**role.healthcheck.model_dump())}
+    return {
+        "image": image or role.tag,
+        "command": list(role.command),
+        "healthcheck": Health(**role.healthcheck.model_dump()),
+    }

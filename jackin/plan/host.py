@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.agents.credentials import Secrets, fleet_dir
-from jackin.operations import cow, credentials, firewall, fleet, host as host_ops, work
+from jackin.facts.state import HostState
+from jackin.operations import cow, credentials, firewall, fleet, work
+from jackin.operations import host as host_ops
 from jackin.operations import ttl as ttl_ops
 from jackin.operations.files import Command, Refused, Upload
 from jackin.plan.fleet import FleetPlan
-from jackin.facts.state import HostState
 
 # Bootstrap: a Docker engine and nftables (any Docker engine will do: docker.io or docker-ce).
 PACKAGES = (("docker.io", "dockerd"), ("nftables", "nft"))
@@ -120,6 +121,7 @@ def _image_commands(image: str, state: HostState, *, busybox: bool) -> list[Comm
     """The agent image on the host: a role's (loaded from the operator, or built there) or the busybox one.
     Nothing when the host has it (the role is not loaded and hashed again for each host of a warm run)."""
     from jackin.images import build as images
+
     if image in state.images:
         return []
     if images.is_role_image(image):

@@ -14,8 +14,8 @@ import time
 
 from pydantic import BaseModel, ConfigDict
 
-from jackin.store.ledger import Ledger
 from jackin.spec.models import FleetSpec
+from jackin.store.ledger import Ledger
 
 
 class TtlStatus(BaseModel):

@@ -17,24 +17,33 @@ import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import paramiko
 from fabric import Connection
 
-from jackin.net import probes as agent_api
-from jackin.net import firewall
-from jackin.plan import fleet as planning
 from jackin.errors import ConnectError, JackinError, SpecError
-from jackin.store.ledger import Ledger
 from jackin.lifecycle.providers import provider_for
-from jackin.transport.remote import HostError
+from jackin.net import firewall
+from jackin.net import probes as agent_api
+from jackin.plan import fleet as planning
 from jackin.snapshots import cow
 from jackin.snapshots import host as remote
-from jackin.snapshots.models import (AgentDiff, AgentManifest, AgentSnapshot, CreateResult, DiffResult, Kind,
-                                     SnapshotRecord, Tier, new_id)  # fmt: skip
+from jackin.snapshots.models import (
+    AgentDiff,
+    AgentManifest,
+    AgentSnapshot,
+    CreateResult,
+    DiffResult,
+    Kind,
+    SnapshotRecord,  # fmt: skip
+    Tier,
+    new_id,
+)
 from jackin.spec import Inventory
+from jackin.store.ledger import Ledger
+from jackin.transport.remote import HostError
 from jackin.transport.ssh import SshTarget, connect
 
 T = TypeVar("T")
@@ -121,7 +130,7 @@ def per_host(targets: Sequence[SshTarget], work: Callable[[SshTarget], T], *,
     pool = ThreadPoolExecutor(max_workers=min(16, len(targets)))
     try:
         futures = [pool.submit(one, target) for target in targets]
-        return {t.name: f.result() for t, f in zip(targets, futures)}
+        return {t.name: f.result() for t, f in zip(targets, futures, strict=True)}
     except BaseException:
         if interrupted is not None:
             interrupted()
@@ -181,7 +190,7 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
     for host, instance in extra:
         if host in where and instance not in where[host]:
             where[host].append(instance)
-    created = datetime.now(timezone.utc)
+    created = datetime.now(UTC)
     record = SnapshotRecord(id=new_id(created), fleet=fleet, created=created.isoformat(timespec="seconds"),
                             label=label, kind=kind)  # fmt: skip
     bundle = firewall.bundle_hash(plan)
@@ -368,7 +377,7 @@ def _diff(inventory: Inventory, first: SnapshotRecord, second: SnapshotRecord | 
             tmp = None
             if second is None:
                 agent = next(a for a in plan.agents if a.instance == item.instance)  # type: ignore[union-attr]
-                now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+                now = datetime.now(UTC).isoformat(timespec="seconds")
                 live = manifest(plan, inventory, agent, host=target.name, snapshot=live_id, created=now,  # type: ignore[arg-type]
                                 image_id=None, bundle="")  # fmt: skip
                 tmp = _backup(conn, restic_bin, live, host=target.name, tmp=True).restic_id

@@ -18,13 +18,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from jackin.errors import JackinError
-from jackin.store.ledger import Ledger
+from jackin.facts.state import HostState, parse_state, state_command
 from jackin.operations import changes
 from jackin.plan.fleet import FleetPlan
-from jackin.transport.remote import gather
 from jackin.spec import Inventory
+from jackin.store.ledger import Ledger
+from jackin.transport.remote import gather
 from jackin.transport.target import SshTarget
-from jackin.facts.state import HostState, parse_state, state_command
 
 Log = Callable[[str], None]
 STATE_TIMEOUT = 15

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jackin.errors import JackinError
-from jackin.store.ledger import Ledger
 from jackin.snapshots import api, transfer
+from jackin.store.ledger import Ledger
 from jackin.transport.target import SshTarget
 
 OPERATOR = "operator"  # the place of a copy on this machine (ledger ``repo_copies.place``)
@@ -31,8 +31,13 @@ def held_by(ledger: Ledger, fleet: str, origin: str, restic_ids: set[str] | None
     """The fleet snapshots (ids) with an agent on ``origin`` that has a restic snapshot (a checkpoint
     alone never leaves the host): what a whole copy of its repository holds. ``restic_ids``: only those
     whose restic snapshots are among these (a copy's own listing; ids or their short prefixes)."""
+
     def kept(a: dict) -> bool:
-        return a["host"] == origin and bool(a.get("restic_id")) and (restic_ids is None or _among(a["restic_id"], restic_ids))
+        return (
+            a["host"] == origin
+            and bool(a.get("restic_id"))
+            and (restic_ids is None or _among(a["restic_id"], restic_ids))
+        )
 
     return [row["id"] for row in ledger.snapshot_rows(fleet) if any(kept(a) for a in row["agents"])]
 

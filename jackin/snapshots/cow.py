@@ -264,7 +264,11 @@ def checkpoint_script(fleet: str, instance: str, snapshot_id: str) -> str:
     container, ``jk-frozen-ns <n>``."""
     target = checkpoint_path(fleet, instance, snapshot_id)
     directory = checkpoints_dir(fleet, instance)
-    return _prelude(fleet) + _names(fleet, instance) + freezer.functions(user_name(fleet, instance), limit=FREEZE_LIMIT) + f"""\
+    return (
+        _prelude(fleet)
+        + _names(fleet, instance)
+        + freezer.functions(user_name(fleet, instance), limit=FREEZE_LIMIT)
+        + f"""\
 subvol "$H" || fail "the home of {instance} ($H) is not a btrfs subvolume: no checkpoint for it (fleet.up makes one; \
 after an interrupted restore, restore again)"
 C={shlex.quote(target)}
@@ -280,6 +284,7 @@ t1=$(date +%s%N)
 thaw
 echo "took_ns=$((t1 - t0))"
 """
+    )
 
 
 def list_script(fleet: str, instance: str | None = None) -> str:
@@ -294,13 +299,16 @@ def list_script(fleet: str, instance: str | None = None) -> str:
 def delete_script(fleet: str, instance: str, snapshot_id: str) -> str:
     """Delete one checkpoint; prints ``deleted``, or ``absent`` when there was none."""
     target = shlex.quote(checkpoint_path(fleet, instance, snapshot_id))
-    return _prelude(fleet) + f"""\
+    return (
+        _prelude(fleet)
+        + f"""\
 C={target}
 if [ ! -e "$C" ] && [ ! -L "$C" ]; then echo absent; exit 0; fi
 subvol "$C" || fail "$C is not a subvolume: not a checkpoint, not deleted"
 btrfs subvolume delete "$C" >/dev/null
 echo deleted
 """
+    )
 
 
 def restore_script(fleet: str, instance: str, snapshot_id: str, *, previous_id: str | None = None) -> str:
@@ -319,7 +327,11 @@ def restore_script(fleet: str, instance: str, snapshot_id: str, *, previous_id: 
            'elif ! btrfs subvolume delete "$X/old" >/dev/null 2>&1; then\n'
            '  K="$X/kept-$(date +%s)"; mv -T -- "$X/old" "$K"; echo "kept=$K"\n'
            "fi\n")  # fmt: skip
-    return _prelude(fleet) + _names(fleet, instance) + keep + f"""\
+    return (
+        _prelude(fleet)
+        + _names(fleet, instance)
+        + keep
+        + f"""\
 C={source}
 subvol "$C" || fail "checkpoint {snapshot_id} of {instance} not found on this host"
 if [ "$({running} 2>/dev/null)" = true ]; then
@@ -341,6 +353,7 @@ if subvol "$X/old"; then
 {old}fi
 echo "took_ns=$((t1 - t0))"
 """
+    )
 
 
 # --- parsers (pure) -------------------------------------------------------------------------

@@ -25,14 +25,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.plan import fleet as planning
 from jackin.errors import ConnectError, JackinError
-from jackin.store.ledger import Ledger
-from jackin.paths import state_dir
-from jackin.transport.remote import gather
-from jackin.spec import Inventory
-from jackin.transport.target import SshTarget
 from jackin.facts.state import HostState, parse_state, state_command
+from jackin.paths import state_dir
+from jackin.plan import fleet as planning
+from jackin.spec import Inventory
+from jackin.store.ledger import Ledger
+from jackin.transport.remote import gather
+from jackin.transport.target import SshTarget
 
 LABEL = "final, before fleet.down"
 Stage = Literal["done", "nothing", "read", "stop", "snapshot", "pull"]
@@ -239,9 +239,9 @@ def _snapshot(ledger: Ledger, inventory: Inventory, group: list[SshTarget], inst
 
 def _pull(ledger: Ledger, fleet: str, targets: list[SshTarget], out: dict[str, FinalHost], log: Log) -> None:
     """Pull and check each target's repository here (``copies.pull_hosts``: recorded in the ledger)."""
-    from jackin.snapshots import copies, transfer
-
     import paramiko  # here: fleet.up imports this module, and it needs no SSH library
+
+    from jackin.snapshots import copies, transfer
 
     try:
         results = copies.pull_hosts(ledger, fleet, targets)
@@ -256,4 +256,3 @@ def _pull(ledger: Ledger, fleet: str, targets: list[SshTarget], out: dict[str, F
             continue
         entry.copy_path = str(transfer.pulled_repo(fleet, name))
         log(f"{name}: repository pulled and checked: {entry.copy_path}")
-

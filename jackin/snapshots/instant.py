@@ -186,4 +186,4 @@ def relative(path: str, home: str) -> str:
 def exists_script() -> str:
     """Reads NUL-terminated paths on stdin; prints, NUL-terminated, those that still exist (``lstat``:
     a link is never followed, nothing is opened)."""
-    return "while IFS= read -r -d '' p; do if [ -e \"$p\" ] || [ -L \"$p\" ]; then printf '%s\\0' \"$p\"; fi; done\n"
+    return 'while IFS= read -r -d \'\' p; do if [ -e "$p" ] || [ -L "$p" ]; then printf \'%s\\0\' "$p"; fi; done\n'

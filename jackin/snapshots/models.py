@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,7 +29,7 @@ SNAPSHOT_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
 
 def new_id(now: datetime | None = None) -> str:
     """A fleet snapshot id: UTC time to the second and 4 random hex digits."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return f"{now.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 

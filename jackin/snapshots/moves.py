@@ -23,13 +23,13 @@ from fabric import Connection
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import JackinError, SpecError
-from jackin.store.ledger import Ledger
 from jackin.lifecycle.providers import provider_for
-from jackin.transport.remote import HostError
 from jackin.snapshots import api, copies, restic, transfer
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import AgentSnapshot, SnapshotRecord
 from jackin.spec import Inventory
+from jackin.store.ledger import Ledger
+from jackin.transport.remote import HostError
 from jackin.transport.ssh import SshTarget, connect
 
 
@@ -225,7 +225,9 @@ def pull(inventory: Inventory, snapshot: str) -> PullResult:
             if path:
                 result.hosts.append(PulledHost(host=name, status="already pulled", path=path))
             else:
-                error = f"not a host of the fleet now, and no copy of its repository holding {snapshot} is on this machine"
+                error = (
+                    f"not a host of the fleet now, and no copy of its repository holding {snapshot} is on this machine"
+                )
                 result.hosts.append(PulledHost(host=name, status="failed", error=error))
                 result.errors.append(HostError(host=name, error=error, unreachable=False))
         for h in result.hosts:
@@ -261,13 +263,20 @@ def push(inventory: Inventory, snapshot: str, host: str) -> PushResult:
         for origin in origins:
             try:
                 # the host itself (replaced under its name) is never pulled from: its repository is another one
-                sources[origin] = _source(ledger, fleet, snapshot, origin, targets.get(origin) if origin != host else None)
+                sources[origin] = _source(
+                    ledger, fleet, snapshot, origin, targets.get(origin) if origin != host else None
+                )
             except JackinError as error:
                 error.host = error.host or origin
                 failed.append(error)
         if not sources:  # nothing to push: the error itself (with its hint), nothing changed on the host
-            raise failed[0] if len(failed) == 1 else JackinError(
-                "nothing to push: " + "; ".join(f"{e.host}: {e.message}" for e in failed), hint=failed[0].hint)
+            raise (
+                failed[0]
+                if len(failed) == 1
+                else JackinError(
+                    "nothing to push: " + "; ".join(f"{e.host}: {e.message}" for e in failed), hint=failed[0].hint
+                )
+            )
         result.errors = [HostError.of(e.host or "", e) for e in failed]
         run = ledger.start_run(fleet, "snapshot.push", {"snapshot": snapshot, "host": host, "origins": origins})
         result.origins, errors = _push_all(ledger, fleet, targets[host], sources)
@@ -336,9 +345,16 @@ def _push_one(ledger: Ledger, conn: Connection, restic_bin: str, fleet: str, hos
     dest = restic.imported_path(fleet, origin)
     remote.run(conn, restic.q(*restic.check_argv(restic_bin, fleet, repo=dest)), host=host,
                what=f"restic check of {dest}", timeout=remote.LONG)  # fmt: skip
-    held = next(r["snapshots"] for r in ledger.copies(fleet, origin=origin, place=copies.OPERATOR) if r["path"] == str(src))
+    held = next(
+        r["snapshots"] for r in ledger.copies(fleet, origin=origin, place=copies.OPERATOR) if r["path"] == str(src)
+    )
     if moved.moved_aside:  # an older repository of the origin pushed here before: it keeps its record
         ledger.move_copy(fleet, origin, host, dest, moved.moved_aside)
     ledger.record_copy(fleet, origin, host, dest, held)
-    return PushedOrigin(origin=origin, path=dest, pulled_first=pulled, moved_aside=moved.moved_aside,
-                        **moved.model_dump(include={"copied", "copied_bytes", "skipped", "skipped_bytes"}))
+    return PushedOrigin(
+        origin=origin,
+        path=dest,
+        pulled_first=pulled,
+        moved_aside=moved.moved_aside,
+        **moved.model_dump(include={"copied", "copied_bytes", "skipped", "skipped_bytes"}),
+    )

@@ -20,13 +20,13 @@ from fabric import Connection
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import JackinError, SpecError
-from jackin.store.ledger import Ledger
 from jackin.lifecycle.providers import provider_for
-from jackin.transport.remote import HostError
 from jackin.snapshots import api, cow
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import AgentRestore, AgentSnapshot, DiffResult, PruneResult, RestoreResult, SnapshotRecord
 from jackin.spec import Inventory
+from jackin.store.ledger import Ledger
+from jackin.transport.remote import HostError
 from jackin.transport.target import SshTarget
 
 if TYPE_CHECKING:
@@ -51,7 +51,9 @@ def restore(inventory: Inventory, snapshot: str, agent: str | None = None, *, st
         targets = _targets(inventory, ledger, record, {a.host for a in items})
         plan = api.fleet_plan(inventory, ledger)
         containers = {a.instance: a.container for a in plan.agents}
-        running = _running(targets, {t.name: [containers[a.instance] for a in items if a.host == t.name] for t in targets})
+        running = _running(
+            targets, {t.name: [containers[a.instance] for a in items if a.host == t.name] for t in targets}
+        )
         if running and not stop:
             where = ", ".join(f"{c} on {h}" for h, cs in sorted(running.items()) for c in cs)
             raise JackinError(f"restore refused: agent container(s) running: {where}",
@@ -185,8 +187,12 @@ def _resolve(inventory: Inventory, ledger: Ledger, record: SnapshotRecord, items
     found = moves.placements(items, snapshot=record.id, current=current, pushed=pushed, from_host=from_host)
     _refuse_missing(record, [t for t in targets if any(p.host == t.name for p in found)], found, items)
     by_key = {(a.host, a.instance): a for a in items}
-    moved = [by_key[(p.origin, p.instance)] if p.repo is None else
-             by_key[(p.origin, p.instance)].model_copy(update={"host": p.host, "tiers": ["restic"]}) for p in found]
+    moved = [
+        by_key[(p.origin, p.instance)]
+        if p.repo is None
+        else by_key[(p.origin, p.instance)].model_copy(update={"host": p.host, "tiers": ["restic"]})
+        for p in found
+    ]
     return moved, {(p.host, p.instance): p.repo for p in found if p.repo}
 
 
@@ -299,11 +305,15 @@ def prune_plan(records: list[SnapshotRecord], keep: int, current: set[str], copi
                 plan.forget.setdefault(host, []).append(record.id)
             elif not places:
                 plan.gone.setdefault(host, []).append(record.id)
-                plan.notes.append(f"{record.id} on {host}: {host} is no longer a host of the fleet and no copy holds "
-                                  "it: forgotten from the ledger alone (a repository left on that host is not touched)")
+                plan.notes.append(
+                    f"{record.id} on {host}: {host} is no longer a host of the fleet and no copy holds "
+                    "it: forgotten from the ledger alone (a repository left on that host is not touched)"
+                )
             else:
-                plan.notes.append(f"{record.id} on {host}: {host} is no longer a host of the fleet; kept for its copy "
-                                  f"at {', '.join(places)} (snapshot.push, snapshot.restore --from-host)")
+                plan.notes.append(
+                    f"{record.id} on {host}: {host} is no longer a host of the fleet; kept for its copy "
+                    f"at {', '.join(places)} (snapshot.push, snapshot.restore --from-host)"
+                )
                 continue
             losing.append(host)
         if losing:

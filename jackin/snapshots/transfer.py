@@ -33,11 +33,35 @@ from fabric import Connection
 
 from jackin.errors import ConnectError, JackinError, RemoteCommandError
 from jackin.paths import private_dir, state_dir
-from jackin.snapshots.mirror import (KINDS, MIRRORED, RESTIC_DIR, RESTIC_FILE, STAGES, TEMP_MARK, Listing,  # noqa: F401
-                                     TransferError, TransferPlan, TransferResult, aside_name, classify, content_ok,
-                                     list_local, parse_listing, plan_transfer, result_of, temp_name)  # fmt: skip
-from jackin.snapshots.restic import (NAME, SNAPSHOTS_ROOT, UPLOADED_RESTIC, checked_name, fleet_dir,  # noqa: F401
-                                     imported_path, repo_path)  # fmt: skip
+from jackin.snapshots.mirror import (  # noqa: F401
+    KINDS,
+    MIRRORED,
+    RESTIC_DIR,
+    RESTIC_FILE,
+    STAGES,
+    TEMP_MARK,
+    Listing,
+    TransferError,
+    TransferPlan,
+    TransferResult,
+    aside_name,
+    classify,
+    content_ok,
+    list_local,  # fmt: skip
+    parse_listing,
+    plan_transfer,
+    result_of,
+    temp_name,
+)
+from jackin.snapshots.restic import (  # noqa: F401
+    NAME,
+    SNAPSHOTS_ROOT,
+    UPLOADED_RESTIC,
+    checked_name,
+    fleet_dir,
+    imported_path,  # fmt: skip
+    repo_path,
+)
 from jackin.transport.ssh import SshTarget, connect
 
 CHUNK = 1 << 20
@@ -265,7 +289,9 @@ def _download(conn: Connection, sftp: paramiko.SFTPClient, remote: str, final: P
     except JackinError:
         raise  # ConnectError is also an OSError (a ConnectionError)
     except OSError as error:
-        raise TransferError(f"cannot write {final}: {error.strerror}", hint="free space on this machine and pull again") from None
+        raise TransferError(
+            f"cannot write {final}: {error.strerror}", hint="free space on this machine and pull again"
+        ) from None
     finally:
         temp.unlink(missing_ok=True)
 
@@ -275,7 +301,9 @@ def _write(out: BinaryIO, chunk: bytes, temp: Path) -> None:
     try:
         out.write(chunk)
     except OSError as error:
-        raise TransferError(f"cannot write {temp}: {error.strerror}", hint="free space on this machine and pull again") from None
+        raise TransferError(
+            f"cannot write {temp}: {error.strerror}", hint="free space on this machine and pull again"
+        ) from None
 
 
 def _fsync_dirs(directories: Iterable[Path]) -> None:
@@ -331,7 +359,9 @@ def push_with(conn: Connection, host: str, fleet: str, src: Path, origin: str) -
     except _REMOTE_FAULTS as error:
         raise _lost(error, conn, host=host, what=f"copying {src} to {dest}") from None
     _run(conn, f"sync -f {shlex.quote(dest)}", host=host, what=f"syncing {dest}")
-    result = result_of(plan, local, direction="push", host=host, fleet=fleet, source=str(src), destination=f"{host}:{dest}")
+    result = result_of(
+        plan, local, direction="push", host=host, fleet=fleet, source=str(src), destination=f"{host}:{dest}"
+    )
     return result.model_copy(update={"moved_aside": aside})
 
 

@@ -86,7 +86,9 @@ class _Tree:
         except (YAMLError, ValueError, KeyError, TypeError) as error:
             detail = getattr(error, "problem", None) or str(error).splitlines()[0]
             self.problems.append(
-                Problem(node.start_mark.line + 1, path, f"cannot read {node.value!r} as {node.tag}: {_one_line(detail)}")
+                Problem(
+                    node.start_mark.line + 1, path, f"cannot read {node.value!r} as {node.tag}: {_one_line(detail)}"
+                )
             )
             return None
 
@@ -106,8 +108,7 @@ class _Tree:
                     Problem(
                         line,
                         path + (key,),
-                        f"duplicate key {key!r} (first set on line {first_line[key]}); "
-                        "each key may appear once",
+                        f"duplicate key {key!r} (first set on line {first_line[key]}); each key may appear once",
                     )
                 )
                 continue

@@ -109,8 +109,7 @@ def _check_host_key(value: str) -> str:
     parts = value.split()
     if len(parts) < 2 or parts[0] not in HOST_KEY_TYPES:
         raise ValueError(
-            "expected a public host key such as 'ssh-ed25519 AAAA...' "
-            "(the line from /etc/ssh/ssh_host_ed25519_key.pub)"
+            "expected a public host key such as 'ssh-ed25519 AAAA...' (the line from /etc/ssh/ssh_host_ed25519_key.pub)"
         )
     if not re.fullmatch(r"[A-Za-z0-9+/]+={0,2}", parts[1]) or len(parts[1]) < 16:
         raise ValueError("the key's base64 part is not valid")
@@ -189,7 +188,9 @@ def _check_allow_entry(value: str) -> str:
         if re.fullmatch(r"[0-9a-fA-F.:/]+", target) and any(c.isdigit() for c in target):
             raise ValueError(f"{target!r} is not a valid address or CIDR ({error})") from None
     if target.startswith("*."):
-        raise ValueError("wildcard domains cannot be enforced (each agent's filtering resolver allows exact names only: list each name)")
+        raise ValueError(
+            "wildcard domains cannot be enforced (each agent's filtering resolver allows exact names only: list each name)"
+        )
     if _DOMAIN.match(target.lower()):
         return value
     raise ValueError("expected a CIDR, host:port, CIDR:port, or a domain name (optionally :port)")
@@ -213,9 +214,7 @@ class NetworkPolicy(Model):
 
     mode: Literal["none", "allowlist", "open"] = "none"
     allow: list[AllowEntry] = Field(default_factory=list)
-    dns: list[Annotated[str, AfterValidator(_ip)]] = Field(
-        default_factory=list
-    )
+    dns: list[Annotated[str, AfterValidator(_ip)]] = Field(default_factory=list)
     publish: list[Publish] = Field(default_factory=list)
 
     @field_validator("dns")
@@ -380,9 +379,7 @@ class FleetSpec(Model):
     name: Annotated[str, Field(pattern=SLUG, max_length=16)]  # fits jk-<fleet>-<agent>-<n> user names
     provider: Literal["lab", "static"] = "static"
     lab: LabSpec | None = None
-    hosts: list[HostName] = Field(
-        default_factory=list, description="host or group names; empty means every host"
-    )
+    hosts: list[HostName] = Field(default_factory=list, description="host or group names; empty means every host")
     agents: list[AgentSpec] = Field(min_length=1)
     network: NetworkPolicy = NetworkPolicy()
     resources: Resources = Resources()
@@ -429,8 +426,8 @@ def _check_role(name: str) -> str:
 
 
 def _role(name: str):
-    from jackin.spec import roles
     from jackin.errors import SpecError
+    from jackin.spec import roles
 
     try:
         return roles.load(name)

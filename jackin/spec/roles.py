@@ -301,7 +301,7 @@ def check_dockerfile(role: Role, text: str, filename: str) -> list[str]:
         if word == "RUN" and _PIPE_TO_SHELL.search(rest):
             say(line, "a script fetched from the network is piped into a shell: install a pinned package instead")
         if word == "RUN":
-            for spec in (_NPM_GLOBAL.search(rest).group(1).split() if _NPM_GLOBAL.search(rest) else []):
+            for spec in _NPM_GLOBAL.search(rest).group(1).split() if _NPM_GLOBAL.search(rest) else []:
                 spec = spec.strip("\"'")
                 if spec.startswith("-"):
                     continue
@@ -319,7 +319,7 @@ def check_dockerfile(role: Role, text: str, filename: str) -> list[str]:
         say(health[0], f"HEALTHCHECK differs from role.yaml's healthcheck ({role.healthcheck.instruction()})")
     entry = last("ENTRYPOINT")
     if entry is None or _json_list(entry[1]) != [ENTRYPOINT]:
-        say(entry[0] if entry else 1, f"ENTRYPOINT must be [\"{ENTRYPOINT}\"] (the common entrypoint)")
+        say(entry[0] if entry else 1, f'ENTRYPOINT must be ["{ENTRYPOINT}"] (the common entrypoint)')
     cmd = last("CMD")
     if cmd is None or _json_list(cmd[1]) != role.command:
         say(cmd[0] if cmd else 1, "CMD must be role.yaml's command, in JSON form")

@@ -230,7 +230,9 @@ class Ledger:
         known, new = self._assign(fleet, instances, base, size)
         return {i: known.get(i, new.get(i)) for i in instances}  # type: ignore[misc]
 
-    def _assign(self, fleet: str, instances: Sequence[str], base: int, size: int) -> tuple[dict[str, int], dict[str, int]]:
+    def _assign(
+        self, fleet: str, instances: Sequence[str], base: int, size: int
+    ) -> tuple[dict[str, int], dict[str, int]]:
         known = {r["instance"]: r["uid"] for r in self.db.execute("SELECT * FROM uids WHERE fleet = ?", (fleet,))}
         taken = {r["uid"] for r in self.db.execute("SELECT uid FROM uids")}
         candidate, new = base, {}
@@ -263,19 +265,32 @@ class Ledger:
             self.db.execute(
                 "INSERT INTO agents (fleet, host, instance, agent, uid, user, container, network, updated) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (fleet, host, a["instance"], a["agent"], a["uid"], a["user"], a["container"], a["network"], time.time()),
+                (
+                    fleet,
+                    host,
+                    a["instance"],
+                    a["agent"],
+                    a["uid"],
+                    a["user"],
+                    a["container"],
+                    a["network"],
+                    time.time(),
+                ),
             )
 
     def agents(self, fleet: str) -> list[dict[str, Any]]:
-        return [dict(r) for r in self.db.execute("SELECT * FROM agents WHERE fleet = ? ORDER BY host, instance", (fleet,))]
+        return [
+            dict(r) for r in self.db.execute("SELECT * FROM agents WHERE fleet = ? ORDER BY host, instance", (fleet,))
+        ]
 
     def forget_fleet(self, fleet: str, *, keep_uids: bool = False) -> None:
         """After a clean teardown: the fleet's rows go, its runs and audit trail stay.
 
         ``keep_uids``: data kept on the hosts is owned by these uids; they must not be given to another fleet.
         """
-        for table in ("agents", "hosts", "kept", "fleet_ttl") if keep_uids else ("agents", "hosts", "kept", "uids",
-                                                                                 "fleet_ttl"):
+        for table in (
+            ("agents", "hosts", "kept", "fleet_ttl") if keep_uids else ("agents", "hosts", "kept", "uids", "fleet_ttl")
+        ):
             self.db.execute(f"DELETE FROM {table} WHERE fleet = ?", (fleet,))  # noqa: S608 - fixed names
         self.db.execute("UPDATE fleets SET status = 'down', updated = ? WHERE name = ?", (time.time(), fleet))
 
@@ -313,10 +328,14 @@ class Ledger:
         return {**dict(row), "users": self.lab_users(lab)} if row else None
 
     def lab_users(self, lab: str) -> list[str]:
-        return [r["fleet"] for r in self.db.execute("SELECT fleet FROM lab_fleets WHERE lab = ? ORDER BY fleet", (lab,))]
+        return [
+            r["fleet"] for r in self.db.execute("SELECT fleet FROM lab_fleets WHERE lab = ? ORDER BY fleet", (lab,))
+        ]
 
     def use_lab(self, lab: str, fleet: str) -> None:
-        self.db.execute("INSERT OR IGNORE INTO lab_fleets (lab, fleet, since) VALUES (?, ?, ?)", (lab, fleet, time.time()))
+        self.db.execute(
+            "INSERT OR IGNORE INTO lab_fleets (lab, fleet, since) VALUES (?, ?, ?)", (lab, fleet, time.time())
+        )
 
     def leave_lab(self, lab: str, fleet: str) -> None:
         self.db.execute("DELETE FROM lab_fleets WHERE lab = ? AND fleet = ?", (lab, fleet))
@@ -352,34 +371,34 @@ class Ledger:
             self.db.execute("ROLLBACK")
             raise
 
-
     def snapshot_rows(self, fleet: str, snapshot: str | None = None) -> list[dict[str, Any]]:
         """The fleet's snapshots, oldest first, each with its ``agents`` (manifests and tiers decoded)."""
         where, args = ("fleet = ? AND id = ?", (fleet, snapshot)) if snapshot else ("fleet = ?", (fleet,))
         rows = [dict(r) for r in self.db.execute(f"SELECT * FROM snapshots WHERE {where} ORDER BY created, id", args)]  # noqa: S608
         for row in rows:
-            agents = self.db.execute("SELECT * FROM snapshot_agents WHERE snapshot = ? ORDER BY host, instance", (row["id"],))
+            agents = self.db.execute(
+                "SELECT * FROM snapshot_agents WHERE snapshot = ? ORDER BY host, instance", (row["id"],)
+            )
             row["agents"] = [{**{k: a[k] for k in self.SNAPSHOT_AGENT}, "tiers": json.loads(a["tiers"]),
                               "manifest": json.loads(a["manifest"]) if a["manifest"] else None} for a in agents]  # fmt: skip
             row.pop("run", None)
         return rows
 
-
     def snapshot(self, fleet: str, snapshot: str) -> dict[str, Any] | None:
         rows = self.snapshot_rows(fleet, snapshot)
         return rows[0] if rows else None
-
 
     def forget_snapshot(self, fleet: str, snapshot: str, *, host: str | None = None) -> None:
         """Drop a snapshot's agents on ``host`` (or all); the snapshot goes with its last agent."""
         if host is None:
             self.db.execute("DELETE FROM snapshot_agents WHERE fleet = ? AND snapshot = ?", (fleet, snapshot))
         else:
-            self.db.execute("DELETE FROM snapshot_agents WHERE fleet = ? AND snapshot = ? AND host = ?", (fleet, snapshot, host))
+            self.db.execute(
+                "DELETE FROM snapshot_agents WHERE fleet = ? AND snapshot = ? AND host = ?", (fleet, snapshot, host)
+            )
         left = self.db.execute("SELECT count(*) FROM snapshot_agents WHERE snapshot = ?", (snapshot,)).fetchone()[0]
         if not left:
             self.db.execute("DELETE FROM snapshots WHERE fleet = ? AND id = ?", (fleet, snapshot))
-
 
     def add_snapshot_tier(self, snapshot: str, host: str, instance: str, tier: str) -> None:
         """Record one more tier (e.g. ``checkpoint``) for an agent of a snapshot."""
@@ -389,6 +408,7 @@ class Ledger:
             tiers = sorted({*json.loads(row["tiers"]), tier})
             self.db.execute("UPDATE snapshot_agents SET tiers = ? WHERE snapshot = ? AND host = ? AND instance = ?",
                             (json.dumps(tiers), snapshot, host, instance))  # fmt: skip
+
     # --- copies of a host's repository (snapshot.pull, snapshot.push, fleet.down's final pull) ------
 
     def _snapshot_instants(self) -> None:

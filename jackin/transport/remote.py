@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from jackin.transport import interrupts
-from jackin.transport import openssh
 from jackin.errors import ConnectError, JackinError, RemoteCommandError
+from jackin.transport import interrupts, openssh
 from jackin.transport.target import SshTarget
 
 if TYPE_CHECKING:
@@ -75,8 +74,9 @@ def gather(
         except Exception as error:  # noqa: BLE001 - timeouts and SSH faults become that host's error
             return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
         if result.exited != 0:
-            return RemoteCommandError(f"command failed (exit {result.exited}): {result.stderr.strip()[:200]}",
-                                      host=target.name)
+            return RemoteCommandError(
+                f"command failed (exit {result.exited}): {result.stderr.strip()[:200]}", host=target.name
+            )
         try:
             return parse(result.stdout)
         except JackinError as error:  # output that does not parse (a forged or broken read) fails that host alone
@@ -86,7 +86,7 @@ def gather(
     if not targets:
         return {}
     try:
-        return dict(zip([t.name for t in targets], interrupts.each(one, targets)))
+        return dict(zip([t.name for t in targets], interrupts.each(one, targets), strict=True))
     except KeyboardInterrupt:
         openssh.end_all()
         raise

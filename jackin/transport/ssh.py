@@ -12,7 +12,6 @@ The engine (pyinfra) opens its jump hosts with the same ``open_tunnel``.
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -82,7 +81,7 @@ def reported(hop: SshTarget, *, target: SshTarget) -> Iterator[None]:
                 hint="pin the host's public key (host_keys in the inventory)",
             ) from None
         raise ConnectError(f"{via}SSH to {hop.endpoint} failed: {error}", host=target.name) from None
-    except (OSError, socket.timeout, EOFError) as error:
+    except (TimeoutError, OSError, EOFError) as error:
         raise ConnectError(f"{via}cannot reach {hop.endpoint}: {error}", host=target.name) from None
 
 
@@ -109,7 +108,7 @@ def open_tunnel(target: SshTarget, *, timeout: float = 10) -> Tunnel:
     tunnel = Tunnel()
     hops = target.hops
     try:
-        for hop, after in zip(hops, [*hops[1:], target]):
+        for hop, after in zip(hops, [*hops[1:], target], strict=True):
             client = paramiko.SSHClient()
             tunnel.clients.append(client)
             pin(client, hop, target=target)
@@ -205,6 +204,4 @@ def wait_ready(target: SshTarget, *, timeout: float = 90, command: str = "true")
             last = error
         time.sleep(delay)
         delay = min(delay * 1.5, 2)
-    raise ConnectError(
-        f"{target.endpoint} was not ready within {timeout:.0f}s: {last}", host=target.name
-    )
+    raise ConnectError(f"{target.endpoint} was not ready within {timeout:.0f}s: {last}", host=target.name)

@@ -168,7 +168,9 @@ def _read_task_file(agent: str, path: Path) -> bytes:
         with path.open("rb") as handle:
             return handle.read(MAX_TASK + 1)
     except FileNotFoundError:
-        raise WorkError(f"{where} does not exist", hint="paths are relative to the inventory file's directory") from None
+        raise WorkError(
+            f"{where} does not exist", hint="paths are relative to the inventory file's directory"
+        ) from None
     except PermissionError:
         raise WorkError(f"{where} is not readable (permission denied)") from None
     except OSError as error:

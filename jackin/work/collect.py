@@ -28,14 +28,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.work import handoffs
-from jackin.plan import fleet as planning
 from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecError
-from jackin.store.ledger import Ledger
 from jackin.paths import private_dir, state_dir
+from jackin.plan import fleet as planning
 from jackin.spec import Inventory
 from jackin.spec.models import is_git_url
+from jackin.store.ledger import Ledger
 from jackin.transport.ssh import SshTarget, connect
+from jackin.work import handoffs
 from jackin.work.bundles import WorkError, git
 
 MAX_BUNDLE = 512 * 1024 * 1024
@@ -105,7 +105,9 @@ def local_repo(inventory: Inventory, agent: str, into: str | None) -> str:
     if not path.exists():
         git("init", "--quiet", "--bare", str(path))
     elif git("-C", str(path), "rev-parse", "--git-dir", check=False).returncode != 0:
-        raise SpecError(f"--into {path}: not a git repository", hint="give a git repository, or a path that does not exist yet")
+        raise SpecError(
+            f"--into {path}: not a git repository", hint="give a git repository, or a path that does not exist yet"
+        )
     return str(path)
 
 
@@ -298,7 +300,7 @@ def collect(inventory: Inventory, *, agents: Sequence[str] | None = None, into: 
     report = CollectReport(fleet=plan.fleet)
     with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
         found = list(pool.map(lambda t: _host(t, inventory, chosen, into=into, asked=bool(agents)), hosts))
-    for target, outcome in zip(hosts, found):
+    for target, outcome in zip(hosts, found, strict=True):
         if isinstance(outcome, JackinError):
             report.unreachable[target.name] = outcome.message
         else:
@@ -372,7 +374,7 @@ def review(inventory: Inventory) -> Review:
     live: dict[tuple[str, str], str] = {}
     if hosts:
         with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
-            for target, found in zip(hosts, pool.map(lambda t: _live(t, list(plan.agents)), hosts)):
+            for target, found in zip(hosts, pool.map(lambda t: _live(t, list(plan.agents)), hosts), strict=True):
                 if isinstance(found, JackinError):
                     result.unreachable[target.name] = found.message
                 else:
@@ -392,8 +394,9 @@ def review(inventory: Inventory) -> Review:
 
 def cli_collect(inventory: str | None, *, agents: Sequence[str] | None, into: str | None, json: bool) -> int:
     """``inv fleet.collect``. Exit 1: an agent's collection failed; 3: a host is unreachable."""
-    from jackin.lifecycle import fleet as fleet_api
     from jackin.cli import render as ui
+    from jackin.lifecycle import fleet as fleet_api
+
     report = collect(fleet_api.load(inventory), agents=agents or None, into=into)
     if json:
         ui.print_json(report.model_dump(mode="json"))
@@ -404,8 +407,9 @@ def cli_collect(inventory: str | None, *, agents: Sequence[str] | None, into: st
 
 def cli_review(inventory: str | None, *, json: bool) -> int:
     """``inv fleet.review``. Exit 3: a host is unreachable (its agents show their state at collection)."""
-    from jackin.lifecycle import fleet as fleet_api
     from jackin.cli import render as ui
+    from jackin.lifecycle import fleet as fleet_api
+
     found = review(fleet_api.load(inventory))
     if json:
         ui.print_json(found.model_dump(mode="json"))
