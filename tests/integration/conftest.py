@@ -43,6 +43,7 @@ def lab():
         lab.up(2)
         yield lab
     finally:
+        forget(lab)
         lab.down()
         assert lab.leftovers() == {"containers": [], "volumes": [], "networks": [], "files": []}
 
@@ -55,6 +56,7 @@ def fresh_lab():
     try:
         yield lab
     finally:
+        forget(lab)
         lab.down()
 
 
@@ -82,15 +84,46 @@ def module_lab(prefix: str, hosts: int = 1):
         lab.up(hosts)
         yield lab
     finally:
+        forget(lab)
         lab.down()
 
 
-def sh(lab: Lab, command: str, *, host: int = 0, warn: bool = False, timeout: float | None = None):
-    """``command`` as root on the lab's host number ``host``, over strict SSH."""
+# One open connection per lab host, reused by every ``sh`` call until it breaks (a reboot, a restarted
+# sshd) or its lab goes down: a handshake and a lab lookup per call cost more than most commands.
+_connections: dict[tuple[str, int], object] = {}
+
+
+def _connection(lab: Lab, host: int):
     from jackin.transport.ssh import connect
 
-    with connect(lab.status().hosts[host].target()) as conn:
-        return conn.run(command, hide=True, warn=warn, timeout=timeout)
+    key = (str(lab.dir), host)
+    conn = _connections.get(key)
+    if conn is not None and conn.is_connected:
+        return conn
+    if conn is not None:
+        conn.close()
+    conn = _connections[key] = connect(lab.status().hosts[host].target())
+    return conn
+
+
+def forget(lab: Lab) -> None:
+    """Close the lab's cached connections (its hosts are going away)."""
+    for key in [k for k in _connections if k[0] == str(lab.dir)]:
+        _connections.pop(key).close()
+
+
+def sh(lab: Lab, command: str, *, host: int = 0, warn: bool = False, timeout: float | None = None):
+    """``command`` as root on the lab's host number ``host``, over strict SSH (one cached connection per
+    host: a connection found broken when the command starts is replaced, and the command sent once)."""
+    import paramiko
+
+    conn = _connection(lab, host)
+    try:
+        conn.client.get_transport().open_session(timeout=10).close()
+    except (paramiko.SSHException, EOFError, OSError):  # the host went away under the cached connection
+        _connections.pop((str(lab.dir), host)).close()
+        conn = _connection(lab, host)
+    return conn.run(command, hide=True, warn=warn, timeout=timeout)
 
 
 def at_a_terminal() -> None:
