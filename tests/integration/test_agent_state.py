@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from jackin.lab import Lab
+from jackin.spec import roles
 from jackin.spec.models import AgentSpec
 
 from .conftest import inv, module_lab, sh
@@ -31,7 +32,11 @@ pytestmark = pytest.mark.skipif("work" not in AgentSpec.model_fields,
 QUESTION = "Which database should I use?"
 ANSWER = f"use postgres {secrets.token_hex(4)}"
 ASK_AFTER = 20  # seconds the asker works before it asks: fleet.wait sees it change to blocked
-SICK_SLEEP = 100  # seconds the sick agent keeps working after its healthcheck starts failing
+_HEALTH = roles.load("demo").healthcheck
+# The demo healthcheck turns unhealthy ``start_period + interval * retries`` seconds after it starts failing;
+# the sick agent keeps working 35 s past that, the window in which the tests before it and the stuck check run.
+UNHEALTHY_AFTER = _HEALTH.start_period + _HEALTH.interval * _HEALTH.retries
+SICK_SLEEP = UNHEALTHY_AFTER + 35  # seconds the sick agent keeps working after its healthcheck starts failing
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +96,7 @@ def afleet(alab, tmp_path_factory):
         inv("fleet.down", "-i", str(fleet.spec), "--yes", "--keep-lab", "--discard-snapshots")
 
 
-def until(check, *, timeout: float, every: float = 3.0):
+def until(check, *, timeout: float, every: float = 1.0):
     """Poll ``check()`` until it returns something truthy; fail with its last value after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -140,7 +145,7 @@ def test_answering_an_agent_that_is_not_blocked_is_refused_and_writes_nothing(af
 
 
 def test_a_failing_healthcheck_shows_stuck_with_its_message(afleet: Fleet) -> None:
-    sick = until(lambda: (s := afleet.status()["sick-1"])["state"] == "stuck" and s, timeout=SICK_SLEEP - 20)
+    sick = until(lambda: (s := afleet.status()["sick-1"])["state"] == "stuck" and s, timeout=SICK_SLEEP - 10)
     assert sick["health"] == "unhealthy"
     assert sick["message"].startswith("healthcheck unhealthy: unhealthy: the task said so"), sick
     assert sick["reported"] == "working"

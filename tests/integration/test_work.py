@@ -151,7 +151,7 @@ def test_the_demo_agents_commit_and_collect_brings_each_branch_and_handoff(wflee
         states = {c: status(wfleet, c).get("state") for c in (wfleet.coder, wfleet.reviewer)}
         if set(states.values()) <= {"done", "failed"}:
             break
-        time.sleep(3)
+        time.sleep(1)
     assert set(states.values()) == {"done"}, states
     branches = git("-C", str(wfleet.repo), "for-each-ref", "refs/heads")
     worktree = git("-C", str(wfleet.repo), "status", "--porcelain")
