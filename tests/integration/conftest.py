@@ -6,10 +6,12 @@ test fails; the teardown then asserts that nothing labelled is left.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -75,17 +77,79 @@ def inv(*args: str, check: bool = False) -> subprocess.CompletedProcess:
     return done
 
 
+class _Labs:
+    """Brand-new 1-host labs booted one module ahead, in the background, and used labs removed in the
+    background: each module still gets a lab nobody used before, but no longer waits for its boot or
+    its removal. The session's end waits for every removal and asserts that nothing of them is left."""
+
+    AHEAD_HOSTS = 1  # most modules use one host; the others boot their own
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lab")
+        self._ahead: Future | None = None
+        self._removals: list[tuple[Lab, Future]] = []
+
+    @staticmethod
+    def _boot(prefix: str, hosts: int) -> Lab:
+        lab = Lab(new_lab_name(prefix))
+        try:
+            lab.up(hosts)
+        except BaseException:
+            lab.down()
+            raise
+        return lab
+
+    def take(self, prefix: str, hosts: int) -> Lab:
+        lab = None
+        if hosts == self.AHEAD_HOSTS and self._ahead is not None:
+            ahead, self._ahead = self._ahead, None
+            with contextlib.suppress(Exception):  # its boot failed (and removed it): one is booted here instead
+                lab = ahead.result()
+        if lab is None:
+            lab = self._boot(prefix, hosts)  # failing loudly
+        if self._ahead is None:
+            self._ahead = self._pool.submit(self._boot, "q", self.AHEAD_HOSTS)
+        return lab
+
+    def give_back(self, lab: Lab) -> None:
+        forget(lab)
+        self._removals.append((lab, self._pool.submit(lab.down)))
+
+    def close(self) -> None:
+        if self._ahead is not None:
+            with contextlib.suppress(Exception):  # a failed boot removed its lab itself
+                self.give_back(self._ahead.result())
+        self._pool.shutdown(wait=True)
+        for lab, removal in self._removals:
+            removal.result()
+            assert lab.leftovers() == {"containers": [], "volumes": [], "networks": [], "files": []}, lab.name
+
+
+_labs: _Labs | None = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _lab_pool():
+    """Waits, at the session's end, for the labs removed in the background, and removes the one booted
+    ahead; fails the session if anything of them is left."""
+    yield
+    if _labs is not None:
+        _labs.close()
+
+
 def module_lab(prefix: str, hosts: int = 1):
-    """The body of a module-scoped lab fixture (``yield from module_lab("p", 1)``): a lab of its own,
-    removed afterwards whatever happens."""
+    """The body of a module-scoped lab fixture (``yield from module_lab("p", 1)``): a brand-new lab of its
+    own (booted ahead while the previous module ran, when it has one host), removed afterwards whatever
+    happens."""
+    global _labs
     _engine_or_skip()
-    lab = Lab(new_lab_name(prefix))
+    if _labs is None:
+        _labs = _Labs()
+    lab = _labs.take(prefix, hosts)
     try:
-        lab.up(hosts)
         yield lab
     finally:
-        forget(lab)
-        lab.down()
+        _labs.give_back(lab)
 
 
 # One open connection per lab host, reused by every ``sh`` call until it breaks (a reboot, a restarted
