@@ -70,7 +70,7 @@ def cfleet(clab, tmp_path_factory):
     try:
         yield fleet
     finally:
-        inv("fleet.down", "-i", str(fleet.spec), "--yes", "--keep-lab")
+        inv("fleet.down", "-i", str(fleet.spec), "--yes", "--keep-lab", "--no-final-snapshot")  # cleanup
 
 
 def up(fleet: Fleet, monkeypatch, *extra: str) -> subprocess.CompletedProcess:
@@ -291,5 +291,5 @@ def test_a_credential_like_mount_is_refused_and_a_plain_one_is_mounted_read_only
         assert sh(clab, f"docker exec {container} sh -c 'echo x > /data/hello'", warn=True).failed
         assert sh(clab, f"cat {shared}/hello").stdout == "hello\n"
     finally:
-        inv("fleet.down", "-i", str(spec), "--yes", "--keep-lab")
+        inv("fleet.down", "-i", str(spec), "--yes", "--keep-lab", "--no-final-snapshot")  # cleanup
         sh(clab, f"rm -rf {shared}")

@@ -47,7 +47,7 @@ def rfleet(rlab, tmp_path_factory):
     try:
         yield fleet
     finally:
-        inv("fleet.down", "-i", str(fleet.spec), "--yes", "--keep-lab")
+        inv("fleet.down", "-i", str(fleet.spec), "--yes", "--keep-lab", "--no-final-snapshot")  # cleanup
 
 
 def loaded_at(fleet: Fleet) -> str:

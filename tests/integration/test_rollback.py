@@ -92,7 +92,7 @@ def fleet(rlab, tmp_path_factory):
         f.state_b, f.run_b = f.state(), f.runs()[-1]["id"]
         yield f
     finally:
-        done = inv("fleet.down", "-i", f.file, "--yes", "--keep-lab")
+        done = inv("fleet.down", "-i", f.file, "--yes", "--keep-lab", "--no-final-snapshot")  # cleanup
         assert done.returncode == 0, done.stdout + done.stderr
 
 

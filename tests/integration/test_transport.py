@@ -81,7 +81,7 @@ def small(tlab, tmp_path_factory):
         "resources": {"memory": "64m", "cpus": 0.2, "pids": 32},
     }}))  # fmt: skip
     yield str(path)
-    inv("fleet.down", "-i", str(path), "--yes", "--keep-lab")
+    inv("fleet.down", "-i", str(path), "--yes", "--keep-lab", "--no-final-snapshot")  # cleanup
 
 
 def test_daemon_json_is_hardened_keeping_the_labs_keys_and_a_rerun_does_not_restart_docker(tlab, small):

@@ -80,7 +80,7 @@ def wfleet(wlab, tmp_path_factory):
     try:
         yield fleet
     finally:
-        inv("fleet.down", "-i", str(fleet.spec), "--yes", "--keep-lab")
+        inv("fleet.down", "-i", str(fleet.spec), "--yes", "--keep-lab", "--no-final-snapshot")  # cleanup
 
 
 def everything(fleet: Fleet) -> tuple:
