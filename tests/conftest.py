@@ -18,7 +18,7 @@ def _state_dir(tmp_path_factory):
 
 
 # What each integration module costs one worker, in seconds (measured with --durations; rough is enough):
-# the modules run longest first, so parallel workers (pytest-xdist, --dist loadgroup) end together.
+# the modules run longest first, so parallel workers (pytest-xdist, --dist loadscope) end together.
 # A module missing here counts as COST_UNKNOWN.
 COST = {
     "test_transport.py": 600,
@@ -44,15 +44,14 @@ COST = {
     "test_fleet_run.py": 150,
 }
 COST_UNKNOWN = 100
-# Modules that share a session fixture share a group, so that one worker makes it once.
-GROUP = {"test_lab.py": "session-lab", "test_fleet_up.py": "session-lab"}
+# Modules that share a session fixture share a worker, so that one worker makes it once.
+TOGETHER = {"tests/integration/test_fleet_up.py": "tests/integration/test_lab.py"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist names the groups from the marks
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Each integration module is one xdist group (its module-scoped lab and fleet stay on one worker, and
-    its tests run in file order, each building on the last); the costliest modules come first, the unit
-    tests last, where they fill the gaps. The order within a module is kept."""
+    """The costliest integration modules first, the unit tests last, where they fill the gaps; the order
+    within a module is kept (its tests run in file order, each building on the last)."""
     modules: dict[str, list] = {}
     for item in items:
         modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
@@ -64,8 +63,28 @@ def pytest_collection_modifyitems(config, items):
 
     order = sorted(modules, key=cost, reverse=True)  # stable: equal costs keep the collection order
     items[:] = [item for path in order for item in modules[path]]
-    for path in order:
-        if cost(path) >= 0:
-            for item in modules[path]:
-                name = path.rsplit("/", 1)[-1]
-                item.add_marker(pytest.mark.xdist_group(GROUP.get(name, name.removesuffix(".py"))))
+
+
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_ByModule(), "jackin-by-module")
+
+
+class _ByModule:
+    """``--dist loadscope`` keeps each module on one worker (its module-scoped lab and fleet, its tests in
+    file order); this adds the pairs in TOGETHER. (``--dist loadgroup`` does not work here: xdist 3.8 names
+    a group by rewriting ``item._nodeid``, which pytest 9 no longer reads, so every test became its own
+    group and a module's tests ran on both workers, out of order.)"""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config, log):
+        if config.getvalue("dist") != "loadscope":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class Scheduling(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                module = super()._split_scope(nodeid).split("::", 1)[0]
+                return TOGETHER.get(module, module)
+
+        return Scheduling(config, log)

@@ -128,13 +128,20 @@ class _Labs:
 _labs: _Labs | None = None
 
 
+def drain() -> None:
+    """Wait for the labs removed in the background and remove the one booted ahead; fail if anything of
+    them is left. Run at the session's end, and before a unit test on the same worker (they replace the
+    docker CLI this background work uses)."""
+    global _labs
+    labs, _labs = _labs, None
+    if labs is not None:
+        labs.close()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _lab_pool():
-    """Waits, at the session's end, for the labs removed in the background, and removes the one booted
-    ahead; fails the session if anything of them is left."""
     yield
-    if _labs is not None:
-        _labs.close()
+    drain()
 
 
 def module_lab(prefix: str, hosts: int = 1):

@@ -6,9 +6,19 @@ serves a fake engine instead."""
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Iterator
 
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _integration_labs_drained() -> None:
+    """When integration modules ran first in this process (a parallel worker), their background lab work
+    ends before any unit test replaces the docker CLI it uses."""
+    integration = sys.modules.get("tests.integration.conftest")
+    if integration is not None:
+        integration.drain()
 
 
 @pytest.fixture(autouse=True)
