@@ -39,25 +39,12 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from jackin.errors import SpecError
-from jackin.plan.fleet import CREDENTIALS_DIR
 from jackin.spec.models import AgentSpec, FleetSpec
 
 FILE_MODE = "0400"
 DIR_MODE = "0750"
 MAX_VALUE = 64 * 1024  # a credential is a key or a token, not a data set
 NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
-
-
-def fleet_dir(fleet: str) -> str:
-    return f"{CREDENTIALS_DIR}/{fleet}"
-
-
-def agent_dir(fleet: str, instance: str) -> str:
-    return f"{CREDENTIALS_DIR}/{fleet}/{instance}"
-
-
-def digests_file(fleet: str, instance: str) -> str:
-    return f"{CREDENTIALS_DIR}/{fleet}/{instance}.digests"
 
 
 class CredentialError(SpecError):

@@ -21,18 +21,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin import hostpaths
 from jackin.errors import JackinError
 from jackin.facts import dockerapi
+from jackin.facts import ttl as ttl_facts
+from jackin.facts.cow import CowState
+from jackin.facts.cow import parse_state as parse_cow
+from jackin.facts.cow import state_section as cow_section
 from jackin.facts.daemon import DaemonState, daemon_section
 from jackin.facts.daemon import parse_section as parse_daemon
-from jackin.net.firewall import NFT_DIR, owned_paths
-from jackin.operations import ttl as ttl_ops
-from jackin.plan.fleet import CREDENTIALS_DIR, ROOT, STATE_DIR, WORK_DIR, user_name
-from jackin.snapshots.cow import CowState
-from jackin.snapshots.cow import parse_state as parse_cow
-from jackin.snapshots.cow import state_section as cow_section
-from jackin.snapshots.cow import unit_name as cow_unit_name
-from jackin.snapshots.restic import SNAPSHOTS_ROOT, UPLOADED_RESTIC
+from jackin.hostpaths import NFT_DIR, ROOT, SNAPSHOTS_ROOT, UPLOADED_RESTIC, firewall_paths, user_name, user_prefix
 from jackin.spec.models import SLUG
 
 # One path record before hex encoding: type (find's %y: d, f, l...), octal mode, uid, gid, path, NUL.
@@ -99,7 +97,7 @@ class SnapshotDirs(BaseModel):
     def leftovers(self, fleet: str | None) -> list[str]:
         """What of the restic tier a torn-down fleet left: its dir, and the uploaded restic when no
         other fleet's dir remains to need it."""
-        left = [f"{SNAPSHOTS_ROOT}/{fleet}"] if self.fleet and fleet else []
+        left = [hostpaths.snapshots_dir(fleet)] if self.fleet and fleet else []
         return left + ([UPLOADED_RESTIC] if self.restic and not self.others and not self.fleet else [])
 
 
@@ -141,7 +139,7 @@ class HostState(BaseModel):
         None  # the Docker daemon's settings (read only with ``bootstrap``; see jackin.facts.daemon)
     )
     apparmor: AppArmor | None = None  # None: not in the read
-    ttl: ttl_ops.TtlState = Field(default_factory=ttl_ops.TtlState)  # the time-to-live's file and units
+    ttl: ttl_facts.TtlState = Field(default_factory=ttl_facts.TtlState)  # the time-to-live's file and units
     # Delivered work (jackin/work/bundles.py): the fleet's work dir, each agent's dir and files, and per
     # instance the sha256 of each delivered file (name -> digest), from its root-only record.
     work: dict[str, PathInfo] = Field(default_factory=dict)
@@ -158,7 +156,7 @@ class HostState(BaseModel):
                 u.name == user_name(fleet, u.comment[len(prefix):])]  # fmt: skip
 
     def fleet_groups(self, fleet: str) -> list[str]:
-        return sorted(g for g in self.groups if g.startswith(f"jk-{fleet}--"))
+        return sorted(g for g in self.groups if g.startswith(user_prefix(fleet)))
 
     @property
     def leftovers(self) -> dict[str, list[str]]:
@@ -210,15 +208,15 @@ echo '##images'; for i in {image_list}; do docker image inspect --format ok "$i"
 else perl -e {shlex.quote(DOCKER_READ)} {f} {int(bootstrap)} {image_list}
 fi
 fi
-echo '##marker'; [ -e {STATE_DIR}/fleet-{f}.json ] && echo yes
-echo '##nft'; command -v nft >/dev/null 2>&1 && nft list table inet {shlex.quote("jackin-" + fleet)} >/dev/null 2>&1 && echo yes
+echo '##marker'; [ -e {hostpaths.marker(f)} ] && echo yes
+echo '##nft'; command -v nft >/dev/null 2>&1 && nft list table inet {shlex.quote(hostpaths.table_name(fleet))} >/dev/null 2>&1 && echo yes
 echo '##nfthash'; cat {NFT_DIR}/{f}.sha 2>/dev/null
-echo '##files'; for p in {" ".join(shlex.quote(p) for p in owned_paths(fleet))}; do [ -e "$p" ] && echo "$p"; done
+echo '##files'; for p in {" ".join(shlex.quote(p) for p in firewall_paths(fleet))}; do [ -e "$p" ] && echo "$p"; done
 {cow_section(fleet, systemd=False)}
 {snapshots_section(fleet)}
 {_credentials_command(fleet)}
 {APPARMOR_SECTION}
-{ttl_ops.state_section(fleet, systemd=False)}
+{ttl_facts.state_section(fleet, systemd=False)}
 {_work_command(fleet)}
 {daemon_section(live=False, pid="$dp") if bootstrap else ""}
 true
@@ -227,12 +225,12 @@ true
 
 def _cow_unit(fleet: str) -> str | None:
     """The checkpoint tier's mount unit; None for a name that is no fleet's (see ``cow.state_section``)."""
-    return cow_unit_name(fleet) if re.fullmatch(SLUG, fleet) and len(fleet) <= 64 else None
+    return hostpaths.cow_unit(fleet) if re.fullmatch(SLUG, fleet) and len(fleet) <= 64 else None
 
 
 def _units(fleet: str) -> list[str]:
     """The systemd units the read asks about: Docker's, the time-to-live's timer, the checkpoint mount."""
-    return [u for u in ("docker.service", ttl_ops.unit_name(fleet, "timer"), _cow_unit(fleet)) if u]
+    return [u for u in ("docker.service", hostpaths.ttl_unit(fleet, "timer"), _cow_unit(fleet)) if u]
 
 
 def _systemd_command(fleet: str) -> str:
@@ -309,7 +307,7 @@ def parse_apparmor(lines: list[str]) -> AppArmor:
 def snapshots_section(fleet: str) -> str:
     """``##snapshots``: words ``fleet``, ``repo``, ``restic``, ``others`` (see ``SnapshotDirs``).
     Root-only paths that jackin names; another fleet's dir is only counted, never named."""
-    mine, root = shlex.quote(f"{SNAPSHOTS_ROOT}/{fleet}"), shlex.quote(SNAPSHOTS_ROOT)  # quoted, any name
+    mine, root = shlex.quote(hostpaths.snapshots_dir(fleet)), shlex.quote(SNAPSHOTS_ROOT)  # quoted, any name
     return (
         f"echo '##snapshots'; [ -d {mine} ] && echo fleet; [ -f {mine}/repo/config ] && echo repo; "
         f"[ -e {shlex.quote(UPLOADED_RESTIC)} ] && echo restic; "
@@ -331,7 +329,7 @@ def _paths_command(fleet_dir: str) -> str:
 def _credentials_command(fleet: str) -> str:
     """The fleet's credentials dir, each agent's dir and its files (hex, like ``_paths_command``), then
     the digest files' ``NAME HMAC`` lines prefixed by their path (``grep -H``). Only root writes there."""
-    fmt, d = shlex.quote(PATH_FORMAT), shlex.quote(f"{CREDENTIALS_DIR}/{fleet}")
+    fmt, d = shlex.quote(PATH_FORMAT), shlex.quote(hostpaths.credentials_dir(fleet))
     return "\n".join(
         [
             f"echo '##creds'; [ -d {d} ] && find {d} -maxdepth 2 -printf {fmt} | od -An -v -tx1",
@@ -342,7 +340,7 @@ def _credentials_command(fleet: str) -> str:
 
 def _work_command(fleet: str) -> str:
     """The fleet's work dir, each agent's dir and files (hex), then the digest records' lines (``grep -H``)."""
-    fmt, d = shlex.quote(PATH_FORMAT), shlex.quote(f"{WORK_DIR}/{fleet}")
+    fmt, d = shlex.quote(PATH_FORMAT), shlex.quote(hostpaths.work_dir(fleet))
     return "\n".join(
         [
             f"echo '##work'; [ -d {d} ] && find {d} -maxdepth 2 -printf {fmt} | od -An -v -tx1",
@@ -490,9 +488,9 @@ def _parse_state(lines: list[str]) -> HostState:
     data["credential_digests"] = _digests(sections.get("creddigests", []))
     data["daemon"] = _with_live(parse_daemon(sections.get("daemon", [])), sections.get("live"))
     data["apparmor"] = parse_apparmor(sections["apparmor"]) if "apparmor" in sections else None
-    data["ttl"] = ttl_ops.parse_section(sections.get("ttl", []))
+    data["ttl"] = ttl_facts.parse_section(sections.get("ttl", []))
     if "systemd" in sections:
-        timer = units.get(ttl_ops.unit_name(data["fleet"] or "", "timer"), {})
+        timer = units.get(hostpaths.ttl_unit(data["fleet"] or "", "timer"), {})
         data["ttl"] = data["ttl"].model_copy(update={"enabled": timer.get("UnitFileState", ""),
                                                      "active": timer.get("ActiveState", "")})  # fmt: skip
     data["work"] = _paths(sections.get("work", []))

@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from jackin.errors import JackinError, LabError, RemoteCommandError
+from jackin.hostpaths import RUN_DIR
 from jackin.paths import private_dir, state_dir
 from jackin.spec import roles
 
@@ -122,7 +123,7 @@ def _base(role: roles.Role, root: Path, base: str) -> None:
     link_applets(root)
     for part in TRIM:
         shutil.rmtree(root / part, ignore_errors=True)
-    for directory in ("workspace", "run/jackin"):
+    for directory in ("workspace", RUN_DIR.lstrip("/")):  # the mount points of the workspace and /run/jackin/*
         (root / directory).mkdir(parents=True, exist_ok=True)
     tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
     try:

@@ -24,17 +24,17 @@ from jackin.agents import state as derivation
 from jackin.agents.state import AgentFacts, AgentState
 from jackin.errors import ConnectError, JackinError
 from jackin.facts import dockerapi
+from jackin.hostpaths import GUARD, ROOT, check_timer, guard_unit, table_name, ttl_unit
 from jackin.lifecycle.providers import provider_for
-from jackin.net import firewall
-from jackin.net.firewall import GUARD, ident
+from jackin.net.firewall import ident
 from jackin.paths import private_dir, state_dir
 from jackin.plan import ttl
 from jackin.plan.applied import in_place
-from jackin.plan.fleet import ROOT, instances
+from jackin.plan.fleet import instances
 from jackin.plan.ttl import TtlStatus
 from jackin.plan.ttl import line as ttl_text
 from jackin.spec import Inventory
-from jackin.spec.models import FleetSpec, NetworkPolicy
+from jackin.spec.models import FleetSpec, NetworkPolicy, enforcement
 from jackin.transport.remote import gather
 from jackin.transport.target import SshTarget
 
@@ -164,8 +164,8 @@ def status_command(fleet: str, *, inside: str = "") -> str:
     each with its host clock ``@ns``), ``##drops`` (``nft list counters``), ``##table`` (``loaded``),
     ``##guard`` (systemctl is-active: guard service, its timer, the time-to-live's timer) and
     ``##policy`` (the guard's verify). ``inside``: more shell run within the CPU window."""
-    table = shlex.quote(f"jackin-{fleet}")
-    units = [f"jackin-nft-guard-{fleet}.service", f"jackin-nft-check-{fleet}.timer", f"jackin-ttl-{fleet}.timer"]
+    table = shlex.quote(table_name(fleet))
+    units = [guard_unit(fleet), check_timer(fleet), ttl_unit(fleet, "timer")]
     checks = (f"echo '##drops'; nft list counters table inet {table} 2>/dev/null && {{ echo '##table'; echo loaded; }}; "
               f"echo '##guard'; systemctl is-active {' '.join(map(shlex.quote, units))} 2>/dev/null; "
               f"echo '##policy'; [ -x {GUARD} ] && {GUARD} verify {shlex.quote(fleet)} 2>/dev/null; ")  # fmt: skip
@@ -216,13 +216,11 @@ def not_enforced(fleet: str, host: HostStatus) -> str | None:
         return None
     reasons = []
     if host.policy != "enforced":
-        reasons.append(WHY.get(host.policy or "unknown", WHY["unknown"]).format(table=f"jackin-{fleet}"))
+        reasons.append(WHY.get(host.policy or "unknown", WHY["unknown"]).format(table=table_name(fleet)))
     if host.guard != "active":
         reasons.append(f"the guard (jackin-nft-guard-{fleet}) is {host.guard or 'unknown'}")
     if host.guard_timer != "active":
-        reasons.append(
-            f"the guard's backstop timer (jackin-nft-check-{fleet}.timer) is {host.guard_timer or 'unknown'}"
-        )
+        reasons.append(f"the guard's backstop timer ({check_timer(fleet)}) is {host.guard_timer or 'unknown'}")
     return "; ".join(reasons) + " (run fleet.up to restore it)" if reasons else None
 
 
@@ -387,7 +385,7 @@ def read(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
         for agent in host.agents:
             policy = policies.get(agent.instance)
             if policy is not None:
-                level, reasons = firewall.enforcement(policy)
+                level, reasons = enforcement(policy)
                 agent.egress = policy.mode
                 agent.enforcement = level + (": " + "; ".join(reasons) if reasons else "")
                 if host.not_enforced:

@@ -15,10 +15,13 @@ import hmac
 import secrets as random
 import shlex
 
-from jackin.agents.credentials import CREDENTIALS_DIR, DIR_MODE, FILE_MODE, Secrets, digests_file, fleet_dir
+from jackin.agents.credentials import DIR_MODE, FILE_MODE, Secrets
 from jackin.facts.state import HostState, PathInfo
-from jackin.operations.files import UPLOAD_DIR, Command, Refused, Upload, write_files
-from jackin.plan.fleet import STATE_DIR, AgentPlan, FleetPlan
+from jackin.hostpaths import CREDENTIALS_DIR, STATE_DIR, UPLOAD_DIR
+from jackin.hostpaths import credentials_digests as digests_file
+from jackin.hostpaths import credentials_dir as fleet_dir
+from jackin.operations.files import Command, Refused, Upload, write_files
+from jackin.plan.fleet import AgentPlan, FleetPlan
 
 _KEY = random.token_bytes(16)  # staging names: stable within this process (pyinfra runs a generator twice)
 

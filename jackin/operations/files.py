@@ -18,9 +18,8 @@ import shlex
 from collections.abc import Mapping
 
 from jackin.errors import JackinError
+from jackin.hostpaths import UPLOAD_DIR
 
-# Where uploads wait, root-only (0700), until installed: tmpfs, so nothing is left on disk after a crash.
-UPLOAD_DIR = "/run/jackin-upload"
 # Staging names are keyed hashes of the content: the same within one process (pyinfra runs an operation's
 # generator twice), different across runs, and no clue to a secret's content when shown in a preview.
 _KEY = secrets.token_bytes(16)

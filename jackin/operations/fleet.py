@@ -12,11 +12,12 @@ import shlex
 from collections.abc import Sequence
 
 from jackin.facts.state import HostState, PathInfo, User
+from jackin.hostpaths import ROOT, STATE_DIR
 from jackin.operations import changes, cow, credentials, work
 from jackin.operations.agent_paths import home_commands, workspace_commands
 from jackin.operations.files import Command, Refused, write_files
 from jackin.operations.firewall import remove_commands
-from jackin.plan.fleet import BRIDGE_GATEWAY, ROOT, STATE_DIR, AgentPlan, FleetPlan
+from jackin.plan.fleet import BRIDGE_GATEWAY, AgentPlan, FleetPlan
 from jackin.snapshots import restic
 from jackin.spec.models import AddressPool
 

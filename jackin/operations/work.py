@@ -14,22 +14,17 @@ from __future__ import annotations
 import shlex
 
 from jackin.facts.state import HostState, PathInfo
+from jackin.hostpaths import STATE_DIR, UPLOAD_DIR, WORK_DIR
+from jackin.hostpaths import work_digests as digests_file
+from jackin.hostpaths import work_dir as fleet_dir
 from jackin.operations.credentials import children, root_dir
-from jackin.operations.files import UPLOAD_DIR, Command, Refused, Upload, write_files
-from jackin.plan.fleet import STATE_DIR, WORK_DIR, AgentPlan, FleetPlan
+from jackin.operations.files import Command, Refused, Upload, write_files
+from jackin.plan.fleet import AgentPlan, FleetPlan
 from jackin.work.bundles import DIR_MODE, FILE_MODE, FILES, digest, file_data
 
 
 def q(*args: str) -> str:
     return " ".join(shlex.quote(a) for a in args)
-
-
-def fleet_dir(fleet: str) -> str:
-    return f"{WORK_DIR}/{fleet}"
-
-
-def digests_file(fleet: str, instance: str) -> str:
-    return f"{WORK_DIR}/{fleet}/{instance}.digests"
 
 
 def _agent(agent: AgentPlan, state: HostState) -> list[Command]:

@@ -21,14 +21,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from jackin import hostpaths
 from jackin.agents.credentials import FILE_MODE
-from jackin.net import dns, firewall
-from jackin.net.guard import DROPIN_DIR
+from jackin.hostpaths import CREDENTIALS_TARGET, DAEMON_JSON, NFT_DIR, UNIT_DIR, UPLOADED_RESTIC, WORK_TARGET
 from jackin.plan import fleet as planning
-from jackin.plan.fleet import CREDENTIALS_TARGET, STATE_DIR, AgentPlan, FleetPlan
-from jackin.snapshots.restic import SNAPSHOTS_ROOT, UPLOADED_RESTIC
+from jackin.plan.fleet import AgentPlan, FleetPlan
 from jackin.spec import Inventory
-from jackin.spec.models import SnapshotPolicy
+from jackin.spec.models import SnapshotPolicy, enforcement
 from jackin.store.ledger import Ledger
 
 SCHEMA_VERSION = 1
@@ -101,7 +100,7 @@ class NetworkTerm(_Model):
     dns: list[str]  # the spec's resolvers (allowlist: the filter's upstreams only)
     dns_filter: bool  # resolves through its own filtering resolver (domain entries)
     publish: list[PublishTerm]
-    enforcement: Literal["full", "partial"]  # jackin.net.firewall.enforcement
+    enforcement: Literal["full", "partial"]  # jackin.spec.models.enforcement
     enforcement_reasons: list[str]
     always_denied: list[str]
 
@@ -270,7 +269,7 @@ def _mounts(agent: AgentPlan) -> list[MountTerm]:
     if agent.credentials:
         mounts.append(MountTerm(source=agent.credentials_dir, target=CREDENTIALS_TARGET, mode="ro", kind="credentials"))
     if agent.work is not None:  # the repository bundle, the task and work.json (jackin/work/bundles.py)
-        mounts.append(MountTerm(source=agent.work_dir, target=planning.WORK_TARGET, mode="ro", kind="work"))
+        mounts.append(MountTerm(source=agent.work_dir, target=WORK_TARGET, mode="ro", kind="work"))
     mounts += [MountTerm(source=m.source, target=m.target, mode="ro" if m.readonly else "rw", kind="spec",
                          acknowledged_credentials=m.acknowledge_credentials) for m in agent.mounts]  # fmt: skip
     return mounts
@@ -289,7 +288,7 @@ def _docker(mounts: list[MountTerm]) -> DockerTerm:
 
 def _network(agent: AgentPlan) -> NetworkTerm:
     policy = agent.policy
-    level, reasons = firewall.enforcement(policy)
+    level, reasons = enforcement(policy)
     publish = [PublishTerm(bind=p.bind, host_port=p.host_port or p.port, port=p.port, protocol=p.protocol)
                for p in policy.publish]  # fmt: skip
     return NetworkTerm(mode=policy.mode, allowlist=list(policy.allow), dns=list(policy.dns), dns_filter=agent.dns_filter,
@@ -355,31 +354,31 @@ def _effects(plan: FleetPlan) -> HostEffects:
         packages.append(
             PackageTerm(name="busybox-static", when=f"{planning.DEFAULT_IMAGE} and /bin/busybox are missing")
         )
+    filtered = [a.instance for a in plan.agents if a.dns_filter]
+    policy = hostpaths.policy_files(fleet, filtered)  # the egress policy's files (jackin/net/policy.py)
     units = sorted(
         Path(p).name
-        for p in firewall.bundle(plan)
-        if Path(p).parent == Path(firewall.UNIT_DIR) and p.endswith((".service", ".timer", ".target"))
+        for p in policy
+        if Path(p).parent == Path(UNIT_DIR) and p.endswith((".service", ".timer", ".target"))
     )
-    services = ["docker (running, enabled)", *units,
-                *(dns.instance_unit(a) for a in dns.filtered(plan))]  # fmt: skip
-    files = sorted({*firewall.bundle(plan), f"{firewall.NFT_DIR}/{fleet}.sha", "/etc/docker/daemon.json",
-                    f"{DROPIN_DIR}/jackin-nft-{fleet}.conf", plan.marker})  # fmt: skip
+    services = ["docker (running, enabled)", *units, *(hostpaths.dns_unit(fleet, i) for i in filtered)]
+    files = sorted({*policy, f"{NFT_DIR}/{fleet}.sha", DAEMON_JSON, hostpaths.dropin(fleet), plan.marker})
     directories = [plan.fleet_dir, *(a.home for a in plan.agents), *(a.workspace for a in plan.agents)]
     if any(a.credentials for a in plan.agents):
-        directories += [f"{planning.CREDENTIALS_DIR}/{fleet}",
+        directories += [hostpaths.credentials_dir(fleet),
                         *(a.credentials_dir for a in plan.agents if a.credentials)]  # fmt: skip
     if any(a.work for a in plan.agents):
-        directories += [f"{planning.WORK_DIR}/{fleet}", *(a.work_dir for a in plan.agents if a.work)]
+        directories += [hostpaths.work_dir(fleet), *(a.work_dir for a in plan.agents if a.work)]
     if plan.checkpoints is not None:
-        directories.append(f"{STATE_DIR}/cow/{fleet}.img (a sparse file, loop-mounted btrfs at {plan.fleet_dir})")
-    directories.append(f"{SNAPSHOTS_ROOT}/{fleet} (when a snapshot is taken)")
+        directories.append(f"{hostpaths.cow_image(fleet)} (a sparse file, loop-mounted btrfs at {plan.fleet_dir})")
+    directories.append(f"{hostpaths.snapshots_dir(fleet)} (when a snapshot is taken)")
     if plan.ttl_deadline is not None:  # the time-to-live (jackin/operations/ttl.py)
-        services.append(f"jackin-ttl-{fleet}.timer (stops the agents at the deadline)")
-        files += [f"/var/lib/jackin/ttl/{fleet}", f"/etc/systemd/system/jackin-ttl-{fleet}.timer",
-                  f"/etc/systemd/system/jackin-ttl-{fleet}.service"]  # fmt: skip
+        services.append(f"{hostpaths.ttl_unit(fleet, 'timer')} (stops the agents at the deadline)")
+        files += [hostpaths.ttl_file(fleet), hostpaths.unit_path(hostpaths.ttl_unit(fleet, "timer")),
+                  hostpaths.unit_path(hostpaths.ttl_unit(fleet, "service"))]  # fmt: skip
     files.append(f"{UPLOADED_RESTIC} (when a snapshot is taken and the host has no restic)")
     return HostEffects(packages=packages, services=services, files=files, directories=directories,
-                       firewall_tables=[f"inet {firewall.table_name(fleet)}"],
+                       firewall_tables=[f"inet {hostpaths.table_name(fleet)}"],
                        daemon_json_keys=DAEMON_KEYS + (["default-address-pools"] if plan.address_pools else []),
                        users=[a.user for a in plan.agents],
                        docker_objects=[f"network {a.network}" for a in plan.agents] +
@@ -429,8 +428,9 @@ def _teardown(inventory: Inventory) -> TeardownTerm:
         ttl=fleet.ttl, ttl_enforced=fleet.ttl is not None,  # a systemd timer on each host (jackin/operations/ttl.py)
         removes=["containers", "networks", "users and groups", "homes and workspaces", "delivered credentials",
                  "delivered work", "the nftables table and its units and files", "the checkpoint filesystem",
-                 f"the time-to-live's timer and deadline file (jackin-ttl-{fleet.name}.timer, /var/lib/jackin/ttl/{fleet.name})",
-                 f"{SNAPSHOTS_ROOT}/{fleet.name} (the host's snapshots)", "the fleet marker"],
+                 f"the time-to-live's timer and deadline file ({hostpaths.ttl_unit(fleet.name, 'timer')}, "
+                 f"{hostpaths.ttl_file(fleet.name)})",
+                 f"{hostpaths.snapshots_dir(fleet.name)} (the host's snapshots)", "the fleet marker"],
         keeps=["Docker and the installed packages", "daemon.json settings", "the agent images",
                "the operator's pulled snapshot copies and the ledger's history"],
         keep_data_keeps=["homes and workspaces", "uids", "the host's snapshots"],

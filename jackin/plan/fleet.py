@@ -27,17 +27,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin import hostpaths
+from jackin.hostpaths import CREDENTIALS_TARGET, ROOT, WORK_TARGET, user_name
 from jackin.spec.models import SLUG, AddressPool, FleetSpec, Mount, NetworkPolicy, WorkSpec
 
-ROOT = "/srv/jackin"
 DEFAULT_IMAGE = "jackin/agent:busybox"
-MAX_NAME = 32
 UIDS_PER_FLEET = 1000
-STATE_DIR = "/var/lib/jackin"
-CREDENTIALS_DIR = f"{STATE_DIR}/credentials"  # per agent: <fleet>/<instance>/<NAME> (jackin/agents/credentials.py)
-CREDENTIALS_TARGET = "/run/jackin/credentials"  # where the agent's container sees them, read-only
-WORK_DIR = f"{STATE_DIR}/work"  # per agent: <fleet>/<instance>/{repo.bundle,task.md,work.json} (jackin/work/bundles.py)
-WORK_TARGET = "/run/jackin/work"  # where the agent's container sees its work, read-only
 # Stands for the agent network's gateway in the run line (and its hash): known only on the host.
 BRIDGE_GATEWAY = "@bridge-gateway"
 
@@ -104,12 +99,12 @@ class AgentPlan(_Model):
     @property
     def work_dir(self) -> str:
         """The host directory holding this agent's delivered work (see jackin/work/bundles.py)."""
-        return f"{WORK_DIR}/{self.fleet}/{self.instance}"
+        return hostpaths.work_dir(self.fleet, self.instance)
 
     @property
     def credentials_dir(self) -> str:
         """The host directory holding this agent's credential files (see jackin/agents/credentials.py)."""
-        return f"{CREDENTIALS_DIR}/{self.fleet}/{self.instance}"
+        return hostpaths.credentials_dir(self.fleet, self.instance)
 
     @property
     def dns_filter(self) -> bool:
@@ -205,15 +200,7 @@ class FleetPlan(_Model):
 
     @property
     def marker(self) -> str:
-        return f"{STATE_DIR}/fleet-{self.fleet}.json"
-
-
-def user_name(fleet: str, instance: str) -> str:
-    name = f"jk-{fleet}--{instance}"  # "--" never occurs in a name: fleets cannot clash
-    if len(name) <= MAX_NAME:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
-    return f"{name[: MAX_NAME - 7]}-{digest}"
+        return hostpaths.marker(self.fleet)
 
 
 def _is_domain(entry: str) -> bool:

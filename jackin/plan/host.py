@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.agents.credentials import Secrets, fleet_dir
+from jackin.agents.credentials import Secrets
 from jackin.facts.state import HostState
+from jackin.hostpaths import credentials_dir as fleet_dir
 from jackin.operations import cow, credentials, firewall, fleet, work
 from jackin.operations import host as host_ops
 from jackin.operations import ttl as ttl_ops

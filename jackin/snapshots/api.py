@@ -23,9 +23,10 @@ from typing import Any, TypeVar
 import paramiko
 from fabric import Connection
 
+from jackin import hostpaths
 from jackin.errors import ConnectError, JackinError, SpecError
 from jackin.lifecycle.providers import provider_for
-from jackin.net import firewall
+from jackin.net import policy
 from jackin.net import probes as agent_api
 from jackin.plan import fleet as planning
 from jackin.snapshots import cow
@@ -162,7 +163,7 @@ def manifest(plan: planning.FleetPlan, inventory: Inventory, agent: planning.Age
 def from_row(row: dict, *, snapshot: str, created: str, image_id: str | None) -> AgentManifest:
     """The manifest of an agent the spec no longer names (fleet.up is about to remove it): what the
     ledger knows of it; its spec and policy are gone with the spec."""
-    home = f"{planning.ROOT}/{row['fleet']}/{row['instance']}"
+    home = f"{hostpaths.fleet_dir(row['fleet'])}/{row['instance']}"
     return AgentManifest(fleet=row["fleet"], snapshot=snapshot, instance=row["instance"], agent=row["agent"],
                          host=row["host"], uid=row["uid"], gid=row["uid"], user=row["user"], home=home,
                          workspace=f"{home}/workspace", container=row["container"], image="", image_id=image_id,
@@ -193,7 +194,7 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
     created = datetime.now(UTC)
     record = SnapshotRecord(id=new_id(created), fleet=fleet, created=created.isoformat(timespec="seconds"),
                             label=label, kind=kind)  # fmt: skip
-    bundle = firewall.bundle_hash(plan)
+    bundle = policy.bundle_hash(plan)
     run = ledger.start_run(fleet, "snapshot.create", {"snapshot": record.id, "kind": kind, "instances": instances})
 
     rows = {(r["host"], r["instance"]): r for r in ledger.agents(fleet)}

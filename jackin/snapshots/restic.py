@@ -28,12 +28,11 @@ import re
 import shlex
 from collections.abc import Sequence
 
+from jackin import hostpaths
 from jackin.errors import RemoteCommandError, SpecError
-from jackin.plan.fleet import ROOT
+from jackin.hostpaths import ROOT, SNAPSHOTS_ROOT, UPLOADED_RESTIC
 from jackin.snapshots.models import AgentDiff, BackupSummary
 
-SNAPSHOTS_ROOT = "/var/lib/jackin/snapshots"
-UPLOADED_RESTIC = "/usr/local/lib/jackin/restic"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a path component: a fleet, host or origin name
 
 
@@ -46,7 +45,7 @@ def checked_name(value: str, what: str) -> str:
 
 
 def fleet_dir(fleet: str) -> str:
-    return f"{SNAPSHOTS_ROOT}/{checked_name(fleet, 'fleet')}"
+    return hostpaths.snapshots_dir(checked_name(fleet, "fleet"))
 
 
 def repo_path(fleet: str) -> str:

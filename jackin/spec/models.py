@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, get_args
 
@@ -28,6 +29,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from jackin.hostpaths import RUN_DIR
 
 SLUG = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"  # no "--": names join with "--" (jk-<fleet>--<instance>)
 Slug = Annotated[str, Field(pattern=SLUG, max_length=24)]
@@ -199,6 +202,31 @@ def _check_allow_entry(value: str) -> str:
 AllowEntry = Annotated[str, AfterValidator(_check_allow_entry)]
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One parsed allow entry."""
+
+    family: str  # "ip", "ip6" or "domain"
+    target: str
+    port: int | None
+
+
+def parse_entry(value: str) -> Entry:
+    target, port = value, None
+    if value.startswith("["):
+        end = value.index("]")
+        target, rest = value[1:end], value[end + 1 :]
+        port = int(rest[1:]) if rest else None
+    elif value.count(":") == 1:
+        target, raw = value.split(":")
+        port = int(raw)
+    try:
+        network = ipaddress.ip_network(target, strict=True)
+    except ValueError:
+        return Entry("domain", target.lower(), port)
+    return Entry("ip" if network.version == 4 else "ip6", str(network), port)
+
+
 class Publish(Model):
     """An inbound port of the agent's container, published on an address the spec names."""
 
@@ -232,6 +260,18 @@ class NetworkPolicy(Model):
         if value and mode == "none":
             raise ValueError("entries are not allowed with mode 'none' (use mode 'allowlist')")
         return value
+
+
+def enforcement(policy: NetworkPolicy) -> tuple[str, list[str]]:
+    """What is enforced for an agent with ``policy``: ("full", []) or ("partial", [reasons])."""
+    reasons = []
+    entries = [parse_entry(e) for e in policy.allow]
+    if policy.mode == "allowlist" and any(e.family == "domain" for e in entries):  # open allows more anyway
+        reasons.append("domain entries allow the addresses the agent's filtering resolver gave it for "
+                       "those names, so other services at those addresses (shared CDNs) are reachable too")  # fmt: skip
+    if policy.publish:
+        reasons.append("published ports accept inbound connections on their bind address")
+    return ("partial", reasons) if reasons else ("full", [])
 
 
 class Resources(Model):
@@ -272,7 +312,7 @@ def _check_mount_path(value: str) -> str:
 
 
 MountPath = Annotated[str, AfterValidator(_check_mount_path)]
-RESERVED_TARGETS = ("/workspace", "/run/jackin")  # the workspace and the credentials' mount
+RESERVED_TARGETS = ("/workspace", RUN_DIR)  # the workspace and the credentials' and work's mounts
 
 
 class Mount(Model):

@@ -13,15 +13,15 @@ from jackin.operations.files import Refused as OperationError
 from jackin.agents.credentials import (
     CredentialError,
     Secrets,
-    agent_dir,
     check,
     credential_like,
     denied_mounts,
     digest_key,
-    digests_file,
     read,
 )
 from jackin.errors import EXIT_SPEC, SpecError
+from jackin.hostpaths import credentials_digests as digests_file
+from jackin.hostpaths import credentials_dir as agent_dir
 from jackin.operations.credentials import SecretUpload, credential_commands, teardown_commands
 from jackin.operations.fleet import teardown_commands as fleet_teardown
 from jackin.plan.fleet import CREDENTIALS_TARGET, FleetPlan, build

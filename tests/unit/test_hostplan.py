@@ -17,7 +17,7 @@ from jackin.cli import render as ui
 from jackin.agents.credentials import Secrets, read
 from jackin.facts.daemon import DaemonState, parse_daemon, parse_section
 from jackin.errors import ConnectError
-from jackin.net.firewall import bundle_hash
+from jackin.net.policy import bundle_hash
 from jackin.plan.host import host_changes, steps
 from jackin.operations.host import wanted_settings
 from jackin.plan.fleet import build

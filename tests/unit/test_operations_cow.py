@@ -13,7 +13,8 @@ from jackin.operations import cow as ops
 from jackin.operations.fleet import teardown_commands
 from jackin.operations.script import Upload
 from jackin.plan.fleet import build
-from jackin.snapshots.cow import CowState, unit_hash, unit_text
+from jackin.facts.cow import CowState
+from jackin.operations.cow import unit_hash, unit_text
 from jackin.spec import parse_inventory
 from jackin.spec.models import SnapshotPolicy
 
