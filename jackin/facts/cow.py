@@ -11,7 +11,7 @@ import shlex
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.hostpaths import cow_image, cow_unit, fleet_dir, unit_path
-from jackin.spec.models import SLUG
+from jackin.spec.values import SLUG
 
 SUBVOLUME_INODE = 256  # the root directory of every btrfs subvolume
 

@@ -31,7 +31,7 @@ from jackin.facts.cow import state_section as cow_section
 from jackin.facts.daemon import DaemonState, daemon_section
 from jackin.facts.daemon import parse_section as parse_daemon
 from jackin.hostpaths import NFT_DIR, ROOT, SNAPSHOTS_ROOT, UPLOADED_RESTIC, firewall_paths, user_name, user_prefix
-from jackin.spec.models import SLUG
+from jackin.spec.values import SLUG
 
 # One path record before hex encoding: type (find's %y: d, f, l...), octal mode, uid, gid, path, NUL.
 PATH_FORMAT = "%y %m %U %G %p\\0"

@@ -22,7 +22,6 @@ the runtime's registries; ``source`` gives that step what it needs.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shlex
 import shutil
@@ -36,11 +35,11 @@ from pathlib import Path
 
 from jackin.errors import JackinError, LabError, RemoteCommandError
 from jackin.hostpaths import RUN_DIR
+from jackin.lab.image import _run, apt_mirror
 from jackin.paths import private_dir, state_dir
 from jackin.spec import roles
+from jackin.spec.roles import dockerfile, suite
 
-BUILDER_VERSION = "1"  # bump when the build below changes what an image holds
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Where a debootstrap root is trimmed: documentation, manuals, translations, apt's caches.
 TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/cache/apt", "var/lib/apt/lists")
 Log = Callable[[str], None]
@@ -112,8 +111,6 @@ def ensure_built(role: roles.Role, *, log: Log = lambda _: None) -> str:
 
 def _base(role: roles.Role, root: Path, base: str) -> None:
     """A Debian minbase root with the role's packages and busybox's applets, imported as ``base``."""
-    from jackin.lab.image import _run, apt_mirror, suite
-
     if os.geteuid() != 0 or shutil.which("debootstrap") is None:
         raise LabError(f"building role {role.name}'s image needs root and debootstrap on this machine",
                        hint="apt-get install debootstrap, and run as root")  # fmt: skip
@@ -156,24 +153,6 @@ def link_applets(root: Path) -> list[str]:
         (target / applet).symlink_to("/bin/busybox")
         linked.append(applet)
     return linked
-
-
-def dockerfile(role: roles.Role, base: str) -> str:
-    """The Dockerfile of a debootstrap role: its base, roles/common, its files, HEALTHCHECK, ENTRYPOINT, CMD."""
-    files = " ".join(role.image.files)
-    lines = [
-        f"FROM {base}",
-        "COPY common/ /usr/local/bin/",  # the entrypoint, the health check, jackin-status
-        *([f"COPY {files} /usr/local/bin/"] if files else []),
-        f"ENV PATH={PATH}",
-        "WORKDIR /workspace",
-        "USER 65534:65534",
-        role.healthcheck.instruction(),
-        f"ENTRYPOINT {json.dumps([roles.ENTRYPOINT])}",
-        f"CMD {json.dumps(role.command)}",
-        f"LABEL jackin.role={role.name} jackin.recipe={role.tag.split(':')[1]}",
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def build_context(role: roles.Role, context: Path, *, base: str | None) -> Path:

@@ -35,7 +35,7 @@ from jackin.lab import docker as dk
 from jackin.lab.image import ensure_image, image_tag
 from jackin.lab.limits import ensure_inotify
 from jackin.paths import private_dir, state_dir
-from jackin.spec.models import SLUG
+from jackin.spec.values import SLUG
 from jackin.transport.target import SshTarget
 
 LABEL = "jackin.lab"

@@ -24,7 +24,7 @@ from jackin.lifecycle.providers import LabProvider, provider_for
 from jackin.lifecycle.runs import recorded_run
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory
-from jackin.spec.models import SLUG
+from jackin.spec.values import SLUG
 from jackin.store.ledger import Ledger
 from jackin.transport.remote import HostError, gather
 

@@ -57,7 +57,7 @@ import re
 
 from jackin.hostpaths import GUARD, nft_unit, table_name
 from jackin.plan.fleet import AgentPlan, FleetPlan
-from jackin.spec.models import Entry, parse_entry
+from jackin.spec.values import Entry, parse_entry
 
 PRIORITY = "filter - 5"  # before Docker's own filter chains; a drop anywhere is final
 PRIVATE_V4 = (

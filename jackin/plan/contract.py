@@ -27,7 +27,7 @@ from jackin.hostpaths import CREDENTIALS_TARGET, DAEMON_JSON, NFT_DIR, UNIT_DIR,
 from jackin.plan import fleet as planning
 from jackin.plan.fleet import AgentPlan, FleetPlan
 from jackin.spec import Inventory
-from jackin.spec.models import SnapshotPolicy, enforcement
+from jackin.spec.models import SnapshotPolicy, _role, _role_names, enforcement
 from jackin.store.ledger import Ledger
 
 SCHEMA_VERSION = 1
@@ -577,8 +577,6 @@ def record(ledger: Ledger, run: int, contract: FleetContract) -> None:
 def _role_risks(agent: AgentPlan, creds: list[CredentialTerm]) -> list[str]:
     """What the agent's role adds (jackin/spec/roles.py): its credentials live in the runtime's environment, and
     its default egress entries are in the allowlist (allowlist mode)."""
-    from jackin.spec.models import _role, _role_names
-
     risks = []
     if creds and agent.image != planning.DEFAULT_IMAGE:  # the busybox image has no entrypoint: files only
         risks.append(f"the role's entrypoint exports {', '.join(c.name for c in creds)} into the runtime's process "

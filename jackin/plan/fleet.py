@@ -29,7 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jackin import hostpaths
 from jackin.hostpaths import CREDENTIALS_TARGET, ROOT, WORK_TARGET, user_name
-from jackin.spec.models import SLUG, AddressPool, FleetSpec, Mount, NetworkPolicy, WorkSpec
+from jackin.spec import roles
+from jackin.spec.models import AddressPool, FleetSpec, Mount, NetworkPolicy, WorkSpec
+from jackin.spec.values import SLUG
 
 DEFAULT_IMAGE = "jackin/agent:busybox"
 UIDS_PER_FLEET = 1000
@@ -284,8 +286,6 @@ def role_settings(role_name: str, image: str | None) -> dict:
     (``jackin/role-<name>:<hash>``), its command (run by the image's entrypoint) and healthcheck.
     The spec's ``image:`` overrides the image; the registry-free busybox image (``DEFAULT_IMAGE``)
     has no entrypoint or health script, so it idles with no healthcheck."""
-    from jackin.spec import roles
-
     if image == DEFAULT_IMAGE:
         return {"image": image, "command": IDLE, "healthcheck": None}
     role = roles.load(role_name)

@@ -36,7 +36,7 @@ from jackin.errors import RemoteCommandError, SpecError
 from jackin.facts.cow import SUBVOLUME_INODE
 from jackin.hostpaths import user_name
 from jackin.snapshots import freezer
-from jackin.spec.models import SLUG
+from jackin.spec.values import SLUG
 
 if TYPE_CHECKING:
     from fabric import Connection

@@ -23,13 +23,16 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from jackin.errors import SpecError
-from jackin.spec.models import SLUG, AllowEntry, Model, parse_duration
+from jackin.spec.reader import Problem, format_path, from_validation, parse_yaml
+from jackin.spec.values import SLUG, AllowEntry, Model, parse_duration
 
 ROLE_FILE = "role.yaml"
 COMMON = "common"
 REPOSITORY = "jackin/role-"
 DEFAULT_ROLE = "demo"
 ENTRYPOINT = "/usr/local/bin/jackin-entrypoint"
+BUILDER_VERSION = "1"  # bump when jackin/images/build.py changes what an image holds (it is in every tag)
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # a debootstrap image's PATH
 # Files of a role a recipe may name: plain relative names, no way out of the role's directory.
 FileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$", max_length=200)]
 CredentialName = Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]*$", max_length=64)]  # as the spec's
@@ -85,8 +88,6 @@ class Healthcheck(Model):
 
     def instruction(self) -> str:
         """The Dockerfile line."""
-        import json
-
         return (f"HEALTHCHECK --interval={self.interval}s --timeout={self.timeout}s "
                 f"--start-period={self.start_period}s --retries={self.retries} CMD {json.dumps(self.test)}")  # fmt: skip
 
@@ -154,14 +155,12 @@ def _load_cached(path: str, _mtime: float) -> Role:
 
 def load_file(path: Path) -> Role:
     """Read and validate one role file (its directory name must be the role's name)."""
-    from jackin.spec.loader import Problem, _from_validation, _parse_yaml, format_path
-
     filename = str(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise SpecError(f"{filename}: cannot read role file: {error}") from None
-    data, tree = _parse_yaml(text, filename)
+    data, tree = parse_yaml(text, filename)
     problems = list(tree.problems)
     role: Role | None = None
     if not isinstance(data, dict):
@@ -170,7 +169,7 @@ def load_file(path: Path) -> Role:
         try:
             role = Role.model_validate(data)
         except ValidationError as error:
-            problems.extend(_from_validation(error, tree.lines, Role))
+            problems.extend(from_validation(error, tree.lines, Role))
         if role is not None:
             problems.extend(_check_files(role, path.parent, tree.lines))
     if problems:
@@ -184,8 +183,6 @@ def load_file(path: Path) -> Role:
 
 def _check_files(role: Role, directory: Path, lines: dict) -> list:
     """The role's name is its directory's; every file its recipe names exists there."""
-    from jackin.spec.loader import Problem
-
     out = []
     if role.name != directory.name:
         out.append(Problem(lines.get(("name",)), ("name",),
@@ -227,9 +224,6 @@ def recipe_files(name: str) -> list[tuple[str, Path]]:
 def recipe_hash(name: str) -> str:
     """12 hex of sha256 over the role's files and roles/common (names, modes and bytes), and the
     image builder's version and Debian suite."""
-    from jackin.images.build import BUILDER_VERSION
-    from jackin.lab.image import suite
-
     files = recipe_files(name)
     stats = tuple((relative, p.stat().st_mtime_ns, p.stat().st_ctime_ns, p.stat().st_size) for relative, p in files)
     return _hash(f"{BUILDER_VERSION}\0{suite()}", tuple(files), stats)
@@ -241,6 +235,29 @@ def _hash(salt: str, files: tuple[tuple[str, Path], ...], _stats: tuple) -> str:
     for relative, path in files:
         digest.update(f"{relative}\0{path.stat().st_mode & 0o111}\0".encode() + path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
+
+
+def suite() -> str:
+    """The Debian suite of the lab's hosts and of the debootstrap role images: ``$JACKIN_LAB_SUITE``, else bookworm."""
+    return os.environ.get("JACKIN_LAB_SUITE", "bookworm")
+
+
+def dockerfile(role: Role, base: str) -> str:
+    """The Dockerfile of a debootstrap role: its base, roles/common, its files, HEALTHCHECK, ENTRYPOINT, CMD."""
+    files = " ".join(role.image.files)
+    lines = [
+        f"FROM {base}",
+        "COPY common/ /usr/local/bin/",  # the entrypoint, the health check, jackin-status
+        *([f"COPY {files} /usr/local/bin/"] if files else []),
+        f"ENV PATH={IMAGE_PATH}",
+        "WORKDIR /workspace",
+        "USER 65534:65534",
+        role.healthcheck.instruction(),
+        f"ENTRYPOINT {json.dumps([ENTRYPOINT])}",
+        f"CMD {json.dumps(role.command)}",
+        f"LABEL jackin.role={role.name} jackin.recipe={role.tag.split(':')[1]}",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 # --- the image recipe, checked without a network ------------------------------------------------
@@ -367,8 +384,6 @@ def validate(name: str | None = None) -> list[RoleCheck]:
             docker = role.directory / role.image.dockerfile
             problems = check_dockerfile(role, docker.read_text(), str(docker))
         else:
-            from jackin.images.build import dockerfile
-
             problems = check_dockerfile(role, dockerfile(role, "jackin/base:0"), f"{path} (generated Dockerfile)")
         checks.append(RoleCheck(name=each, file=str(path), problems=problems))
     return checks

@@ -17,7 +17,8 @@ from jackin.net import dns
 from jackin.net import firewall, policy
 from jackin.facts.state import HostState
 from jackin.net.firewall import render, render_lockdown
-from jackin.spec.models import Entry, enforcement, parse_entry
+from jackin.spec.models import enforcement
+from jackin.spec.values import Entry, parse_entry
 from jackin.operations.firewall import apply_commands, remove_commands
 from jackin.operations.script import Upload, write_files
 from jackin.plan.fleet import FleetPlan, build, instances
