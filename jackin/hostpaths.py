@@ -4,7 +4,7 @@ Nothing here imports jackin: every package may use it. On a host, all of it root
 
     /srv/jackin/<fleet>/<instance>                      ROOT: the agents' homes (jackin/operations/agent_paths.py)
     /var/lib/jackin                                     STATE_DIR: the fleet markers (fleet-<fleet>.json), and
-        credentials/<fleet>/<instance>                  delivered credentials (jackin/agents/credentials.py)
+        credentials/<fleet>/<instance>                  delivered credentials (jackin/spec/credentials.py)
         work/<fleet>/<instance>                         delivered work (jackin/work/bundles.py)
         ttl/<fleet>                                     the time-to-live's deadline (jackin/operations/ttl.py)
         cow/<fleet>.img                                 the checkpoint tier's filesystem (jackin/snapshots/cow.py)
@@ -26,7 +26,7 @@ import hashlib
 
 ROOT = "/srv/jackin"
 STATE_DIR = "/var/lib/jackin"
-CREDENTIALS_DIR = f"{STATE_DIR}/credentials"  # per agent: <fleet>/<instance>/<NAME> (jackin/agents/credentials.py)
+CREDENTIALS_DIR = f"{STATE_DIR}/credentials"  # per agent: <fleet>/<instance>/<NAME> (jackin/spec/credentials.py)
 WORK_DIR = f"{STATE_DIR}/work"  # per agent: <fleet>/<instance>/{repo.bundle,task.md,work.json} (jackin/work/bundles.py)
 TTL_DIR = f"{STATE_DIR}/ttl"
 COW_DIR = f"{STATE_DIR}/cow"

@@ -131,7 +131,7 @@ class HostState(BaseModel):
     files: list[str] = Field(default_factory=list)  # the firewall's files that exist
     cow: CowState = Field(default_factory=CowState)  # the checkpoint tier's filesystem (jackin.snapshots.cow)
     snapshots: SnapshotDirs = Field(default_factory=SnapshotDirs)  # the restic tier's root-only paths
-    # Delivered credentials (jackin/agents/credentials.py): the fleet's credentials dir, each agent's dir and
+    # Delivered credentials (jackin/spec/credentials.py): the fleet's credentials dir, each agent's dir and
     # files (path -> info), and per instance the keyed digest of each delivered value (name -> HMAC).
     credentials: dict[str, PathInfo] = Field(default_factory=dict)
     credential_digests: dict[str, dict[str, str]] = Field(default_factory=dict)

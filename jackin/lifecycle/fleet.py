@@ -40,11 +40,11 @@ from jackin.transport.target import SshTarget
 from jackin.work import bundles as work
 
 if TYPE_CHECKING:
-    from jackin.agents import credentials
     from jackin.plan import contract
+    from jackin.spec import credentials
 else:  # loaded by fleet.up and fleet.plan, not by fleet.status (jackin.lazy)
     contract = lazy.module("jackin.plan.contract")
-    credentials = lazy.module("jackin.agents.credentials")
+    credentials = lazy.module("jackin.spec.credentials")
 
 KEPT = ["homes", "workspaces", "uids"]  # what fleet.down --keep-data keeps
 Log = Callable[[str], None]

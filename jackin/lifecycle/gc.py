@@ -36,7 +36,7 @@ GC_COMMAND = (
     "getent passwd | awk -F: '$5 ~ /^jackin\\// {split($5, a, \"/\"); print a[2]}'; "
     f"ls {ROOT} 2>/dev/null; "
     f"ls {COW_DIR} 2>/dev/null | sed -n 's/\\.img$//p'; "
-    f"ls {CREDENTIALS_DIR} 2>/dev/null; "  # delivered credentials (jackin/agents/credentials.py)
+    f"ls {CREDENTIALS_DIR} 2>/dev/null; "  # delivered credentials (jackin/spec/credentials.py)
     f"ls {WORK_DIR} 2>/dev/null; "  # delivered work (jackin/work/bundles.py)
     f"ls {STATE_DIR} 2>/dev/null | sed -n 's/^fleet-\\(.*\\)\\.json$/\\1/p'; }} | sort -u"
 )

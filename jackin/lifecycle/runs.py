@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import jackin
-from jackin.agents.credentials import Secrets
 from jackin.engine import EngineRequest, Event, HostResult, RunResult, run
 from jackin.engine.client import Engine
 from jackin.errors import JackinError
+from jackin.spec.credentials import Secrets
 from jackin.store.ledger import Ledger
 from jackin.transport.target import SshTarget
 

@@ -2,7 +2,7 @@
 
 Values come from ``jackin.engine.secrets`` (the engine's stdin), go to the host by SFTP into
 the root-only, tmpfs staging directory, and are installed with the agent's uid and mode 0400
-into a directory only root writes (layout: jackin/agents/credentials.py), then renamed into place.
+into a directory only root writes (layout: jackin/spec/credentials.py), then renamed into place.
 No value is ever in a command line, a command's environment or a preview: an upload shows
 only its target. A value whose keyed digest matches the host's record, with the file's
 owner and mode as planned, is left alone: an unchanged credential is not rewritten.
@@ -15,13 +15,13 @@ import hmac
 import secrets as random
 import shlex
 
-from jackin.agents.credentials import DIR_MODE, FILE_MODE, Secrets
 from jackin.facts.state import HostState, PathInfo
 from jackin.hostpaths import CREDENTIALS_DIR, STATE_DIR, UPLOAD_DIR
 from jackin.hostpaths import credentials_digests as digests_file
 from jackin.hostpaths import credentials_dir as fleet_dir
 from jackin.operations.files import Command, Refused, Upload, write_files
 from jackin.plan.fleet import AgentPlan, FleetPlan
+from jackin.spec.credentials import DIR_MODE, FILE_MODE, Secrets
 
 _KEY = random.token_bytes(16)  # staging names: stable within this process (pyinfra runs a generator twice)
 

@@ -22,11 +22,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from jackin import hostpaths
-from jackin.agents.credentials import FILE_MODE
 from jackin.hostpaths import CREDENTIALS_TARGET, DAEMON_JSON, NFT_DIR, UNIT_DIR, UPLOADED_RESTIC, WORK_TARGET
 from jackin.plan import fleet as planning
 from jackin.plan.fleet import AgentPlan, FleetPlan
 from jackin.spec import Inventory
+from jackin.spec.credentials import FILE_MODE
 from jackin.spec.models import SnapshotPolicy, _role, _role_names, enforcement
 from jackin.store.ledger import Ledger
 

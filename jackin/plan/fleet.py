@@ -10,7 +10,7 @@ commands; nothing here touches a host. Naming is deterministic:
     home       /srv/jackin/<fleet>/<instance>            mode 0750, root:<agent group> (see operations/agent_paths)
     workspace  /srv/jackin/<fleet>/<instance>/workspace  mode 0700, mounted at /workspace
     credentials /var/lib/jackin/credentials/<fleet>/<instance>  names only here; mounted read-only
-               at /run/jackin/credentials when the agent has any (jackin/agents/credentials.py)
+               at /run/jackin/credentials when the agent has any (jackin/spec/credentials.py)
     labels     jackin.fleet=<fleet>, jackin.agent=<instance>
 
 Names longer than Linux allows (32 characters) are shortened with a hash.
@@ -105,7 +105,7 @@ class AgentPlan(_Model):
 
     @property
     def credentials_dir(self) -> str:
-        """The host directory holding this agent's credential files (see jackin/agents/credentials.py)."""
+        """The host directory holding this agent's credential files (see jackin/spec/credentials.py)."""
         return hostpaths.credentials_dir(self.fleet, self.instance)
 
     @property

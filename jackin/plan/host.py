@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.agents.credentials import Secrets
 from jackin.facts.state import HostState
 from jackin.hostpaths import credentials_dir as fleet_dir
 from jackin.operations import cow, credentials, firewall, fleet, work
@@ -30,6 +29,7 @@ from jackin.operations import host as host_ops
 from jackin.operations import ttl as ttl_ops
 from jackin.operations.files import Command, Refused, Upload
 from jackin.plan.fleet import FleetPlan
+from jackin.spec.credentials import Secrets
 
 # Bootstrap: a Docker engine and nftables (any Docker engine will do: docker.io or docker-ce).
 PACKAGES = (("docker.io", "dockerd"), ("nftables", "nft"))

@@ -127,7 +127,7 @@ class Resources(Model):
 class Credential(Model):
     """Names a secret and where the operator's machine keeps it; never its value.
     Delivered to the agent as a read-only file, ``/run/jackin/credentials/<name>`` in its
-    container (jackin/agents/credentials.py)."""
+    container (jackin/spec/credentials.py)."""
 
     name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
     from_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -76,7 +76,7 @@ def test_the_up_path_loads_neither_paramiko_nor_fabric_nor_cryptography() -> Non
         "import sys, tasks; "
         "import jackin.cli.edge, jackin.lifecycle.fleet, jackin.plan.host, jackin.lifecycle.runs, jackin.engine, jackin.lifecycle.teardown, "
         "jackin.snapshots.auto, jackin.snapshots.final, jackin.facts.state, jackin.plan.contract, jackin.images.build, "
-        "jackin.agents.credentials, jackin.work.bundles, jackin.lifecycle.providers, jackin.transport.remote, jackin.transport.openssh; "
+        "jackin.spec.credentials, jackin.work.bundles, jackin.lifecycle.providers, jackin.transport.remote, jackin.transport.openssh; "
         "tops = {m.split('.')[0] for m in sys.modules}; "
         "print(sorted(tops & {'paramiko', 'fabric', 'cryptography'}), 'jackin.transport.ssh' in sys.modules)"
     )

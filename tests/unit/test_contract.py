@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from jackin.plan import contract
-from jackin.agents import credentials
+from jackin.spec import credentials
 from jackin.plan import fleet as planning
 from jackin.plan.contract import FleetContract, build, diff
 from jackin.store.ledger import Ledger

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 from jackin.operations.files import Refused as OperationError
 
-from jackin.agents.credentials import (
+from jackin.spec.credentials import (
     CredentialError,
     Secrets,
     check,

@@ -14,7 +14,7 @@ from rich.console import Console
 import jackin.lifecycle.fleet as fleet_api
 from jackin.plan import host as hostplan
 from jackin.cli import render as ui
-from jackin.agents.credentials import Secrets, read
+from jackin.spec.credentials import Secrets, read
 from jackin.facts.daemon import DaemonState, parse_daemon, parse_section
 from jackin.errors import ConnectError
 from jackin.net.policy import bundle_hash
@@ -298,7 +298,7 @@ def test_daemon_section_parses_as_the_fact_does() -> None:
 
 
 def test_plan_checks_credentials_before_it_opens_the_ledger(tmp_path: Path, monkeypatch) -> None:
-    from jackin.agents.credentials import CredentialError
+    from jackin.spec.credentials import CredentialError
     from jackin.errors import SpecError
 
     from .test_credentials import MOUNTS, spec_text

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jackin.plan import ttl
-from jackin.agents.credentials import Secrets
+from jackin.spec.credentials import Secrets
 from jackin.plan.host import host_changes
 from jackin.store.ledger import Ledger
 from jackin.facts import ttl as ttl_facts

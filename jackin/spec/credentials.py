@@ -1,4 +1,4 @@
-"""Credentials: read on the operator's machine, delivered to each agent as read-only files.
+"""Credentials: named by the spec, read on the operator's machine, delivered to each agent as read-only files.
 
 A spec names a credential and where the operator's machine keeps it (``from_env`` or
 ``from_file``), never its value. ``read`` reads every value before any host is touched: a
@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from jackin.errors import SpecError
+from jackin.paths import private_dir, state_dir
 from jackin.spec.models import AgentSpec, FleetSpec
 
 FILE_MODE = "0400"
@@ -168,8 +169,6 @@ def read(spec: FleetSpec, *, environ: Mapping[str, str] | None = None, key: byte
 def digest_key(fleet: str) -> bytes:
     """The fleet's digest key, kept on this machine only (0600 in a 0700 dir), made once: written to a
     temporary name and linked into place, so two runs at once agree on one key."""
-    from jackin.paths import private_dir, state_dir
-
     folder = private_dir(state_dir() / "credentials" / fleet)
     path = folder / "key"
     if not path.exists():
