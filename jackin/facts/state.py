@@ -182,7 +182,7 @@ class HostState(BaseModel):
 def state_command(fleet: str, uid_min: int, uid_max: int, images: list[str] = (), root: str = ROOT, *,
                   bootstrap: bool = False) -> str:  # fmt: skip
     """The state read. ``bootstrap``: also the Docker daemon's settings (``##daemon``), which only an
-    up (its plan, ``jackin.plan.host``) decides on; ``##host`` always names the tools the bootstrap
+    up (its plan, ``jackin.lifecycle.hostplan``) decides on; ``##host`` always names the tools the bootstrap
     installs when missing (dockerd, nft, dnsmasq, mkfs.btrfs, /bin/busybox)."""
     f = shlex.quote(fleet)
     label = shlex.quote(f"label=jackin.fleet={fleet}")

@@ -22,6 +22,7 @@ from jackin.facts.state import HostState, parse_state, state_command
 from jackin.images import build as images
 from jackin.lifecycle import teardown
 from jackin.lifecycle.gc import GC_COMMAND, gc, orphans
+from jackin.lifecycle.hostplan import HostChanges, host_changes
 from jackin.lifecycle.providers import LabProvider, provider_for
 from jackin.lifecycle.runs import deploys_dir, recorded_run
 from jackin.lifecycle.status import FleetStatus
@@ -30,7 +31,6 @@ from jackin.net import firewall
 from jackin.plan import fleet as planning
 from jackin.plan import ttl
 from jackin.plan.applied import applied
-from jackin.plan.host import HostChanges, host_changes
 from jackin.snapshots.auto import AutoSnapshot, States, read_states, snapshot_before_up
 from jackin.snapshots.final import FinalHost, take_final
 from jackin.spec import DEFAULT_INVENTORY, Inventory, load_inventory
@@ -123,7 +123,7 @@ def up(
     - unless the spec's ``snapshots.before_changes`` is off, the agents the run will recreate or
       remove are snapshotted (``jackin.snapshots.auto``; their ids in the run's detail, ``auto_snapshots``);
       a failed snapshot raises before anything changed;
-    - what the deploy would do on each host (``jackin.plan.host``): a host with nothing to change is
+    - what the deploy would do on each host (``jackin.lifecycle.hostplan``): a host with nothing to change is
       not handed to the pyinfra engine (recorded in the run as ok, no change; ``unchanged`` in the
       run's detail), and a host whose state cannot be read is not run.
     ``dry_run`` stops there: no engine, nothing recorded; the result carries that in-process plan per host
@@ -229,7 +229,7 @@ class HostSplit(BaseModel):
 
 def split_hosts(plan: planning.FleetPlan, hosts: list[SshTarget], states: States,
                 values: credentials.Secrets) -> HostSplit:  # fmt: skip
-    """Which hosts the deploy runs on: those whose plan (``jackin.plan.host.host_changes``, the deploy's own
+    """Which hosts the deploy runs on: those whose plan (``jackin.lifecycle.hostplan.host_changes``, the deploy's own
     decision) is not empty. A host whose state read failed is in ``unread`` (not run: what the run would
     change, and lose, there is unknown)."""
     split = HostSplit()

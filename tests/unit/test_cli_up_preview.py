@@ -18,7 +18,7 @@ from jackin.plan import fleet as planning
 from jackin.engine import HostResult, RunResult
 from jackin.errors import JackinError, SpecError
 from jackin.lifecycle.fleet import HostPlan, UpResult
-from jackin.plan.host import Change, HostChanges
+from jackin.lifecycle.hostplan import Change, HostChanges
 from jackin.store.ledger import Ledger
 from jackin.spec import Inventory
 

@@ -14,6 +14,7 @@ from jackin.lifecycle import fleet as fleet_api
 from jackin.engine import RunResult
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, ConnectError, JackinError, SpecError
 from jackin.store.ledger import Ledger
+from jackin.operations import restic as restic_ops
 from jackin.operations.fleet import snapshot_teardown, teardown_commands
 from jackin.plan.fleet import build
 from jackin.transport.remote import HostError
@@ -37,7 +38,7 @@ SPEC = parse_inventory(INVENTORY, "f.yaml")
 PLAN = build(SPEC.fleet, {"coder-1": 60000, "coder-2": 60001})
 DIR = "/var/lib/jackin/snapshots/demo"
 RM_DIR = f"rm -rf --one-file-system -- {DIR}"
-BINARY_RM = restic.binary_teardown_commands()
+BINARY_RM = restic_ops.binary_teardown_commands()
 HOME = StatePath(kind="d", mode="0750", uid=0, gid=60000)
 
 
@@ -87,7 +88,7 @@ def _host(root: Path, *fleets: str, restic_bin: bool = True) -> None:
 
 def test_teardown_script_removes_restic_and_its_dir_when_the_last_fleet_goes(tmp_path: Path) -> None:
     _host(tmp_path, "demo")
-    _run(restic.teardown_commands("demo"), tmp_path)
+    _run(restic_ops.teardown_commands("demo"), tmp_path)
     assert not (tmp_path / "var/lib/jackin/snapshots").exists()
     assert not (tmp_path / "usr/local/lib/jackin").exists()
     assert (tmp_path / "var/lib/jackin").is_dir()  # the state dir is the marker's business
@@ -95,7 +96,7 @@ def test_teardown_script_removes_restic_and_its_dir_when_the_last_fleet_goes(tmp
 
 def test_teardown_script_keeps_restic_and_the_other_fleets_dir(tmp_path: Path) -> None:
     _host(tmp_path, "demo", "other")
-    _run(restic.teardown_commands("demo"), tmp_path)
+    _run(restic_ops.teardown_commands("demo"), tmp_path)
     assert not (tmp_path / "var/lib/jackin/snapshots/demo").exists()
     assert (tmp_path / "var/lib/jackin/snapshots/other/password").read_text() == "x"
     assert (tmp_path / "usr/local/lib/jackin/restic").read_text() == "bin"
@@ -104,7 +105,7 @@ def test_teardown_script_keeps_restic_and_the_other_fleets_dir(tmp_path: Path) -
 def test_teardown_script_keeps_other_files_of_usr_local_lib_jackin(tmp_path: Path) -> None:
     _host(tmp_path, "demo")
     (tmp_path / "usr/local/lib/jackin/nft-guard").write_text("guard")
-    _run(restic.teardown_commands("demo"), tmp_path)
+    _run(restic_ops.teardown_commands("demo"), tmp_path)
     assert not (tmp_path / "usr/local/lib/jackin/restic").exists()
     assert (tmp_path / "usr/local/lib/jackin/nft-guard").read_text() == "guard"
 

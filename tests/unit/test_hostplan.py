@@ -1,4 +1,4 @@
-"""``jackin.plan.host``: what fleet.up would do to a host, per category, from canned states; the deploy
+"""``jackin.lifecycle.hostplan``: what fleet.up would do to a host, per category, from canned states; the deploy
 decides with the very same steps; fleet.up's host split; fleet.plan's rendering (never a value)."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pytest
 from rich.console import Console
 
 import jackin.lifecycle.fleet as fleet_api
-from jackin.plan import host as hostplan
+from jackin.lifecycle import hostplan
 from jackin.cli import render as ui
 from jackin.spec.credentials import Secrets, read
 from jackin.facts.daemon import DaemonState, parse_daemon, parse_section
 from jackin.errors import ConnectError
 from jackin.net.policy import bundle_hash
-from jackin.plan.host import host_changes, steps
+from jackin.lifecycle.hostplan import host_changes, steps
 from jackin.operations.host import wanted_settings
 from jackin.plan.fleet import build
 from jackin.spec import parse_inventory

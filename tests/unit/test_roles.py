@@ -207,7 +207,7 @@ def test_the_plan_and_contract_carry_the_role_egress_and_the_runtime_environment
 
 
 def test_image_step_loads_a_missing_operator_image_and_shows_its_size(monkeypatch) -> None:
-    from jackin.plan import host as hostplan
+    from jackin.lifecycle import hostplan
     from jackin.facts.state import HostState
 
     spec = fleet("demo", mode="none")

@@ -12,7 +12,7 @@ import pytest
 
 from jackin.plan import ttl
 from jackin.spec.credentials import Secrets
-from jackin.plan.host import host_changes
+from jackin.lifecycle.hostplan import host_changes
 from jackin.store.ledger import Ledger
 from jackin.facts import ttl as ttl_facts
 from jackin.operations import ttl as ops

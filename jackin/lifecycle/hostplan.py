@@ -18,16 +18,16 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.facts.state import HostState
 from jackin.hostpaths import credentials_dir as fleet_dir
+from jackin.images import build as images
 from jackin.operations import cow, credentials, firewall, fleet, work
 from jackin.operations import host as host_ops
 from jackin.operations import ttl as ttl_ops
-from jackin.operations.files import Command, Refused, Upload
+from jackin.operations.files import Command, Refused, Step, Upload
 from jackin.plan.fleet import FleetPlan
 from jackin.spec.credentials import Secrets
 
@@ -35,25 +35,6 @@ from jackin.spec.credentials import Secrets
 PACKAGES = (("docker.io", "dockerd"), ("nftables", "nft"))
 CATEGORIES = ("bootstrap", "docker daemon", "image", "users", "files", "networks", "containers", "firewall",
               "credentials", "checkpoint fs", "work", "time-to-live")  # fmt: skip
-
-
-@dataclass
-class Step:
-    """One operation of the deploy: a pyinfra ``apt.packages`` (``packages``), ``systemd.service``
-    (``service``: Docker running and enabled) or our script of ``commands``; ``refused``: the
-    builder's refusal (the deploy fails the host on it)."""
-
-    category: str
-    name: str
-    commands: list[Command] = field(default_factory=list)
-    packages: list[str] = field(default_factory=list)
-    service: bool = False
-    noop: str = ""
-    refused: str | None = None
-
-    @property
-    def changes(self) -> bool:
-        return bool(self.commands or self.packages or self.service or self.refused)
 
 
 def _built(category: str, name: str, build: Callable[[], list[Command]], noop: str) -> Step:
@@ -121,8 +102,6 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
 def _image_commands(image: str, state: HostState, *, busybox: bool) -> list[Command]:
     """The agent image on the host: a role's (loaded from the operator, or built there) or the busybox one.
     Nothing when the host has it (the role is not loaded and hashed again for each host of a warm run)."""
-    from jackin.images import build as images
-
     if image in state.images:
         return []
     if images.is_role_image(image):
