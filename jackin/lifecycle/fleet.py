@@ -1,6 +1,6 @@
 """Fleet lifecycle: plan, run deploys, record, check.
 
-Providers (jackin.lifecycle.providers) own the hosts; every run that changes hosts goes
+Providers (jackin.lab.providers) own the hosts; every run that changes hosts goes
 through ``jackin.lifecycle.runs.recorded_run`` (a run in the ledger, an audit entry per
 host); garbage collection lives in jackin.lifecycle.gc. Reads (status, the clean check) go
 over strict SSH with bounded timeouts.
@@ -9,7 +9,6 @@ over strict SSH with bounded timeouts.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,20 +19,20 @@ from jackin.engine import client as engine_client
 from jackin.errors import ConnectError, JackinError, SpecError
 from jackin.facts.state import HostState, parse_state, state_command
 from jackin.images import build as images
+from jackin.lab.providers import LabProvider, provider_for, targets
 from jackin.lifecycle import teardown
 from jackin.lifecycle.gc import GC_COMMAND, gc, orphans
 from jackin.lifecycle.hostplan import HostChanges, host_changes
-from jackin.lifecycle.providers import LabProvider, provider_for
 from jackin.lifecycle.runs import deploys_dir, recorded_run
 from jackin.lifecycle.status import FleetStatus
 from jackin.lifecycle.status import read as read_status
-from jackin.net import firewall
 from jackin.plan import fleet as planning
-from jackin.plan import ttl
 from jackin.plan.applied import applied
+from jackin.plan.make import make_plan
 from jackin.snapshots.auto import AutoSnapshot, States, read_states, snapshot_before_up
 from jackin.snapshots.final import FinalHost, take_final
-from jackin.spec import DEFAULT_INVENTORY, Inventory, load_inventory
+from jackin.spec import Inventory
+from jackin.spec.loader import load
 from jackin.store.ledger import Ledger
 from jackin.transport.remote import gather
 from jackin.transport.target import SshTarget
@@ -51,35 +50,7 @@ Log = Callable[[str], None]
 OnEvent = Callable[[Event], None]
 
 
-def load(path: str | Path | None) -> Inventory:
-    return load_inventory(path or DEFAULT_INVENTORY)
-
-
 # --- hosts -------------------------------------------------------------------
-
-
-def targets(inventory: Inventory, *, log: Log = lambda _: None, bring_up: bool = True) -> list[SshTarget]:
-    """The fleet's hosts as strict SSH targets; with provider ``lab``, bring the lab up first."""
-    return provider_for(inventory).targets(bring_up=bring_up, log=log)
-
-
-def make_plan(
-    inventory: Inventory,
-    ledger: Ledger,
-    *,
-    store: bool = True,
-    fleet_hosts: list[str] | None = None,
-    start_ttl: bool = False,
-) -> planning.FleetPlan:
-    """The fleet's plan; ``store=False`` previews new uids without allocating them (a dry run).
-    ``fleet_hosts``: every address of the fleet's hosts, always denied to its agents.
-    ``start_ttl``: a real fleet.up, which fixes the time-to-live's start if none is (jackin/plan/ttl.py)."""
-    fleet = inventory.fleet
-    names = [instance for _, instance in planning.instances(fleet)]
-    assign = ledger.allocate_uids if store else ledger.preview_uids
-    uids = assign(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET)
-    built = planning.build(fleet, uids, firewall.host_addresses(fleet_hosts or []))
-    return built.model_copy(update={"ttl_deadline": ttl.deadline(ledger, fleet, start=start_ttl)})
 
 
 # --- up ----------------------------------------------------------------------
@@ -487,6 +458,7 @@ __all__ = [
     "down",
     "gc",
     "load",
+    "make_plan",
     "orphans",
     "plan",
     "status",

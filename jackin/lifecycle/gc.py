@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from jackin.engine import Event, RunResult
 from jackin.errors import JackinError
 from jackin.hostpaths import COW_DIR, CREDENTIALS_DIR, ROOT, STATE_DIR, WORK_DIR
-from jackin.lifecycle.providers import LabProvider, provider_for
+from jackin.lab.providers import LabProvider, provider_for
 from jackin.lifecycle.runs import recorded_run
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory

@@ -160,18 +160,6 @@ def _static_sets(plan: FleetPlan) -> list[tuple[str, str, list[str]]]:
     ]
 
 
-def host_addresses(addresses: list[str]) -> list[str]:
-    """The IP literals among a fleet's host addresses, deduplicated and sorted (names are not
-    resolved: the operator's resolver may not see what the hosts see)."""
-    found = set()
-    for address in addresses:
-        try:
-            found.add(ipaddress.ip_address(address))
-        except ValueError:
-            continue
-    return [str(a) for a in sorted(found, key=lambda a: (a.version, a))]
-
-
 def render(plan: FleetPlan) -> str:
     """The whole table, as an atomic replace: declare, delete, re-create."""
     table = table_name(plan.fleet)

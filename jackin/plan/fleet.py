@@ -217,6 +217,18 @@ def _is_domain(entry: str) -> bool:
     return False
 
 
+def host_addresses(addresses: list[str]) -> list[str]:
+    """The IP literals among a fleet's host addresses, deduplicated and sorted (names are not
+    resolved: the operator's resolver may not see what the hosts see)."""
+    found = set()
+    for address in addresses:
+        try:
+            found.add(ipaddress.ip_address(address))
+        except ValueError:
+            continue
+    return [str(a) for a in sorted(found, key=lambda a: (a.version, a))]
+
+
 def bridge_name(fleet: str, instance: str) -> str:
     return "jk" + hashlib.sha256(f"{fleet}/{instance}".encode()).hexdigest()[:8]
 

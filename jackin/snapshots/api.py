@@ -25,10 +25,11 @@ from fabric import Connection
 
 from jackin import hostpaths
 from jackin.errors import ConnectError, JackinError, SpecError
-from jackin.lifecycle.providers import provider_for
+from jackin.lab.providers import provider_for
 from jackin.net import policy
 from jackin.net import probes as agent_api
 from jackin.plan import fleet as planning
+from jackin.plan.make import make_plan
 from jackin.snapshots import cow
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import (
@@ -70,8 +71,6 @@ def select(inventory: Inventory, agent: str | None) -> list[str]:
 
 def fleet_plan(inventory: Inventory, ledger: Ledger) -> planning.FleetPlan:
     """The plan as the fleet has it (known uids; new ones only previewed, never allocated)."""
-    from jackin.lifecycle.fleet import make_plan  # late: jackin.lifecycle.fleet may call back into this module
-
     provider = provider_for(inventory, ledger)
     return make_plan(inventory, ledger, store=False, fleet_hosts=provider.addresses())
 

@@ -20,7 +20,7 @@ from fabric import Connection
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import JackinError, SpecError
-from jackin.lifecycle.providers import provider_for
+from jackin.lab.providers import provider_for
 from jackin.snapshots import api, cow
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import AgentRestore, AgentSnapshot, DiffResult, PruneResult, RestoreResult, SnapshotRecord

@@ -19,6 +19,11 @@ from jackin.spec.reader import Path_, Problem, format_path, from_validation, lin
 DEFAULT_INVENTORY = Path("inventory/lab.yaml")  # what commands read without -i
 
 
+def load(path: str | Path | None) -> Inventory:
+    """The inventory at ``path``, or at DEFAULT_INVENTORY when none is given (what ``-i`` defaults to)."""
+    return load_inventory(path or DEFAULT_INVENTORY)
+
+
 def load_inventory(path: str | Path) -> Inventory:
     """Read and validate one inventory file; raise SpecError listing every problem."""
     path = Path(path)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jackin.cli import edge as cli
-from jackin.lifecycle import fleet as fleet_api
+from jackin.lab import providers
 from jackin.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +21,7 @@ def inventory(tmp_path: Path, monkeypatch) -> str:
     """A lab inventory; reading a host would need ``targets``, which fails the test here."""
     path = tmp_path / "f.yaml"
     path.write_text("fleet:\n  name: f\n  provider: lab\n  agents:\n    - {name: coder, count: 2}\n")
-    monkeypatch.setattr(fleet_api, "targets", lambda *a, **k: pytest.fail("a host was read"))
+    monkeypatch.setattr(providers, "targets", lambda *a, **k: pytest.fail("a host was read"))
     return str(path)
 
 

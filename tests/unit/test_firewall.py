@@ -21,6 +21,7 @@ from jackin.spec.models import enforcement
 from jackin.spec.values import Entry, parse_entry
 from jackin.operations.firewall import apply_commands, remove_commands
 from jackin.operations.script import Upload, write_files
+from jackin.plan import fleet as planning
 from jackin.plan.fleet import FleetPlan, build, instances
 from jackin.spec import NetworkPolicy, parse_inventory
 
@@ -268,7 +269,7 @@ def test_always_denied_sets_merge_the_fleet_hosts() -> None:
 
 def test_host_addresses_keeps_ip_literals_only() -> None:
     given = ["web-1.example.com", "198.51.100.7", "2001:DB8::10", "192.0.2.10", "198.51.100.7", "localhost"]
-    assert firewall.host_addresses(given) == ["192.0.2.10", "198.51.100.7", "2001:db8::10"]
+    assert planning.host_addresses(given) == ["192.0.2.10", "198.51.100.7", "2001:db8::10"]
 
 
 def test_render_is_deterministic() -> None:

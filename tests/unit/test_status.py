@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from jackin.lifecycle.status import SAMPLE, SAMPLE_AWK, STATUS_READ, AgentStatus, parse_status, status_command
+from jackin.agents.read import STATUS_READ
+from jackin.lifecycle.status import SAMPLE, SAMPLE_AWK, AgentStatus, parse_status, status_command
 
 NOW = 1767369600.5  # 2026-01-02T16:00:00.5Z
 ID = "0123456789abcdef" * 4
