@@ -28,6 +28,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from jackin.errors import JackinError
+from jackin.plan import fleet as planning
+from jackin.spec import roles
+
 STATES = ("blocked", "stuck", "failed", "unknown", "working", "idle", "done")  # the order fleet.status lists them in
 State = Literal["working", "blocked", "done", "failed", "idle", "stuck", "unknown"]
 Reported = Literal["idle", "working", "blocked", "done", "failed"]
@@ -186,10 +190,6 @@ def order(state: str) -> int:
 def stale_after(fleet) -> dict[str, float]:
     """Per instance of ``fleet`` (a FleetSpec), its role's ``state.stale_after`` (jackin/spec/roles.py). A
     role that does not load leaves its instances at STALE_AFTER: role.validate reports what is wrong."""
-    from jackin.errors import JackinError
-    from jackin.plan import fleet as planning
-    from jackin.spec import roles
-
     found: dict[str, float] = {}
     for agent in fleet.agents:
         try:

@@ -26,6 +26,8 @@ from pyinfra.api.operations import run_ops  # noqa: E402
 from pyinfra.api.state import BaseStateCallback, StateStage  # noqa: E402
 from pyinfra.context import ctx_config, ctx_host, ctx_inventory, ctx_state  # noqa: E402
 
+from jackin.engine import report  # noqa: E402
+from jackin.engine import secrets as engine_secrets  # noqa: E402
 from jackin.engine.connector import NO_SSH_CONFIG, TARGET_DATA, PinnedSSHConnector  # noqa: E402
 from jackin.engine.protocol import EngineRequest, HostResult, PlannedChange  # noqa: E402
 
@@ -199,8 +201,6 @@ def main() -> int:
     if not head.strip():  # started ahead (jackin.engine.client.Engine) and not needed: nothing to do
         return 0
     request = EngineRequest.model_validate_json(head)
-    import jackin.engine.secrets as engine_secrets
-
     engine_secrets.load(rest)
     del rest
     started = time.monotonic()
@@ -213,8 +213,6 @@ def main() -> int:
         def host_connect_error(state, host, error):
             connect_errors[host.name] = _one_line(error)
             _Events.host_connect_error(state, host, error)
-
-    import jackin.engine.report as report
 
     report._sink = lambda host, data: (facts.setdefault(host, {}).update(data), emit("facts", host=host, data=data))
 

@@ -33,9 +33,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+from jackin.engine.protocol import HostResult
 from jackin.errors import JackinError, LabError, RemoteCommandError
+from jackin.facts.state import HostState
 from jackin.hostpaths import RUN_DIR
 from jackin.lab.image import _run, apt_mirror
+from jackin.operations.files import Refused
 from jackin.paths import private_dir, state_dir
 from jackin.spec import roles
 from jackin.spec.roles import dockerfile, suite
@@ -229,7 +232,7 @@ def prepare(tags: Sequence[str], *, log: Log = lambda _: None) -> dict[str, Path
 
 def load_one(target, archives: Sequence[Path]) -> None:
     """Send each archive by SFTP into a fresh root-only directory on the host, ``docker load`` it, remove it."""
-    from jackin.transport.ssh import connect
+    from jackin.transport.ssh import connect  # lazy: Fabric and paramiko load only when an image is sent
 
     with connect(target, timeout=15) as conn:
         made = conn.run("mktemp -d /var/tmp/jackin-image.XXXXXX", hide=True, warn=True)
@@ -283,8 +286,6 @@ def source(tag: str) -> dict:
     """What the host's image step needs of a role image (pure of the host): how it is built, the
     archive's size when cached here (``build: operator``), the build context (``build: host``).
     Refused when ``tag`` is not the role's current image (nothing could bring that one to a host)."""
-    from jackin.operations.files import Refused
-
     try:
         role = roles.load(role_of(tag))
     except JackinError as error:
@@ -313,8 +314,6 @@ def context_files(role: roles.Role) -> dict[str, bytes]:
 
 def _wanted(plan, states: Mapping[str, object], hosts: Sequence[str] | None = None) -> dict[str, list[str]]:
     """Per readable host (of ``hosts``, default all), the plan's role images its state read lacks."""
-    from jackin.facts.state import HostState
-
     planned = [a.image for a in plan.agents]
     return {name: missing(planned, state.images) for name, state in states.items()
             if isinstance(state, HostState) and (hosts is None or name in hosts)}  # fmt: skip
@@ -332,8 +331,6 @@ def load_missing(plan, split, states: Mapping[str, object], *, log: Log = lambda
     """Before the deploy: load into each host to be run (``split.run``) the role images it lacks. A host
     that fails is taken out of ``split.run`` and returned as not run (failed, nothing changed there).
     A host that loaded them has them added to its state in ``states`` (the state its deploy is handed)."""
-    from jackin.engine.protocol import HostResult
-
     wanted = _wanted(plan, states, [t.name for t in split.run])
     failed = deliver(wanted, split.run, log=log)
     split.run = [t for t in split.run if t.name not in failed]

@@ -513,7 +513,7 @@ servers[0].serve_forever()
 
 def wait_ready(target: SshTarget, *, timeout: float = 90, command: str = "true") -> str:
     """``jackin.transport.ssh.wait_ready`` (paramiko and Fabric are loaded by lab.up, not by every command's start)."""
-    from jackin.transport import ssh
+    from jackin.transport import ssh  # lazy: paramiko and Fabric, for lab.up only
 
     return ssh.wait_ready(target, timeout=timeout, command=command)
 
@@ -545,7 +545,8 @@ def fingerprint(public_key_line: str) -> str:
 
 
 def _write_keypair(path: Path, *, comment: str) -> None:
-    from cryptography.hazmat.primitives import serialization  # lab.up only: not on every command's start
+    # lazy: cryptography, for lab.up only (not on every command's start)
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     key = Ed25519PrivateKey.generate()

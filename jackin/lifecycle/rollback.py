@@ -388,7 +388,9 @@ def restore_matches(step: PlannedStep, ok_hosts: list[str], log: Log) -> None:
     running agents are stopped, restored, started again; a pre-restore snapshot first; the operator
     confirmed the plan that listed them). A snapshot whose hosts did not all succeed is left alone
     and reported; so is a failed restore (raised once all were tried)."""
-    from jackin.snapshots import restore as restoring  # late: the snapshot modules are the larger import
+    from jackin.snapshots import (
+        restore as restoring,  # lazy: Fabric (snapshots.restore); a rollback that restores no snapshot needs none
+    )
 
     failed = []
     for (snap, instance), hosts in sorted(_groups(step.snapshots).items()):

@@ -30,7 +30,7 @@ from jackin.net import policy
 from jackin.net import probes as agent_api
 from jackin.plan import fleet as planning
 from jackin.plan.make import make_plan
-from jackin.snapshots import cow
+from jackin.snapshots import cow, restic
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import (
     AgentDiff,
@@ -43,6 +43,7 @@ from jackin.snapshots.models import (
     Tier,
     new_id,
 )
+from jackin.snapshots.transfer import fleet_password_file
 from jackin.spec import Inventory
 from jackin.store.ledger import Ledger
 from jackin.transport.remote import HostError
@@ -57,8 +58,6 @@ T = TypeVar("T")
 def password(fleet: str) -> bytes:
     """The fleet's repository password, generated once on the operator's machine (0600), never printed
     (the file: ``jackin.snapshots.transfer.fleet_password_file``)."""
-    from jackin.snapshots.transfer import fleet_password_file
-
     return fleet_password_file(fleet).read_bytes().strip()
 
 
@@ -403,8 +402,6 @@ def _diff(inventory: Inventory, first: SnapshotRecord, second: SnapshotRecord | 
 def existing_repo(conn: Connection, fleet: str, *, host: str) -> str | None:
     """restic's path when the fleet has its repository (and password) on the host, else None; creates
     nothing (never ``prepare``): a read-only command or a prune must not leave a repository behind."""
-    from jackin.snapshots import restic
-
     config, secret = restic.repo_path(fleet) + "/config", restic.password_path(fleet)
     found = remote.run(conn, f"if [ -f {restic.q(config)} ] && [ -f {restic.q(secret)} ]; then echo yes; else echo no; fi",
                        host=host, what="looking for the fleet's snapshot repository")  # fmt: skip

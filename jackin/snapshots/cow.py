@@ -29,6 +29,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING
 
+from invoke.exceptions import CommandTimedOut
 from pydantic import BaseModel, ConfigDict
 
 from jackin import hostpaths
@@ -313,8 +314,6 @@ class CheckpointRestored(_Model):
 
 def _run(conn: Connection, script: str, what: str, *, timeout: float = TIMEOUT) -> str:
     """Run ``script`` with ``sh``; its stdout, or CheckpointRefused / CheckpointError with its last words."""
-    from invoke.exceptions import CommandTimedOut
-
     try:
         result = conn.run("sh -c " + shlex.quote(script), hide=True, warn=True, timeout=timeout)
     except CommandTimedOut:

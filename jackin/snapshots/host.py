@@ -24,7 +24,7 @@ import time
 from fabric import Connection
 
 from jackin.errors import ConnectError, RemoteCommandError
-from jackin.snapshots import freezer, instant, restic
+from jackin.snapshots import freezer, instant, restic, transfer
 from jackin.snapshots.models import AgentDiff, AgentManifest, BackupSummary
 
 LONG = instant.LONG  # a backup or restore of a big workspace may take hours; a dead host is found by SSH keepalives
@@ -61,9 +61,7 @@ def put(conn: Connection, path: str, data: bytes, *, mode: int) -> None:
 def ensure_restic(conn: Connection, *, host: str) -> str:
     """The path of restic on the host: its own on PATH, else the operator's, uploaded by SFTP
     (one implementation: ``jackin.snapshots.transfer.ensure_restic``, which also runs it once there)."""
-    from jackin.snapshots.transfer import ensure_restic as ensure  # late: transfer is the larger module
-
-    return ensure(conn, host=host)
+    return transfer.ensure_restic(conn, host=host)
 
 
 def ensure_repo(conn: Connection, restic_bin: str, fleet: str, password: bytes, *, host: str) -> None:

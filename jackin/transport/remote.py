@@ -44,7 +44,7 @@ class HostError(BaseModel):
 def connect(target: SshTarget, *, timeout: float = 10) -> Connection:
     """The Fabric fallback's connection (``jackin.transport.ssh.connect``): paramiko and Fabric are loaded by
     the first read OpenSSH does not serve, not by every command's start."""
-    from jackin.transport import ssh
+    from jackin.transport import ssh  # lazy: paramiko and Fabric, for the first read OpenSSH does not serve
 
     return ssh.connect(target, timeout=timeout)
 
