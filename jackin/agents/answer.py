@@ -13,6 +13,7 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict
 
+from jackin import hostpaths
 from jackin.agents import state as derivation
 from jackin.agents.read import agents_command, parse_agents
 from jackin.agents.state import AgentFacts
@@ -103,7 +104,7 @@ def answer(spec: Inventory, instance: str, text: str, *, host: str | None = None
     chosen = choose(instance, found)
     state = found[chosen]
     assert not isinstance(state, JackinError)
-    container = planning.user_name(spec.fleet.name, instance)
+    container = hostpaths.user_name(spec.fleet.name, instance)
     deliver(next(t for t in targets if t.name == chosen), container, _user(facts[chosen], chosen), data)
     return Answered(host=chosen, instance=instance, container=container, question=state.question, size=len(data))
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from jackin import hostpaths
 from jackin.errors import EXIT_OK, JackinError, SpecError
 from jackin.lab import providers
 from jackin.plan import fleet as planning
@@ -89,7 +90,7 @@ def resolve(inventory: Inventory, agent: str, *, host: str | None = None, uids: 
     chosen = targets[0] if host is None else next((t for t in targets if t.name == host), None)
     if chosen is None:
         raise SpecError(f"no host {host!r} in fleet {fleet.name!r}: expected one of: {', '.join(names)}")
-    return AgentRef(instance=agent, container=planning.user_name(fleet.name, agent), uid=uids[agent], target=chosen)
+    return AgentRef(instance=agent, container=hostpaths.user_name(fleet.name, agent), uid=uids[agent], target=chosen)
 
 
 def _present(container: str) -> str:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin import lazy
+from jackin import hostpaths, lazy
 from jackin.errors import ConnectError, JackinError
 from jackin.facts.state import HostState, parse_state, state_command
 from jackin.paths import state_dir
@@ -98,7 +98,7 @@ def from_state(plan: planning.FleetPlan, state: HostState, host: str, instance: 
         raise JackinError(f"home {home} belongs to group {uid}, not an agent uid of the fleet "
                           f"({plan.uid_min}-{plan.uid_max}): cannot say whose it is")  # fmt: skip
     user = next((u.name for u in state.users.values() if u.uid == uid), None)
-    name = planning.user_name(plan.fleet, instance)
+    name = hostpaths.user_name(plan.fleet, instance)
     base, _, number = instance.rpartition("-")
     return {"fleet": plan.fleet, "host": host, "instance": instance, "agent": base if base and number.isdigit()
             else instance, "uid": uid, "user": user or name, "container": name, "network": name}  # fmt: skip

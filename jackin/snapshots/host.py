@@ -24,6 +24,7 @@ import time
 from fabric import Connection
 
 from jackin.errors import ConnectError, RemoteCommandError
+from jackin.hostpaths import UPLOADED_RESTIC
 from jackin.snapshots import freezer, instant, restic, transfer
 from jackin.snapshots.models import AgentDiff, AgentManifest, BackupSummary
 
@@ -206,7 +207,7 @@ def own_ids_script(fleet: str, repo: str | None = None) -> str:
     without creating or locking anything (``--no-lock``, ``--no-cache``)."""
     repo, password = repo or restic.repo_path(fleet), restic.password_path(fleet)
     argv = ["--repo", repo, "--password-file", password, "--no-cache"]
-    return (f"R=$(command -v restic || echo {shlex.quote(restic.UPLOADED_RESTIC)}); "
+    return (f"R=$(command -v restic || echo {shlex.quote(UPLOADED_RESTIC)}); "
             f"if [ -f {shlex.quote(repo + '/config')} ] && [ -f {shlex.quote(password)} ] && [ -x \"$R\" ]; "
             f"then \"$R\" {restic.q(*argv)} --no-lock snapshots --json; else echo '[]'; fi")  # fmt: skip
 

@@ -57,7 +57,7 @@ class AgentManifest(_Model):
     image_id: str | None = None  # the container's image id, when the container exists
     spec: dict[str, Any]  # the agent's spec (AgentSpec dump)
     network: dict[str, Any]  # its resolved network policy (NetworkPolicy dump)
-    firewall_hash: str  # jackin.net.firewall.bundle_hash of the fleet plan
+    firewall_hash: str  # jackin.net.policy.bundle_hash of the fleet plan
     created: str  # UTC, ISO 8601
     tiers: list[Tier] = Field(default_factory=lambda: ["restic"])
 
