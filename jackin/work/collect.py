@@ -1,4 +1,5 @@
-"""fleet.collect and fleet.review: bring each agent's branch and handoff back, and show them.
+"""fleet.collect and fleet.review: bring each agent's branch and handoff back, and what a review shows of them
+(as data: the CLI renders it, jackin/cli/work.py).
 
 ``collect`` reads, over strict SSH (one Fabric connection per host, hosts in parallel), for each
 agent it collects: its status file, its ``work.json`` (the commit it started from), its handoff
@@ -387,32 +388,3 @@ def review(inventory: Inventory) -> Review:
                                      handoff=row.get("handoff"), ref=row.get("ref"), repo=row.get("repo"),
                                      diff=diff_stat(row.get("repo"), row.get("source_commit"), row.get("ref"))))  # fmt: skip
     return result
-
-
-# --- the CLI's side: inventory in, rendering and exit status out (tasks.py stays thin) ----------
-
-
-def cli_collect(inventory: str | None, *, agents: Sequence[str] | None, into: str | None, json: bool) -> int:
-    """``inv fleet.collect``. Exit 1: an agent's collection failed; 3: a host is unreachable."""
-    from jackin.cli import render as ui
-    from jackin.lifecycle import fleet as fleet_api
-
-    report = collect(fleet_api.load(inventory), agents=agents or None, into=into)
-    if json:
-        ui.print_json(report.model_dump(mode="json"))
-    else:
-        ui.out.print(ui.collect_table(report))
-    return 1 if report.failed else 3 if report.unreachable else 0
-
-
-def cli_review(inventory: str | None, *, json: bool) -> int:
-    """``inv fleet.review``. Exit 3: a host is unreachable (its agents show their state at collection)."""
-    from jackin.cli import render as ui
-    from jackin.lifecycle import fleet as fleet_api
-
-    found = review(fleet_api.load(inventory))
-    if json:
-        ui.print_json(found.model_dump(mode="json"))
-    else:
-        ui.out.print(ui.review_table(found))
-    return 3 if found.unreachable else 0
