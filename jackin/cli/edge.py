@@ -30,11 +30,15 @@ from jackin.errors import (
 from jackin.transport import interrupts
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from jackin.engine import RunResult
     from jackin.lifecycle import fleet as fleet_api
     from jackin.lifecycle import rollback as rollback_api
     from jackin.lifecycle.status import FleetStatus
     from jackin.net import probes as agent_api
+    from jackin.plan.contract import Gate
+    from jackin.snapshots.models import DiffResult, SnapshotRecord
     from jackin.transport.remote import HostError
 else:  # loaded by the first command that uses them (jackin.lazy): the CLI's start stays short
     agent_api = lazy.module("jackin.net.probes")
@@ -123,7 +127,7 @@ def fleet_up(inventory: str | None, *, yes: bool, json: bool, dry_run: bool) -> 
     return exit_code(_up(spec, inventory, dry_run=False, bring_up=True, json=json).run)
 
 
-def contract_gate(spec, *, yes: bool, json: bool = False):
+def contract_gate(spec: fleet_api.Inventory, *, yes: bool, json: bool = False) -> Gate:
     """Show the launch contract ``fleet.up`` is about to apply (jackin/plan/contract.py): its summary, and
     when it differs from the last one applied to the fleet, the difference (a first up: the whole
     contract). A difference needs a confirmation: without ``--yes`` and with no terminal to ask on,
@@ -133,13 +137,13 @@ def contract_gate(spec, *, yes: bool, json: bool = False):
     return show_contract(contract_gate_of(spec), fleet=spec.fleet.name, yes=yes, json=json)
 
 
-def contract_gate_of(spec):
+def contract_gate_of(spec: fleet_api.Inventory) -> Gate:
     from jackin.plan import contract as contract_api
 
     return contract_api.gate(spec)
 
 
-def show_contract(found, *, fleet: str, yes: bool, json: bool = False, what: str = "launch contract"):
+def show_contract(found: Gate, *, fleet: str, yes: bool, json: bool = False, what: str = "launch contract") -> Gate:
     """Print a ``contract.Gate`` (the whole contract when first and asked; the summary; the
     difference) and refuse a difference with no terminal and no ``--yes``. Returns ``found``."""
     console = ui.err if json else ui.out
@@ -157,7 +161,9 @@ def show_contract(found, *, fleet: str, yes: bool, json: bool = False, what: str
     return found
 
 
-def _up(spec, inventory: str | None, *, dry_run: bool, bring_up: bool, json: bool) -> fleet_api.UpResult:
+def _up(
+    spec: fleet_api.Inventory, inventory: str | None, *, dry_run: bool, bring_up: bool, json: bool
+) -> fleet_api.UpResult:
     with ui.progress() as view:
         result = fleet_api.up(spec, source=inventory, dry_run=dry_run, bring_up=bring_up, on_event=view.update,
                               log=ui.log)  # fmt: skip
@@ -357,7 +363,7 @@ def snapshot_restore(inventory: str | None, snapshot: str, *, agent: str | None,
     spec = fleet_api.load(inventory)
     require_terminal_or("--yes", when=not yes)
 
-    def ask(preview) -> bool:
+    def ask(preview: DiffResult) -> bool:
         if not (json and yes):
             (ui.err if json else ui.out).print(ui.diff_table(preview))
         if not yes:
@@ -379,7 +385,7 @@ def snapshot_prune(inventory: str | None, *, yes: bool, json: bool) -> int:
 
     spec = fleet_api.load(inventory)
 
-    def ask(removed) -> bool:
+    def ask(removed: list[SnapshotRecord]) -> bool:
         if not yes:
             require_terminal_or("--yes")
             ui.out.print(ui.snapshots_table(removed, fleet=spec.fleet.name))
@@ -514,7 +520,7 @@ def snapshot_push(inventory: str | None, snapshot: str, *, host: str | None, jso
     return _snapshot_errors(result.errors)
 
 
-def _copy_places(spec) -> dict[str, list[str]]:
+def _copy_places(spec: fleet_api.Inventory) -> dict[str, list[str]]:
     """Per snapshot id, where copies of it are (``operator``, pushed-onto hosts): for snapshot.list."""
     from jackin.snapshots import moves
 
@@ -550,7 +556,7 @@ def final_preview(spec: fleet_api.Inventory, *, keep_data: bool, no_final_snapsh
             "started again")  # fmt: skip
 
 
-def final_table(result: fleet_api.DownResult):
+def final_table(result: fleet_api.DownResult) -> Table:
     """Per host: the final snapshot, the operator's copy, or what failed."""
     from rich.table import Table
 
@@ -628,7 +634,7 @@ def fleet_wait(inventory: str | None, *, until: str, timeout: str | int | None, 
     seconds = None
     if timeout not in (None, ""):
         try:
-            seconds = parse_duration(timeout)  # type: ignore[arg-type]
+            seconds = parse_duration(timeout)
         except ValueError as error:
             raise SpecError(f"--timeout: {error}, got {timeout!r}") from None
     console = ui.err if json else ui.out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -18,9 +18,19 @@ from jackin.errors import JackinError, SpecError
 from jackin.lab import LabStatus
 
 if TYPE_CHECKING:  # annotations only: the engine's protocol is not loaded by commands that run no engine
+    from rich.console import Group, RenderableType
+
+    from jackin.agents.answer import Answered
+    from jackin.agents.wait import Change, WaitResult
     from jackin.engine import Event, RunResult
-    from jackin.lifecycle.fleet import CleanCheck
+    from jackin.lifecycle.fleet import CleanCheck, PlanResult
+    from jackin.lifecycle.rollback import PlannedStep, SpecRun
     from jackin.lifecycle.status import FleetStatus
+    from jackin.net.probes import Denial, Probe
+    from jackin.plan.contract import AgentContract, FleetContract, NetworkTerm
+    from jackin.snapshots.models import AgentSnapshot, DiffResult, RestoreResult, SnapshotRecord
+    from jackin.snapshots.moves import PullResult, PushResult
+    from jackin.work.collect import CollectReport, Review
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -121,7 +131,7 @@ def up_table(result: RunResult, *, title: str, agents: int | None = None) -> Tab
     table = Table(title=title, title_justify="left")
     for column, justify in (("host", "left"), ("status", "left"), ("agents", "right"), ("changed", "right"),
                             ("failed", "right"), ("time", "right"), ("detail", "left")):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]  # each one of rich's JustifyMethod names
     for host in result.hosts:
         status = Text("ok", style="green") if host.ok else Text("FAILED", style="bold red")
         count = host.facts.get("agents", agents)
@@ -149,13 +159,13 @@ def _duration(seconds: float | None) -> str:
     return f"{s}s"
 
 
-def _bytes(value: int | None) -> str:
+def _bytes(value: float | None) -> str:
     if value is None:
         return "-"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":
             return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
-        value /= 1024  # type: ignore[assignment]
+        value /= 1024
     return str(value)
 
 
@@ -164,7 +174,7 @@ def status_table(status: FleetStatus) -> Table:
     for column, justify in (("host", "left"), ("agent", "left"), ("state", "left"), ("uptime", "right"),
                             ("cpu", "right"), ("memory", "right"), ("restarts", "right"), ("egress", "left"),
                             ("dropped", "right"), ("last error", "left")):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]  # each one of rich's JustifyMethod names
     for host in status.hosts:
         if not host.reachable:
             table.add_row(host.host, "-", Text("unreachable", style="bold red"), "-", "-", "-", "-", "-", "-",
@@ -216,7 +226,7 @@ def clean_table(checks: list[CleanCheck]) -> Table:
     return table
 
 
-def watch(render, *, every: float = 2.0) -> None:
+def watch(render: Callable[[], RenderableType], *, every: float = 2.0) -> None:
     """Refresh ``render()`` in place until Ctrl-C, which ends it cleanly at any moment, the first
     render included (its SSH reads are interrupted at once: ``jackin.transport.remote.gather``)."""
     import time
@@ -230,7 +240,7 @@ def watch(render, *, every: float = 2.0) -> None:
         pass
 
 
-def probe_table(probes) -> Table:
+def probe_table(probes: list[Probe]) -> Table:
     table = Table(title="netcheck", title_justify="left")
     for column in ("host", "agent", "destination", "result", "detail"):
         table.add_column(column)
@@ -241,7 +251,7 @@ def probe_table(probes) -> Table:
     return table
 
 
-def denials_table(denials, agent: str) -> Table:
+def denials_table(denials: list[Denial], agent: str) -> Table:
     table = Table(title=f"denied destinations of {agent} (last hour)", title_justify="left")
     for column in ("host", "agent", "destination", "expires in"):
         table.add_column(column)
@@ -255,13 +265,13 @@ def denials_table(denials, agent: str) -> Table:
 # --- snapshots -------------------------------------------------------------------
 
 
-def snapshots_table(records, *, fleet: str) -> Table:
+def snapshots_table(records: list[SnapshotRecord], *, fleet: str) -> Table:
     """``snapshot.list``: one row per fleet snapshot, oldest first."""
     table = Table(title=f"snapshots of fleet {fleet}", title_justify="left")
     for column, justify in (("id", "left"), ("created", "left"), ("kind", "left"), ("label", "left"),
                             ("agents", "left"), ("hosts", "left"), ("size", "right"), ("added", "right"),
                             ("tiers", "left")):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]  # each one of rich's JustifyMethod names
     for r in records:
         table.add_row(r.id, r.created, r.kind, r.label or "", ", ".join(r.instances), ", ".join(r.hosts),
                       _bytes(r.size), _bytes(r.added), "+".join(r.tiers))  # fmt: skip
@@ -270,7 +280,7 @@ def snapshots_table(records, *, fleet: str) -> Table:
     return table
 
 
-def snapshot_view(record) -> Table:
+def snapshot_view(record: SnapshotRecord) -> Table:
     """``snapshot.show``: the snapshot's agents, each with its restic id and manifest summary, and how
     its home was held still for restic (``held``: a checkpoint, or frozen and for how long)."""
     label = f"  {record.label}" if record.label else ""
@@ -279,7 +289,7 @@ def snapshot_view(record) -> Table:
     for column, justify in (("host", "left"), ("agent", "left"), ("restic id", "left"), ("uid", "right"),
                             ("image", "left"), ("size", "right"), ("added", "right"), ("new files", "right"),
                             ("changed", "right"), ("tiers", "left"), *([("held", "left")] if held else [])):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]  # each one of rich's JustifyMethod names
     for a in record.agents:
         m = a.manifest
         table.add_row(a.host, a.instance, (a.restic_id or "-")[:8], str(m.uid) if m else "-", m.image if m else "-",
@@ -288,7 +298,7 @@ def snapshot_view(record) -> Table:
     return table
 
 
-def held_text(agent) -> str:
+def held_text(agent: AgentSnapshot) -> str:
     """``frozen 0.42s``, ``checkpoint, frozen 0.05s``, ``stopped``...: how one agent's home was held
     still for its snapshot, and for how long the agent was frozen for it."""
     frozen = f"frozen {agent.frozen_ms / 1000:.2f}s" if agent.frozen_ms is not None else None
@@ -297,7 +307,7 @@ def held_text(agent) -> str:
     return ", ".join(t for t in (agent.instant or "-", frozen) if t)
 
 
-def diff_table(result, *, limit: int = 50) -> Table:
+def diff_table(result: DiffResult, *, limit: int = 50) -> Table:
     """``snapshot.diff`` and the restore preview: per agent, the paths added, removed and changed."""
     table = Table(title=f"diff {result.snapshot} -> {result.against}", title_justify="left")
     for column in ("host", "agent", "change", "path"):
@@ -317,7 +327,7 @@ def diff_table(result, *, limit: int = 50) -> Table:
     return table
 
 
-def restore_table(result) -> Table:
+def restore_table(result: RestoreResult) -> Table:
     table = Table(title=f"restore of {result.snapshot} (undo: restore {result.pre_restore})", title_justify="left")
     for column in ("host", "agent", "result", "tier", "detail"):
         table.add_column(column)
@@ -337,7 +347,7 @@ def _value(value: object) -> str:
     return json.dumps(value, default=str) if not isinstance(value, str) else value
 
 
-def rollback_view(step, *, fleet: str) -> Table:
+def rollback_view(step: PlannedStep, *, fleet: str) -> Table:
     """What one rollback step changes: from the spec in place to the stored one, on which hosts."""
     table = Table.grid(padding=(0, 1))
     source = f"run {step.from_run}'s spec" if step.from_run is not None else "the spec in place"
@@ -361,7 +371,7 @@ def rollback_view(step, *, fleet: str) -> Table:
     return table
 
 
-def runs_table(runs, *, fleet: str) -> Table:
+def runs_table(runs: list[SpecRun], *, fleet: str) -> Table:
     """The fleet's runs that recorded a spec: the targets fleet.rollback --to accepts."""
     import time
 
@@ -382,12 +392,12 @@ def runs_table(runs, *, fleet: str) -> Table:
 # --- snapshot.pull, snapshot.push ----------------------------------------------------
 
 
-def pull_table(result) -> Table:
+def pull_table(result: PullResult) -> Table:
     """``snapshot.pull``: per origin host, pulled (files and bytes copied, skipped), already pulled, or failed."""
     table = Table(title=f"pull of snapshot {result.snapshot}", title_justify="left")
     for column, justify in (("host", "left"), ("result", "left"), ("copied", "right"), ("skipped", "right"),
                             ("copy on this machine / error", "left")):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]  # each one of rich's JustifyMethod names
     styles = {"pulled": "green", "already pulled": "green", "failed": "bold red"}
     for h in result.hosts:
         moved = h.status == "pulled"
@@ -397,12 +407,12 @@ def pull_table(result) -> Table:
     return table
 
 
-def push_table(result) -> Table:
+def push_table(result: PushResult) -> Table:
     """``snapshot.push``: per origin, where its repository now is on the host and what was copied."""
     table = Table(title=f"push of snapshot {result.snapshot} onto {result.host}", title_justify="left")
     for column, justify in (("origin", "left"), ("repository on the host", "left"), ("copied", "right"),
                             ("skipped", "right"), ("note", "left")):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]  # each one of rich's JustifyMethod names
     for o in result.origins:
         table.add_row(o.origin, o.path, f"{o.copied} ({_bytes(o.copied_bytes)})",
                       f"{o.skipped} ({_bytes(o.skipped_bytes)})", "pulled first" if o.pulled_first else "")  # fmt: skip
@@ -414,12 +424,12 @@ def push_table(result) -> Table:
 # --- the launch contract (jackin/plan/contract.py) ---------------------------------------------------
 
 
-def contract_tables(contract) -> list[Table]:
+def contract_tables(contract: FleetContract) -> list[Table]:
     """The launch contract, readable: one table per agent, then the fleet's terms (same on every host)."""
     return [*(_agent_contract(contract, a) for a in contract.agents), _fleet_contract(contract)]
 
 
-def _agent_contract(contract, agent) -> Table:
+def _agent_contract(contract: FleetContract, agent: AgentContract) -> Table:
     table = Table(title=f"{agent.instance} ({agent.role}, {agent.image}) on fleet {contract.fleet}",
                   title_justify="left", show_header=False)  # fmt: skip
     table.add_column("term", style="bold")
@@ -441,7 +451,7 @@ def _agent_contract(contract, agent) -> Table:
     return table
 
 
-def _network_line(net) -> str:
+def _network_line(net: NetworkTerm) -> str:
     parts = [f"mode {net.mode}"]
     if net.allowlist:
         parts.append("allow " + ", ".join(net.allowlist))
@@ -451,7 +461,7 @@ def _network_line(net) -> str:
     return "; ".join(parts) + f"; enforcement {enforced}"
 
 
-def _fleet_contract(contract) -> Table:
+def _fleet_contract(contract: FleetContract) -> Table:
     table = Table(title=f"fleet {contract.fleet}: on every host", title_justify="left", show_header=False)
     table.add_column("term", style="bold")
     table.add_column("value")
@@ -475,7 +485,7 @@ def _fleet_contract(contract) -> Table:
     return table
 
 
-def contract_summary(contract) -> Table:
+def contract_summary(contract: FleetContract) -> Table:
     """One line per agent: who it runs as, what it sees, where it may connect, what it holds."""
     table = Table(title=f"launch contract of fleet {contract.fleet} (schema {contract.schema_version})",
                   title_justify="left")  # fmt: skip
@@ -503,7 +513,7 @@ def contract_changes(changes: list[str], *, first: bool) -> Text:
                 style="yellow")  # fmt: skip
 
 
-def host_plan_view(result) -> Table:
+def host_plan_view(result: PlanResult) -> Table:
     """fleet.plan: per host what fleet.up would change, by category; an unchanged host in one line.
     Credentials show by name and agent only (``jackin.plan.host``), never a value."""
     table = Table.grid(padding=(0, 1))
@@ -557,23 +567,22 @@ def agents_table(status: FleetStatus) -> Table:
     table = Table(title=f"fleet {status.fleet}: agents", title_justify="left")
     for column in ("state", "host", "agent", "heartbeat", "message / question"):
         table.add_column(column, justify="right" if column == "heartbeat" else "left")
-    rows = [(h.host, a) for h in status.hosts for a in h.agents if a.agent_state]
-    for host, agent in sorted(rows, key=lambda r: (order(r[1].agent_state.state), r[0], r[1].instance)):
-        state = agent.agent_state
+    rows = [(h.host, a, a.agent_state) for h in status.hosts for a in h.agents if a.agent_state]
+    for host, agent, state in sorted(rows, key=lambda r: (order(r[2].state), r[0], r[1].instance)):
         age = "-" if state.heartbeat_age is None else f"{_duration(state.heartbeat_age)} ago"
         table.add_row(agent_state_text(state.state), host, agent.instance, age, _said(state.message, state.question))
     table.caption = status.rollup or "0 agents"
     return table
 
 
-def status_view(status: FleetStatus):
+def status_view(status: FleetStatus) -> Group:
     """fleet.status: the hosts × agents table, then the agents' states (blocked first) and roll-up."""
     from rich.console import Group
 
     return Group(status_table(status), agents_table(status))
 
 
-def change_line(change) -> Text:
+def change_line(change: Change) -> Text:
     """``12:03:04  lab-0/coder-1  working -> blocked  asks: Which database?`` (a fleet.wait change)."""
     import time
 
@@ -586,7 +595,7 @@ def change_line(change) -> Text:
     return line + (Text("  ") + said if said.plain else Text(""))
 
 
-def wait_summary(result) -> Text:
+def wait_summary(result: WaitResult) -> Text:
     """How fleet.wait ended, and the agents' last states in roll-up form."""
     from jackin.agents.state import rollup
 
@@ -600,7 +609,7 @@ def wait_summary(result) -> Text:
     return text
 
 
-def answered_line(result) -> Text:
+def answered_line(result: Answered) -> Text:
     asked = f" (it asked: {result.question})" if result.question else ""
     return Text(f"answer delivered to {result.instance} on {result.host}: {result.size} bytes{asked}")
 
@@ -608,7 +617,7 @@ def answered_line(result) -> Text:
 # --- work and handoffs (jackin.work.collect) ------------------------------------------------------
 
 
-def collect_table(report) -> Table:
+def collect_table(report: CollectReport) -> Table:
     """fleet.collect: per host and agent what was collected, under which ref, and the handoff's evidence."""
     table = Table(title=f"fleet {report.fleet}: collect", title_justify="left")
     for column in ("host", "agent", "state", "result", "commit", "ref", "handoff"):
@@ -624,7 +633,7 @@ def collect_table(report) -> Table:
     return table
 
 
-def review_table(review) -> Table:
+def review_table(review: Review) -> Table:
     """fleet.review: per host and agent its state, collected commit, diff stat, evidence and handoff."""
     table = Table(title=f"fleet {review.fleet}: review", title_justify="left")
     for column in ("host", "agent", "state", "commit", "diff", "evidence", "handoff"):
