@@ -80,7 +80,7 @@ class Phases(BaseModel):
 
 def default_wait() -> Callable[..., Any]:
     try:
-        from jackin.agents.wait import wait  # type: ignore[import-not-found,unused-ignore]  # the agent-state module
+        from jackin.agents.wait import wait  # the agent-state module
     except ImportError as error:
         raise JackinError(f"fleet.run needs fleet.wait's jackin.waiting.wait, which this build lacks ({error})",
                           hint="nothing was touched") from None  # fmt: skip
@@ -89,7 +89,7 @@ def default_wait() -> Callable[..., Any]:
 
 def default_collect() -> Callable[..., Any]:
     try:
-        from jackin.work.collect import collect  # type: ignore[import-not-found,unused-ignore]  # fleet.collect's
+        from jackin.work.collect import collect  # fleet.collect's
     except ImportError as error:
         raise JackinError(f"fleet.run needs fleet.collect's jackin.collect.collect, which this build lacks ({error})",
                           hint="nothing was touched") from None  # fmt: skip

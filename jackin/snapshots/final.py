@@ -21,7 +21,7 @@ snapshot (``--no-final-snapshot``, ``before_teardown: false``) the repositories 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +33,9 @@ from jackin.spec import Inventory
 from jackin.store.ledger import Ledger
 from jackin.transport.remote import gather
 from jackin.transport.target import SshTarget
+
+if TYPE_CHECKING:
+    from fabric import Connection
 
 LABEL = "final, before fleet.down"
 Stage = Literal["done", "nothing", "read", "stop", "snapshot", "pull"]
@@ -168,7 +171,7 @@ def _stop(targets: list[SshTarget], running: dict[str, list[str]], out: dict[str
     from jackin.snapshots import api
     from jackin.snapshots import host as remote
 
-    def stop(conn, target: SshTarget) -> None:
+    def stop(conn: Connection, target: SshTarget) -> None:
         remote.set_running(conn, running[target.name], False, host=target.name)
 
     ready = set()
@@ -193,7 +196,7 @@ def _restart(targets: list[SshTarget], out: dict[str, FinalHost], log: Log) -> N
     from jackin.snapshots import api
     from jackin.snapshots import host as remote
 
-    def start(conn, target: SshTarget) -> None:
+    def start(conn: Connection, target: SshTarget) -> None:
         remote.set_running(conn, out[target.name].stopped, True, host=target.name)
 
     for name, result in api.in_parallel(targets, start).items():

@@ -30,6 +30,7 @@ from jackin.transport.remote import HostError
 from jackin.transport.target import SshTarget
 
 if TYPE_CHECKING:
+    from jackin.plan.fleet import FleetPlan
     from jackin.snapshots.moves import Placement
 
 Confirm = Callable[[DiffResult], bool]
@@ -75,7 +76,8 @@ def restore(inventory: Inventory, snapshot: str, agent: str | None = None, *, st
         return result
 
 
-def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items, targets: list[SshTarget], plan,
+def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items: list[AgentSnapshot],
+             targets: list[SshTarget], plan: FleetPlan,
              *, confirm: Confirm | None, run: int, result: RestoreResult,
              repos: dict[tuple[str, str], str] | None = None) -> None:  # fmt: skip
     fleet = inventory.fleet.name

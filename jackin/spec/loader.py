@@ -9,6 +9,7 @@ Problems come out one a line: ``FILE:LINE: field.path: what was expected``.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,7 @@ class _Tree:
         first_line: dict[str, int] = {}
         for key_node, value_node in node.value:
             line = key_node.start_mark.line + 1
-            if not isinstance(key_node, ScalarNode) or key_node.tag.endswith(":merge"):
+            if not isinstance(key_node, ScalarNode) or (key_node.tag or "").endswith(":merge"):
                 self.problems.append(
                     Problem(line, path, "only plain keys are supported (no merge keys or complex keys)")
                 )
@@ -247,7 +248,7 @@ _EXPECTED = {
 }
 
 
-def _message(item: dict[str, Any], path: Path_, root: type[BaseModel]) -> str:
+def _message(item: Mapping[str, Any], path: Path_, root: type[BaseModel]) -> str:
     kind = item["type"]
     value = item.get("input")
     if "credentials" in path and isinstance(value, str):
@@ -287,7 +288,7 @@ def _message(item: dict[str, Any], path: Path_, root: type[BaseModel]) -> str:
 _BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
 
 
-def _bound(item: dict[str, Any]) -> str:
+def _bound(item: Mapping[str, Any]) -> str:
     ctx = item.get("ctx", {})
     return str(next(iter(ctx.values()), "")) if ctx else ""
 
@@ -334,7 +335,7 @@ def _check_references(data: dict[str, Any], lines: dict[Path_, int]) -> list[Pro
         problems.append(Problem(_line_for(path, lines), path, message))
 
     hosts = _items(data.get("hosts"))
-    groups = data.get("groups") if isinstance(data.get("groups"), dict) else {}
+    groups = data["groups"] if isinstance(data.get("groups"), dict) else {}
     if not isinstance(data.get("fleet"), dict):
         return problems  # the structural check already says what is wrong with 'fleet'
     fleet = data["fleet"]

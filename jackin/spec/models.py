@@ -17,7 +17,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -28,6 +28,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+if TYPE_CHECKING:
+    from jackin.spec.roles import Role
 
 SLUG = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"  # no "--": names join with "--" (jk-<fleet>--<instance>)
 Slug = Annotated[str, Field(pattern=SLUG, max_length=24)]
@@ -227,7 +230,7 @@ class NetworkPolicy(Model):
 
     @field_validator("allow")
     @classmethod
-    def _allow_needs_allowlist(cls, value: list[str], info) -> list[str]:
+    def _allow_needs_allowlist(cls, value: list[str], info: ValidationInfo) -> list[str]:
         mode = info.data.get("mode")
         if value and mode == "none":
             raise ValueError("entries are not allowed with mode 'none' (use mode 'allowlist')")
@@ -242,7 +245,7 @@ class Resources(Model):
 
     @field_validator("memory", "disk", mode="before")
     @classmethod
-    def _size(cls, value):
+    def _size(cls, value: Any) -> int | None:
         return None if value is None else parse_size(value)
 
 
@@ -338,12 +341,12 @@ class SnapshotPolicy(Model):
 
     @field_validator("every", mode="before")
     @classmethod
-    def _duration(cls, value):
+    def _duration(cls, value: Any) -> int | None:
         return None if value is None else parse_duration(value)
 
     @field_validator("max_freeze", mode="before")
     @classmethod
-    def _max_freeze(cls, value):
+    def _max_freeze(cls, value: Any) -> int:
         seconds = parse_duration(value)
         if seconds > 6 * 3600:
             raise ValueError("expected at most 6h (an agent frozen longer is a stopped agent)")
@@ -356,7 +359,7 @@ class SnapshotPolicy(Model):
 
     @field_validator("checkpoint_size", mode="before")
     @classmethod
-    def _checkpoint_size(cls, value):
+    def _checkpoint_size(cls, value: Any) -> int:
         size = parse_size(value)
         if size < MIN_CHECKPOINT_SIZE:
             raise ValueError("expected at least 256m (the smallest btrfs worth having), e.g. 10g")
@@ -390,7 +393,7 @@ class FleetSpec(Model):
 
     @field_validator("ttl", mode="before")
     @classmethod
-    def _duration(cls, value):
+    def _duration(cls, value: Any) -> int | None:
         return None if value is None else parse_duration(value)
 
     def agent_network(self, agent: AgentSpec) -> NetworkPolicy:
@@ -425,7 +428,7 @@ def _check_role(name: str) -> str:
     return name
 
 
-def _role(name: str):
+def _role(name: str) -> Role:
     from jackin.errors import SpecError
     from jackin.spec import roles
 

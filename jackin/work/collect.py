@@ -23,9 +23,10 @@ import json
 import shlex
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,6 +39,9 @@ from jackin.store.ledger import Ledger
 from jackin.transport.ssh import SshTarget, connect
 from jackin.work import handoffs
 from jackin.work.bundles import WorkError, git
+
+if TYPE_CHECKING:
+    from fabric import Connection
 
 MAX_BUNDLE = 512 * 1024 * 1024
 MAX_STATUS = 64 * 1024
@@ -130,7 +134,7 @@ def fetch(repo: str, bundle: bytes, branch: str, ref: str) -> str:
     return commit
 
 
-def on_branch(repo: str, ref: str, since: str | None = None):
+def on_branch(repo: str, ref: str, since: str | None = None) -> Callable[[str], str | None]:
     """``handoffs.check``'s lookup: a word naming a commit reachable from ``ref`` -> its full id.
     ``since``: the commit the agent started from; a commit already in it is not the agent's work."""
 
@@ -155,7 +159,9 @@ def handoff_path(fleet: str, host: str, instance: str) -> Path:
 # --- the remote side ----------------------------------------------------------------------
 
 
-def _exec(conn, command: str, *, cap: int, host: str, timeout: float = READ_TIMEOUT) -> tuple[int, bytes, bytes]:
+def _exec(
+    conn: Connection, command: str, *, cap: int, host: str, timeout: float = READ_TIMEOUT
+) -> tuple[int, bytes, bytes]:
     """Run ``command`` on the host; its stdout as bytes (more than ``cap`` is an error), stderr, exit."""
     transport = conn.client.get_transport()
     if transport is None or not transport.is_active():
@@ -192,13 +198,13 @@ def as_agent(agent: planning.AgentPlan, *argv: str) -> str:
     return shlex.join(["docker", "exec", "--user", f"{agent.uid}:{agent.uid}", agent.container, *argv])
 
 
-def read_file(conn, agent: planning.AgentPlan, path: str, cap: int, *, host: str) -> bytes | None:
+def read_file(conn: Connection, agent: planning.AgentPlan, path: str, cap: int, *, host: str) -> bytes | None:
     """A file in the agent's container, read as the agent and capped; None when it cannot be read."""
     code, out, _ = _exec(conn, as_agent(agent, "head", "-c", str(cap), path), cap=cap, host=host, timeout=30)
     return out if code == 0 else None
 
 
-def read_status(conn, agent: planning.AgentPlan, *, host: str) -> dict:
+def read_status(conn: Connection, agent: planning.AgentPlan, *, host: str) -> dict:
     """The agent's status file as a dict ({} when absent or not JSON)."""
     data = read_file(conn, agent, STATUS_FILE, MAX_STATUS, host=host)
     try:
@@ -224,7 +230,7 @@ def _started_from(data: bytes | None) -> str | None:
     return commit if isinstance(commit, str) and len(commit) in (40, 64) and commit.isalnum() else None
 
 
-def _one(conn, inventory: Inventory, agent: planning.AgentPlan, *, host: str, into: str | None,
+def _one(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, host: str, into: str | None,
          asked: bool) -> AgentCollect:  # fmt: skip
     fleet = inventory.fleet.name
     result = AgentCollect(host=host, instance=agent.instance, agent=agent.agent)
