@@ -266,7 +266,7 @@ def fleet_wait(inventory: str | None, *, until: str, timeout: str | int | None, 
     seconds = None
     if timeout not in (None, ""):
         try:
-            seconds = parse_duration(timeout)  # type: ignore[arg-type]
+            seconds = parse_duration(timeout)
         except ValueError as error:
             raise SpecError(f"--timeout: {error}, got {timeout!r}") from None
     console = ui.err if json else ui.out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
@@ -10,8 +11,13 @@ from rich.text import Text
 from jackin.agents.state import rollup
 from jackin.cli.render.units import duration
 
+if TYPE_CHECKING:  # annotations only
+    from jackin.agents.answer import Answered
+    from jackin.agents.wait import Change, WaitResult
+    from jackin.net.probes import Denial, Probe
 
-def probe_table(probes) -> Table:
+
+def probe_table(probes: list[Probe]) -> Table:
     table = Table(title="netcheck", title_justify="left")
     for column in ("host", "agent", "destination", "result", "detail"):
         table.add_column(column)
@@ -22,7 +28,7 @@ def probe_table(probes) -> Table:
     return table
 
 
-def denials_table(denials, agent: str) -> Table:
+def denials_table(denials: list[Denial], agent: str) -> Table:
     table = Table(title=f"denied destinations of {agent} (last hour)", title_justify="left")
     for column in ("host", "agent", "destination", "expires in"):
         table.add_column(column)
@@ -49,7 +55,7 @@ def said(message: str, question: str | None) -> Text:
     return text
 
 
-def change_line(change) -> Text:
+def change_line(change: Change) -> Text:
     """``12:03:04  lab-0/coder-1  working -> blocked  asks: Which database?`` (a fleet.wait change)."""
     when = time.strftime("%H:%M:%S", time.localtime(change.at))
     line = Text(f"{when}  ", style="dim") + Text(f"{change.host}/{change.instance}  ", style="bold")
@@ -60,7 +66,7 @@ def change_line(change) -> Text:
     return line + (Text("  ") + words if words.plain else Text(""))
 
 
-def wait_summary(result) -> Text:
+def wait_summary(result: WaitResult) -> Text:
     """How fleet.wait ended, and the agents' last states in roll-up form."""
     why = {"done": "every agent finished", "blocked": "an agent is blocked", "any": "an agent changed state",
            "timeout": "timed out", "unreachable": "a host could not be read"}.get(result.reason, result.reason)  # fmt: skip
@@ -72,6 +78,6 @@ def wait_summary(result) -> Text:
     return text
 
 
-def answered_line(result) -> Text:
+def answered_line(result: Answered) -> Text:
     asked = f" (it asked: {result.question})" if result.question else ""
     return Text(f"answer delivered to {result.instance} on {result.host}: {result.size} bytes{asked}")

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 from rich.text import Text
 
 from jackin.cli.render.units import duration, size
 
+if TYPE_CHECKING:  # annotations only
+    from jackin.plan.contract import AgentContract, FleetContract, NetworkTerm
 
-def contract_tables(contract) -> list[Table]:
+
+def contract_tables(contract: FleetContract) -> list[Table]:
     """The launch contract, readable: one table per agent, then the fleet's terms (same on every host)."""
     return [*(_agent_contract(contract, a) for a in contract.agents), _fleet_contract(contract)]
 
 
-def _agent_contract(contract, agent) -> Table:
+def _agent_contract(contract: FleetContract, agent: AgentContract) -> Table:
     table = Table(title=f"{agent.instance} ({agent.role}, {agent.image}) on fleet {contract.fleet}",
                   title_justify="left", show_header=False)  # fmt: skip
     table.add_column("term", style="bold")
@@ -35,7 +40,7 @@ def _agent_contract(contract, agent) -> Table:
     return table
 
 
-def _network_line(net) -> str:
+def _network_line(net: NetworkTerm) -> str:
     parts = [f"mode {net.mode}"]
     if net.allowlist:
         parts.append("allow " + ", ".join(net.allowlist))
@@ -45,7 +50,7 @@ def _network_line(net) -> str:
     return "; ".join(parts) + f"; enforcement {enforced}"
 
 
-def _fleet_contract(contract) -> Table:
+def _fleet_contract(contract: FleetContract) -> Table:
     table = Table(title=f"fleet {contract.fleet}: on every host", title_justify="left", show_header=False)
     table.add_column("term", style="bold")
     table.add_column("value")
@@ -69,7 +74,7 @@ def _fleet_contract(contract) -> Table:
     return table
 
 
-def contract_summary(contract) -> Table:
+def contract_summary(contract: FleetContract) -> Table:
     """One line per agent: who it runs as, what it sees, where it may connect, what it holds."""
     table = Table(title=f"launch contract of fleet {contract.fleet} (schema {contract.schema_version})",
                   title_justify="left")  # fmt: skip

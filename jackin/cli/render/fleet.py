@@ -9,7 +9,7 @@ from rich.text import Text
 
 if TYPE_CHECKING:  # annotations only: the engine's protocol is not loaded by commands that run no engine
     from jackin.engine import RunResult
-    from jackin.lifecycle.fleet import CleanCheck, DownResult
+    from jackin.lifecycle.fleet import CleanCheck, DownResult, PlanResult
 
 
 def up_table(result: RunResult, *, title: str, agents: int | None = None) -> Table:
@@ -17,7 +17,7 @@ def up_table(result: RunResult, *, title: str, agents: int | None = None) -> Tab
     table = Table(title=title, title_justify="left")
     for column, justify in (("host", "left"), ("status", "left"), ("agents", "right"), ("changed", "right"),
                             ("failed", "right"), ("time", "right"), ("detail", "left")):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]  # each one of rich's JustifyMethod names
     for host in result.hosts:
         status = Text("ok", style="green") if host.ok else Text("FAILED", style="bold red")
         count = host.facts.get("agents", agents)
@@ -46,7 +46,7 @@ def clean_table(checks: list[CleanCheck]) -> Table:
     return table
 
 
-def host_plan_view(result) -> Table:
+def host_plan_view(result: PlanResult) -> Table:
     """fleet.plan: per host what fleet.up would change, by category; an unchanged host in one line.
     Credentials show by name and agent only (``jackin.plan.host``), never a value."""
     table = Table.grid(padding=(0, 1))

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:  # annotations only
+    from jackin.lifecycle.rollback import PlannedStep, SpecRun
 
 INVENTORY_KEPT = "the inventory file is not rewritten: the next fleet.up -i FILE applies the file's spec again"
 
@@ -15,7 +19,7 @@ def _value(value: object) -> str:
     return json.dumps(value, default=str) if not isinstance(value, str) else value
 
 
-def rollback_view(step, *, fleet: str) -> Table:
+def rollback_view(step: PlannedStep, *, fleet: str) -> Table:
     """What one rollback step changes: from the spec in place to the stored one, on which hosts."""
     table = Table.grid(padding=(0, 1))
     source = f"run {step.from_run}'s spec" if step.from_run is not None else "the spec in place"
@@ -39,7 +43,7 @@ def rollback_view(step, *, fleet: str) -> Table:
     return table
 
 
-def runs_table(runs, *, fleet: str) -> Table:
+def runs_table(runs: list[SpecRun], *, fleet: str) -> Table:
     """The fleet's runs that recorded a spec: the targets fleet.rollback --to accepts."""
     table = Table(title=f"fleet {fleet}: applied specs", title_justify="left")
     for column in ("run", "action", "started", "status", "spec", "hosts"):

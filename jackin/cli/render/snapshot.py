@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 from rich.text import Text
 
 from jackin.cli.render.units import size
 
+if TYPE_CHECKING:  # annotations only
+    from jackin.snapshots.models import AgentSnapshot, DiffResult, RestoreResult, SnapshotRecord
+    from jackin.snapshots.moves import PullResult, PushResult
 
-def snapshots_table(records, *, fleet: str) -> Table:
+
+def snapshots_table(records: list[SnapshotRecord], *, fleet: str) -> Table:
     """``snapshot.list``: one row per fleet snapshot, oldest first."""
     table = Table(title=f"snapshots of fleet {fleet}", title_justify="left")
     for column, justify in (("id", "left"), ("created", "left"), ("kind", "left"), ("label", "left"),
                             ("agents", "left"), ("hosts", "left"), ("size", "right"), ("added", "right"),
                             ("tiers", "left")):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]  # each one of rich's JustifyMethod names
     for r in records:
         table.add_row(r.id, r.created, r.kind, r.label or "", ", ".join(r.instances), ", ".join(r.hosts),
                       size(r.size), size(r.added), "+".join(r.tiers))  # fmt: skip
@@ -23,7 +29,7 @@ def snapshots_table(records, *, fleet: str) -> Table:
     return table
 
 
-def snapshot_view(record) -> Table:
+def snapshot_view(record: SnapshotRecord) -> Table:
     """``snapshot.show``: the snapshot's agents, each with its restic id and manifest summary, and how
     its home was held still for restic (``held``: a checkpoint, or frozen and for how long)."""
     label = f"  {record.label}" if record.label else ""
@@ -32,7 +38,7 @@ def snapshot_view(record) -> Table:
     for column, justify in (("host", "left"), ("agent", "left"), ("restic id", "left"), ("uid", "right"),
                             ("image", "left"), ("size", "right"), ("added", "right"), ("new files", "right"),
                             ("changed", "right"), ("tiers", "left"), *([("held", "left")] if held else [])):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]  # each one of rich's JustifyMethod names
     for a in record.agents:
         m = a.manifest
         table.add_row(a.host, a.instance, (a.restic_id or "-")[:8], str(m.uid) if m else "-", m.image if m else "-",
@@ -41,7 +47,7 @@ def snapshot_view(record) -> Table:
     return table
 
 
-def held_text(agent) -> str:
+def held_text(agent: AgentSnapshot) -> str:
     """``frozen 0.42s``, ``checkpoint, frozen 0.05s``, ``stopped``...: how one agent's home was held
     still for its snapshot, and for how long the agent was frozen for it."""
     frozen = f"frozen {agent.frozen_ms / 1000:.2f}s" if agent.frozen_ms is not None else None
@@ -50,7 +56,7 @@ def held_text(agent) -> str:
     return ", ".join(t for t in (agent.instant or "-", frozen) if t)
 
 
-def diff_table(result, *, limit: int = 50) -> Table:
+def diff_table(result: DiffResult, *, limit: int = 50) -> Table:
     """``snapshot.diff`` and the restore preview: per agent, the paths added, removed and changed."""
     table = Table(title=f"diff {result.snapshot} -> {result.against}", title_justify="left")
     for column in ("host", "agent", "change", "path"):
@@ -70,7 +76,7 @@ def diff_table(result, *, limit: int = 50) -> Table:
     return table
 
 
-def restore_table(result) -> Table:
+def restore_table(result: RestoreResult) -> Table:
     table = Table(title=f"restore of {result.snapshot} (undo: restore {result.pre_restore})", title_justify="left")
     for column in ("host", "agent", "result", "tier", "detail"):
         table.add_column(column)
@@ -81,12 +87,12 @@ def restore_table(result) -> Table:
     return table
 
 
-def pull_table(result) -> Table:
+def pull_table(result: PullResult) -> Table:
     """``snapshot.pull``: per origin host, pulled (files and bytes copied, skipped), already pulled, or failed."""
     table = Table(title=f"pull of snapshot {result.snapshot}", title_justify="left")
     for column, justify in (("host", "left"), ("result", "left"), ("copied", "right"), ("skipped", "right"),
                             ("copy on this machine / error", "left")):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]  # each one of rich's JustifyMethod names
     styles = {"pulled": "green", "already pulled": "green", "failed": "bold red"}
     for h in result.hosts:
         moved = h.status == "pulled"
@@ -96,12 +102,12 @@ def pull_table(result) -> Table:
     return table
 
 
-def push_table(result) -> Table:
+def push_table(result: PushResult) -> Table:
     """``snapshot.push``: per origin, where its repository now is on the host and what was copied."""
     table = Table(title=f"push of snapshot {result.snapshot} onto {result.host}", title_justify="left")
     for column, justify in (("origin", "left"), ("repository on the host", "left"), ("copied", "right"),
                             ("skipped", "right"), ("note", "left")):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]  # each one of rich's JustifyMethod names
     for o in result.origins:
         table.add_row(o.origin, o.path, f"{o.copied} ({size(o.copied_bytes)})",
                       f"{o.skipped} ({size(o.skipped_bytes)})", "pulled first" if o.pulled_first else "")  # fmt: skip

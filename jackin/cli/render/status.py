@@ -22,7 +22,7 @@ def status_table(status: FleetStatus) -> Table:
     for column, justify in (("host", "left"), ("agent", "left"), ("state", "left"), ("uptime", "right"),
                             ("cpu", "right"), ("memory", "right"), ("restarts", "right"), ("egress", "left"),
                             ("dropped", "right"), ("last error", "left")):  # fmt: skip
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]  # each one of rich's JustifyMethod names
     for host in status.hosts:
         if not host.reachable:
             table.add_row(host.host, "-", Text("unreachable", style="bold red"), "-", "-", "-", "-", "-", "-",

@@ -18,11 +18,11 @@ def duration(seconds: float | None) -> str:
     return f"{s}s"
 
 
-def size(value: int | None) -> str:
+def size(value: float | None) -> str:
     if value is None:
         return "-"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":
             return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
-        value /= 1024  # type: ignore[assignment]
+        value /= 1024
     return str(value)

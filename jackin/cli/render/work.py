@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 from rich.text import Text
 
+if TYPE_CHECKING:  # annotations only
+    from jackin.work.collect import CollectReport, Review
 
-def collect_table(report) -> Table:
+
+def collect_table(report: CollectReport) -> Table:
     """fleet.collect: per host and agent what was collected, under which ref, and the handoff's evidence."""
     table = Table(title=f"fleet {report.fleet}: collect", title_justify="left")
     for column in ("host", "agent", "state", "result", "commit", "ref", "handoff"):
@@ -22,7 +27,7 @@ def collect_table(report) -> Table:
     return table
 
 
-def review_table(review) -> Table:
+def review_table(review: Review) -> Table:
     """fleet.review: per host and agent its state, collected commit, diff stat, evidence and handoff."""
     table = Table(title=f"fleet {review.fleet}: review", title_justify="left")
     for column in ("host", "agent", "state", "commit", "diff", "evidence", "handoff"):
