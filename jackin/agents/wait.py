@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -98,7 +98,7 @@ class WaitResult(_Model):
 def check_until(until: str) -> Until:
     if until not in UNTIL:
         raise SpecError(f"--until expects one of {', '.join(UNTIL)}, got {until!r}")
-    return until  # type: ignore[return-value]
+    return cast(Until, until)  # one of UNTIL: checked just above
 
 
 def condition(until: Until, poll: Poll, changed: bool) -> tuple[bool, int]:
@@ -142,6 +142,7 @@ def wait(
     history: list[Change] = []
     failing: dict[str, int] = {}
     count = 0
+    reason: str
     while True:
         current = keep_last(read(), seen)
         count += 1

@@ -103,7 +103,12 @@ def run(
     proc, stderr = engine.proc, engine.stderr  # ``engine`` owns them and closes them
     assert proc.stdin is not None and proc.stdout is not None
     fired = threading.Event()
-    watchdog = threading.Timer(timeout, lambda: (fired.set(), proc.kill()))  # a run past its deadline is stopped
+
+    def stop() -> None:  # a run past its deadline is stopped
+        fired.set()
+        proc.kill()
+
+    watchdog = threading.Timer(timeout, stop)
     watchdog.daemon = True
     watchdog.start()  # before the request is written: a child that never reads it is stopped too
     try:

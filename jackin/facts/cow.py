@@ -69,4 +69,4 @@ def parse_state(cow: list[str], subvolumes: list[str]) -> CowState:
     except ValueError:
         raw = b""
     names = [r.decode("utf-8", "backslashreplace") for r in raw.split(b"\0")[:-1]]
-    return CowState(**data, subvolumes=sorted(names))  # type: ignore[arg-type]
+    return CowState(**data, subvolumes=sorted(names))

@@ -17,5 +17,5 @@ class DockerDaemon(FactBase):
     def command(self) -> str:
         return daemon_command()
 
-    def process(self, output: list[str]) -> DaemonState:  # type: ignore[override]
+    def process(self, output: list[str]) -> DaemonState:
         return parse_daemon(output)

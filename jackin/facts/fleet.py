@@ -20,5 +20,5 @@ class FleetState(FactBase):
                 bootstrap: bool = False) -> str:  # fmt: skip
         return state_command(fleet, uid_min, uid_max, list(images), bootstrap=bootstrap)
 
-    def process(self, output: list[str]) -> HostState:  # type: ignore[override]
+    def process(self, output: list[str]) -> HostState:
         return parse_state(output)

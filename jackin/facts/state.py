@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -179,7 +180,7 @@ class HostState(BaseModel):
         }
 
 
-def state_command(fleet: str, uid_min: int, uid_max: int, images: list[str] = (), root: str = ROOT, *,
+def state_command(fleet: str, uid_min: int, uid_max: int, images: Sequence[str] = (), root: str = ROOT, *,
                   bootstrap: bool = False) -> str:  # fmt: skip
     """The state read. ``bootstrap``: also the Docker daemon's settings (``##daemon``), which only an
     up (its plan, ``jackin.lifecycle.hostplan``) decides on; ``##host`` always names the tools the bootstrap
@@ -466,7 +467,7 @@ def _parse_state(lines: list[str]) -> HostState:
             name=info["Name"], labels=info.get("Labels") or {}, subnets=subnets,
             bridge=(info.get("Options") or {}).get("com.docker.network.bridge.name"),
         )  # fmt: skip
-    data["fleet"] = (sections.get("fleet") or [None])[0]
+    data["fleet"] = next(iter(sections.get("fleet", [])), None)
     units = _systemd(sections.get("systemd", []))
     docker = units.get("docker.service", {})
     data["host"] = dict(line.split("=", 1) for line in sections.get("host", []) if "=" in line)
@@ -476,7 +477,7 @@ def _parse_state(lines: list[str]) -> HostState:
     data["images"] = sections.get("images", [])
     data["marker"] = bool(sections.get("marker"))
     data["nft_table"] = bool(sections.get("nft"))
-    data["nft_hash"] = (sections.get("nfthash") or [None])[0]
+    data["nft_hash"] = next(iter(sections.get("nfthash", [])), None)
     data["files"] = sections.get("files", [])
     data["cow"] = parse_cow(sections.get("cow", []), sections.get("cowsubvols", []))
     if "systemd" in sections and data["cow"] is not None:

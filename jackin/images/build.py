@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jackin.engine.protocol import HostResult
 from jackin.errors import JackinError, LabError, RemoteCommandError
@@ -42,6 +43,10 @@ from jackin.operations.files import Refused
 from jackin.paths import private_dir, state_dir
 from jackin.spec import roles
 from jackin.spec.roles import dockerfile, suite
+
+if TYPE_CHECKING:
+    from jackin.plan.fleet import FleetPlan
+    from jackin.transport.target import SshTarget
 
 # Where a debootstrap root is trimmed: documentation, manuals, translations, apt's caches.
 TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/cache/apt", "var/lib/apt/lists")
@@ -59,7 +64,7 @@ def role_of(image: str) -> str:
 # --- build -------------------------------------------------------------------------------------
 
 
-def _docker(*args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+def _docker(*args: str, check: bool = True, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
     done = subprocess.run(["docker", *args], capture_output=True, check=False, **kwargs)
     if check and done.returncode != 0:
         raise LabError(f"docker {args[0]} failed: {done.stderr.decode(errors='replace').strip()[-2000:]}")
@@ -230,7 +235,7 @@ def prepare(tags: Sequence[str], *, log: Log = lambda _: None) -> dict[str, Path
     return out
 
 
-def load_one(target, archives: Sequence[Path]) -> None:
+def load_one(target: SshTarget, archives: Sequence[Path]) -> None:
     """Send each archive by SFTP into a fresh root-only directory on the host, ``docker load`` it, remove it."""
     from jackin.transport.ssh import connect  # lazy: Fabric and paramiko load only when an image is sent
 
@@ -253,7 +258,9 @@ def load_one(target, archives: Sequence[Path]) -> None:
             conn.run(f"rm -rf {shlex.quote(directory)}", hide=True, warn=True)
 
 
-def deliver(wanted: dict[str, list[str]], targets: Sequence, *, log: Log = lambda _: None) -> dict[str, JackinError]:
+def deliver(
+    wanted: dict[str, list[str]], targets: Sequence[SshTarget], *, log: Log = lambda _: None
+) -> dict[str, JackinError]:
     """Load into each host (by name in ``wanted``) the role images it lacks, hosts in parallel.
     Returns the hosts that failed, with their error (a failed build fails them all)."""
     wanted = {name: tags for name, tags in wanted.items() if tags}
@@ -312,14 +319,20 @@ def context_files(role: roles.Role) -> dict[str, bytes]:
 # --- fleet.up (jackin/lifecycle/fleet.py) --------------------------------------------------------------------
 
 
-def _wanted(plan, states: Mapping[str, object], hosts: Sequence[str] | None = None) -> dict[str, list[str]]:
+class _Split(Protocol):
+    """What ``load_missing`` uses of ``jackin.lifecycle.fleet.HostSplit`` (a layer above this module)."""
+
+    run: list[SshTarget]
+
+
+def _wanted(plan: FleetPlan, states: Mapping[str, object], hosts: Sequence[str] | None = None) -> dict[str, list[str]]:
     """Per readable host (of ``hosts``, default all), the plan's role images its state read lacks."""
     planned = [a.image for a in plan.agents]
     return {name: missing(planned, state.images) for name, state in states.items()
             if isinstance(state, HostState) and (hosts is None or name in hosts)}  # fmt: skip
 
 
-def prepare_missing(plan, states: Mapping[str, object], *, log: Log = lambda _: None) -> None:
+def prepare_missing(plan: FleetPlan, states: Mapping[str, object], *, log: Log = lambda _: None) -> None:
     """Build and archive here the role images any readable host lacks (before anything changes: a
     failed build raises and no host is touched)."""
     tags = sorted({t for tags in _wanted(plan, states).values() for t in tags})
@@ -327,7 +340,9 @@ def prepare_missing(plan, states: Mapping[str, object], *, log: Log = lambda _: 
         prepare(tags, log=log)
 
 
-def load_missing(plan, split, states: Mapping[str, object], *, log: Log = lambda _: None) -> list:
+def load_missing(
+    plan: FleetPlan, split: _Split, states: Mapping[str, object], *, log: Log = lambda _: None
+) -> list[HostResult]:
     """Before the deploy: load into each host to be run (``split.run``) the role images it lacks. A host
     that fails is taken out of ``split.run`` and returned as not run (failed, nothing changed there).
     A host that loaded them has them added to its state in ``states`` (the state its deploy is handed)."""

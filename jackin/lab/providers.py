@@ -130,8 +130,9 @@ def static_targets(inventory: Inventory) -> list[SshTarget]:
                 selected.append(name)
     needed = list(selected)  # the selected hosts and every jump host on their way: each hop is pinned
     for name in needed:
-        if by_name[name].jump and by_name[name].jump not in needed:
-            needed.append(by_name[name].jump)
+        jump = by_name[name].jump
+        if jump and jump not in needed:
+            needed.append(jump)
     unpinned = [n for n in needed if not by_name[n].host_keys]
     if unpinned:
         raise SpecError(
@@ -139,7 +140,7 @@ def static_targets(inventory: Inventory) -> list[SshTarget]:
             hint="add each host's public key under host_keys (ssh-keyscan it, then verify it out of band)",
         )
     known_hosts = private_dir(state_dir() / "fleets" / fleet.name) / "known_hosts"
-    lines = []
+    lines: list[str] = []
     for host in inventory.hosts:
         pattern = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
         lines.extend(f"{pattern} {key}\n" for key in host.host_keys)

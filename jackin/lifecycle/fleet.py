@@ -8,7 +8,7 @@ over strict SSH with bounded timeouts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -177,10 +177,11 @@ def up(
                 ledger.finish_run(run_id, "failed" if not_run else "ok")
             return UpResult(fleet=fleet.name, run=RunResult(hosts=_in_order(kept + not_run, hosts)), plan=plan,
                             snapshots=auto, unchanged=split.unchanged)  # fmt: skip
-        run_id, result = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=split.run,
-                                      data=plan.model_dump(mode="json"), detail=run_detail,
-                                      on_event=on_event, on_host=record_host, on_start=record_spec,
-                                      secrets=values, host_data=_host_data(split.run, read), engine=engine)  # fmt: skip
+        recorded = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=split.run,
+                                data=plan.model_dump(mode="json"), detail=run_detail,
+                                on_event=on_event, on_host=record_host, on_start=record_spec,
+                                secrets=values, host_data=_host_data(split.run, read), engine=engine)  # fmt: skip
+        run_id, result = cast("tuple[int, RunResult]", recorded)  # recorded: the ledger gave it an id
         result.hosts = _in_order(result.hosts + kept + not_run, hosts)
         if not_run:
             ledger.finish_run(run_id, "failed")
@@ -217,7 +218,7 @@ def split_hosts(plan: planning.FleetPlan, hosts: list[SshTarget], states: States
     return split
 
 
-def _host_data(hosts: list[SshTarget], states: States) -> dict[str, dict[str, Any]]:
+def _host_data(hosts: list[SshTarget], states: Mapping[str, HostState | JackinError]) -> dict[str, dict[str, Any]]:
     """Per host of ``hosts`` read without error, the state its deploy works from (``host.data.jackin_host``,
     ``ops.fleet_state``): fleet.up's and fleet.down's one read; a host without one is read by its deploy."""
     return {
@@ -519,7 +520,7 @@ def _teardown_run(ledger: Ledger, plan: planning.FleetPlan, hosts: list[SshTarge
         ledger.finish_run(run_id, status)
         return run_id, RunResult(hosts=[])
     states = teardown.fresh_states(plan, hosts, read, final)  # handed to each deploy: it reads no host again
-    run_id, result = recorded_run(ledger, fleet=plan.fleet, action="fleet.down", deploy="teardown.py", hosts=hosts,
-                                  data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data},
-                                  detail=detail, on_event=on_event, host_data=_host_data(hosts, states))  # fmt: skip
-    return cast(int, run_id), result  # recorded: the ledger gave it an id
+    recorded = recorded_run(ledger, fleet=plan.fleet, action="fleet.down", deploy="teardown.py", hosts=hosts,
+                            data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data},
+                            detail=detail, on_event=on_event, host_data=_host_data(hosts, states))  # fmt: skip
+    return cast("tuple[int, RunResult]", recorded)  # recorded: the ledger gave it an id

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,9 +38,9 @@ CATEGORIES = ("bootstrap", "docker daemon", "image", "users", "files", "networks
               "credentials", "checkpoint fs", "work", "time-to-live")  # fmt: skip
 
 
-def _built(category: str, name: str, build: Callable[[], list[Command]], noop: str) -> Step:
+def _built(category: str, name: str, build: Callable[[], Sequence[Command]], noop: str) -> Step:
     try:
-        return Step(category, name, commands=build(), noop=noop)
+        return Step(category, name, commands=list(build()), noop=noop)
     except Refused as error:
         return Step(category, name, noop=noop, refused=error.message)
 
@@ -66,7 +67,7 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
     busybox = bool(state.host.get("busybox"))
     for image in sorted({a.image for a in plan.agents}):
         out.append(_built("image", f"agent image {image}",
-                          lambda image=image: _image_commands(image, state, busybox=busybox),
+                          partial(_image_commands, image, state, busybox=busybox),
                           noop=f"image {image} is present"))  # fmt: skip
         if out[-1].commands and isinstance(out[-1].commands[0], host_ops.ImageLoad):  # named as it is shown
             out[-1].name = out[-1].commands[0].shown
@@ -90,7 +91,7 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
                           noop=f"work of fleet {plan.fleet} is up to date"))  # fmt: skip
     for agent in plan.agents:
         out.append(_built("containers", f"agent {agent.instance}",
-                          lambda agent=agent: fleet.agent_commands(agent, state, plan.address_pools),
+                          partial(fleet.agent_commands, agent, state, plan.address_pools),
                           noop=f"agent {agent.instance} is up to date"))  # fmt: skip
     if plan.ttl_deadline is not None or state.ttl.present:  # the fleet's time-to-live, enforced by the host
         out.append(_built("time-to-live", f"time-to-live of fleet {plan.fleet}",

@@ -174,6 +174,7 @@ def _host_target(mine: list[SpecRun], host: str, fleet: str) -> SpecRun:
 
 def _repair(runs: list[SpecRun], failed: list[str], fleet: str) -> list[Step]:
     """Each host the last run failed on, back to the last spec that succeeded on it, grouped by run."""
+    targets: dict[int, list[str]]
     latest, targets, missing = runs[-1], {}, []
     for host in failed:
         try:

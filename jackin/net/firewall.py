@@ -89,7 +89,7 @@ def is_private(entry: Entry) -> bool:
     """Is a CIDR entry inside a private range? Only such entries open private destinations."""
     network = ipaddress.ip_network(entry.target)
     ranges = PRIVATE_V4 if network.version == 4 else PRIVATE_V6
-    return any(network.subnet_of(ipaddress.ip_network(r)) for r in ranges)  # type: ignore[arg-type]
+    return any(network.subnet_of(ipaddress.ip_network(r)) for r in ranges)  # type: ignore[arg-type]  # ranges of the network's version
 
 
 def _agent_rules(agent: AgentPlan) -> tuple[list[str], list[str], list[tuple[str, str]]]:
@@ -104,7 +104,8 @@ def _agent_rules(agent: AgentPlan) -> tuple[list[str], list[str], list[tuple[str
         f"ip6 daddr @always_v6 {deny}",
         f'oifname "jk*" {deny}',
     ]
-    domain_rules, wide_rules = [], []
+    domain_rules: list[str] = []
+    wide_rules: list[str] = []
     open_mode = agent.policy.mode == "open"
     if agent.policy.mode == "allowlist":  # the spec's resolvers are the filter's upstreams, never the agent's
         body += [f"{_family(resolver)} daddr {resolver} {deny}" for resolver in agent.policy.dns]
@@ -142,7 +143,7 @@ def _agent_rules(agent: AgentPlan) -> tuple[list[str], list[str], list[tuple[str
 def _addresses(values: list[str], version: int) -> list[str]:
     """Addresses and networks of one IP version, merged where they overlap (nft refuses overlaps)."""
     networks = [n for n in (ipaddress.ip_network(v, strict=False) for v in values) if n.version == version]
-    merged = ipaddress.collapse_addresses(networks)  # type: ignore[type-var]
+    merged = ipaddress.collapse_addresses(networks)  # type: ignore[type-var]  # of one version (filtered above)
     return [str(n.network_address) if n.prefixlen == n.max_prefixlen else str(n) for n in merged]
 
 

@@ -77,7 +77,7 @@ def _agent(agent: AgentPlan, state: HostState, values: Secrets) -> list[Command]
     stale = sorted(set(entries) - set(agent.credentials))
     if not deliver and not stale and have == want:
         return []
-    commands: list[Command] = [] if dir_ok else root_dir(directory, DIR_MODE, agent.uid)
+    commands: list[Command] = [] if dir_ok else [*root_dir(directory, DIR_MODE, agent.uid)]
     commands += [q("rm", "-rf", "--one-file-system", "--", f"{directory}/{name}") for name in stale]
     if deliver:
         mac = hmac.new(_KEY, "\0".join(f"{n}={want[n]}" for n in deliver).encode(), hashlib.sha256)
@@ -103,7 +103,7 @@ def credential_commands(plan: FleetPlan, state: HostState, values: Secrets) -> l
     wanted = {a.instance: a for a in plan.agents if a.credentials}
     base = fleet_dir(plan.fleet)
     if not wanted:
-        return teardown_commands(plan.fleet, state)
+        return [*teardown_commands(plan.fleet, state)]
     commands: list[Command] = []
     if state.credentials.get(base) != PathInfo(kind="d", mode="0700", uid=0, gid=0):
         commands += [f"[ -d {STATE_DIR} ] || install -d -m 0700 {STATE_DIR}", *root_dir(CREDENTIALS_DIR, "0700", 0),

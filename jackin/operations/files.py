@@ -46,9 +46,9 @@ class Upload:
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and (self.data, self.dest, self.target, self.mode) == (
-            other.data, other.dest, other.target, other.mode)  # type: ignore[attr-defined]  # fmt: skip
+            other.data, other.dest, other.target, other.mode)  # fmt: skip
 
-    __hash__ = None  # type: ignore[assignment]  # compared by value
+    __hash__ = None  # type: ignore[assignment]  # compared by value, so unhashable (object declares __hash__ a method)
 
 
 # What a builder returns: shell lines, and uploads in their place between them.

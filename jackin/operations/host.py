@@ -135,7 +135,7 @@ def image_commands(image: str, present_images: Sequence[str], *, busybox: bool) 
     if image != DEFAULT_IMAGE:
         raise Refused(f"image {image} is not on the host; load it there first (no registry is used)")
     recipe = resources.files("jackin.lab").joinpath("recipe/agent-image.sh").read_text()
-    commands = [] if busybox else ["DEBIAN_FRONTEND=noninteractive apt-get install -y -q busybox-static"]
+    commands: list[Command] = [] if busybox else ["DEBIAN_FRONTEND=noninteractive apt-get install -y -q busybox-static"]
     return commands + [f"sh -c {shlex.quote(recipe)} agent-image import {shlex.quote(image)}"]  # a fixed 1 KiB script
 
 

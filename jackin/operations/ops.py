@@ -9,8 +9,11 @@ is given, joined by ``script`` into as few round trips as possible. The deploy r
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 from pyinfra import host
 from pyinfra.api import OperationError, operation
+from pyinfra.api.command import PyinfraCommand
 from pyinfra.operations import apt, systemd
 
 from jackin.facts.fleet import FleetState
@@ -40,7 +43,7 @@ def fleet_state(plan: FleetPlan, *, bootstrap: bool = False) -> HostState:
 
 
 @operation()
-def commands(step: Step):
+def commands(step: Step) -> Generator[PyinfraCommand, None, None]:
     """One step of ``jackin.lifecycle.hostplan.steps``: its commands, or its refusal (the host fails, nothing ran)."""
     if step.refused:
         raise OperationError(step.refused)
@@ -60,7 +63,7 @@ def apply(step: Step) -> None:
 
 
 @operation()
-def teardown(plan: FleetPlan, state: HostState, keep_data: bool = False):
+def teardown(plan: FleetPlan, state: HostState, keep_data: bool = False) -> Generator[PyinfraCommand, None, None]:
     """Remove the fleet's containers, networks, users, directories, marker and firewall table."""
     # The time-to-live's timer goes first (it must not stop what is being torn down), and its
     # directory before the state dir's rmdir at the end of teardown_commands.

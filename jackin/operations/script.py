@@ -36,7 +36,7 @@ class Sent(FileUploadCommand):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sent) and self.upload == other.upload
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # compared by value, so unhashable (object declares __hash__ a method)
 
 
 def script(commands: Sequence[Command | StringCommand], *, noop: str) -> list[PyinfraCommand]:

@@ -99,7 +99,7 @@ def ttl_commands(plan: FleetPlan, state: TtlState, *, now: float) -> list[Comman
     after its time-to-live: fleet.down ends the fleet, or a longer ttl moves the deadline)."""
     fleet, deadline = plan.fleet, plan.ttl_deadline
     if deadline is None:
-        return teardown_commands(fleet, state)
+        return [*teardown_commands(fleet, state)]
     if deadline <= now:
         raise Refused(f"the time-to-live of fleet {fleet} passed at {calendar(deadline)}: its agents are stopped "
                       "there; fleet.down ends the fleet (a later fleet.up starts a new time-to-live), or raise "

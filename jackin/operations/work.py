@@ -90,7 +90,7 @@ def _agent(agent: AgentPlan, state: HostState) -> list[Command]:
     stale = sorted(set(entries) - set(FILES))
     if not deliver and not stale and have == work.files:
         return []
-    commands: list[Command] = [] if dir_ok else root_dir(directory, DIR_MODE, agent.uid)
+    commands: list[Command] = [] if dir_ok else [*root_dir(directory, DIR_MODE, agent.uid)]
     commands += [q("rm", "-rf", "--one-file-system", "--", f"{directory}/{name}") for name in stale]
     if deliver:
         staging = f"{UPLOAD_DIR}/work-{agent.instance}-{digest(''.join(work.files[n] for n in deliver).encode())[:16]}"
@@ -115,7 +115,7 @@ def work_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     removed where the agent has no work any more or left the plan."""
     wanted = {a.instance: a for a in plan.agents if a.work is not None}
     if not wanted:
-        return teardown_commands(plan.fleet, state)
+        return [*teardown_commands(plan.fleet, state)]
     base = fleet_dir(plan.fleet)
     commands: list[Command] = []
     if state.work.get(base) != PathInfo(kind="d", mode="0700", uid=0, gid=0):

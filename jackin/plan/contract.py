@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -30,7 +30,7 @@ from jackin.spec.credentials import FILE_MODE
 from jackin.spec.models import SnapshotPolicy, _role, _role_names, enforcement
 from jackin.store.ledger import Ledger
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "contract.schema.json"
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock",
                   "/var/run/containerd/containerd.sock")  # fmt: skip

@@ -375,15 +375,16 @@ def _diff(inventory: Inventory, first: SnapshotRecord, second: SnapshotRecord | 
                 continue
             tmp = None
             if second is None:
-                agent = next(a for a in plan.agents if a.instance == item.instance)  # type: ignore[union-attr]
+                assert plan is not None  # diff() reads the plan whenever the live side is compared
+                agent = next(a for a in plan.agents if a.instance == item.instance)
                 now = datetime.now(UTC).isoformat(timespec="seconds")
-                live = manifest(plan, inventory, agent, host=target.name, snapshot=live_id, created=now,  # type: ignore[arg-type]
+                live = manifest(plan, inventory, agent, host=target.name, snapshot=live_id, created=now,
                                 image_id=None, bundle="")  # fmt: skip
                 tmp = _backup(conn, restic_bin, live, host=target.name, tmp=True).restic_id
             to = other_item.restic_id if other_item else tmp
             ids = (to, item.restic_id) if reverse else (item.restic_id, to)
             try:
-                found.append(remote.diff(conn, restic_bin, fleet, ids[0], ids[1], host=target.name,  # type: ignore[arg-type]
+                found.append(remote.diff(conn, restic_bin, fleet, ids[0], ids[1], host=target.name,  # type: ignore[arg-type]  # ids set: checked above
                                          instance=item.instance, against=against))  # fmt: skip
             finally:
                 if tmp:

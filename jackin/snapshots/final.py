@@ -36,6 +36,8 @@ from jackin.transport.remote import gather
 from jackin.transport.target import SshTarget
 
 if TYPE_CHECKING:
+    from fabric import Connection
+
     from jackin.snapshots import api, copies, transfer
     from jackin.snapshots import host as remote
 else:  # lazy: they load Fabric and paramiko, which fleet.up and fleet.down's reads do without (jackin.lazy)
@@ -175,7 +177,7 @@ def _stop(targets: list[SshTarget], running: dict[str, list[str]], out: dict[str
     """``docker stop`` the fleet's running containers on each target, so the snapshot is the last word
     of their work; the names of the hosts ready to snapshot (a host where stopping failed is held back)."""
 
-    def stop(conn, target: SshTarget) -> None:
+    def stop(conn: Connection, target: SshTarget) -> None:
         remote.set_running(conn, running[target.name], False, host=target.name)
 
     ready = set()
@@ -198,7 +200,7 @@ def _restart(targets: list[SshTarget], out: dict[str, FinalHost], log: Log) -> N
     """Best effort: start again the containers stopped on hosts held back (they keep running there);
     a failure is reported on the host's entry, never raised."""
 
-    def start(conn, target: SshTarget) -> None:
+    def start(conn: Connection, target: SshTarget) -> None:
         remote.set_running(conn, out[target.name].stopped, True, host=target.name)
 
     for name, result in api.in_parallel(targets, start).items():

@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import shlex
 import time
+from typing import TYPE_CHECKING
 
 from fabric import Connection
 
@@ -27,6 +28,9 @@ from jackin.errors import ConnectError, RemoteCommandError
 from jackin.hostpaths import UPLOADED_RESTIC
 from jackin.snapshots import freezer, instant, restic, transfer
 from jackin.snapshots.models import AgentDiff, AgentManifest, BackupSummary
+
+if TYPE_CHECKING:
+    from paramiko import Channel
 
 LONG = instant.LONG  # a backup or restore of a big workspace may take hours; a dead host is found by SSH keepalives
 
@@ -317,7 +321,7 @@ def restore(conn: Connection, restic_bin: str, fleet: str, instance: str, restic
     return b"\nremapped " in b"\n" + out.getvalue()
 
 
-def _read_until(channel, out: io.BytesIO, err: io.BytesIO, marker: bytes | None, *,
+def _read_until(channel: Channel, out: io.BytesIO, err: io.BytesIO, marker: bytes | None, *,
                 deadline: float | None = None) -> bool:  # fmt: skip
     """Read stdout and stderr until ``marker`` is in stdout (True) or the command ended (False); past
     ``deadline`` (monotonic), a TimeoutError."""

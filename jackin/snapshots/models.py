@@ -59,7 +59,7 @@ class AgentManifest(_Model):
     network: dict[str, Any]  # its resolved network policy (NetworkPolicy dump)
     firewall_hash: str  # jackin.net.policy.bundle_hash of the fleet plan
     created: str  # UTC, ISO 8601
-    tiers: list[Tier] = Field(default_factory=lambda: ["restic"])
+    tiers: list[Tier] = Field(default_factory=lambda: list[Tier](["restic"]))
 
 
 class BackupSummary(_Model):

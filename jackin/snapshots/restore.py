@@ -14,6 +14,7 @@ home's filesystem, swapped in by rename). Each agent's result says which tier it
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from fabric import Connection
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +29,9 @@ from jackin.spec import Inventory
 from jackin.store.ledger import Ledger
 from jackin.transport.remote import HostError
 from jackin.transport.target import SshTarget
+
+if TYPE_CHECKING:
+    from jackin.plan.fleet import FleetPlan
 
 Confirm = Callable[[DiffResult], bool]
 
@@ -72,7 +76,8 @@ def restore(inventory: Inventory, snapshot: str, agent: str | None = None, *, st
         return result
 
 
-def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items, targets: list[SshTarget], plan,
+def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items: list[AgentSnapshot],
+             targets: list[SshTarget], plan: FleetPlan,
              *, confirm: Confirm | None, run: int, result: RestoreResult,
              repos: dict[tuple[str, str], str] | None = None) -> None:  # fmt: skip
     fleet = inventory.fleet.name

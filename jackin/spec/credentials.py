@@ -40,7 +40,7 @@ from pathlib import Path, PurePosixPath
 
 from jackin.errors import SpecError
 from jackin.paths import private_dir, state_dir
-from jackin.spec.models import AgentSpec, FleetSpec
+from jackin.spec.models import AgentSpec, Credential, FleetSpec
 
 FILE_MODE = "0400"
 DIR_MODE = "0750"
@@ -99,14 +99,14 @@ class Secrets:
 # --- reading on the operator's machine ------------------------------------------
 
 
-def source_text(credential) -> str:
+def source_text(credential: Credential) -> str:
     """How the spec names a credential's source (for messages and the plan): never its value."""
     if credential.from_env is not None:
         return f"environment variable {credential.from_env}"
     return f"file {credential.from_file}"
 
 
-def _read_one(agent: AgentSpec, credential, environ: Mapping[str, str]) -> bytes:
+def _read_one(agent: AgentSpec, credential: Credential, environ: Mapping[str, str]) -> bytes:
     where = f"credential {credential.name} of agent {agent.name}"
     if credential.from_env is not None:
         value = environ.get(credential.from_env)
@@ -115,6 +115,7 @@ def _read_one(agent: AgentSpec, credential, environ: Mapping[str, str]) -> bytes
                                   hint=f"export {credential.from_env} on this machine, then run again")  # fmt: skip
         data = value.encode()
     else:
+        assert credential.from_file is not None  # the model requires from_env or from_file
         data = _read_file(where, Path(credential.from_file).expanduser())
     if not data.strip():
         raise CredentialError(f"{where}: {source_text(credential)} is empty",

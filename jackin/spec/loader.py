@@ -73,7 +73,7 @@ def _check_references(data: dict[str, Any], lines: dict[Path_, int]) -> list[Pro
         problems.append(Problem(line_for(path, lines), path, message))
 
     hosts = _items(data.get("hosts"))
-    groups = data.get("groups") if isinstance(data.get("groups"), dict) else {}
+    groups = data["groups"] if isinstance(data.get("groups"), dict) else {}
     if not isinstance(data.get("fleet"), dict):
         return problems  # the structural check already says what is wrong with 'fleet'
     fleet = data["fleet"]

@@ -17,7 +17,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -93,7 +93,7 @@ class NetworkPolicy(Model):
 
     @field_validator("allow")
     @classmethod
-    def _allow_needs_allowlist(cls, value: list[str], info) -> list[str]:
+    def _allow_needs_allowlist(cls, value: list[str], info: ValidationInfo) -> list[str]:
         mode = info.data.get("mode")
         if value and mode == "none":
             raise ValueError("entries are not allowed with mode 'none' (use mode 'allowlist')")
@@ -120,7 +120,7 @@ class Resources(Model):
 
     @field_validator("memory", "disk", mode="before")
     @classmethod
-    def _size(cls, value):
+    def _size(cls, value: Any) -> int | None:
         return None if value is None else parse_size(value)
 
 
@@ -216,12 +216,12 @@ class SnapshotPolicy(Model):
 
     @field_validator("every", mode="before")
     @classmethod
-    def _duration(cls, value):
+    def _duration(cls, value: Any) -> int | None:
         return None if value is None else parse_duration(value)
 
     @field_validator("max_freeze", mode="before")
     @classmethod
-    def _max_freeze(cls, value):
+    def _max_freeze(cls, value: Any) -> int:
         seconds = parse_duration(value)
         if seconds > 6 * 3600:
             raise ValueError("expected at most 6h (an agent frozen longer is a stopped agent)")
@@ -234,7 +234,7 @@ class SnapshotPolicy(Model):
 
     @field_validator("checkpoint_size", mode="before")
     @classmethod
-    def _checkpoint_size(cls, value):
+    def _checkpoint_size(cls, value: Any) -> int:
         size = parse_size(value)
         if size < MIN_CHECKPOINT_SIZE:
             raise ValueError("expected at least 256m (the smallest btrfs worth having), e.g. 10g")
@@ -268,7 +268,7 @@ class FleetSpec(Model):
 
     @field_validator("ttl", mode="before")
     @classmethod
-    def _duration(cls, value):
+    def _duration(cls, value: Any) -> int | None:
         return None if value is None else parse_duration(value)
 
     def agent_network(self, agent: AgentSpec) -> NetworkPolicy:

@@ -10,6 +10,7 @@ A pydantic error becomes one ``Problem`` per field: ``FILE:LINE: field.path: wha
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,7 +97,7 @@ class _Tree:
         first_line: dict[str, int] = {}
         for key_node, value_node in node.value:
             line = key_node.start_mark.line + 1
-            if not isinstance(key_node, ScalarNode) or key_node.tag.endswith(":merge"):
+            if not isinstance(key_node, ScalarNode) or (key_node.tag or "").endswith(":merge"):
                 self.problems.append(
                     Problem(line, path, "only plain keys are supported (no merge keys or complex keys)")
                 )
@@ -203,7 +204,7 @@ _EXPECTED = {
 }
 
 
-def _message(item: dict[str, Any], path: Path_, root: type[BaseModel]) -> str:
+def _message(item: Mapping[str, Any], path: Path_, root: type[BaseModel]) -> str:
     kind = item["type"]
     value = item.get("input")
     if "credentials" in path and isinstance(value, str):
@@ -243,7 +244,7 @@ def _message(item: dict[str, Any], path: Path_, root: type[BaseModel]) -> str:
 _BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
 
 
-def _bound(item: dict[str, Any]) -> str:
+def _bound(item: Mapping[str, Any]) -> str:
     ctx = item.get("ctx", {})
     return str(next(iter(ctx.values()), "")) if ctx else ""
 

@@ -189,7 +189,7 @@ def _check_files(role: Role, directory: Path, lines: dict) -> list:
                            f"{role.name!r} is not the role's directory name {directory.name!r}"))  # fmt: skip
     named = [("dockerfile",), *(("files", n) for n in range(len(role.image.files)))]
     for path in named:
-        value = role.image.dockerfile if path == ("dockerfile",) else role.image.files[path[1]]  # type: ignore[index]
+        value = role.image.dockerfile if path == ("dockerfile",) else role.image.files[int(path[1])]
         if value is not None and not (directory / value).is_file():
             where = ("image", *path)
             out.append(Problem(lines.get(where) or lines.get(("image",)), where,
@@ -318,7 +318,7 @@ def check_dockerfile(role: Role, text: str, filename: str) -> list[str]:
         if word == "RUN" and _PIPE_TO_SHELL.search(rest):
             say(line, "a script fetched from the network is piped into a shell: install a pinned package instead")
         if word == "RUN":
-            for spec in _NPM_GLOBAL.search(rest).group(1).split() if _NPM_GLOBAL.search(rest) else []:
+            for spec in npm.group(1).split() if (npm := _NPM_GLOBAL.search(rest)) else []:
                 spec = spec.strip("\"'")
                 if spec.startswith("-"):
                     continue

@@ -223,12 +223,12 @@ class Ledger:
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
-        return {i: known.get(i, new.get(i)) for i in instances}  # type: ignore[misc]
+        return {i: known.get(i, new.get(i)) for i in instances}  # type: ignore[misc]  # _assign gives each one a uid
 
     def preview_uids(self, fleet: str, instances: Sequence[str], base: int, size: int) -> dict[str, int]:
         """The uids ``allocate_uids`` would give now, stored nowhere (a dry run changes nothing)."""
         known, new = self._assign(fleet, instances, base, size)
-        return {i: known.get(i, new.get(i)) for i in instances}  # type: ignore[misc]
+        return {i: known.get(i, new.get(i)) for i in instances}  # type: ignore[misc]  # _assign gives each one a uid
 
     def _assign(
         self, fleet: str, instances: Sequence[str], base: int, size: int

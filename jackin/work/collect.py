@@ -1,4 +1,5 @@
-"""fleet.collect and fleet.review: bring each agent's branch and handoff back, and show them.
+"""fleet.collect and fleet.review: bring each agent's branch and handoff back, and what a review shows of them
+(as data: the CLI renders it, jackin/cli/work.py).
 
 ``collect`` reads, over strict SSH (one Fabric connection per host, hosts in parallel), for each
 agent it collects: its status file, its ``work.json`` (the commit it started from), its handoff
@@ -22,9 +23,10 @@ import json
 import shlex
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,6 +39,9 @@ from jackin.store.ledger import Ledger
 from jackin.transport.ssh import SshTarget, connect
 from jackin.work import handoffs
 from jackin.work.bundles import WorkError, git
+
+if TYPE_CHECKING:
+    from fabric import Connection
 
 MAX_BUNDLE = 512 * 1024 * 1024
 MAX_STATUS = 64 * 1024
@@ -129,7 +134,7 @@ def fetch(repo: str, bundle: bytes, branch: str, ref: str) -> str:
     return commit
 
 
-def on_branch(repo: str, ref: str, since: str | None = None):
+def on_branch(repo: str, ref: str, since: str | None = None) -> Callable[[str], str | None]:
     """``handoffs.check``'s lookup: a word naming a commit reachable from ``ref`` -> its full id.
     ``since``: the commit the agent started from; a commit already in it is not the agent's work."""
 
@@ -154,7 +159,9 @@ def handoff_path(fleet: str, host: str, instance: str) -> Path:
 # --- the remote side ----------------------------------------------------------------------
 
 
-def _exec(conn, command: str, *, cap: int, host: str, timeout: float = READ_TIMEOUT) -> tuple[int, bytes, bytes]:
+def _exec(
+    conn: Connection, command: str, *, cap: int, host: str, timeout: float = READ_TIMEOUT
+) -> tuple[int, bytes, bytes]:
     """Run ``command`` on the host; its stdout as bytes (more than ``cap`` is an error), stderr, exit."""
     transport = conn.client.get_transport()
     if transport is None or not transport.is_active():
@@ -191,13 +198,13 @@ def as_agent(agent: planning.AgentPlan, *argv: str) -> str:
     return shlex.join(["docker", "exec", "--user", f"{agent.uid}:{agent.uid}", agent.container, *argv])
 
 
-def read_file(conn, agent: planning.AgentPlan, path: str, cap: int, *, host: str) -> bytes | None:
+def read_file(conn: Connection, agent: planning.AgentPlan, path: str, cap: int, *, host: str) -> bytes | None:
     """A file in the agent's container, read as the agent and capped; None when it cannot be read."""
     code, out, _ = _exec(conn, as_agent(agent, "head", "-c", str(cap), path), cap=cap, host=host, timeout=30)
     return out if code == 0 else None
 
 
-def read_status(conn, agent: planning.AgentPlan, *, host: str) -> dict:
+def read_status(conn: Connection, agent: planning.AgentPlan, *, host: str) -> dict:
     """The agent's status file as a dict ({} when absent or not JSON)."""
     data = read_file(conn, agent, STATUS_FILE, MAX_STATUS, host=host)
     try:
@@ -223,7 +230,7 @@ def _started_from(data: bytes | None) -> str | None:
     return commit if isinstance(commit, str) and len(commit) in (40, 64) and commit.isalnum() else None
 
 
-def _one(conn, inventory: Inventory, agent: planning.AgentPlan, *, host: str, into: str | None,
+def _one(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, host: str, into: str | None,
          asked: bool) -> AgentCollect:  # fmt: skip
     fleet = inventory.fleet.name
     result = AgentCollect(host=host, instance=agent.instance, agent=agent.agent)
@@ -387,32 +394,3 @@ def review(inventory: Inventory) -> Review:
                                      handoff=row.get("handoff"), ref=row.get("ref"), repo=row.get("repo"),
                                      diff=diff_stat(row.get("repo"), row.get("source_commit"), row.get("ref"))))  # fmt: skip
     return result
-
-
-# --- the CLI's side: inventory in, rendering and exit status out (tasks.py stays thin) ----------
-
-
-def cli_collect(inventory: str | None, *, agents: Sequence[str] | None, into: str | None, json: bool) -> int:
-    """``inv fleet.collect``. Exit 1: an agent's collection failed; 3: a host is unreachable."""
-    from jackin.cli import render as ui
-    from jackin.lifecycle import fleet as fleet_api
-
-    report = collect(fleet_api.load(inventory), agents=agents or None, into=into)
-    if json:
-        ui.print_json(report.model_dump(mode="json"))
-    else:
-        ui.out.print(ui.collect_table(report))
-    return 1 if report.failed else 3 if report.unreachable else 0
-
-
-def cli_review(inventory: str | None, *, json: bool) -> int:
-    """``inv fleet.review``. Exit 3: a host is unreachable (its agents show their state at collection)."""
-    from jackin.cli import render as ui
-    from jackin.lifecycle import fleet as fleet_api
-
-    found = review(fleet_api.load(inventory))
-    if json:
-        ui.print_json(found.model_dump(mode="json"))
-    else:
-        ui.out.print(ui.review_table(found))
-    return 3 if found.unreachable else 0

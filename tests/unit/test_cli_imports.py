@@ -24,7 +24,7 @@ def test_status_plan_and_up_paths_load_neither_pyinfra_nor_gevent() -> None:
     in-process plan with every command builder, the engine client): no pyinfra, no gevent."""
     code = (
         "import sys, tasks; "
-        "import jackin.cli.edge, jackin.lifecycle.fleet, jackin.lifecycle.hostplan, jackin.lifecycle.status, jackin.lifecycle.runs, jackin.engine, "
+        "import jackin.cli.fleet, jackin.lifecycle.fleet, jackin.lifecycle.hostplan, jackin.lifecycle.status, jackin.lifecycle.runs, jackin.engine, "
         "jackin.snapshots.auto, jackin.snapshots.final, jackin.snapshots.api, jackin.facts.state, jackin.facts.daemon; "
         "from jackin.operations import changes, cow, credentials, firewall, fleet, host, files; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyinfra', 'gevent'}))"
@@ -40,9 +40,10 @@ def test_tasks_module_leaves_what_commands_need_to_their_first_use() -> None:
         "import sys, tasks; from importlib.util import _LazyModule; "
         "loaded = lambda n: n in sys.modules and not isinstance(sys.modules[n], _LazyModule); "
         "names = ['jackin.lifecycle.fleet', 'jackin.plan.contract', 'jackin.lifecycle.rollback', 'jackin.net.probes', 'jackin.snapshots.final', "
-        "'jackin.lifecycle.hostplan', 'jackin.lifecycle.providers']; "
+        "'jackin.lifecycle.hostplan', 'jackin.lifecycle.providers', 'jackin.cli.fleet', 'jackin.cli.snapshot', 'jackin.cli.rollback', "
+        "'jackin.cli.run', 'jackin.cli.work', 'jackin.cli.agent', 'jackin.cli.lab', 'jackin.cli.role']; "
         "print(sorted(n for n in names if loaded(n))); "
-        "tasks.fleet_api.status; print(loaded('jackin.lifecycle.fleet')); "
+        "tasks.fleet_cli.fleet_api.status; print(loaded('jackin.lifecycle.fleet')); "
         "import jackin.plan.contract as c; c.current; print(loaded('jackin.plan.contract'))"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
@@ -55,7 +56,7 @@ def test_fleet_status_loads_neither_the_fleet_api_nor_the_engine() -> None:
     paramiko and Fabric (jackin.transport.ssh), which only the reads OpenSSH does not serve and lab.up load."""
     code = (
         "import sys, tasks; from importlib.util import _LazyModule; "
-        "import jackin.cli.edge as cli, jackin.lifecycle.status as status; "
+        "import jackin.cli.fleet as cli, jackin.lifecycle.status as status; "
         "from jackin.spec import Inventory; "
         "status.read = lambda spec: status.FleetStatus(fleet=spec.fleet.name, at=0, hosts=[]); "
         "loaded = lambda n: n in sys.modules and not isinstance(sys.modules[n], _LazyModule); "
@@ -74,7 +75,7 @@ def test_the_up_path_loads_neither_paramiko_nor_fabric_nor_cryptography() -> Non
     no SSH library (~50 ms) unless a read falls back to Fabric (jump hosts, JACKIN_SSH=paramiko)."""
     code = (
         "import sys, tasks; "
-        "import jackin.cli.edge, jackin.lifecycle.fleet, jackin.lifecycle.hostplan, jackin.lifecycle.runs, jackin.engine, jackin.lifecycle.teardown, "
+        "import jackin.cli.fleet, jackin.cli.rollback, jackin.cli.run, jackin.lifecycle.fleet, jackin.lifecycle.hostplan, jackin.lifecycle.runs, jackin.engine, jackin.lifecycle.teardown, "
         "jackin.snapshots.auto, jackin.snapshots.final, jackin.facts.state, jackin.plan.contract, jackin.images.build, "
         "jackin.spec.credentials, jackin.work.bundles, jackin.lifecycle.providers, jackin.transport.remote, jackin.transport.openssh; "
         "tops = {m.split('.')[0] for m in sys.modules}; "

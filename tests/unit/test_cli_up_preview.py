@@ -11,7 +11,7 @@ import sys
 import pytest
 from rich.console import Console
 
-from jackin.cli import edge as cli
+from jackin.cli import fleet as cli
 from jackin.plan import contract
 from jackin.cli import render as ui
 from jackin.plan import fleet as planning

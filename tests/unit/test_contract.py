@@ -274,7 +274,7 @@ def test_gate_shows_first_same_and_changed(tmp_path: Path, monkeypatch: pytest.M
     assert found.changes == (["coder-1 network: allowlist gained 10.1.0.0/16:5432"] if previous == "changed" else [])
 
 
-# --- the gate in fleet.up (jackin/cli/edge.py contract_gate) ---------------------------------------
+# --- the gate in fleet.up (jackin/cli/contract.py contract_gate) ---------------------------------------
 
 
 @pytest.fixture
@@ -304,7 +304,7 @@ def _runs() -> list:
 
 
 def test_gate_refuses_a_changed_contract_without_terminal_naming_it(screen) -> None:
-    from jackin.cli import edge as cli
+    from jackin.cli import contract as cli
     from jackin.errors import SpecError
 
     with Ledger() as ledger:
@@ -319,7 +319,7 @@ def test_gate_refuses_a_changed_contract_without_terminal_naming_it(screen) -> N
 
 
 def test_gate_with_yes_shows_the_change_and_goes_on(screen) -> None:
-    from jackin.cli import edge as cli
+    from jackin.cli import contract as cli
     found = cli.contract_gate(inventory(), yes=True)
     assert found.first and found.differs
     assert "launch contract of fleet demo" in screen.getvalue()
@@ -327,7 +327,7 @@ def test_gate_with_yes_shows_the_change_and_goes_on(screen) -> None:
 
 
 def test_gate_passes_an_unchanged_contract_without_asking(screen) -> None:
-    from jackin.cli import edge as cli
+    from jackin.cli import contract as cli
     with Ledger() as ledger:
         _record_ok(ledger, contract.current(inventory(), ledger))
     found = cli.contract_gate(inventory(), yes=False)
@@ -335,7 +335,7 @@ def test_gate_passes_an_unchanged_contract_without_asking(screen) -> None:
 
 
 def test_a_first_up_without_terminal_is_refused(screen) -> None:
-    from jackin.cli import edge as cli
+    from jackin.cli import contract as cli
     from jackin.errors import SpecError
 
     with pytest.raises(SpecError, match="no launch contract applied yet"):
@@ -344,7 +344,7 @@ def test_a_first_up_without_terminal_is_refused(screen) -> None:
 
 
 def test_renderers_show_each_term_and_the_summary() -> None:
-    from jackin.cli import render as ui
+    from jackin.cli.render import contract as ui
     c = contract_of(inventory())
     console = Console(file=io.StringIO(), width=200)
     for table in ui.contract_tables(c):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jackin.cli import edge as cli
+from jackin.cli import fleet as cli
 from jackin.lifecycle import fleet as fleet_api
 from jackin.engine import RunResult
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, ConnectError, JackinError, SpecError

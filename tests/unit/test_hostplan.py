@@ -13,7 +13,7 @@ from rich.console import Console
 
 import jackin.lifecycle.fleet as fleet_api
 from jackin.lifecycle import hostplan
-from jackin.cli import render as ui
+from jackin.cli.render import fleet as ui
 from jackin.spec.credentials import Secrets, read
 from jackin.facts.daemon import DaemonState, parse_daemon, parse_section
 from jackin.errors import ConnectError
@@ -321,7 +321,7 @@ def test_plan_checks_credentials_before_it_opens_the_ledger(tmp_path: Path, monk
       fleet_api.HostPlan(host="h2", error="connection refused", unreachable=True)], 3),
 ], ids=["unchanged", "refused", "read failed", "unreachable"])  # fmt: skip
 def test_fleet_plan_exit_codes_and_json(monkeypatch, capsys, tmp_path, hosts, code: int) -> None:
-    from jackin.cli import edge as cli
+    from jackin.cli import fleet as cli
     monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))  # the contract's ledger read: a fresh, empty ledger
     result = fleet_api.PlanResult(fleet="demo", plan=PLAN, hosts=hosts)
     monkeypatch.setattr(cli.fleet_api, "load", lambda _: parse_inventory(INVENTORY, "f.yaml"))
