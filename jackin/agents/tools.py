@@ -28,7 +28,6 @@ from jackin.errors import EXIT_OK, JackinError, SpecError
 from jackin.lab import providers
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory
-from jackin.spec.loader import load
 from jackin.store.ledger import Ledger
 from jackin.transport import interrupts
 from jackin.transport.target import SshTarget
@@ -230,21 +229,3 @@ def run_shell(ref: AgentRef, *, stdin: Any = None, stdout: Any = None) -> int:
     if result.exited == MISSING and "jackin: no container" in (result.stdout or ""):
         raise _missing(ref)
     return result.exited
-
-
-# --- the CLI's side: inventory in, exit status out (tasks.py stays thin) ------------------------
-
-
-def cli_exec(inventory: str | None, agent: str, argv_all: Sequence[str], *, host: str | None) -> int:
-    """``inv agent.exec AGENT -- CMD...``: the command is read from the process's argv after ``--``,
-    verbatim, before any host is asked."""
-    argv = command_of(argv_all)
-    return run_exec(resolve(load(inventory), agent, host=host), argv)
-
-
-def cli_logs(inventory: str | None, agent: str, *, follow: bool, tail: int | None, host: str | None) -> int:
-    return run_logs(resolve(load(inventory), agent, host=host), follow=follow, tail=tail)
-
-
-def cli_shell(inventory: str | None, agent: str, *, host: str | None) -> int:
-    return run_shell(resolve(load(inventory), agent, host=host))

@@ -15,9 +15,9 @@ from jackin.cli.render.lab import lab_table
 from jackin.lab import Lab
 
 if TYPE_CHECKING:
-    from jackin.lifecycle import providers
+    from jackin.lab import providers
 else:  # loaded by lab.down alone (jackin.lazy)
-    providers = lazy.module("jackin.lifecycle.providers")
+    providers = lazy.module("jackin.lab.providers")
 
 
 def lab_up(name: str, *, hosts: str | int | None) -> None:

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin.agents.state import clean
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError
 from jackin.plan import ttl
 from jackin.spec import FleetSpec
@@ -80,7 +81,7 @@ class Phases(BaseModel):
 
 def default_wait() -> Callable[..., Any]:
     try:
-        from jackin.agents.wait import wait  # the agent-state module
+        from jackin.agents.wait import wait  # lazy: looked up when fleet.run reaches its wait
     except ImportError as error:
         raise JackinError(f"fleet.run needs fleet.wait's jackin.waiting.wait, which this build lacks ({error})",
                           hint="nothing was touched") from None  # fmt: skip
@@ -89,7 +90,7 @@ def default_wait() -> Callable[..., Any]:
 
 def default_collect() -> Callable[..., Any]:
     try:
-        from jackin.work.collect import collect  # fleet.collect's
+        from jackin.work.collect import collect  # lazy: Fabric and paramiko, only when fleet.run reaches collect
     except ImportError as error:
         raise JackinError(f"fleet.run needs fleet.collect's jackin.collect.collect, which this build lacks ({error})",
                           hint="nothing was touched") from None  # fmt: skip
@@ -133,8 +134,6 @@ def _left(fleet: str, inventory: str | None, phase: Phase) -> str:
 
 
 def _failed(outcome: RunOutcome, phase: Phase, detail: str, code: int, inventory: str | None) -> RunOutcome:
-    from jackin.agents.state import clean
-
     detail = clean(detail, 2000) or ""  # it may carry a host's or an agent's text (stderr, a reason)
     outcome.phases.append(PhaseResult(phase=phase, status="failed", detail=detail, exit_code=code or EXIT_FAILED))
     outcome.stopped_at, outcome.exit_code = phase, code or EXIT_FAILED

@@ -30,9 +30,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin.agents.state import clean
 from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecError
+from jackin.lab.providers import targets
 from jackin.paths import private_dir, state_dir
 from jackin.plan import fleet as planning
+from jackin.plan.make import make_plan
 from jackin.spec import Inventory
 from jackin.spec.models import is_git_url
 from jackin.store.ledger import Ledger
@@ -264,8 +267,6 @@ def _one(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, h
                                          on_branch(result.repo, result.ref, result.source_commit))  # fmt: skip
         result.result = "collected"
     except JackinError as error:
-        from jackin.agents.state import clean
-
         result.result, result.reason = "failed", clean(error.message, 500)  # it may carry the container's stderr
     return result
 
@@ -295,8 +296,6 @@ def select(plan: planning.FleetPlan, names: Sequence[str] | None) -> list[planni
 
 def collect(inventory: Inventory, *, agents: Sequence[str] | None = None, into: str | None = None) -> CollectReport:
     """Collect the fleet's finished agents (``agents``: these, in any state) from every host; recorded."""
-    from jackin.lifecycle.fleet import make_plan, targets
-
     with Ledger() as ledger:
         plan = make_plan(inventory, ledger, store=False)
     chosen = select(plan, agents)
@@ -371,8 +370,6 @@ def _live(target: SshTarget, agents: list[planning.AgentPlan]) -> dict[str, str]
 def review(inventory: Inventory) -> Review:
     """Per host and agent: its state (live when the host answers, else at its last collection), the
     collected commit, the diff stat against the commit it started from, and the handoff's evidence."""
-    from jackin.lifecycle.fleet import make_plan, targets
-
     with Ledger() as ledger:
         plan = make_plan(inventory, ledger, store=False)
         collected = {(r["host"], r["instance"]): r for r in ledger.collections(plan.fleet)}

@@ -40,7 +40,7 @@ def test_tasks_module_leaves_what_commands_need_to_their_first_use() -> None:
         "import sys, tasks; from importlib.util import _LazyModule; "
         "loaded = lambda n: n in sys.modules and not isinstance(sys.modules[n], _LazyModule); "
         "names = ['jackin.lifecycle.fleet', 'jackin.plan.contract', 'jackin.lifecycle.rollback', 'jackin.net.probes', 'jackin.snapshots.final', "
-        "'jackin.lifecycle.hostplan', 'jackin.lifecycle.providers', 'jackin.cli.fleet', 'jackin.cli.snapshot', 'jackin.cli.rollback', "
+        "'jackin.lifecycle.hostplan', 'jackin.lab.providers', 'jackin.cli.fleet', 'jackin.cli.snapshot', 'jackin.cli.rollback', "
         "'jackin.cli.run', 'jackin.cli.work', 'jackin.cli.agent', 'jackin.cli.lab', 'jackin.cli.role']; "
         "print(sorted(n for n in names if loaded(n))); "
         "tasks.fleet_cli.fleet_api.status; print(loaded('jackin.lifecycle.fleet')); "
@@ -77,7 +77,7 @@ def test_the_up_path_loads_neither_paramiko_nor_fabric_nor_cryptography() -> Non
         "import sys, tasks; "
         "import jackin.cli.fleet, jackin.cli.rollback, jackin.cli.run, jackin.lifecycle.fleet, jackin.lifecycle.hostplan, jackin.lifecycle.runs, jackin.engine, jackin.lifecycle.teardown, "
         "jackin.snapshots.auto, jackin.snapshots.final, jackin.facts.state, jackin.plan.contract, jackin.images.build, "
-        "jackin.spec.credentials, jackin.work.bundles, jackin.lifecycle.providers, jackin.transport.remote, jackin.transport.openssh; "
+        "jackin.spec.credentials, jackin.work.bundles, jackin.lab.providers, jackin.transport.remote, jackin.transport.openssh; "
         "tops = {m.split('.')[0] for m in sys.modules}; "
         "print(sorted(tops & {'paramiko', 'fabric', 'cryptography'}), 'jackin.transport.ssh' in sys.modules)"
     )
