@@ -83,3 +83,18 @@ def test_the_up_path_loads_neither_paramiko_nor_fabric_nor_cryptography() -> Non
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[] False"
+
+
+def test_the_library_loads_neither_rich_nor_the_cli() -> None:
+    """Only jackin/cli prints: every library package imported whole loads neither rich nor jackin.cli (the
+    import-linter contracts check the imports as written; this checks what importing really loads)."""
+    code = (
+        "import sys, importlib, pathlib; "
+        "names = ['.'.join(p.with_suffix('').parts).removesuffix('.__init__') for p in pathlib.Path('jackin').rglob('*.py')]; "
+        "names = [n for n in names if not n.startswith('jackin.cli') and n != 'jackin.engine.runner']; "
+        "[importlib.import_module(n) for n in names]; "
+        "print(len(names), sorted(m for m in sys.modules if m.split('.')[0] == 'rich' or m.startswith('jackin.cli')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    count, loaded = done.stdout.strip().split(" ", 1)
+    assert int(count) > 100 and loaded == "[]"
