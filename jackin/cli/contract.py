@@ -1,4 +1,4 @@
-"""The launch-contract gate of ``fleet.up`` and ``fleet.rollback`` (jackin/plan/contract.py): the
+"""The launch-contract gate of ``fleet.up`` and ``fleet.rollback`` (jackin/plan/launch.py): the
 contract shown, and a difference from the last one applied confirmed, or refused with no one to ask."""
 
 from __future__ import annotations
@@ -14,25 +14,25 @@ from jackin.errors import SpecError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from jackin.plan import contract as contract_api
+    from jackin.plan import launch
     from jackin.spec import Inventory
 else:  # loaded by the first command that shows a contract (jackin.lazy): fleet.status never does
-    contract_api = lazy.module("jackin.plan.contract")
+    launch = lazy.module("jackin.plan.launch")
 
 
-def contract_gate(spec: Inventory, *, yes: bool, json: bool = False, out: Console | None = None) -> contract_api.Gate:
+def contract_gate(spec: Inventory, *, yes: bool, json: bool = False, out: Console | None = None) -> launch.Gate:
     """Show the launch contract ``fleet.up`` is about to apply (jackin/plan/contract.py): its summary, and
     when it differs from the last one applied to the fleet, the difference (a first up: the whole
     contract). A difference needs a confirmation: without ``--yes`` and with no terminal to ask on,
     refused (exit 2) naming each difference; nothing is touched before. Returns the ``Gate``; the
     question itself is ``fleet_up``'s one confirmation. ``json``: shown on stderr. No host is read
     here: the hosts' facts are those of the last applied contract (the interactive preview reads them)."""
-    return show_contract(contract_api.gate(spec), fleet=spec.fleet.name, yes=yes, json=json, out=out)
+    return show_contract(launch.gate(spec), fleet=spec.fleet.name, yes=yes, json=json, out=out)
 
 
-def show_contract(found: contract_api.Gate, *, fleet: str, yes: bool, json: bool = False,
-                  what: str = "launch contract", out: Console | None = None) -> contract_api.Gate:  # fmt: skip
-    """Print a ``contract.Gate`` (the whole contract when first and asked; the summary; the
+def show_contract(found: launch.Gate, *, fleet: str, yes: bool, json: bool = False,
+                  what: str = "launch contract", out: Console | None = None) -> launch.Gate:  # fmt: skip
+    """Print a ``launch.Gate`` (the whole contract when first and asked; the summary; the
     difference) and refuse a difference with no terminal and no ``--yes``. Returns ``found``.
     On ``out`` (default: stdout), or on stderr with ``json``."""
     console = ui.err if json else out or ui.out

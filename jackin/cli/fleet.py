@@ -30,12 +30,12 @@ if TYPE_CHECKING:
     from jackin.agents import wait as waiting
     from jackin.lifecycle import fleet as fleet_api
     from jackin.lifecycle.status import FleetStatus
-    from jackin.plan import contract as contract_api
     from jackin.plan import fleet as planning
+    from jackin.plan import launch
     from jackin.snapshots import final
     from jackin.work import bundles as work
 else:  # loaded by the first command that uses them (jackin.lazy): fleet.status loads none of them
-    contract_api = lazy.module("jackin.plan.contract")
+    launch = lazy.module("jackin.plan.launch")
     final = lazy.module("jackin.snapshots.final")
     fleet_api = lazy.module("jackin.lifecycle.fleet")
     planning = lazy.module("jackin.plan.fleet")
@@ -71,7 +71,7 @@ def fleet_up(inventory: str | None, *, yes: bool, json: bool, dry_run: bool, out
         contract_gate(spec, yes=False, json=json, out=out)  # a first or changed contract: refused naming each one
         require_terminal_or("--yes")
     preview = _up(spec, inventory, dry_run=True, bring_up=True, json=json, out=out)
-    terms = show_contract(preview.terms or contract_api.gate(spec), fleet=spec.fleet.name, yes=False, json=json,
+    terms = show_contract(preview.terms or launch.gate(spec), fleet=spec.fleet.name, yes=False, json=json,
                           out=out)  # fmt: skip
     if not preview.changed and not terms.differs:
         return exit_code(preview.run)
@@ -132,7 +132,7 @@ def fleet_plan(inventory: str | None, *, json: bool) -> int:
     host answered but its state could not be read, or fleet.up would refuse to act there; else 0."""
     spec = fleet_api.load(inventory)
     result = fleet_api.plan(spec, log=ui.log)
-    terms = contract_api.gate(spec, host_facts=result.host_facts)  # the contract fleet.up would apply, hosts read
+    terms = launch.gate(spec, host_facts=result.host_facts)  # the contract fleet.up would apply, hosts read
     if json:
         document = result.model_dump(mode="json", exclude={"plan"})
         document["contract"] = terms.contract.model_dump(mode="json")

@@ -19,9 +19,9 @@ from jackin.store.ledger import Ledger
 if TYPE_CHECKING:
     from jackin.lifecycle import fleet as fleet_api
     from jackin.lifecycle import rollback as rollback_api
-    from jackin.plan import contract as contract_api
+    from jackin.plan import launch
 else:  # loaded by the first command that uses them (jackin.lazy)
-    contract_api = lazy.module("jackin.plan.contract")
+    launch = lazy.module("jackin.plan.launch")
     fleet_api = lazy.module("jackin.lifecycle.fleet")
     rollback_api = lazy.module("jackin.lifecycle.rollback")
 
@@ -53,16 +53,16 @@ def fleet_rollback(inventory: str | None, *, to: str | int | None, host: str | N
     return worst(exit_code(r.up.run) for r in done)
 
 
-def rollback_gate(chosen: rollback_api.Rollback, *, yes: bool, json: bool) -> list[contract_api.Gate]:
+def rollback_gate(chosen: rollback_api.Rollback, *, yes: bool, json: bool) -> list[launch.Gate]:
     """The launch contract each step applies (an older spec's: a rollback changes the contract) and
     its difference from the one before it (the last applied, then the previous step's), shown like
     ``fleet.up``'s; a difference with no terminal and no ``--yes`` is refused (exit 2) before anything
     runs. Reads the ledger only; the hosts' facts are those of the last applied contract."""
-    gates: list[contract_api.Gate] = []
+    gates: list[launch.Gate] = []
     previous = None
     with Ledger() as ledger:
         for step in chosen.steps:
-            gates.append(contract_api.gate_of(ledger, step.inventory, previous=previous))
+            gates.append(launch.gate_of(ledger, step.inventory, previous=previous))
             previous = gates[-1].contract
     for step, found in zip(chosen.steps, gates, strict=True):
         show_contract(found, fleet=chosen.fleet, yes=yes, json=json, what=f"launch contract (run {step.to}'s spec)")

@@ -39,10 +39,10 @@ from jackin.transport.target import SshTarget
 from jackin.work import bundles as work
 
 if TYPE_CHECKING:
-    from jackin.plan import contract
+    from jackin.plan import launch
     from jackin.spec import credentials
 else:  # loaded by fleet.up and fleet.plan, not by fleet.status (jackin.lazy)
-    contract = lazy.module("jackin.plan.contract")
+    launch = lazy.module("jackin.plan.launch")
     credentials = lazy.module("jackin.spec.credentials")
 
 KEPT = ["homes", "workspaces", "uids"]  # what fleet.down --keep-data keeps
@@ -65,7 +65,7 @@ class UpResult(BaseModel):
     snapshots: list[AutoSnapshot] = Field(default_factory=list)  # automatic, before agents were recreated or removed
     unchanged: list[str] = Field(default_factory=list)  # hosts with nothing to change: not handed to the engine
     changes: list[HostPlan] = Field(default_factory=list)  # a dry run: per host what the deploy would do
-    terms: contract.Gate | None = Field(default=None, exclude=True)  # a dry run: the launch contract, hosts read
+    terms: launch.Gate | None = Field(default=None, exclude=True)  # a dry run: the launch contract, hosts read
 
     @property
     def changed(self) -> int:
@@ -141,7 +141,7 @@ def up(
             planned = [_planned(split.plans[h.name]) for h in split.run]
             result = RunResult(hosts=_in_order(planned + kept + not_run, hosts), dry_run=True)
             return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto, unchanged=split.unchanged,
-                            changes=_host_plans(hosts, split), terms=contract.gate_of(ledger, inventory, plan, read))  # fmt: skip
+                            changes=_host_plans(hosts, split), terms=launch.gate_of(ledger, inventory, plan, read))  # fmt: skip
         # Role images a host lacks are loaded over SSH before the deploy; a host that cannot load one is not deployed.
         not_run += images.load_missing(plan, split, states, log=log)
         read = {name: state for name, state in states.items() if isinstance(state, HostState)}  # with the loaded images
@@ -154,13 +154,13 @@ def up(
                 ledger.record_agents(fleet.name, host.host, [a.model_dump() for a in plan.agents])
 
         names, spec = [h.name for h in hosts], applied(inventory)
-        terms = contract.current(inventory, ledger, plan, read)  # the launch contract this run applies
+        terms = launch.current(inventory, ledger, plan, read)  # the launch contract this run applies
         by_name = {h.name: h for h in hosts}
 
         def record_spec(run_id: int) -> None:
             with ledger.transaction():  # one commit for the spec, the contract and every host's rows
                 ledger.record_spec(run_id, fleet.name, names, spec.spec, spec.hash, spec.fleet_hash)
-                contract.record(ledger, run_id, terms)
+                launch.record(ledger, run_id, terms)
                 for host in not_run:
                     ledger.audit(run_id, fleet.name, action, "failed", host=host.host, detail={"error": host.error})
                 for host in kept:  # nothing to change: recorded as an ok run that changed nothing, no engine

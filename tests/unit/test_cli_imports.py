@@ -39,12 +39,12 @@ def test_tasks_module_leaves_what_commands_need_to_their_first_use() -> None:
     code = (
         "import sys, tasks; from importlib.util import _LazyModule; "
         "loaded = lambda n: n in sys.modules and not isinstance(sys.modules[n], _LazyModule); "
-        "names = ['jackin.lifecycle.fleet', 'jackin.plan.contract', 'jackin.lifecycle.rollback', 'jackin.net.probes', 'jackin.snapshots.final', "
+        "names = ['jackin.lifecycle.fleet', 'jackin.plan.contract', 'jackin.plan.launch', 'jackin.lifecycle.rollback', 'jackin.net.probes', 'jackin.snapshots.final', "
         "'jackin.lifecycle.hostplan', 'jackin.lab.providers', 'jackin.cli.fleet', 'jackin.cli.snapshot', 'jackin.cli.rollback', "
         "'jackin.cli.run', 'jackin.cli.work', 'jackin.cli.agent', 'jackin.cli.lab', 'jackin.cli.role']; "
         "print(sorted(n for n in names if loaded(n))); "
         "tasks.fleet_cli.fleet_api.status; print(loaded('jackin.lifecycle.fleet')); "
-        "import jackin.plan.contract as c; c.current; print(loaded('jackin.plan.contract'))"
+        "import jackin.plan.launch as c; c.current; print(loaded('jackin.plan.launch'))"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[:3] == ["[]", "True", "True"]
@@ -61,7 +61,7 @@ def test_fleet_status_loads_neither_the_fleet_api_nor_the_engine() -> None:
         "status.read = lambda spec: status.FleetStatus(fleet=spec.fleet.name, at=0, hosts=[]); "
         "loaded = lambda n: n in sys.modules and not isinstance(sys.modules[n], _LazyModule); "
         "names = ['jackin.lifecycle.fleet', 'jackin.engine', 'jackin.engine.protocol', 'jackin.lifecycle.hostplan', 'jackin.facts.state', "
-        "'jackin.snapshots.auto', 'jackin.snapshots.final', 'jackin.lifecycle.gc', 'jackin.images.build', 'jackin.plan.contract', "
+        "'jackin.snapshots.auto', 'jackin.snapshots.final', 'jackin.lifecycle.gc', 'jackin.images.build', 'jackin.plan.contract', 'jackin.plan.launch', "
         "'jackin.transport.ssh', 'paramiko', 'fabric', 'cryptography']; "
         "code = cli.fleet_status('inventory/lab.yaml', watch=False, json=True); "
         "print(code, sorted(n for n in names if loaded(n)))"
@@ -76,7 +76,7 @@ def test_the_up_path_loads_neither_paramiko_nor_fabric_nor_cryptography() -> Non
     code = (
         "import sys, tasks; "
         "import jackin.cli.fleet, jackin.cli.rollback, jackin.cli.run, jackin.lifecycle.fleet, jackin.lifecycle.hostplan, jackin.lifecycle.runs, jackin.engine, jackin.lifecycle.teardown, "
-        "jackin.snapshots.auto, jackin.snapshots.final, jackin.facts.state, jackin.plan.contract, jackin.images.build, "
+        "jackin.snapshots.auto, jackin.snapshots.final, jackin.facts.state, jackin.plan.launch, jackin.images.build, "
         "jackin.spec.credentials, jackin.work.bundles, jackin.lab.providers, jackin.transport.remote, jackin.transport.openssh; "
         "tops = {m.split('.')[0] for m in sys.modules}; "
         "print(sorted(tops & {'paramiko', 'fabric', 'cryptography'}), 'jackin.transport.ssh' in sys.modules)"

@@ -29,12 +29,12 @@ CHOSEN = rollback_api.Rollback(fleet="demo", mode="step-back", steps=[STEP])
 
 def _applied(inventory: Inventory) -> None:
     """Record ``inventory``'s launch contract as the fleet's last applied one (a finished ok run)."""
-    from jackin.plan import contract
+    from jackin.plan import launch
     from jackin.store.ledger import Ledger
 
     with Ledger() as ledger:
         run = ledger.start_run("demo", "fleet.up")
-        contract.record(ledger, run, contract.current(inventory, ledger))
+        launch.record(ledger, run, launch.current(inventory, ledger))
         ledger.finish_run(run, "ok")
 
 

@@ -10,7 +10,7 @@ from rich.text import Text
 from jackin.cli.render.units import duration, size
 
 if TYPE_CHECKING:  # annotations only
-    from jackin.plan.contract import AgentContract, FleetContract, NetworkTerm
+    from jackin.plan.terms import AgentContract, FleetContract, NetworkTerm
 
 
 def contract_tables(contract: FleetContract) -> list[Table]:
