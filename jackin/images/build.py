@@ -21,7 +21,6 @@ the runtime's registries; ``source`` gives that step what it needs.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shlex
 import shutil
@@ -43,6 +42,7 @@ from jackin.operations.files import Refused
 from jackin.paths import private_dir, state_dir
 from jackin.spec import roles
 from jackin.spec.roles import dockerfile, suite
+from jackin.store import locks
 
 if TYPE_CHECKING:
     from jackin.plan.fleet import FleetPlan
@@ -78,13 +78,8 @@ def present(tag: str) -> bool:
 @contextmanager
 def _locked(name: str) -> Iterator[None]:
     """One build or archive of a tag at a time on this machine (parallel runs share the Docker engine)."""
-    path = private_dir(state_dir() / "images") / f".{name}.lock"
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with locks.held(private_dir(state_dir() / "images") / f".{name}.lock"):
+        yield
 
 
 def ensure_built(role: roles.Role, *, log: Log = lambda _: None) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import hashlib
 import io
 import ipaddress
@@ -36,6 +35,7 @@ from jackin.lab.image import ensure_image, image_tag
 from jackin.lab.limits import ensure_inotify
 from jackin.paths import private_dir, state_dir
 from jackin.spec.values import SLUG
+from jackin.store import locks
 from jackin.transport.target import SshTarget
 
 LABEL = "jackin.lab"
@@ -483,15 +483,12 @@ class Lab:
 
     @contextmanager
     def _lock(self) -> Iterator[None]:
-        lock_path = private_dir(self.dir.parent) / f"{self.name}.lock"
-        with open(lock_path, "w") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise BusyError(
-                    f"lab {self.name!r} is being changed by another run",
-                    hint="wait for it to finish, then try again",
-                ) from None
+        def busy(_holder: str) -> BusyError:
+            return BusyError(
+                f"lab {self.name!r} is being changed by another run", hint="wait for it to finish, then try again"
+            )
+
+        with locks.held(private_dir(self.dir.parent) / f"{self.name}.lock", busy=busy):
             yield
 
 
