@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from jackin.agents import wait as waiting
+    from jackin.lifecycle import down as down_api
     from jackin.lifecycle import fleet as fleet_api
     from jackin.lifecycle.status import FleetStatus
     from jackin.plan import fleet as planning
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 else:  # loaded by the first command that uses them (jackin.lazy): fleet.status loads none of them
     launch = lazy.module("jackin.plan.launch")
     final = lazy.module("jackin.snapshots.final")
+    down_api = lazy.module("jackin.lifecycle.down")
     fleet_api = lazy.module("jackin.lifecycle.fleet")
     planning = lazy.module("jackin.plan.fleet")
     waiting = lazy.module("jackin.agents.wait")
@@ -168,14 +170,14 @@ def fleet_down(inventory: str | None, *, yes: bool, keep_data: bool, keep_lab: b
         out.print(preview)
         confirm(f"Remove fleet {spec.fleet.name!r} from its hosts, {data}?")
     with ui.progress() as progress:
-        result = fleet_api.down(spec, keep_data=keep_data, keep_lab=keep_lab, final_snapshot=not no_final_snapshot,
+        result = down_api.down(spec, keep_data=keep_data, keep_lab=keep_lab, final_snapshot=not no_final_snapshot,
                                 discard_snapshots=discard_snapshots, on_event=progress.update, log=ui.log)  # fmt: skip
     _show_down(result, fleet=spec.fleet.name, out=out)
     torn_down = all(c.clean for c in result.checks) and not result.run.failed  # the hosts it tore down
     return worst([EXIT_OK if torn_down else exit_code(result.run) or EXIT_FAILED, *final_errors(result)])
 
 
-def _show_down(result: fleet_api.DownResult, *, fleet: str, out: Console) -> None:
+def _show_down(result: down_api.DownResult, *, fleet: str, out: Console) -> None:
     for host, ids in result.discarded.items():
         out.print(f"{host}: snapshots discarded with the host (the ledger forgot them): {', '.join(ids)}",
                   soft_wrap=True)  # fmt: skip
@@ -192,7 +194,7 @@ def _show_down(result: fleet_api.DownResult, *, fleet: str, out: Console) -> Non
 
 def final_preview(spec: Inventory, *, keep_data: bool, no_final_snapshot: bool, discard_snapshots: bool = False) -> str:
     """What fleet.down will snapshot and pull, where the copies go, and what is lost (shown before it asks)."""
-    skipped = fleet_api.final_skip_reason(spec, keep_data=keep_data, final_snapshot=not no_final_snapshot,
+    skipped = down_api.final_skip_reason(spec, keep_data=keep_data, final_snapshot=not no_final_snapshot,
                                           discard_snapshots=discard_snapshots)  # fmt: skip
     pulled = f"{final.pulled_root(spec.fleet.name)}/<host>/repo"
     if keep_data:
@@ -212,7 +214,7 @@ def final_preview(spec: Inventory, *, keep_data: bool, no_final_snapshot: bool, 
             "started again")  # fmt: skip
 
 
-def final_errors(result: fleet_api.DownResult) -> list[int]:
+def final_errors(result: down_api.DownResult) -> list[int]:
     """Print each host kept because its final snapshot or pull failed, and the way out; their exit codes."""
     codes = []
     for f in result.blocked:

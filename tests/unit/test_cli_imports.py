@@ -39,7 +39,7 @@ def test_tasks_module_leaves_what_commands_need_to_their_first_use() -> None:
     code = (
         "import sys, tasks; from importlib.util import _LazyModule; "
         "loaded = lambda n: n in sys.modules and not isinstance(sys.modules[n], _LazyModule); "
-        "names = ['jackin.lifecycle.fleet', 'jackin.plan.contract', 'jackin.plan.launch', 'jackin.lifecycle.rollback', 'jackin.net.probes', 'jackin.snapshots.final', "
+        "names = ['jackin.lifecycle.fleet', 'jackin.lifecycle.down', 'jackin.plan.contract', 'jackin.plan.launch', 'jackin.lifecycle.rollback', 'jackin.net.probes', 'jackin.snapshots.final', "
         "'jackin.lifecycle.hostplan', 'jackin.lab.providers', 'jackin.cli.fleet', 'jackin.cli.snapshot', 'jackin.cli.rollback', "
         "'jackin.cli.run', 'jackin.cli.work', 'jackin.cli.agent', 'jackin.cli.lab', 'jackin.cli.role']; "
         "print(sorted(n for n in names if loaded(n))); "
@@ -60,7 +60,7 @@ def test_fleet_status_loads_neither_the_fleet_api_nor_the_engine() -> None:
         "from jackin.spec import Inventory; "
         "status.read = lambda spec: status.FleetStatus(fleet=spec.fleet.name, at=0, hosts=[]); "
         "loaded = lambda n: n in sys.modules and not isinstance(sys.modules[n], _LazyModule); "
-        "names = ['jackin.lifecycle.fleet', 'jackin.engine', 'jackin.engine.protocol', 'jackin.lifecycle.hostplan', 'jackin.facts.state', "
+        "names = ['jackin.lifecycle.fleet', 'jackin.lifecycle.down', 'jackin.engine', 'jackin.engine.protocol', 'jackin.lifecycle.hostplan', 'jackin.facts.state', "
         "'jackin.snapshots.auto', 'jackin.snapshots.final', 'jackin.lifecycle.gc', 'jackin.images.build', 'jackin.plan.contract', 'jackin.plan.launch', "
         "'jackin.transport.ssh', 'paramiko', 'fabric', 'cryptography']; "
         "code = cli.fleet_status('inventory/lab.yaml', watch=False, json=True); "
@@ -75,7 +75,7 @@ def test_the_up_path_loads_neither_paramiko_nor_fabric_nor_cryptography() -> Non
     no SSH library (~50 ms) unless a read falls back to Fabric (jump hosts, JACKIN_SSH=paramiko)."""
     code = (
         "import sys, tasks; "
-        "import jackin.cli.fleet, jackin.cli.rollback, jackin.cli.run, jackin.lifecycle.fleet, jackin.lifecycle.hostplan, jackin.lifecycle.runs, jackin.engine, jackin.lifecycle.teardown, "
+        "import jackin.cli.fleet, jackin.cli.rollback, jackin.cli.run, jackin.lifecycle.fleet, jackin.lifecycle.down, jackin.lifecycle.hostplan, jackin.lifecycle.runs, jackin.engine, jackin.lifecycle.teardown, "
         "jackin.snapshots.auto, jackin.snapshots.final, jackin.facts.state, jackin.plan.launch, jackin.images.build, "
         "jackin.spec.credentials, jackin.work.bundles, jackin.lab.providers, jackin.transport.remote, jackin.transport.openssh; "
         "tops = {m.split('.')[0] for m in sys.modules}; "

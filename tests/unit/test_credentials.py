@@ -468,7 +468,7 @@ def test_fabric_connections_never_forward_the_agent(tmp_path: Path, monkeypatch:
 
 
 def test_a_credentials_dir_left_makes_the_clean_check_dirty_even_keeping_data(tmp_path: Path) -> None:
-    from jackin.lifecycle.fleet import _leftovers
+    from jackin.lifecycle.down import _leftovers
 
     spec = fleet(tmp_path)
     plan, values = plan_of(spec), read(spec, environ=ENV, key=KEY)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jackin.cli import fleet as cli
-from jackin.lifecycle import fleet as fleet_api
+from jackin.lifecycle import down as down_api
 from jackin.engine import RunResult
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, ConnectError, JackinError, SpecError
 from jackin.store.ledger import Ledger
@@ -142,8 +142,8 @@ def test_leftovers_name_the_fleets_dir_and_never_another_fleets() -> None:
 
 def test_clean_check_keep_data_does_not_count_the_kept_snapshot_dir() -> None:
     state = parse_state(["##fleet", "demo", "##snapshots", "fleet", "repo"])
-    assert fleet_api._leftovers(PLAN, state, keep_data=False) == {"snapshots": [DIR]}
-    assert not fleet_api._leftovers(PLAN, state, keep_data=True).get("snapshots")
+    assert down_api._leftovers(PLAN, state, keep_data=False) == {"snapshots": [DIR]}
+    assert not down_api._leftovers(PLAN, state, keep_data=True).get("snapshots")
 
 
 # --- which hosts are snapshotted, pulled and torn down --------------------------------------
@@ -353,7 +353,7 @@ def test_a_host_where_stopping_fails_is_held_back_unsnapshotted_and_a_failed_res
     assert (done["h1"].stage, done["h1"].blocked) == ("stop", True) and "docker stop timed out" in done["h1"].error
     assert done["h1"].restart_error == "docker start failed"
     assert world["seen"]["takes"][0][0] == ["h2"] and world["seen"]["pulled"] == [["h2"]]  # control: h2 goes on
-    result = fleet_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=list(done.values()))
+    result = down_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=list(done.values()))
     assert cli.final_errors(result) == [EXIT_FAILED]
 
 
@@ -401,14 +401,14 @@ def test_take_snapshots_extra_pairs_the_ledger_does_not_place_with_their_rows(tm
 
 def test_skip_reasons() -> None:
     off = parse_inventory(INVENTORY + "  snapshots: {before_teardown: false}\n", "f.yaml")
-    assert fleet_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=True) is None
-    assert fleet_api.final_skip_reason(SPEC, keep_data=True, final_snapshot=True).startswith("--keep-data")
-    assert fleet_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=False) == "--no-final-snapshot"
-    assert fleet_api.final_skip_reason(off, keep_data=False, final_snapshot=True) == "snapshots.before_teardown: false"
-    assert fleet_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=True,
+    assert down_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=True) is None
+    assert down_api.final_skip_reason(SPEC, keep_data=True, final_snapshot=True).startswith("--keep-data")
+    assert down_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=False) == "--no-final-snapshot"
+    assert down_api.final_skip_reason(off, keep_data=False, final_snapshot=True) == "snapshots.before_teardown: false"
+    assert down_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=True,
                                        discard_snapshots=True) == "--discard-snapshots"  # fmt: skip
     with pytest.raises(SpecError, match="give one of them"):
-        fleet_api.final_skip_reason(SPEC, keep_data=True, final_snapshot=True, discard_snapshots=True)
+        down_api.final_skip_reason(SPEC, keep_data=True, final_snapshot=True, discard_snapshots=True)
 
 
 def test_preview_says_what_is_snapshotted_and_where_it_goes(monkeypatch, tmp_path) -> None:
@@ -438,21 +438,21 @@ def test_discard_forgets_only_what_no_surviving_copy_holds(tmp_path) -> None:
         ledger.record_copy("demo", "h1", "h3", "/y", ["s2"])  # pushed to a host that stays
         ledger.record_copy("demo", "h1", "h2", "/z", ["s3"])  # pushed to a host torn down with it
         run = ledger.start_run("demo", "fleet.down")
-        assert fleet_api.discard(ledger, "demo", ["h1", "h2"], run) == {"h1": ["s3", "s4"], "h2": ["s1", "s2", "s3", "s4"]}
+        assert down_api.discard(ledger, "demo", ["h1", "h2"], run) == {"h1": ["s3", "s4"], "h2": ["s1", "s2", "s3", "s4"]}
         left = {r["id"]: [a["host"] for a in r["agents"]] for r in ledger.snapshot_rows("demo")}
         assert left == {"s1": ["h1"], "s2": ["h1"]}
         assert [a["action"] for a in ledger.audit_trail("demo")] == ["snapshot.discard"] * 2
-        assert fleet_api.discard(ledger, "demo", ["h9"], run) == {}  # a host with no snapshot: nothing to forget
+        assert down_api.discard(ledger, "demo", ["h9"], run) == {}  # a host with no snapshot: nothing to forget
 
 
 def test_a_blocked_host_makes_down_unclean_and_exits_by_its_kind() -> None:
     ok = final.FinalHost(host="h1", snapshot="s")
     failed = final.FinalHost(host="h2", stage="snapshot", error="disk full")
     lost = final.FinalHost(host="h3", stage="pull", error="reset", unreachable=True)
-    result = fleet_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=[ok, failed, lost])
+    result = down_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=[ok, failed, lost])
     assert not result.clean and [f.host for f in result.blocked] == ["h2", "h3"]
     assert cli.final_errors(result) == [EXIT_FAILED, EXIT_CONNECT]
-    assert fleet_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=[ok]).clean
+    assert down_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=[ok]).clean
 
 
 def test_transfer_and_final_agree_on_the_pulled_path(monkeypatch, tmp_path) -> None:

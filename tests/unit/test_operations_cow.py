@@ -204,7 +204,7 @@ def test_the_clean_check_sees_the_tier_and_keep_data_keeps_it(monkeypatch: pytes
     --keep-data they hold the kept homes, so they may stay); a host without them is clean."""
     from pathlib import Path
 
-    from jackin.lifecycle import fleet as lifecycle
+    from jackin.lifecycle import down as lifecycle
     from jackin.transport.ssh import SshTarget
 
     target = SshTarget(name="web-1", address="192.0.2.10", known_hosts=Path("/nonexistent"))

@@ -12,7 +12,7 @@ from jackin.cli.render import fleet as ui
 from jackin.cli.render.status import status_table
 from jackin.cli.render.units import duration, size
 from jackin.engine import HostResult, RunResult
-from jackin.lifecycle.fleet import CleanCheck
+from jackin.lifecycle.down import CleanCheck
 from jackin.lifecycle.status import AgentStatus, FleetStatus, HostStatus
 
 

@@ -9,7 +9,8 @@ from rich.text import Text
 
 if TYPE_CHECKING:  # annotations only: the engine's protocol is not loaded by commands that run no engine
     from jackin.engine import RunResult
-    from jackin.lifecycle.fleet import CleanCheck, DownResult, PlanResult
+    from jackin.lifecycle.down import CleanCheck, DownResult
+    from jackin.lifecycle.fleet import PlanResult
 
 
 def up_table(result: RunResult, *, title: str, agents: int | None = None) -> Table:
