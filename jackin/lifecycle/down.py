@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.engine import RunResult
 from jackin.errors import JackinError, SpecError
-from jackin.facts.state import HostState, parse_state, state_command
+from jackin.facts.state import HostState, parse_state
+from jackin.facts.state_read import state_command
 from jackin.lab.providers import LabProvider, provider_for
 from jackin.lifecycle import teardown
 from jackin.lifecycle.runs import OnEvent, recorded_run, states_for_deploy

@@ -18,7 +18,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from jackin.errors import JackinError
-from jackin.facts.state import HostState, parse_state, state_command
+from jackin.facts.state import HostState, parse_state
+from jackin.facts.state_read import state_command
 from jackin.operations import changes
 from jackin.plan.applied import load_fleet
 from jackin.plan.fleet import FleetPlan

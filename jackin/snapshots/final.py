@@ -27,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jackin import hostpaths, lazy
 from jackin.errors import ConnectError, JackinError
-from jackin.facts.state import HostState, parse_state, state_command
+from jackin.facts.state import HostState, parse_state
+from jackin.facts.state_read import state_command
 from jackin.paths import state_dir
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory

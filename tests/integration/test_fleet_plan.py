@@ -17,7 +17,7 @@ import pytest
 from jackin.plan import terms
 from jackin.store.ledger import Ledger
 from jackin.plan.fleet import UIDS_PER_FLEET
-from jackin.facts.state import state_command
+from jackin.facts.state_read import state_command
 
 from .conftest import inv, module_lab, sh
 

@@ -23,7 +23,8 @@ from jackin.snapshots import host as snapshot_host
 from jackin.snapshots.models import AgentSnapshot, CreateResult, SnapshotRecord
 from jackin.spec import parse_inventory
 from jackin.transport.ssh import SshTarget
-from jackin.facts.state import Container, HostState, SnapshotDirs, User, parse_state, snapshots_section
+from jackin.facts.state import Container, HostState, SnapshotDirs, User, parse_state
+from jackin.facts.state_read import snapshots_section
 from jackin.facts.state import PathInfo as StatePath
 
 INVENTORY = """\
