@@ -149,7 +149,7 @@ def snapshot_before_up(ledger: Ledger, inventory: Inventory, plan: FleetPlan, ho
     return found, failed
 
 
-PLACEMENT = ("name", "provider", "lab", "hosts")  # as jackin.lifecycle.rollback.PLACEMENT: where the fleet runs
+PLACEMENT = ("name", "provider", "lab", "hosts")  # as jackin.lifecycle.rollback_choice.PLACEMENT: where the fleet runs
 
 
 def by_spec_in_place(ledger: Ledger, inventory: Inventory,

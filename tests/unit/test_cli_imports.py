@@ -39,7 +39,7 @@ def test_tasks_module_leaves_what_commands_need_to_their_first_use() -> None:
     code = (
         "import sys, tasks; from importlib.util import _LazyModule; "
         "loaded = lambda n: n in sys.modules and not isinstance(sys.modules[n], _LazyModule); "
-        "names = ['jackin.lifecycle.fleet', 'jackin.lifecycle.down', 'jackin.plan.contract', 'jackin.plan.launch', 'jackin.lifecycle.rollback', 'jackin.net.probes', 'jackin.snapshots.final', "
+        "names = ['jackin.lifecycle.fleet', 'jackin.lifecycle.down', 'jackin.plan.contract', 'jackin.plan.launch', 'jackin.lifecycle.rollback', 'jackin.lifecycle.rollback_choice', 'jackin.net.probes', 'jackin.snapshots.final', "
         "'jackin.lifecycle.hostplan', 'jackin.lab.providers', 'jackin.cli.fleet', 'jackin.cli.snapshot', 'jackin.cli.rollback', "
         "'jackin.cli.run', 'jackin.cli.work', 'jackin.cli.agent', 'jackin.cli.lab', 'jackin.cli.role']; "
         "print(sorted(n for n in names if loaded(n))); "

@@ -10,7 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:  # annotations only
-    from jackin.lifecycle.rollback import PlannedStep, SpecRun
+    from jackin.lifecycle.rollback import PlannedStep
+    from jackin.lifecycle.rollback_choice import SpecRun
 
 INVENTORY_KEPT = "the inventory file is not rewritten: the next fleet.up -i FILE applies the file's spec again"
 
