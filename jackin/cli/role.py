@@ -1,7 +1,7 @@
 """The ``role`` collection: ``role.list`` and ``role.validate``: what the roles are, and whether each one is valid.
 
-Kept apart from jackin/spec/roles.py (the model and its checks) so that module stays data and logic; this one
-only renders (rich tables, or JSON for scripts) and returns the exit code.
+Kept apart from jackin/spec/roles.py and jackin/spec/role_checks.py (the model and its checks) so those stay
+data and logic; this one only renders (rich tables, or JSON for scripts) and returns the exit code.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from jackin.cli import render as ui
 from jackin.cli.render.role import roles_table
 from jackin.errors import EXIT_OK, EXIT_SPEC
-from jackin.spec import roles
+from jackin.spec import role_checks, roles
 
 
 def role_list(*, json: bool) -> int:
@@ -28,7 +28,7 @@ def role_list(*, json: bool) -> int:
 
 def role_validate(name: str | None, *, json: bool) -> int:
     """Every role file (or NAME's) and its image recipe; problems as FILE:LINE: message; exit 2 if any."""
-    checks = roles.validate(name)
+    checks = role_checks.validate(name)
     if json:
         ui.print_json({"roles": [{**c.model_dump(), "ok": c.ok} for c in checks]})
     else:
