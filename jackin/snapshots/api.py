@@ -13,10 +13,10 @@ fleet's lock: ``take(ledger, inventory, targets, instances, kind="auto")`` befor
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -46,6 +46,7 @@ from jackin.snapshots.models import (
 from jackin.snapshots.transfer import fleet_password_file
 from jackin.spec import Inventory
 from jackin.store.ledger import Ledger
+from jackin.transport import fanout
 from jackin.transport.remote import HostError
 from jackin.transport.ssh import SshTarget, connect
 
@@ -112,30 +113,10 @@ def in_parallel(targets: Sequence[SshTarget], work: Callable[[Connection, SshTar
 def per_host(targets: Sequence[SshTarget], work: Callable[[SshTarget], T], *,
              interrupted: Callable[[], None] | None = None) -> dict[str, T | JackinError]:  # fmt: skip
     """``work`` on every target in parallel (it opens its own connection); per host its result or its
-    error: one host's fault never hides what happened on the others. On a Ctrl-C (or any exception
-    here), ``interrupted`` runs before the workers are waited for, so it can cut them short."""
-
-    def one(target: SshTarget) -> T | JackinError:
-        try:
-            return work(target)
-        except JackinError as error:
-            error.host = error.host or target.name
-            return error
-        except (OSError, EOFError, paramiko.SSHException) as error:  # an SSH fault is that host's error alone
-            return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
-
-    if not targets:
-        return {}
-    pool = ThreadPoolExecutor(max_workers=min(16, len(targets)))
-    try:
-        futures = [pool.submit(one, target) for target in targets]
-        return {t.name: f.result() for t, f in zip(targets, futures, strict=True)}
-    except BaseException:
-        if interrupted is not None:
-            interrupted()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    error: one host's fault never hides what happened on the others. On a Ctrl-C (or a bug of ``work``),
+    ``interrupted`` runs before the hosts in flight are waited for, so it can cut them short."""
+    faults = (OSError, EOFError, paramiko.SSHException)  # an SSH fault is that host's error alone
+    return fanout.each_host(targets, work, faults=faults, interrupted=interrupted, grace=math.inf, workers=16).by_host()
 
 
 def prepare(conn: Connection, fleet: str, *, host: str) -> str:

@@ -20,11 +20,11 @@ Every agent of a fleet runs on every host, so the ref and the handoff path name 
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +39,7 @@ from jackin.plan.make import make_plan
 from jackin.spec import Inventory
 from jackin.spec.models import is_git_url
 from jackin.store.ledger import Ledger
+from jackin.transport import fanout
 from jackin.transport.ssh import SshTarget, connect
 from jackin.work import handoffs
 from jackin.work.bundles import WorkError, git
@@ -52,6 +53,7 @@ STATUS_FILE = "/workspace/.jackin/status.json"
 HANDOFF_FILE = "/workspace/.jackin/handoff.md"
 REPO_DIR = "/workspace/repo"
 READ_TIMEOUT = 600
+_SSH_FAULTS = (Exception,)  # over SSH, any fault of a host (paramiko raises many kinds) is that host's error
 STATES = ("idle", "working", "blocked", "done", "failed")
 
 
@@ -272,14 +274,9 @@ def _one(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, h
 
 
 def _host(target: SshTarget, inventory: Inventory, agents: list[planning.AgentPlan], *, into: str | None,
-          asked: bool) -> list[AgentCollect] | JackinError:  # fmt: skip
-    try:
-        with connect(target, timeout=10) as conn:
-            return [_one(conn, inventory, a, host=target.name, into=into, asked=asked) for a in agents]
-    except JackinError as error:
-        return error
-    except Exception as error:  # noqa: BLE001 - SSH faults become that host's error
-        return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
+          asked: bool) -> list[AgentCollect]:  # fmt: skip
+    with connect(target, timeout=10) as conn:
+        return [_one(conn, inventory, a, host=target.name, into=into, asked=asked) for a in agents]
 
 
 def select(plan: planning.FleetPlan, names: Sequence[str] | None) -> list[planning.AgentPlan]:
@@ -304,13 +301,11 @@ def collect(inventory: Inventory, *, agents: Sequence[str] | None = None, into: 
         raise JackinError(f"fleet {plan.fleet} has no host up: nothing to collect",
                           hint="bring it up with inv fleet.up, or check the inventory's hosts")  # fmt: skip
     report = CollectReport(fleet=plan.fleet)
-    with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
-        found = list(pool.map(lambda t: _host(t, inventory, chosen, into=into, asked=bool(agents)), hosts))
-    for target, outcome in zip(hosts, found, strict=True):
-        if isinstance(outcome, JackinError):
-            report.unreachable[target.name] = outcome.message
-        else:
-            report.agents += outcome
+    found = fanout.each_host(hosts, lambda t: _host(t, inventory, chosen, into=into, asked=bool(agents)),
+                             faults=_SSH_FAULTS, grace=math.inf, workers=8)  # fmt: skip
+    report.unreachable.update({name: error.message for name, error in found.failed.items()})
+    for outcome in found.succeeded.values():
+        report.agents += outcome
     with Ledger() as ledger:
         for item in report.agents:
             if item.result != "skipped":
@@ -357,14 +352,9 @@ def diff_stat(repo: str | None, source: str | None, ref: str | None) -> str | No
     return found.stdout.decode(errors="replace").strip() or "no changes"
 
 
-def _live(target: SshTarget, agents: list[planning.AgentPlan]) -> dict[str, str] | JackinError:
-    try:
-        with connect(target, timeout=10) as conn:
-            return {a.instance: state_of(read_status(conn, a, host=target.name)) for a in agents}
-    except JackinError as error:
-        return error
-    except Exception as error:  # noqa: BLE001 - SSH faults become that host's error
-        return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
+def _live(target: SshTarget, agents: list[planning.AgentPlan]) -> dict[str, str]:
+    with connect(target, timeout=10) as conn:
+        return {a.instance: state_of(read_status(conn, a, host=target.name)) for a in agents}
 
 
 def review(inventory: Inventory) -> Review:
@@ -377,12 +367,11 @@ def review(inventory: Inventory) -> Review:
     result = Review(fleet=plan.fleet)
     live: dict[tuple[str, str], str] = {}
     if hosts:
-        with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
-            for target, found in zip(hosts, pool.map(lambda t: _live(t, list(plan.agents)), hosts), strict=True):
-                if isinstance(found, JackinError):
-                    result.unreachable[target.name] = found.message
-                else:
-                    live.update({(target.name, i): s for i, s in found.items()})
+        found = fanout.each_host(hosts, lambda t: _live(t, list(plan.agents)), faults=_SSH_FAULTS, grace=math.inf,
+                                 workers=8)  # fmt: skip
+        result.unreachable.update({name: error.message for name, error in found.failed.items()})
+        for name, states in found.succeeded.items():
+            live.update({(name, i): s for i, s in states.items()})
     for key in sorted(set(live) | set(collected)):
         row = collected.get(key, {})
         state = live.get(key) or (f"{row['state']} (at collection)" if row.get("state") else "unknown")
