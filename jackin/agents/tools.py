@@ -29,6 +29,7 @@ from jackin.lab import providers
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory
 from jackin.store.ledger import Ledger
+from jackin.transport import channel as reader
 from jackin.transport import interrupts
 from jackin.transport.target import SshTarget
 
@@ -176,28 +177,20 @@ def _copy(ref: AgentRef, command: str, out: Any, err: Any, stop: threading.Event
         try:
             channel.exec_command(command)
             tail = b""
-            while not stop.is_set():
-                idle = True
-                if channel.recv_ready():
-                    out.write(shown_out(channel.recv(65536)))
-                    out.flush()
-                    idle = False
-                if channel.recv_stderr_ready():
-                    data = channel.recv_stderr(65536)
-                    tail = (tail + data)[-4096:]
-                    err.write(shown_err(data))
-                    err.flush()
-                    idle = False
-                if (
-                    idle
-                    and channel.exit_status_ready()
-                    and not channel.recv_ready()
-                    and not channel.recv_stderr_ready()
-                ):
-                    return channel.recv_exit_status(), tail
-                if idle:
-                    stop.wait(0.05)
-            return None
+
+            def shown_stdout(data: bytes) -> None:
+                out.write(shown_out(data))
+                out.flush()
+
+            def shown_stderr(data: bytes) -> None:
+                nonlocal tail
+                tail = (tail + data)[-4096:]
+                err.write(shown_err(data))
+                err.flush()
+
+            if reader.pump(channel, out=shown_stdout, err=shown_stderr, stop=stop) == "stopped":
+                return None
+            return channel.recv_exit_status(), tail
         finally:
             channel.close()
 

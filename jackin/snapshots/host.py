@@ -20,7 +20,6 @@ from __future__ import annotations
 import io
 import shlex
 import time
-from typing import TYPE_CHECKING
 
 from fabric import Connection
 
@@ -28,9 +27,7 @@ from jackin.errors import ConnectError, RemoteCommandError
 from jackin.hostpaths import UPLOADED_RESTIC
 from jackin.snapshots import freezer, instant, restic, transfer
 from jackin.snapshots.models import AgentDiff, AgentManifest, BackupSummary
-
-if TYPE_CHECKING:
-    from paramiko import Channel
+from jackin.transport import channel as reader
 
 LONG = instant.LONG  # a backup or restore of a big workspace may take hours; a dead host is found by SSH keepalives
 
@@ -177,7 +174,7 @@ def session(conn: Connection, script: str, *, host: str, what: str, timeout: flo
             channel.sendall(stdin)
             channel.shutdown_write()
         out, err = io.BytesIO(), io.BytesIO()
-        _read_until(channel, out, err, None, deadline=time.monotonic() + timeout)
+        reader.pump(channel, out=out.write, err=err.write, deadline=time.monotonic() + timeout)
         code = channel.recv_exit_status()
     except (OSError, EOFError) as error:
         raise ConnectError(f"{what}: {type(error).__name__}: {' '.join(str(error).split())[:200]}", host=host) from None
@@ -305,11 +302,11 @@ def restore(conn: Connection, restic_bin: str, fleet: str, instance: str, restic
         script = restore_script(restic_bin, fleet, instance, restic_id, repo=repo, owner=owner)
         channel.exec_command("bash -c " + shlex.quote(script))
         out, err = io.BytesIO(), io.BytesIO()
-        staged = _read_until(channel, out, err, b"staged\n")
-        if staged:
+        staged = reader.pump(channel, out=out.write, err=err.write, until=lambda: b"staged\n" in out.getvalue())
+        if staged == "until":
             channel.sendall(b"swap\n")
             channel.shutdown_write()
-        _read_until(channel, out, err, None)
+        reader.pump(channel, out=out.write, err=err.write)
         code = channel.recv_exit_status()
     except (OSError, EOFError) as error:
         raise ConnectError(f"restore of {instance}: the connection failed: {error}", host=host) from None
@@ -319,25 +316,3 @@ def restore(conn: Connection, restic_bin: str, fleet: str, instance: str, restic
         text = err.getvalue().decode(errors="replace")
         raise RemoteCommandError(f"restore of {instance} failed (exit {code}): {_tail(text)}", host=host)
     return b"\nremapped " in b"\n" + out.getvalue()
-
-
-def _read_until(channel: Channel, out: io.BytesIO, err: io.BytesIO, marker: bytes | None, *,
-                deadline: float | None = None) -> bool:  # fmt: skip
-    """Read stdout and stderr until ``marker`` is in stdout (True) or the command ended (False); past
-    ``deadline`` (monotonic), a TimeoutError."""
-    while True:
-        if marker and marker in out.getvalue():
-            return True
-        if channel.recv_stderr_ready():
-            err.write(channel.recv_stderr(65536))
-            continue
-        if channel.recv_ready():
-            out.write(channel.recv(65536))
-            continue
-        if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-            return False
-        if channel.closed:  # closed under us (a Ctrl-C closed the connection): no status will come
-            raise EOFError("the SSH channel was closed")
-        if deadline is not None and time.monotonic() > deadline:
-            raise TimeoutError("no end within the time allowed")
-        time.sleep(0.05)

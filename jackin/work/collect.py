@@ -39,6 +39,7 @@ from jackin.plan.make import make_plan
 from jackin.spec import Inventory
 from jackin.spec.models import is_git_url
 from jackin.store.ledger import Ledger
+from jackin.transport import channel as reader
 from jackin.transport import fanout
 from jackin.transport.ssh import SshTarget, connect
 from jackin.work import handoffs
@@ -174,23 +175,21 @@ def _exec(
     channel = transport.open_session()
     channel.settimeout(timeout)
     out, err = bytearray(), bytearray()
+
+    def stdout(data: bytes) -> None:
+        out.extend(data)
+        if len(out) > cap:
+            raise RemoteCommandError(f"output larger than {cap} bytes: refused", host=host)
+
+    def stderr(data: bytes) -> None:
+        err.extend(data[: max(0, 65536 - len(err))])
+
     try:
         channel.exec_command(command)
-        deadline = time.monotonic() + timeout
-        while True:
-            if channel.recv_ready():
-                out += channel.recv(1 << 16)
-                if len(out) > cap:
-                    raise RemoteCommandError(f"output larger than {cap} bytes: refused", host=host)
-            elif channel.recv_stderr_ready():
-                err += channel.recv_stderr(1 << 16)[: max(0, 65536 - len(err))]
-            elif channel.exit_status_ready():
-                if not channel.recv_ready() and not channel.recv_stderr_ready():
-                    break
-            elif time.monotonic() > deadline:
-                raise ConnectError(f"no answer within {timeout:.0f}s", host=host)
-            else:
-                time.sleep(0.02)
+        try:
+            reader.pump(channel, out=stdout, err=stderr, deadline=time.monotonic() + timeout, poll=0.02)
+        except TimeoutError:
+            raise ConnectError(f"no answer within {timeout:.0f}s", host=host) from None
         return channel.recv_exit_status(), bytes(out), bytes(err)
     except (OSError, EOFError) as error:
         raise ConnectError(f"the connection failed: {error}", host=host) from None
