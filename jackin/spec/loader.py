@@ -7,6 +7,7 @@ with both lines instead of silently keeping the last). Problems come out one a l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,9 @@ def parse_inventory(text: str, filename: str = "<inventory>") -> Inventory:
     return inventory
 
 
+Add = Callable[[Path_, str], None]  # a problem at a path of the raw data
+
+
 def _check_references(data: dict[str, Any], lines: dict[Path_, int]) -> list[Problem]:
     """Cross-field checks on the raw data (so they run even when fields have errors):
     unique names, and references to hosts and groups that exist."""
@@ -77,7 +81,15 @@ def _check_references(data: dict[str, Any], lines: dict[Path_, int]) -> list[Pro
     if not isinstance(data.get("fleet"), dict):
         return problems  # the structural check already says what is wrong with 'fleet'
     fleet = data["fleet"]
+    names = _check_hosts(hosts, add)
+    _check_groups(groups, names, add)
+    _check_provider(data, fleet, hosts, groups, names, add)
+    _check_agents(fleet, add)
+    return problems
 
+
+def _check_hosts(hosts: list[tuple[int, dict[str, Any]]], add: Add) -> dict[str, int]:
+    """Unique host names, and jump hosts that exist and form no loop; the hosts' names (index of each)."""
     names: dict[str, int] = {}
     for i, host in hosts:
         name = host.get("name")
@@ -100,6 +112,10 @@ def _check_references(data: dict[str, Any], lines: dict[Path_, int]) -> list[Pro
             current = jumps.get(current)
         if current == name and len(chain) > 1:  # this host is on a loop (a self-jump is reported above)
             add(("hosts", i, "jump"), f"jump hosts form a loop: {' -> '.join(map(str, [*chain, name]))}")
+    return names
+
+
+def _check_groups(groups: dict[str, Any], names: dict[str, int], add: Add) -> None:
     for group, members in groups.items():
         if group in names:
             add(("groups", group), f"group {group!r} has the same name as a host")
@@ -107,8 +123,12 @@ def _check_references(data: dict[str, Any], lines: dict[Path_, int]) -> list[Pro
             if isinstance(member, str) and member not in names:
                 add(("groups", group, j), f"unknown host {member!r} in group {group!r}")
 
+
+def _check_provider(data: dict[str, Any], fleet: dict[str, Any], hosts: list[tuple[int, dict[str, Any]]],
+                    groups: dict[str, Any], names: dict[str, int], add: Add) -> None:  # fmt: skip
+    """What the provider needs: ``lab`` makes its own hosts; ``static`` needs hosts, and targets that exist."""
     provider = fleet.get("provider", "static")
-    targets = fleet.get("hosts") if isinstance(fleet.get("hosts"), list) else []
+    targets: list[Any] = fleet["hosts"] if isinstance(fleet.get("hosts"), list) else []
     if provider == "lab":
         if hosts:
             add(("hosts",), "provider 'lab' makes its own hosts; remove 'hosts' or use provider 'static'")
@@ -124,6 +144,9 @@ def _check_references(data: dict[str, Any], lines: dict[Path_, int]) -> list[Pro
             if isinstance(target, str) and target not in names and target not in groups:
                 add(("fleet", "hosts", j), f"unknown host or group {target!r}")
 
+
+def _check_agents(fleet: dict[str, Any], add: Add) -> None:
+    """Unique agent names, and unique credential names per agent."""
     seen: dict[str, int] = {}
     for i, agent in _items(fleet.get("agents")):
         name = agent.get("name")
@@ -139,7 +162,6 @@ def _check_references(data: dict[str, Any], lines: dict[Path_, int]) -> list[Pro
             if cname in credentials:
                 add(("fleet", "agents", i, "credentials", j, "name"), f"duplicate credential {cname!r}")
             credentials.add(cname)
-    return problems
 
 
 def _items(value: Any) -> list[tuple[int, dict[str, Any]]]:
