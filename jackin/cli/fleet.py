@@ -22,7 +22,7 @@ from jackin.cli.render.status import status_view
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_NOT_ENFORCED, EXIT_OK, SpecError, worst
 from jackin.lifecycle import status as status_api
 from jackin.spec import DEFAULT_INVENTORY, Inventory, load_inventory
-from jackin.spec.models import parse_duration
+from jackin.spec.values import parse_timeout
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -265,12 +265,10 @@ def fleet_wait(inventory: str | None, *, until: str, timeout: str | int | None, 
     failed agent; 3 a host stayed unreadable; 4 timed out."""
     spec = fleet_api.load(inventory)
     until = waiting.check_until(until)
-    seconds = None
-    if timeout not in (None, ""):
-        try:
-            seconds = parse_duration(timeout)
-        except ValueError as error:
-            raise SpecError(f"--timeout: {error}, got {timeout!r}") from None
+    try:
+        seconds = parse_timeout(timeout)
+    except ValueError as error:
+        raise SpecError(f"--timeout: {error}, got {timeout!r}") from None
     console = ui.err if json else ui.out
     result = waiting.wait(spec, until=until, timeout=seconds,
                           on_change=lambda change: console.print(agent_view.change_line(change), soft_wrap=True))  # fmt: skip

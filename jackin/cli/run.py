@@ -17,7 +17,7 @@ from jackin.cli.edge import reported
 from jackin.cli.render import run as view
 from jackin.errors import SpecError
 from jackin.lifecycle import runloop
-from jackin.spec.models import parse_duration
+from jackin.spec.values import parse_timeout
 
 if TYPE_CHECKING:
     from jackin.lifecycle import fleet as fleet_api
@@ -63,10 +63,9 @@ def fleet_run(inventory: str | None, *, yes: bool, timeout: str | float | None, 
 
 def timeout_seconds(value: str | float | None) -> float | None:
     """``--timeout``: seconds, or a duration like fleet.wait's (``90s``, ``10m``, ``2h``); else exit 2."""
-    if value is None or value == "":
-        return None
     try:
-        return float(parse_duration(str(value)))
+        seconds = parse_timeout(value)
     except ValueError as error:
         raise SpecError(f"--timeout expects seconds or a duration such as 90s, 10m or 2h, got {value!r} "
                         f"({error})") from None  # fmt: skip
+    return None if seconds is None else float(seconds)

@@ -86,6 +86,14 @@ def parse_duration(value: str | int) -> int:
     return total
 
 
+def parse_timeout(value: str | float | None) -> int | None:
+    """An optional ``--timeout``: None when not given (None or empty), else ``parse_duration``'s
+    seconds (``90``, ``10m``, ``1h30m``); a ValueError saying why not."""
+    if value is None or value == "":
+        return None
+    return parse_duration(value if isinstance(value, int) else str(value))
+
+
 def _check_host_key(value: str) -> str:
     parts = value.split()
     if len(parts) < 2 or parts[0] not in HOST_KEY_TYPES:
