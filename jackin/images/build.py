@@ -21,6 +21,7 @@ the runtime's registries; ``source`` gives that step what it needs.
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -28,7 +29,6 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -43,6 +43,7 @@ from jackin.paths import private_dir, state_dir
 from jackin.spec import roles
 from jackin.spec.roles import dockerfile, suite
 from jackin.store import locks
+from jackin.transport import fanout
 
 if TYPE_CHECKING:
     from jackin.plan.fleet import FleetPlan
@@ -266,22 +267,19 @@ def deliver(
         archives = prepare(sorted({t for tags in wanted.values() for t in tags}), log=log)
     except JackinError as error:
         return {name: error for name in wanted}
-    failed: dict[str, JackinError] = {}
 
-    def one(name: str) -> None:
+    def one(target: SshTarget) -> None:
         started = time.monotonic()
         try:
-            load_one(by_name[name], [archives[t] for t in wanted[name]])
-        except JackinError as error:
-            failed[name] = error
+            load_one(target, [archives[t] for t in wanted[target.name]])
+        except JackinError:
+            raise
         except Exception as error:  # noqa: BLE001 - paramiko/SFTP raise many kinds; the host fails, not the run
-            failed[name] = RemoteCommandError(f"loading the image failed: {error}", host=name)
-        else:
-            log(f"{name}: loaded {', '.join(wanted[name])} in {time.monotonic() - started:.0f}s")
+            raise RemoteCommandError(f"loading the image failed: {error}", host=target.name) from None
+        log(f"{target.name}: loaded {', '.join(wanted[target.name])} in {time.monotonic() - started:.0f}s")
 
-    with ThreadPoolExecutor(max_workers=min(8, len(by_name)) or 1) as pool:
-        list(pool.map(one, sorted(by_name)))
-    return failed
+    hosts = [by_name[name] for name in sorted(by_name)]
+    return fanout.each_host(hosts, one, grace=math.inf, workers=8).failed
 
 
 def source(tag: str) -> dict:
