@@ -196,6 +196,18 @@ def _command_text(command: Any) -> str:
     return get() if callable(get) else str(command)
 
 
+def _state(request: EngineRequest, handler: _Events) -> State:
+    """pyinfra's state for the request's targets, set as the current one, with ``handler`` for its callbacks."""
+    inventory = _inventory(request)
+    config = Config(PARALLEL=request.parallel, CONNECT_TIMEOUT=request.connect_timeout)
+    state = State(check_for_changes=True)
+    ctx_state.set(state)
+    ctx_inventory.set(inventory)
+    state.init(inventory, config)
+    state.add_callback_handler(handler)
+    return state
+
+
 def main() -> int:
     global _out
     events_fd = os.dup(1)
@@ -228,13 +240,7 @@ def main() -> int:
 
     report._sink = sink
 
-    inventory = _inventory(request)
-    config = Config(PARALLEL=request.parallel, CONNECT_TIMEOUT=request.connect_timeout)
-    state = State(check_for_changes=True)
-    ctx_state.set(state)
-    ctx_inventory.set(inventory)
-    state.init(inventory, config)
-    state.add_callback_handler(Collect())
+    state = _state(request, Collect())
     failed_all = None
     try:
         state.set_stage(StateStage.Connect)
