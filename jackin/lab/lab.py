@@ -29,13 +29,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from jackin.errors import BusyError, ConnectError, JackinError, LabError, SpecError
+from jackin.errors import BusyError, ConnectError, LabError, SpecError
 from jackin.lab import docker as dk
 from jackin.lab.image import ensure_image, image_tag
 from jackin.lab.limits import ensure_inotify
 from jackin.paths import private_dir, state_dir
 from jackin.spec.values import SLUG
 from jackin.store import locks
+from jackin.transport import fanout
 from jackin.transport.target import SshTarget
 
 LABEL = "jackin.lab"
@@ -411,22 +412,17 @@ class Lab:
         """Wait until every host has booted: sshd answers with its pinned key and systemd is up."""
         started = time.monotonic()
 
-        def ready(host: LabHost) -> JackinError | None:
-            try:
-                out = wait_ready(host.target(), timeout=timeout, command=BOOTED)
-            except JackinError as error:
-                return error
+        def ready(target: SshTarget) -> None:
+            out = wait_ready(target, timeout=timeout, command=BOOTED)
             state, *failed = out.strip().splitlines() or [""]
             if state not in ("running", "degraded"):
-                return LabError(f"systemd says {state!r}", host=host.name)
+                raise LabError(f"systemd says {state!r}", host=target.name)
             if failed:
                 log(
-                    f"{host.name}: booted degraded; failed units: {', '.join(f.split()[0] for f in failed if f.split())}"
+                    f"{target.name}: booted degraded; failed units: {', '.join(f.split()[0] for f in failed if f.split())}"
                 )
-            return None
 
-        with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-            errors = [e for e in pool.map(ready, hosts) if e is not None]
+        errors = list(fanout.each_host([h.target() for h in hosts], ready, workers=16).failed.values())
         if len(errors) == 1:
             raise errors[0]
         if errors:  # every host that failed, not only the first
