@@ -52,7 +52,7 @@ thaw() {{
     fi
     froze=
   fi
-  if [ -n "$W" ]; then kill -- "-$W" 2>/dev/null || true; W=; fi
+  if [ -n "$W" ]; then kill -- "-$W" "$W" 2>/dev/null || true; W=; fi  # its pid too: it may not be past its setsid yet
   return 0
 }}
 """

@@ -96,7 +96,9 @@ stop() {
 }
 # End a helper (a pid, or -pgid for a whole session) with SIGKILL and reap it, quietly: bash would say
 # "Killed" on stderr, where restic's own last words must stay the last lines.
-end() { { kill -KILL -- "$1"; wait "${1#-}"; } 2>/dev/null; return 0; }
+# A session is killed by its leader's pid too: a helper forked but not yet past its setsid is in no session
+# of its own, and the group kill alone missed it (the wait then waited out its sleep: 60 s and more).
+end() { { kill -KILL -- "$1" "${1#-}"; wait "${1#-}"; } 2>/dev/null; return 0; }
 trap 'main || exit; stop' EXIT
 trap 'exit 130' INT TERM
 """
