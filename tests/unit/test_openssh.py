@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import shutil
 import socket
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,10 +21,14 @@ pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH 
 
 
 @pytest.fixture(autouse=True)
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path / "state"))
+def state(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A state dir with a short path (a master socket's path must fit in 108 bytes; a worker's tmp_path
+    under pytest-xdist is longer than that allows)."""
+    short = Path(tempfile.mkdtemp(prefix="jk-", dir="/tmp"))
+    monkeypatch.setenv("JACKIN_STATE_DIR", str(short / "state"))
     monkeypatch.delenv("JACKIN_SSH", raising=False)
-    return tmp_path / "state"
+    yield short / "state"
+    shutil.rmtree(short, ignore_errors=True)
 
 
 def target(tmp_path: Path, **changes: object) -> SshTarget:

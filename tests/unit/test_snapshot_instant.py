@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -201,10 +202,11 @@ def test_a_container_state_docker_cannot_give_fails_the_backup_instead_of_readin
 
 def test_a_failed_thaw_is_said_and_leaves_the_watchdog_to_try_again(box: Path) -> None:
     (box / "bin" / "docker").write_text(FAKE_DOCKER.replace("unpause) [", "unpause) exit 1; ["))
-    code, out, err = finish(start(box, max_freeze=1, grace=1))
-    assert "jk-thaw-failed" in out.splitlines() and "could not thaw container jk-f--coder-1" in err
-    assert ps_has(f"docker unpause -- jk-f--coder-1")  # the watchdog is still there
-    subprocess.run(["pkill", "-f", "sleep 2; docker unpause -- jk-f--coder-1"], check=False)
+    container = f"jk-f--coder-{secrets.token_hex(4)}"  # its own: the pkill below ends no other test's watchdog
+    code, out, err = finish(start(box, max_freeze=1, grace=1, container=container))
+    assert "jk-thaw-failed" in out.splitlines() and f"could not thaw container {container}" in err
+    assert ps_has(f"docker unpause -- {container}")  # the watchdog is still there
+    subprocess.run(["pkill", "-f", f"sleep 2; docker unpause -- {container}"], check=False)
 
 
 def ps_has(text: str) -> bool:
