@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from jackin import lazy
+from jackin.agents import wait as waiting  # light beside lifecycle.status, which it shares its reads with
 from jackin.cli import render as ui
 from jackin.cli.ask import confirm, require_terminal_or
 from jackin.cli.contract import contract_gate, show_contract
@@ -27,7 +28,6 @@ from jackin.spec.values import parse_timeout
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from jackin.agents import wait as waiting
     from jackin.lifecycle import down as down_api
     from jackin.lifecycle import fleet as fleet_api
     from jackin.lifecycle.status import FleetStatus
@@ -41,7 +41,6 @@ else:  # loaded by the first command that uses them (jackin.lazy): fleet.status 
     down_api = lazy.module("jackin.lifecycle.down")
     fleet_api = lazy.module("jackin.lifecycle.fleet")
     planning = lazy.module("jackin.plan.fleet")
-    waiting = lazy.module("jackin.agents.wait")
     work = lazy.module("jackin.work.bundles")
 
 
