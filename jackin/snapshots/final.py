@@ -115,6 +115,10 @@ def take_final(ledger: Ledger, inventory: Inventory, plan: planning.FleetPlan, h
     started again. ``snapshot=False``: only the pull of the hosts that have a repository. The
     caller holds the fleet's lock. ``states``: each host's state read just now by the caller (else
     read here). One FinalHost per host, in ``hosts``' order."""
+    # Executed here, on this thread: a jackin.lazy stand-in first touched by two fan-out threads at once
+    # can show one of them a half-executed module (LazyLoader is not thread-safe on Python 3.11).
+    for module in (api, copies, transfer, remote):
+        module.__name__  # noqa: B018
     if states is None:
         states = gather(hosts, state_command(plan.fleet, plan.uid_min, plan.uid_max),
                         lambda out: parse_state(out.split("\n")), timeout=30)  # fmt: skip
