@@ -1,51 +1,53 @@
-"""jackin fleet CLI: `inv --list`. Tasks parse arguments and call `jackin`; no logic here."""
+"""jackin fleet CLI: `inv --list`. A table of thin tasks: each parses its arguments, calls one command of
+jackin/cli/ (which calls jackin, renders the result and returns the exit code) inside `guard()`, which
+turns our errors into one message and a documented exit code (jackin/cli/edge.py). No logic here.
+A command with no exit code of its own (lab.*, fleet.validate: 0, or its error's) returns None and its
+task ends normally, so a chain such as `inv lab.up fleet.up` goes on to the next task."""
 
 from jackin.transport import interrupts
 
 interrupts.exit_until_started()  # first: a Ctrl-C while the CLI loads exits 130, not Invoke's 1
 
-from invoke import Collection, Exit, task
+import sys
+
+from invoke import Collection, Context, Exit, task
 
 from jackin import lazy
-from jackin.cli import edge as cli
-from jackin.cli import render as ui
-from jackin.cli.edge import count, guard
-from jackin.lab import Lab
+from jackin.cli.edge import guard
 from jackin.lab.lab import DEFAULT_HOSTS
 
-fleet_api = lazy.module("jackin.lifecycle.fleet")  # loaded by the first task that uses it: `inv --list` stays quick
-providers = lazy.module("jackin.lifecycle.providers")
+# One module per collection, each loaded by the first task that uses it (jackin.lazy): `inv --list` stays quick.
+agent_cli = lazy.module("jackin.cli.agent")
+fleet_cli = lazy.module("jackin.cli.fleet")
+lab_cli = lazy.module("jackin.cli.lab")
+role_cli = lazy.module("jackin.cli.role")
+rollback_cli = lazy.module("jackin.cli.rollback")
+run_cli = lazy.module("jackin.cli.run")
+snapshot_cli = lazy.module("jackin.cli.snapshot")
+work_cli = lazy.module("jackin.cli.work")
 
 # --- lab ---------------------------------------------------------------------
 
 
 @task(help={"hosts": f"number of hosts (default: as many as the lab has, else {DEFAULT_HOSTS})", "name": "lab name"})
-def lab_up(c, hosts=None, name="jackin"):
+def lab_up(c: Context, hosts: str | None = None, name: str = "jackin") -> None:
     """Bring up (or resume) a lab of disposable Debian servers on the local Docker engine."""
     with guard():
-        status = Lab(name).up(count("--hosts", hosts), log=ui.log)
-        ui.out.print(ui.lab_table(status))
+        lab_cli.lab_up(name, hosts=hosts)
 
 
 @task(help={"name": "lab name", "json": "print JSON for scripts"})
-def lab_status(c, name="jackin", json=False):
+def lab_status(c: Context, name: str = "jackin", json: bool = False) -> None:
     """Show the lab's hosts: container, state, SSH address, key and known_hosts files."""
     with guard():
-        status = Lab(name).status()
-        if json:
-            ui.print_json(status.model_dump(mode="json"))
-        elif not status.exists:
-            ui.out.print(f"lab {name!r} does not exist (inv lab.up creates it)")
-        else:
-            ui.out.print(ui.lab_table(status))
+        lab_cli.lab_status(name, json=json)
 
 
 @task(help={"name": "lab name"})
-def lab_down(c, name="jackin"):
+def lab_down(c: Context, name: str = "jackin") -> None:
     """Remove every container, volume, network and key of the lab."""
     with guard():
-        removed = providers.destroy_lab(name, log=ui.log)
-        ui.out.print(f"lab {name!r} is gone" if any(removed.values()) else f"lab {name!r}: nothing to remove")
+        lab_cli.lab_down(name)
 
 
 # --- fleet -------------------------------------------------------------------
@@ -54,33 +56,29 @@ INVENTORY = "inventory file (default inventory/lab.yaml)"
 
 
 @task(help={"inventory": INVENTORY})
-def fleet_validate(c, inventory=None):
+def fleet_validate(c: Context, inventory: str | None = None) -> None:
     """Check an inventory file; every problem is reported at once, nothing is touched."""
     with guard():
-        spec = fleet_api.load(inventory)
-        from jackin.work import bundles as work
-
-        work.check(spec.fleet)  # repositories, refs and task files on this machine (exit 2), no host touched
-        agents = sum(a.count for a in spec.fleet.agents)
-        ui.out.print(f"{inventory or fleet_api.DEFAULT_INVENTORY}: ok (fleet {spec.fleet.name!r}, "
-                     f"provider {spec.fleet.provider}, {agents} agent(s))")  # fmt: skip
+        fleet_cli.fleet_validate(inventory)
 
 
 @task(help={"inventory": INVENTORY, "yes": "apply without showing the plan and asking",
             "json": "print one JSON document (needs --yes or --dry-run)",
             "dry_run": "show what would change, with the commands; change nothing"})  # fmt: skip
-def fleet_up(c, inventory=None, yes=False, json=False, dry_run=False):
+def fleet_up(
+    c: Context, inventory: str | None = None, yes: bool = False, json: bool = False, dry_run: bool = False
+) -> None:
     """Bring the fleet up: per agent a Unix user, workspace, network and hardened container, on every host."""
     with guard():
-        raise Exit(code=cli.fleet_up(inventory, yes=yes, json=json, dry_run=dry_run))
+        raise Exit(code=fleet_cli.fleet_up(inventory, yes=yes, json=json, dry_run=dry_run))
 
 
 @task(help={"inventory": INVENTORY, "watch": "refresh in place until Ctrl-C", "json": "print JSON"})
-def fleet_status(c, inventory=None, watch=False, json=False):
+def fleet_status(c: Context, inventory: str | None = None, watch: bool = False, json: bool = False) -> None:
     """Show hosts × agents: container state, uptime, CPU, memory, restarts, last error, egress policy.
     Exit 3: a host is unreachable; exit 4: an agent's egress policy is not enforced (wins over 3)."""
     with guard():
-        raise Exit(code=cli.fleet_status(inventory, watch=watch, json=json))
+        raise Exit(code=fleet_cli.fleet_status(inventory, watch=watch, json=json))
 
 
 @task(help={"inventory": INVENTORY, "yes": "do not ask for confirmation",
@@ -91,22 +89,28 @@ def fleet_status(c, inventory=None, watch=False, json=False):
             "discard_snapshots": "no final snapshot and no pull: lose the workspaces and the snapshots kept only "
                                  "on the hosts (the ledger forgets them)"})  # fmt: skip
 def fleet_down(
-    c, inventory=None, yes=False, keep_data=False, keep_lab=False, no_final_snapshot=False, discard_snapshots=False
-):
+    c: Context,
+    inventory: str | None = None,
+    yes: bool = False,
+    keep_data: bool = False,
+    keep_lab: bool = False,
+    no_final_snapshot: bool = False,
+    discard_snapshots: bool = False,
+) -> None:
     """Snapshot every agent and pull it here, tear the fleet down on every host, prove nothing is left,
     and (lab) destroy the lab. A host whose final snapshot or pull failed is not torn down (exit 1)."""
     with guard():
-        raise Exit(code=cli.fleet_down(inventory, yes=yes, keep_data=keep_data, keep_lab=keep_lab,
-                                       no_final_snapshot=no_final_snapshot,
-                                       discard_snapshots=discard_snapshots))  # fmt: skip
+        raise Exit(code=fleet_cli.fleet_down(inventory, yes=yes, keep_data=keep_data, keep_lab=keep_lab,
+                                             no_final_snapshot=no_final_snapshot,
+                                             discard_snapshots=discard_snapshots))  # fmt: skip
 
 
 @task(help={"inventory": INVENTORY, "yes": "remove without asking",
             "purge_kept": "also remove the data fleet.down --keep-data kept (listed, never removed without it)"})  # fmt: skip
-def fleet_gc(c, inventory=None, yes=False, purge_kept=False):
+def fleet_gc(c: Context, inventory: str | None = None, yes: bool = False, purge_kept: bool = False) -> None:
     """Find and remove leftovers of fleets the ledger no longer knows (after a crash); list kept data."""
     with guard():
-        raise Exit(code=cli.fleet_gc(inventory, yes=yes, purge_kept=purge_kept))
+        raise Exit(code=fleet_cli.fleet_gc(inventory, yes=yes, purge_kept=purge_kept))
 
 
 @task(help={"inventory": INVENTORY + "; names the fleet (its file is never rewritten)",
@@ -115,50 +119,66 @@ def fleet_gc(c, inventory=None, yes=False, purge_kept=False):
             "yes": "apply without showing the plan and asking", "json": "print one JSON document (needs --yes or --dry-run)",
             "dry_run": "show the spec change and the plan; change nothing",
             "with_snapshots": "then restore, per host, each agent's newest snapshot taken while the target spec was in place (refused up front if one has none)"})  # fmt: skip
-def fleet_rollback(c, inventory=None, to=None, host=None, yes=False, json=False, dry_run=False, with_snapshots=False):
+def fleet_rollback(
+    c: Context,
+    inventory: str | None = None,
+    to: str | None = None,
+    host: str | None = None,
+    yes: bool = False,
+    json: bool = False,
+    dry_run: bool = False,
+    with_snapshots: bool = False,
+) -> None:
     """Return the fleet (or a host) to the spec of an earlier successful run, recorded in the ledger."""
     with guard():
-        raise Exit(code=cli.fleet_rollback(inventory, to=to, host=host, yes=yes, json=json, dry_run=dry_run,
-                                           with_snapshots=with_snapshots))  # fmt: skip
+        raise Exit(code=rollback_cli.fleet_rollback(inventory, to=to, host=host, yes=yes, json=json,
+                                                    dry_run=dry_run, with_snapshots=with_snapshots))  # fmt: skip
 
 
 @task(help={"inventory": INVENTORY, "json": "print JSON"})
-def fleet_runs(c, inventory=None, json=False):
+def fleet_runs(c: Context, inventory: str | None = None, json: bool = False) -> None:
     """List the fleet's runs that recorded a spec (fleet.up, fleet.rollback): what fleet.rollback --to accepts."""
     with guard():
-        raise Exit(code=cli.fleet_runs(inventory, json=json))
+        raise Exit(code=rollback_cli.fleet_runs(inventory, json=json))
 
 
 @task(help={"inventory": INVENTORY, "json": "print JSON for scripts"})
-def fleet_plan(c, inventory=None, json=False):
+def fleet_plan(c: Context, inventory: str | None = None, json: bool = False) -> None:
     """Show per host what fleet.up would change (one parallel state read); change nothing, anywhere.
     Exit 2: spec or credential problem; 3: a host is unreachable; 1: a host's read failed or up would refuse."""
     with guard():
-        raise Exit(code=cli.fleet_plan(inventory, json=json))
+        raise Exit(code=fleet_cli.fleet_plan(inventory, json=json))
 
 
 @task(help={"inventory": INVENTORY, "until": "done (default: every agent done, failed or idle), blocked (an agent "
             "is blocked) or any (an agent changes state)", "timeout": "give up after this long (90s, 10m, 2h; default: "
             "no limit)", "json": "print the result as JSON (the changes go to stderr)"})  # fmt: skip
-def fleet_wait(c, inventory=None, until="done", timeout=None, json=False):
+def fleet_wait(
+    c: Context, inventory: str | None = None, until: str = "done", timeout: str | None = None, json: bool = False
+) -> None:
     """Wait until the fleet's agents reach a state, printing each change as it happens.
     Exit 0: it held; 1: done, but an agent failed; 3: a host stayed unreadable; 4: timed out."""
     with guard():
-        raise Exit(code=cli.fleet_wait(inventory, until=until, timeout=timeout, json=json))
+        raise Exit(code=fleet_cli.fleet_wait(inventory, until=until, timeout=timeout, json=json))
 
 
 @task(help={"inventory": INVENTORY, "yes": "do not ask (the whole loop, and fleet.up's changes and contract)",
             "timeout": "stop waiting after this long (600, 90s, 10m, 2h; the time-to-live also ends the wait)",
             "json": "print one JSON document of the phases (needs --yes)",
             "keep_lab": "provider lab: keep the lab hosts running after fleet.down"})  # fmt: skip
-def fleet_run(c, inventory=None, yes=False, timeout=None, json=False, keep_lab=False):
+def fleet_run(
+    c: Context,
+    inventory: str | None = None,
+    yes: bool = False,
+    timeout: str | None = None,
+    json: bool = False,
+    keep_lab: bool = False,
+) -> None:
     """The whole loop: fleet.up, wait until every agent is done or failed, collect their work, fleet.down.
     Exit 0 all done; 1 a phase failed (it says which and what is left); 2 usage; 3 a host unreachable;
     4 the timeout or time-to-live ended the wait (collected, torn down); 5 some agent failed."""
-    from jackin.lifecycle import runloop
-
     with guard():
-        raise Exit(code=runloop.cli_run(inventory, yes=yes, timeout=timeout, json=json, keep_lab=keep_lab))
+        raise Exit(code=run_cli.fleet_run(inventory, yes=yes, timeout=timeout, json=json, keep_lab=keep_lab))
 
 
 # --- agent -------------------------------------------------------------------
@@ -166,61 +186,61 @@ def fleet_run(c, inventory=None, yes=False, timeout=None, json=False, keep_lab=F
 
 @task(help={"agent": "instance (coder-1) or agent (coder: every instance)", "target": "IP address or host name",
             "port": "TCP port (default 443)", "inventory": INVENTORY, "json": "print JSON"})  # fmt: skip
-def agent_netcheck(c, agent, target, port=443, inventory=None, json=False):
+def agent_netcheck(
+    c: Context, agent: str, target: str, port: int = 443, inventory: str | None = None, json: bool = False
+) -> None:
     """Probe TARGET:PORT from inside the agent's container on every host: reachable or blocked."""
     with guard():
-        raise Exit(code=cli.agent_netcheck(inventory, agent, target, port, json=json))
+        raise Exit(code=agent_cli.agent_netcheck(inventory, agent, target, port, json=json))
 
 
 @task(help={"agent": "instance (coder-1) or agent (coder)", "inventory": INVENTORY, "json": "print JSON"})
-def agent_denials(c, agent, inventory=None, json=False):
+def agent_denials(c: Context, agent: str, inventory: str | None = None, json: bool = False) -> None:
     """List destinations the agent's egress policy denied in the last hour."""
     with guard():
-        raise Exit(code=cli.agent_denials(inventory, agent, json=json))
+        raise Exit(code=agent_cli.agent_denials(inventory, agent, json=json))
 
 
 @task(help={"agent": "instance (coder-1)", "text": "the answer (- reads it from stdin)", "inventory": INVENTORY,
             "host": "the host whose instance to answer (default: the one where it is blocked)"})  # fmt: skip
-def agent_answer(c, agent, text, inventory=None, host=None):
+def agent_answer(c: Context, agent: str, text: str, inventory: str | None = None, host: str | None = None) -> None:
     """Answer a blocked agent's question: the text is written into its workspace as the agent.
     Refused (exit 1, nothing written) when the agent is not blocked."""
     with guard():
-        raise Exit(code=cli.agent_answer(inventory, agent, text, host=host))
+        raise Exit(code=agent_cli.agent_answer(inventory, agent, text, host=host))
 
 
 @task(help={"agent": "instance (coder-1)", "inventory": INVENTORY,
             "host": "the host to run it on (needed when the fleet has more than one)"})  # fmt: skip
-def agent_exec(c, agent, inventory=None, host=None):
+def agent_exec(c: Context, agent: str, inventory: str | None = None, host: str | None = None) -> None:
     """Run the command after -- in the agent's container as the agent (inv agent.exec coder-1 -- ls -la);
     its output streams here and its exit status is passed through. Exit 2: unknown agent or no command."""
-    import sys
-
-    from jackin.agents import tools as agent_tools
-
     with guard():
-        raise Exit(code=agent_tools.cli_exec(inventory, agent, sys.argv, host=host))
+        raise Exit(code=agent_cli.agent_exec(inventory, agent, sys.argv, host=host))
 
 
 @task(help={"agent": "instance (coder-1)", "follow": "keep printing new output until Ctrl-C",
             "tail": "only the last N lines", "inventory": INVENTORY,
             "host": "the host to read from (needed when the fleet has more than one)"})  # fmt: skip
-def agent_logs(c, agent, follow=False, tail=None, inventory=None, host=None):
+def agent_logs(
+    c: Context,
+    agent: str,
+    follow: bool = False,
+    tail: str | None = None,
+    inventory: str | None = None,
+    host: str | None = None,
+) -> None:
     """Print the agent container's output (docker logs); --follow until Ctrl-C (a clean exit)."""
-    from jackin.agents import tools as agent_tools
-
     with guard():
-        raise Exit(code=agent_tools.cli_logs(inventory, agent, follow=follow, host=host,
-                                             tail=count("--tail", tail, low=0, high=10**9)))  # fmt: skip
+        raise Exit(code=agent_cli.agent_logs(inventory, agent, follow=follow, tail=tail, host=host))
 
 
 @task(help={"agent": "instance (coder-1)", "inventory": INVENTORY,
             "host": "the host to open it on (needed when the fleet has more than one)"})  # fmt: skip
-def agent_shell(c, agent, inventory=None, host=None):
+def agent_shell(c: Context, agent: str, inventory: str | None = None, host: str | None = None) -> None:
     """An interactive shell (bash, else sh) in the agent's container as the agent; needs a terminal."""
-    from jackin.agents import tools as agent_tools
-
     with guard():
-        raise Exit(code=agent_tools.cli_shell(inventory, agent, host=host))
+        raise Exit(code=agent_cli.agent_shell(inventory, agent, host=host))
 
 
 # --- snapshot ----------------------------------------------------------------
@@ -230,32 +250,41 @@ AGENT = "instance (coder-1) or agent (coder: every instance); default: every age
 
 
 @task(help={"inventory": INVENTORY, "agent": AGENT, "label": "a note kept with the snapshot", "json": "print JSON"})
-def snapshot_create(c, inventory=None, agent=None, label=None, json=False):
+def snapshot_create(
+    c: Context, inventory: str | None = None, agent: str | None = None, label: str | None = None, json: bool = False
+) -> None:
     """Snapshot the fleet's agents (homes, workspaces, manifests) under one id, with restic on each host."""
     with guard():
-        raise Exit(code=cli.snapshot_create(inventory, agent=agent, label=label, json=json))
+        raise Exit(code=snapshot_cli.snapshot_create(inventory, agent=agent, label=label, json=json))
 
 
 @task(help={"inventory": INVENTORY, "json": "print JSON"})
-def snapshot_list(c, inventory=None, json=False):
+def snapshot_list(c: Context, inventory: str | None = None, json: bool = False) -> None:
     """List the fleet's snapshots: id, created, label, agents, hosts, size, added bytes, tiers."""
     with guard():
-        raise Exit(code=cli.snapshot_list(inventory, json=json))
+        raise Exit(code=snapshot_cli.snapshot_list(inventory, json=json))
 
 
 @task(help={"snapshot": "snapshot id", "inventory": INVENTORY, "json": "print JSON"})
-def snapshot_show(c, snapshot, inventory=None, json=False):
+def snapshot_show(c: Context, snapshot: str, inventory: str | None = None, json: bool = False) -> None:
     """Show one snapshot: per agent its host, restic id, uid, image, size and added bytes."""
     with guard():
-        raise Exit(code=cli.snapshot_show(inventory, snapshot, json=json))
+        raise Exit(code=snapshot_cli.snapshot_show(inventory, snapshot, json=json))
 
 
 @task(help={"snapshot": "snapshot id", "other": "another snapshot id (default: the live workspace)", "agent": AGENT,
             "inventory": INVENTORY, "json": "print JSON"})  # fmt: skip
-def snapshot_diff(c, snapshot, other=None, agent=None, inventory=None, json=False):
+def snapshot_diff(
+    c: Context,
+    snapshot: str,
+    other: str | None = None,
+    agent: str | None = None,
+    inventory: str | None = None,
+    json: bool = False,
+) -> None:
     """Files added, removed and changed from SNAPSHOT to --other (another snapshot) or to the live workspace."""
     with guard():
-        raise Exit(code=cli.snapshot_diff(inventory, snapshot, other, agent=agent, json=json))
+        raise Exit(code=snapshot_cli.snapshot_diff(inventory, snapshot, other, agent=agent, json=json))
 
 
 @task(help={"snapshot": "snapshot id", "agent": AGENT, "stop": "stop running agents, restore, start them again",
@@ -263,33 +292,44 @@ def snapshot_diff(c, snapshot, other=None, agent=None, inventory=None, json=Fals
             "from_host": "restore only the agents the snapshot took on this host (needed when two would restore "
                          "onto the same host: see snapshot.push)",
             "json": "print the result as JSON (the preview is not printed: use with --yes)"})  # fmt: skip
-def snapshot_restore(c, snapshot, agent=None, stop=False, yes=False, inventory=None, from_host=None, json=False):
+def snapshot_restore(
+    c: Context,
+    snapshot: str,
+    agent: str | None = None,
+    stop: bool = False,
+    yes: bool = False,
+    inventory: str | None = None,
+    from_host: str | None = None,
+    json: bool = False,
+) -> None:
     """Restore agents' workspaces from a snapshot: verified, swapped in atomically, undoable (pre-restore snapshot)."""
     with guard():
-        raise Exit(code=cli.snapshot_restore(inventory, snapshot, agent=agent, stop=stop, yes=yes, from_host=from_host,
-                                             json=json))  # fmt: skip
+        raise Exit(code=snapshot_cli.snapshot_restore(inventory, snapshot, agent=agent, stop=stop, yes=yes,
+                                                      from_host=from_host, json=json))  # fmt: skip
 
 
 @task(help={"inventory": INVENTORY, "yes": "forget without asking", "json": "print JSON"})
-def snapshot_prune(c, inventory=None, yes=False, json=False):
+def snapshot_prune(c: Context, inventory: str | None = None, yes: bool = False, json: bool = False) -> None:
     """Forget snapshots beyond the spec's retention (snapshots.keep) and free their data on every host."""
     with guard():
-        raise Exit(code=cli.snapshot_prune(inventory, yes=yes, json=json))
+        raise Exit(code=snapshot_cli.snapshot_prune(inventory, yes=yes, json=json))
 
 
 @task(help={"snapshot": "snapshot id", "inventory": INVENTORY, "json": "print JSON"})
-def snapshot_pull(c, snapshot, inventory=None, json=False):
+def snapshot_pull(c: Context, snapshot: str, inventory: str | None = None, json: bool = False) -> None:
     """Copy the restic repositories holding SNAPSHOT to this machine (incremental, checked), so it outlives its hosts."""
     with guard():
-        raise Exit(code=cli.snapshot_pull(inventory, snapshot, json=json))
+        raise Exit(code=snapshot_cli.snapshot_pull(inventory, snapshot, json=json))
 
 
 @task(help={"snapshot": "snapshot id", "host": "the host of the fleet to push onto", "inventory": INVENTORY,
             "json": "print JSON"})  # fmt: skip
-def snapshot_push(c, snapshot, host=None, inventory=None, json=False):
+def snapshot_push(
+    c: Context, snapshot: str, host: str | None = None, inventory: str | None = None, json: bool = False
+) -> None:
     """Copy this machine's copy of SNAPSHOT's repositories onto --host, where snapshot.restore --from-host uses it."""
     with guard():
-        raise Exit(code=cli.snapshot_push(inventory, snapshot, host=host, json=json))
+        raise Exit(code=snapshot_cli.snapshot_push(inventory, snapshot, host=host, json=json))
 
 
 # --- work and handoffs ---------------------------------------------------------
@@ -299,22 +339,20 @@ def snapshot_push(c, snapshot, host=None, inventory=None, json=False):
             "(repeatable; default: every agent whose status is done)", "into": "fetch into this git repository "
             "(default: the agent's source repository when it is a local path, else one under the state dir)",
             "json": "print JSON"}, iterable=["agent"])  # fmt: skip
-def fleet_collect(c, inventory=None, agent=None, into=None, json=False):
+def fleet_collect(
+    c: Context, inventory: str | None = None, agent: str | None = None, into: str | None = None, json: bool = False
+) -> None:
     """Bring each finished agent's branch (under refs/jackin/<fleet>/<host>/<instance>) and handoff back here.
     Exit 1: an agent's collection failed; 3: a host is unreachable."""
-    from jackin.work import collect
-
     with guard():
-        raise Exit(code=collect.cli_collect(inventory, agents=agent, into=into, json=json))
+        raise Exit(code=work_cli.fleet_collect(inventory, agents=agent, into=into, json=json))
 
 
 @task(help={"inventory": INVENTORY, "json": "print JSON"})
-def fleet_review(c, inventory=None, json=False):
+def fleet_review(c: Context, inventory: str | None = None, json: bool = False) -> None:
     """Per agent: state, collected commit, diff stat against its source commit, handoff evidence and path."""
-    from jackin.work import collect
-
     with guard():
-        raise Exit(code=collect.cli_review(inventory, json=json))
+        raise Exit(code=work_cli.fleet_review(inventory, json=json))
 
 
 lab = Collection("lab")
@@ -357,25 +395,21 @@ snapshot.add_task(snapshot_push, "push")
 ns = Collection(lab, fleet, agent_ns, snapshot)
 
 
-# --- roles (jackin/spec/roles.py) ----------------------------------------------------
+# --- role (jackin/spec/roles.py) -----------------------------------------------------
 
 
 @task(help={"json": "print JSON for scripts"})
-def role_list(c, json=False):
+def role_list(c: Context, json: bool = False) -> None:
     """List the roles: name, how the image is built, credentials the agents must be given, default egress."""
-    from jackin.cli import roles as rolecli
-
     with guard():
-        raise Exit(code=rolecli.role_list(json=json))
+        raise Exit(code=role_cli.role_list(json=json))
 
 
 @task(help={"name": "one role (default: every role)", "json": "print JSON for scripts"})
-def role_validate(c, name=None, json=False):
+def role_validate(c: Context, name: str | None = None, json: bool = False) -> None:
     """Validate every role file (or NAME's) and its image recipe, offline; exit 2 on an invalid role."""
-    from jackin.cli import roles as rolecli
-
     with guard():
-        raise Exit(code=rolecli.role_validate(name, json=json))
+        raise Exit(code=role_cli.role_validate(name, json=json))
 
 
 role_ns = Collection("role")

@@ -4,7 +4,7 @@
 its in-process plan found something to change on (a host with nothing to change is not run).
 By hand: pyinfra --data jackin='<FleetPlan JSON>' INVENTORY deploys/fleet.py
 
-What to do is decided by ``jackin.plan.host.steps`` (pure, and the very function ``fleet.plan``
+What to do is decided by ``jackin.lifecycle.hostplan.steps`` (pure, and the very function ``fleet.plan``
 and ``fleet.up``'s fast path call): in order, the bootstrap (Docker engine, nftables, dnsmasq),
 the Docker daemon's settings, the agent image, the fleet's root, the checkpoint filesystem, the
 egress policy (before any agent container starts: fail closed), the credentials (before the
@@ -14,8 +14,8 @@ containers that mount them), then each agent's user, directories, network and co
 from pyinfra import host
 
 from jackin.engine import report, secrets
+from jackin.lifecycle import hostplan
 from jackin.operations import ops
-from jackin.plan import host as hostplan
 from jackin.plan.fleet import FleetPlan
 
 plan = FleetPlan.model_validate(host.data.jackin)

@@ -14,8 +14,7 @@ plan = FleetPlan.model_validate(host.data.jackin["plan"])
 ops.teardown(
     name=f"remove fleet {plan.fleet}",
     plan=plan,
-    state=ops.fleet_state(
-        plan
-    ),  # the state fleet.down read just now (jackin.lifecycle.teardown); else (fleet.gc, by hand) read
+    # the state fleet.down read just now (jackin.lifecycle.teardown); else (fleet.gc, by hand) read
+    state=ops.fleet_state(plan),
     keep_data=host.data.jackin.get("keep_data", False),
 )

@@ -2,12 +2,21 @@
 
     JackinError                  exit 1   something failed; message says what and where
     ├── SpecError (ValueError)   exit 2   an inventory or argument is invalid; nothing was touched
+    │   ├── CredentialError      exit 2   a credential's source is missing or unusable (spec.credentials)
+    │   └── WorkError            exit 2   an agent's repository or task cannot be used (work.bundles)
     ├── ConnectError             exit 3   a host could not be reached
     │   └── HostKeyError         exit 3   its host key is not the pinned one (never retried)
     ├── RemoteCommandError       exit 1   the host answered, but a command on it failed
+    │   └── CheckpointError      exit 1   a checkpoint command failed (snapshots.cow)
+    │       └── CheckpointRefused    refused, nothing changed: the agent's container runs
     ├── LabError                 exit 1   the local lab (Docker engine, image build) failed
     ├── BusyError                exit 1   another run holds the lock
-    └── NotImplementedYet        exit 1   a task a later issue owns
+    ├── NotImplementedYet        exit 1   a task a later issue owns
+    ├── Refused (ValueError)     exit 1   a builder will not act on a host as it is (operations.files)
+    ├── StateError (ValueError)  exit 1   a host's state read is malformed (facts.state)
+    ├── TransferError            exit 1   a snapshot repository could not be copied (snapshots.mirror)
+    ├── NotBlocked               exit 1   agent.answer: the agent is not waiting for an answer (agents.answer)
+    └── RollbackStopped          exit 1   a later step of fleet.rollback could not run (lifecycle.rollback)
 
 Anything else escaping to the CLI is a bug and may show its traceback.
 

@@ -2,8 +2,8 @@
 
 ``inv --list`` and ``inv fleet.status`` need a fraction of what ``fleet.up`` or ``snapshot.*``
 import (the launch contract, snapshots, credentials, the rollback planner...). A module bound with
-``module("jackin.plan.contract")`` is a stand-in: the real module is executed on the first attribute
-read, so ``contract.current(...)`` works unchanged and costs nothing until a command calls it.
+``module("jackin.plan.launch")`` is a stand-in: the real module is executed on the first attribute
+read, so ``launch.current(...)`` works unchanged and costs nothing until a command calls it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,6 @@ def module(name: str) -> ModuleType:
     sys.modules[name] = lazy
     loader.exec_module(lazy)
     parent, _, child = name.rpartition(".")
-    if parent:  # as an ordinary import does: `jackin.plan.contract` is an attribute of `jackin.plan`
+    if parent:  # as an ordinary import does: `jackin.plan.launch` is an attribute of `jackin.plan`
         setattr(sys.modules[parent], child, lazy)
     return lazy

@@ -1,1 +1,1 @@
-"""Agents at run time: their state, waiting on them, answering them, operator tools, credentials."""
+"""Agents at run time: their state, reading it from hosts, waiting on them, answering them, operator tools."""

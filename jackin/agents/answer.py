@@ -13,9 +13,12 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict
 
+from jackin import hostpaths
 from jackin.agents import state as derivation
+from jackin.agents.read import agents_command, parse_agents
 from jackin.agents.state import AgentFacts
 from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecError
+from jackin.lab import providers
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory
 from jackin.transport.remote import gather
@@ -78,12 +81,9 @@ def choose(instance: str, found: dict[str, derivation.AgentState | JackinError])
 
 def answer(spec: Inventory, instance: str, text: str, *, host: str | None = None) -> Answered:
     """Deliver ``text`` to ``instance`` (on ``host``, or the one host where it is blocked)."""
-    from jackin.lifecycle import fleet as fleet_api
-    from jackin.lifecycle.status import agents_command, parse_agents
-
     check_instance(spec, instance)
     data = check_text(text)
-    targets = fleet_api.targets(spec, bring_up=False)
+    targets = providers.targets(spec, bring_up=False)
     if host:
         if host not in [t.name for t in targets]:
             raise SpecError(f"--host {host!r} is not a host of fleet {spec.fleet.name!r}",
@@ -104,7 +104,7 @@ def answer(spec: Inventory, instance: str, text: str, *, host: str | None = None
     chosen = choose(instance, found)
     state = found[chosen]
     assert not isinstance(state, JackinError)
-    container = planning.user_name(spec.fleet.name, instance)
+    container = hostpaths.user_name(spec.fleet.name, instance)
     deliver(next(t for t in targets if t.name == chosen), container, _user(facts[chosen], chosen), data)
     return Answered(host=chosen, instance=instance, container=container, question=state.question, size=len(data))
 

@@ -24,9 +24,18 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from jackin.errors import JackinError
+from jackin.plan import fleet as planning
+from jackin.spec import roles
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from jackin.spec.models import FleetSpec
 
 STATES = ("blocked", "stuck", "failed", "unknown", "working", "idle", "done")  # the order fleet.status lists them in
 State = Literal["working", "blocked", "done", "failed", "idle", "stuck", "unknown"]
@@ -124,7 +133,7 @@ def parse_status_file(raw: bytes) -> StatusFile:
 
 def derive(facts: AgentFacts, *, stale_after: float = STALE_AFTER) -> AgentState:
     """The agent's state from what its host shows; see the module's docstring for the rules."""
-    health = {"health": facts.health, "health_output": clean(facts.health_output)}
+    health: dict[str, object] = {"health": facts.health, "health_output": clean(facts.health_output)}
     if facts.container == "missing":
         return AgentState(state="unknown", message="no container", **health)
     document, problem = None, "no status file (missing, empty or unreadable)"
@@ -171,7 +180,7 @@ def _not_running(facts: AgentFacts, said: dict[str, object], health: dict[str, o
     return AgentState(state="stuck", **{**said, "message": message}, **health)
 
 
-def rollup(states: list[str]) -> str:
+def rollup(states: Sequence[str]) -> str:
     """``4 agents: 1 blocked, 2 working, 1 done`` (states in ``STATES`` order; none: ``0 agents``)."""
     counts = [f"{states.count(s)} {s}" for s in STATES if s in states]
     noun = "agent" if len(states) == 1 else "agents"
@@ -183,13 +192,9 @@ def order(state: str) -> int:
     return STATES.index(state) if state in STATES else len(STATES)
 
 
-def stale_after(fleet) -> dict[str, float]:
+def stale_after(fleet: FleetSpec) -> dict[str, float]:
     """Per instance of ``fleet`` (a FleetSpec), its role's ``state.stale_after`` (jackin/spec/roles.py). A
     role that does not load leaves its instances at STALE_AFTER: role.validate reports what is wrong."""
-    from jackin.errors import JackinError
-    from jackin.plan import fleet as planning
-    from jackin.spec import roles
-
     found: dict[str, float] = {}
     for agent in fleet.agents:
         try:

@@ -23,9 +23,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from jackin import hostpaths
 from jackin.errors import EXIT_OK, JackinError, SpecError
+from jackin.lab import providers
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory
+from jackin.store.ledger import Ledger
+from jackin.transport import channel as reader
+from jackin.transport import interrupts
 from jackin.transport.target import SshTarget
 
 SHELL = "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l"
@@ -72,14 +77,10 @@ def resolve(inventory: Inventory, agent: str, *, host: str | None = None, uids: 
         raise SpecError(f"no agent {agent!r} in fleet {fleet.name!r}: expected an instance name, one of: "
                         f"{', '.join(known)}")  # fmt: skip
     if uids is None:
-        from jackin.store.ledger import Ledger
-
         with Ledger() as ledger:
             uids = ledger.uids(fleet.name)
     if targets is None:
-        from jackin.lifecycle import fleet as fleet_api
-
-        targets = fleet_api.targets(inventory, bring_up=False)
+        targets = providers.targets(inventory, bring_up=False)
     if agent not in uids or not targets:
         raise JackinError(f"fleet {fleet.name!r} is not up (no uid or host recorded for {agent})",
                           hint="bring it up first: inv fleet.up")  # fmt: skip
@@ -89,7 +90,7 @@ def resolve(inventory: Inventory, agent: str, *, host: str | None = None, uids: 
     chosen = targets[0] if host is None else next((t for t in targets if t.name == host), None)
     if chosen is None:
         raise SpecError(f"no host {host!r} in fleet {fleet.name!r}: expected one of: {', '.join(names)}")
-    return AgentRef(instance=agent, container=planning.user_name(fleet.name, agent), uid=uids[agent], target=chosen)
+    return AgentRef(instance=agent, container=hostpaths.user_name(fleet.name, agent), uid=uids[agent], target=chosen)
 
 
 def _present(container: str) -> str:
@@ -153,8 +154,6 @@ def stream(ref: AgentRef, command: str, *, out: Any = None, err: Any = None) -> 
     (``jackin.transport.interrupts``): a Ctrl-C, at any moment from the connection on, is raised here within
     ``GRACE`` seconds, after the channel and connection were closed (the remote end sees its input
     end). Fabric's own runner would wait on a command with no terminal for ever."""
-    from jackin.transport import interrupts
-
     out = out or sys.stdout.buffer
     err = err or sys.stderr.buffer
     ended = interrupts.run(lambda stop: _copy(ref, command, out, err, stop), grace=interrupts.GRACE,
@@ -168,7 +167,7 @@ def stream(ref: AgentRef, command: str, *, out: Any = None, err: Any = None) -> 
 
 def _copy(ref: AgentRef, command: str, out: Any, err: Any, stop: threading.Event) -> tuple[int, bytes] | None:
     """``stream``'s work: the exit status and the end of stderr, or None when ``stop`` was set first."""
-    from jackin.transport.ssh import connect
+    from jackin.transport.ssh import connect  # lazy: Fabric and paramiko load only for a command that opens SSH
 
     shown_out, shown_err = _for(out), _for(err)
     with connect(ref.target) as conn:
@@ -178,28 +177,20 @@ def _copy(ref: AgentRef, command: str, out: Any, err: Any, stop: threading.Event
         try:
             channel.exec_command(command)
             tail = b""
-            while not stop.is_set():
-                idle = True
-                if channel.recv_ready():
-                    out.write(shown_out(channel.recv(65536)))
-                    out.flush()
-                    idle = False
-                if channel.recv_stderr_ready():
-                    data = channel.recv_stderr(65536)
-                    tail = (tail + data)[-4096:]
-                    err.write(shown_err(data))
-                    err.flush()
-                    idle = False
-                if (
-                    idle
-                    and channel.exit_status_ready()
-                    and not channel.recv_ready()
-                    and not channel.recv_stderr_ready()
-                ):
-                    return channel.recv_exit_status(), tail
-                if idle:
-                    stop.wait(0.05)
-            return None
+
+            def shown_stdout(data: bytes) -> None:
+                out.write(shown_out(data))
+                out.flush()
+
+            def shown_stderr(data: bytes) -> None:
+                nonlocal tail
+                tail = (tail + data)[-4096:]
+                err.write(shown_err(data))
+                err.flush()
+
+            if reader.pump(channel, out=shown_stdout, err=shown_stderr, stop=stop) == "stopped":
+                return None
+            return channel.recv_exit_status(), tail
         finally:
             channel.close()
 
@@ -223,7 +214,7 @@ def run_shell(ref: AgentRef, *, stdin: Any = None, stdout: Any = None) -> int:
     if not (stdin.isatty() and stdout.isatty()):
         raise SpecError(f"agent.shell needs a terminal (stdin and stdout are not both one); for one command "
                         f"use inv agent.exec {ref.instance} -- CMD")  # fmt: skip
-    from jackin.transport.ssh import connect
+    from jackin.transport.ssh import connect  # lazy: Fabric and paramiko load only for a command that opens SSH
 
     with connect(ref.target) as conn:  # Fabric's runner: a pty, the local terminal in raw mode, Ctrl-C sent on
         # (our connections read no stdin by default: the shell is the one place the terminal is forwarded)
@@ -231,27 +222,3 @@ def run_shell(ref: AgentRef, *, stdin: Any = None, stdout: Any = None) -> int:
     if result.exited == MISSING and "jackin: no container" in (result.stdout or ""):
         raise _missing(ref)
     return result.exited
-
-
-# --- the CLI's side: inventory in, exit status out (tasks.py stays thin) ------------------------
-
-
-def cli_exec(inventory: str | None, agent: str, argv_all: Sequence[str], *, host: str | None) -> int:
-    """``inv agent.exec AGENT -- CMD...``: the command is read from the process's argv after ``--``,
-    verbatim, before any host is asked."""
-    from jackin.lifecycle import fleet as fleet_api
-
-    argv = command_of(argv_all)
-    return run_exec(resolve(fleet_api.load(inventory), agent, host=host), argv)
-
-
-def cli_logs(inventory: str | None, agent: str, *, follow: bool, tail: int | None, host: str | None) -> int:
-    from jackin.lifecycle import fleet as fleet_api
-
-    return run_logs(resolve(fleet_api.load(inventory), agent, host=host), follow=follow, tail=tail)
-
-
-def cli_shell(inventory: str | None, agent: str, *, host: str | None) -> int:
-    from jackin.lifecycle import fleet as fleet_api
-
-    return run_shell(resolve(fleet_api.load(inventory), agent, host=host))

@@ -1,6 +1,6 @@
 """``fleet.wait``: poll the fleet's agent states until a condition holds, reporting each change.
 
-One round trip per host per poll (``jackin.lifecycle.status.agents_command``: no CPU sampling, no policy
+One round trip per host per poll (``jackin.agents.read.agents_command``: no CPU sampling, no policy
 read), every ``every`` seconds. The agents waited on are the spec's instances on every host of the
 fleet: one without a container is ``unknown`` until it has one. Conditions (``until``):
 
@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.agents import state as derivation
+from jackin.agents.read import agent_states, agents_command, parse_agents
 from jackin.agents.state import AgentState
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError, SpecError
+from jackin.lab import providers
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory
 from jackin.transport.remote import gather
@@ -96,7 +98,7 @@ class WaitResult(_Model):
 def check_until(until: str) -> Until:
     if until not in UNTIL:
         raise SpecError(f"--until expects one of {', '.join(UNTIL)}, got {until!r}")
-    return until  # type: ignore[return-value]
+    return cast(Until, until)  # one of UNTIL: checked just above
 
 
 def condition(until: Until, poll: Poll, changed: bool) -> tuple[bool, int]:
@@ -140,6 +142,7 @@ def wait(
     history: list[Change] = []
     failing: dict[str, int] = {}
     count = 0
+    reason: str
     while True:
         current = keep_last(read(), seen)
         count += 1
@@ -174,9 +177,7 @@ def keep_last(current: Poll, seen: dict[str, AgentView]) -> Poll:
 
 def poller(spec: Inventory, *, timeout: float = 8) -> Callable[[], Poll]:
     """Read the fleet's agent states from every host (one round trip each), as ``wait`` polls them."""
-    from jackin.lifecycle import fleet as fleet_api
-
-    targets = fleet_api.targets(spec, bring_up=False)
+    targets = providers.targets(spec, bring_up=False)
     if not targets:
         raise JackinError(f"fleet {spec.fleet.name!r} has no hosts to wait on", hint="bring it up first: inv fleet.up")
     instances = [i for _, i in planning.instances(spec.fleet)]
@@ -187,8 +188,6 @@ def poller(spec: Inventory, *, timeout: float = 8) -> Callable[[], Poll]:
 def read_poll(fleet: str, targets: list[SshTarget], instances: list[str], stale_after: dict[str, float],
               *, timeout: float = 8) -> Poll:  # fmt: skip
     """One poll over ``targets``: every instance on every host (no container: ``unknown``)."""
-    from jackin.lifecycle.status import agent_states, agents_command, parse_agents
-
     results = gather(targets, agents_command(fleet), parse_agents, timeout=timeout)
     agents: dict[str, AgentView] = {}
     errors: dict[str, str] = {}

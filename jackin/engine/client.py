@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import IO
 
 from pydantic import ValidationError
 
@@ -98,32 +99,20 @@ def run(
             return run(request, on_event, timeout=timeout, secrets=secrets, engine=own)
     engine.used = True
     t0 = time.monotonic()
-    results: dict[str, HostResult] = {}
-    engine_error: str | None = None
     proc, stderr = engine.proc, engine.stderr  # ``engine`` owns them and closes them
     assert proc.stdin is not None and proc.stdout is not None
     fired = threading.Event()
-    watchdog = threading.Timer(timeout, lambda: (fired.set(), proc.kill()))  # a run past its deadline is stopped
+
+    def stop() -> None:  # a run past its deadline is stopped
+        fired.set()
+        proc.kill()
+
+    watchdog = threading.Timer(timeout, stop)
     watchdog.daemon = True
     watchdog.start()  # before the request is written: a child that never reads it is stopped too
     try:
-        try:
-            proc.stdin.write(request.model_dump_json() + "\n")  # one line: JSON escapes every newline
-            if secrets:
-                proc.stdin.write(secrets + "\n")
-            proc.stdin.close()
-        except BrokenPipeError:  # a child started ahead that died before its request: its stderr says why
-            pass
-        for line in proc.stdout:
-            try:
-                event = Event.model_validate_json(line)
-            except ValidationError:
-                continue  # not an event line; the engine's stdout carries events only
-            if event.event == "host_done" and event.result is not None:
-                results[event.result.host] = event.result
-            elif event.event == "error":
-                engine_error = event.error
-            on_event(event)
+        _send(proc.stdin, request, secrets)
+        results, engine_error = _events(proc.stdout, on_event)
         code = proc.wait()
     finally:
         watchdog.cancel()
@@ -137,3 +126,32 @@ def run(
         raise JackinError(engine_error)
     hosts = [results.get(t.name) or HostResult(host=t.name, error="no result from the engine") for t in request.targets]
     return RunResult(hosts=hosts, error=engine_error, elapsed=round(time.monotonic() - t0, 3), dry_run=request.dry_run)
+
+
+def _send(stdin: IO[str], request: EngineRequest, secrets: str | None) -> None:
+    """The request (one line: JSON escapes every newline), then the secrets' line, then end of input."""
+    try:
+        stdin.write(request.model_dump_json() + "\n")
+        if secrets:
+            stdin.write(secrets + "\n")
+        stdin.close()
+    except BrokenPipeError:  # a child started ahead that died before its request: its stderr says why
+        pass
+
+
+def _events(stdout: IO[str], on_event: OnEvent) -> tuple[dict[str, HostResult], str | None]:
+    """Every event the engine writes, handed to ``on_event`` as it arrives; per host its result, and the
+    engine's own error (None: none)."""
+    results: dict[str, HostResult] = {}
+    engine_error: str | None = None
+    for line in stdout:
+        try:
+            event = Event.model_validate_json(line)
+        except ValidationError:
+            continue  # not an event line; the engine's stdout carries events only
+        if event.event == "host_done" and event.result is not None:
+            results[event.result.host] = event.result
+        elif event.event == "error":
+            engine_error = event.error
+        on_event(event)
+    return results, engine_error

@@ -19,13 +19,15 @@ import traceback  # noqa: E402
 from typing import Any  # noqa: E402
 
 import gevent  # noqa: E402
-from pyinfra.api import Config, Inventory, State  # noqa: E402
+from pyinfra.api import Config, Host, Inventory, State  # noqa: E402
 from pyinfra.api.connect import connect_all, disconnect_all  # noqa: E402
 from pyinfra.api.exceptions import PyinfraError  # noqa: E402
 from pyinfra.api.operations import run_ops  # noqa: E402
-from pyinfra.api.state import BaseStateCallback, StateStage  # noqa: E402
+from pyinfra.api.state import BaseStateCallback, StateOperationHostData, StateStage  # noqa: E402
 from pyinfra.context import ctx_config, ctx_host, ctx_inventory, ctx_state  # noqa: E402
 
+from jackin.engine import report  # noqa: E402
+from jackin.engine import secrets as engine_secrets  # noqa: E402
 from jackin.engine.connector import NO_SSH_CONFIG, TARGET_DATA, PinnedSSHConnector  # noqa: E402
 from jackin.engine.protocol import EngineRequest, HostResult, PlannedChange  # noqa: E402
 
@@ -44,23 +46,25 @@ def emit(event: str, **fields: Any) -> None:
 
 class _Events(BaseStateCallback):
     @staticmethod
-    def host_connect(state, host):
+    def host_connect(state: State, host: Host) -> None:
         emit("connected", host=host.name)
 
     @staticmethod
-    def host_connect_error(state, host, error):
+    def host_connect_error(state: State, host: Host, error: object) -> None:
         emit("connect_error", host=host.name, error=_one_line(error))
 
     @staticmethod
-    def operation_host_start(state, host, op_hash):
+    def operation_host_start(state: State, host: Host, op_hash: str) -> None:
         emit("op_start", host=host.name, op=_op_name(state, op_hash))
 
     @staticmethod
-    def operation_host_success(state, host, op_hash, retry_count=0):
+    def operation_host_success(state: State, host: Host, op_hash: str, retry_count: int = 0) -> None:
         emit("op_ok", host=host.name, op=_op_name(state, op_hash))
 
     @staticmethod
-    def operation_host_error(state, host, op_hash, retry_count=0, max_retries=0):
+    def operation_host_error(
+        state: State, host: Host, op_hash: str, retry_count: int = 0, max_retries: int = 0
+    ) -> None:
         emit("op_error", host=host.name, op=_op_name(state, op_hash))
 
 
@@ -112,7 +116,7 @@ def _load_deploy(state: State, filename: str) -> None:
     code = compile(open(filename, encoding="utf-8").read(), filename, "exec")
     state.current_deploy_filename = filename
 
-    def prepare(host) -> None:
+    def prepare(host: Host) -> None:
         try:
             with ctx_config.use(state.config.copy()), ctx_host.use(host):
                 exec(code, {"__file__": filename, "__name__": "__jackin_deploy__"})
@@ -128,7 +132,13 @@ def _load_deploy(state: State, filename: str) -> None:
 _prepare_errors: dict[str, str] = {}
 
 
-def _results(state: State, request: EngineRequest, connect_errors: dict[str, str], facts: dict, started: float) -> None:
+def _results(
+    state: State,
+    request: EngineRequest,
+    connect_errors: dict[str, str],
+    facts: dict[str, dict[str, Any]],
+    started: float,
+) -> None:
     for host in state.inventory:
         ops = state.ops.get(host, {})
         changed = failed = 0
@@ -165,7 +175,7 @@ def _results(state: State, request: EngineRequest, connect_errors: dict[str, str
         emit("host_done", host=host.name, result=result.model_dump())
 
 
-def _planned(state: State, host, ops: dict) -> list[PlannedChange]:
+def _planned(state: State, host: Host, ops: dict[str, StateOperationHostData]) -> list[PlannedChange]:
     """Operations predicted to change the host, with the commands they would run."""
     planned = []
     for op_hash, op_data in ops.items():
@@ -186,6 +196,18 @@ def _command_text(command: Any) -> str:
     return get() if callable(get) else str(command)
 
 
+def _state(request: EngineRequest, handler: _Events) -> State:
+    """pyinfra's state for the request's targets, set as the current one, with ``handler`` for its callbacks."""
+    inventory = _inventory(request)
+    config = Config(PARALLEL=request.parallel, CONNECT_TIMEOUT=request.connect_timeout)
+    state = State(check_for_changes=True)
+    ctx_state.set(state)
+    ctx_inventory.set(inventory)
+    state.init(inventory, config)
+    state.add_callback_handler(handler)
+    return state
+
+
 def main() -> int:
     global _out
     events_fd = os.dup(1)
@@ -199,8 +221,6 @@ def main() -> int:
     if not head.strip():  # started ahead (jackin.engine.client.Engine) and not needed: nothing to do
         return 0
     request = EngineRequest.model_validate_json(head)
-    import jackin.engine.secrets as engine_secrets
-
     engine_secrets.load(rest)
     del rest
     started = time.monotonic()
@@ -210,21 +230,17 @@ def main() -> int:
 
     class Collect(_Events):
         @staticmethod
-        def host_connect_error(state, host, error):
+        def host_connect_error(state: State, host: Host, error: object) -> None:
             connect_errors[host.name] = _one_line(error)
             _Events.host_connect_error(state, host, error)
 
-    import jackin.engine.report as report
+    def sink(host: str, data: dict[str, Any]) -> None:
+        facts.setdefault(host, {}).update(data)
+        emit("facts", host=host, data=data)
 
-    report._sink = lambda host, data: (facts.setdefault(host, {}).update(data), emit("facts", host=host, data=data))
+    report._sink = sink
 
-    inventory = _inventory(request)
-    config = Config(PARALLEL=request.parallel, CONNECT_TIMEOUT=request.connect_timeout)
-    state = State(check_for_changes=True)
-    ctx_state.set(state)
-    ctx_inventory.set(inventory)
-    state.init(inventory, config)
-    state.add_callback_handler(Collect())
+    state = _state(request, Collect())
     failed_all = None
     try:
         state.set_stage(StateStage.Connect)

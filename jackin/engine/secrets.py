@@ -1,14 +1,14 @@
 """Credential values inside the engine child process: handed over on its stdin, never in the request data.
 
 The request (``EngineRequest``, whose ``data`` is the plan) is the first line of the child's
-stdin; the credential values (``jackin.agents.credentials.Secrets.to_wire``) follow on the second,
+stdin; the credential values (``jackin.spec.credentials.Secrets.to_wire``) follow on the second,
 so they never enter ``host.data``, the plan, pyinfra's operation arguments or any event.
 Deploys take them with ``get()``.
 """
 
 from __future__ import annotations
 
-from jackin.agents.credentials import Secrets
+from jackin.spec.credentials import Secrets
 
 _secrets: Secrets | None = None
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-DAEMON_JSON = "/etc/docker/daemon.json"
+from jackin.hostpaths import DAEMON_JSON
+
 _LIVE, _ARGS, _FILE, _NO_FILE = "##jackin-live-restore", "##jackin-dockerd-args", "##jackin-file", "##jackin-no-file"
 
 

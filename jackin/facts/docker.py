@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from jackin.facts.daemon import DAEMON_JSON, DaemonState, daemon_command, parse_daemon
+from jackin.facts.daemon import DaemonState, daemon_command, parse_daemon
+from jackin.hostpaths import DAEMON_JSON
 
 __all__ = ["DAEMON_JSON", "DaemonState", "DockerDaemon", "daemon_command", "parse_daemon"]
 
@@ -16,5 +17,5 @@ class DockerDaemon(FactBase):
     def command(self) -> str:
         return daemon_command()
 
-    def process(self, output: list[str]) -> DaemonState:  # type: ignore[override]
+    def process(self, output: list[str]) -> DaemonState:
         return parse_daemon(output)

@@ -12,7 +12,7 @@ reach perl as arguments, never as code.
 
 from __future__ import annotations
 
-SOCKET = "/var/run/docker.sock"
+from jackin.hostpaths import DOCKER_SOCKET as SOCKET
 
 # Shell: true when the perl reads can be used on this host: the docker CLI would ask the same engine (no
 # DOCKER_HOST, DOCKER_CONTEXT or DOCKER_CONFIG, no context chosen in ~/.docker/config.json), it has a

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from jackin.facts.state import Container, HostState, Network, PathInfo, User, parse_state, state_command
+from jackin.facts.state import Container, HostState, Network, PathInfo, User, parse_state
+from jackin.facts.state_read import state_command
 
 __all__ = ["Container", "FleetState", "HostState", "Network", "PathInfo", "User", "parse_state", "state_command"]
 
@@ -20,5 +21,5 @@ class FleetState(FactBase):
                 bootstrap: bool = False) -> str:  # fmt: skip
         return state_command(fleet, uid_min, uid_max, list(images), bootstrap=bootstrap)
 
-    def process(self, output: list[str]) -> HostState:  # type: ignore[override]
+    def process(self, output: list[str]) -> HostState:
         return parse_state(output)

@@ -1,4 +1,4 @@
-"""What a host has of one fleet: the state read (one command, one round trip) and its parser.
+"""What a host has of one fleet: the models of the state read (``jackin.facts.state_read``) and its parser.
 
 Pure: no pyinfra here, so the CLI process can read and parse host state (status,
 the clean check, plans) without loading pyinfra and gevent. ``jackin.facts.fleet``
@@ -16,27 +16,19 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin import hostpaths
 from jackin.errors import JackinError
-from jackin.facts import dockerapi
-from jackin.facts.daemon import DaemonState, daemon_section
+from jackin.facts import ttl as ttl_facts
+from jackin.facts.cow import CowState
+from jackin.facts.cow import parse_state as parse_cow
+from jackin.facts.daemon import DaemonState
 from jackin.facts.daemon import parse_section as parse_daemon
-from jackin.net.firewall import NFT_DIR, owned_paths
-from jackin.operations import ttl as ttl_ops
-from jackin.plan.fleet import CREDENTIALS_DIR, ROOT, STATE_DIR, WORK_DIR, user_name
-from jackin.snapshots.cow import CowState
-from jackin.snapshots.cow import parse_state as parse_cow
-from jackin.snapshots.cow import state_section as cow_section
-from jackin.snapshots.cow import unit_name as cow_unit_name
-from jackin.snapshots.restic import SNAPSHOTS_ROOT, UPLOADED_RESTIC
-from jackin.spec.models import SLUG
-
-# One path record before hex encoding: type (find's %y: d, f, l...), octal mode, uid, gid, path, NUL.
-PATH_FORMAT = "%y %m %U %G %p\\0"
+from jackin.facts.state_read import cow_unit
+from jackin.hostpaths import UPLOADED_RESTIC, user_name, user_prefix
 
 
 class StateError(JackinError, ValueError):
@@ -99,7 +91,7 @@ class SnapshotDirs(BaseModel):
     def leftovers(self, fleet: str | None) -> list[str]:
         """What of the restic tier a torn-down fleet left: its dir, and the uploaded restic when no
         other fleet's dir remains to need it."""
-        left = [f"{SNAPSHOTS_ROOT}/{fleet}"] if self.fleet and fleet else []
+        left = [hostpaths.snapshots_dir(fleet)] if self.fleet and fleet else []
         return left + ([UPLOADED_RESTIC] if self.restic and not self.others and not self.fleet else [])
 
 
@@ -133,7 +125,7 @@ class HostState(BaseModel):
     files: list[str] = Field(default_factory=list)  # the firewall's files that exist
     cow: CowState = Field(default_factory=CowState)  # the checkpoint tier's filesystem (jackin.snapshots.cow)
     snapshots: SnapshotDirs = Field(default_factory=SnapshotDirs)  # the restic tier's root-only paths
-    # Delivered credentials (jackin/agents/credentials.py): the fleet's credentials dir, each agent's dir and
+    # Delivered credentials (jackin/spec/credentials.py): the fleet's credentials dir, each agent's dir and
     # files (path -> info), and per instance the keyed digest of each delivered value (name -> HMAC).
     credentials: dict[str, PathInfo] = Field(default_factory=dict)
     credential_digests: dict[str, dict[str, str]] = Field(default_factory=dict)
@@ -141,7 +133,7 @@ class HostState(BaseModel):
         None  # the Docker daemon's settings (read only with ``bootstrap``; see jackin.facts.daemon)
     )
     apparmor: AppArmor | None = None  # None: not in the read
-    ttl: ttl_ops.TtlState = Field(default_factory=ttl_ops.TtlState)  # the time-to-live's file and units
+    ttl: ttl_facts.TtlState = Field(default_factory=ttl_facts.TtlState)  # the time-to-live's file and units
     # Delivered work (jackin/work/bundles.py): the fleet's work dir, each agent's dir and files, and per
     # instance the sha256 of each delivered file (name -> digest), from its root-only record.
     work: dict[str, PathInfo] = Field(default_factory=dict)
@@ -158,7 +150,7 @@ class HostState(BaseModel):
                 u.name == user_name(fleet, u.comment[len(prefix):])]  # fmt: skip
 
     def fleet_groups(self, fleet: str) -> list[str]:
-        return sorted(g for g in self.groups if g.startswith(f"jk-{fleet}--"))
+        return sorted(g for g in self.groups if g.startswith(user_prefix(fleet)))
 
     @property
     def leftovers(self) -> dict[str, list[str]]:
@@ -181,72 +173,6 @@ class HostState(BaseModel):
         }
 
 
-def state_command(fleet: str, uid_min: int, uid_max: int, images: list[str] = (), root: str = ROOT, *,
-                  bootstrap: bool = False) -> str:  # fmt: skip
-    """The state read. ``bootstrap``: also the Docker daemon's settings (``##daemon``), which only an
-    up (its plan, ``jackin.plan.host``) decides on; ``##host`` always names the tools the bootstrap
-    installs when missing (dockerd, nft, dnsmasq, mkfs.btrfs, /bin/busybox)."""
-    f = shlex.quote(fleet)
-    label = shlex.quote(f"label=jackin.fleet={fleet}")
-    image_list = " ".join(shlex.quote(i) for i in images)
-    paths = _paths_command(f"{root}/{f}")
-    return f"""
-{_systemd_command(fleet)}
-echo '##fleet'; echo {f}
-echo '##host'; set -- $(uname -n -r -m); echo "hostname=$1"; (. /etc/os-release 2>/dev/null; echo "distro=${{NAME%% GNU/Linux}} $VERSION_ID")
-echo "kernel=$2"; echo "arch=$3"; echo "dockerd=$(command -v dockerd)"; echo "nft=$(command -v nft)"
-echo "dnsmasq=$(command -v dnsmasq)"; echo "mkfs_btrfs=$(command -v mkfs.btrfs)"; [ -e /bin/busybox ] && echo "busybox=/bin/busybox"
-echo '##users'; getent passwd | awk -F: -v c={shlex.quote(f"jackin/{fleet}/")} 'index($5, c) == 1 || ($3 >= {int(uid_min)} && $3 <= {int(uid_max)})'
-echo '##groups'; getent group | awk -F: '$3 >= {int(uid_min)} && $3 <= {int(uid_max)} {{print $1 ":" $3}}'
-echo '##paths'; {paths}
-echo '##docker'
-if command -v docker >/dev/null 2>&1; then
-if ! {{ {dockerapi.USABLE}; }}; then
-docker version --format ok 2>/dev/null
-echo '##containers'; c=$(docker ps -aq --filter {label}); [ -z "$c" ] || docker inspect --format '{{{{json .}}}}' $c
-echo '##networks'; n=$(docker network ls -q --filter {label}); [ -z "$n" ] || docker network inspect --format '{{{{json .}}}}' $n
-echo '##images'; for i in {image_list}; do docker image inspect --format ok "$i" >/dev/null 2>&1 && echo "$i"; done
-{"echo '##live'; docker info --format '{{.LiveRestoreEnabled}}' 2>/dev/null" if bootstrap else ":"}
-else perl -e {shlex.quote(DOCKER_READ)} {f} {int(bootstrap)} {image_list}
-fi
-fi
-echo '##marker'; [ -e {STATE_DIR}/fleet-{f}.json ] && echo yes
-echo '##nft'; command -v nft >/dev/null 2>&1 && nft list table inet {shlex.quote("jackin-" + fleet)} >/dev/null 2>&1 && echo yes
-echo '##nfthash'; cat {NFT_DIR}/{f}.sha 2>/dev/null
-echo '##files'; for p in {" ".join(shlex.quote(p) for p in owned_paths(fleet))}; do [ -e "$p" ] && echo "$p"; done
-{cow_section(fleet, systemd=False)}
-{snapshots_section(fleet)}
-{_credentials_command(fleet)}
-{APPARMOR_SECTION}
-{ttl_ops.state_section(fleet, systemd=False)}
-{_work_command(fleet)}
-{daemon_section(live=False, pid="$dp") if bootstrap else ""}
-true
-""".strip()
-
-
-def _cow_unit(fleet: str) -> str | None:
-    """The checkpoint tier's mount unit; None for a name that is no fleet's (see ``cow.state_section``)."""
-    return cow_unit_name(fleet) if re.fullmatch(SLUG, fleet) and len(fleet) <= 64 else None
-
-
-def _units(fleet: str) -> list[str]:
-    """The systemd units the read asks about: Docker's, the time-to-live's timer, the checkpoint mount."""
-    return [u for u in ("docker.service", ttl_ops.unit_name(fleet, "timer"), _cow_unit(fleet)) if u]
-
-
-def _systemd_command(fleet: str) -> str:
-    """``##systemd``: one ``systemctl show`` of every unit the read asks about (instead of one
-    ``systemctl is-active``/``is-enabled``/``show`` each, ~5 ms of CPU apiece); ``$dp`` keeps
-    dockerd's main pid for ``##daemon``."""
-    units = " ".join(shlex.quote(u) for u in _units(fleet))
-    return (
-        f"u=$(systemctl show -p Id -p ActiveState -p UnitFileState -p MainPID {units} 2>/dev/null); "
-        "echo '##systemd'; printf '%s\\n' \"$u\"; "
-        "dp=; for l in $u; do case $l in MainPID=*) dp=${l#MainPID=}; break;; esac; done"
-    )
-
-
 def _systemd(lines: list[str]) -> dict[str, dict[str, str]]:
     """``##systemd``'s ``KEY=value`` lines (blank lines between units are gone) as unit Id -> properties:
     a key seen again starts the next unit. A unit not listed reads as systemctl reports an unknown one."""
@@ -261,39 +187,6 @@ def _systemd(lines: list[str]) -> dict[str, dict[str, str]]:
     return {b["Id"]: b for b in blocks if b.get("Id")}
 
 
-# The Docker reads in one process instead of seven docker CLI starts (~25 ms of CPU each on a host):
-# perl-base (Essential on Debian and Ubuntu) asks the daemon's socket the very API requests the CLI
-# makes: ``/_ping`` (``docker version``: ``ok``), the fleet's containers and networks by label, each
-# one's inspect document (``docker inspect``, one JSON line each; networks by name, as ``docker network
-# ls`` lists them, so two reads of an unchanged host are the same text), each image (``docker image
-# inspect``) and, with ``bootstrap`` (argument 2), ``/info``'s LiveRestoreEnabled (``##live``). The
-# fleet's name and the images are arguments, never code; a request that fails prints nothing, as the
-# CLI's would. Unless ``dockerapi.USABLE`` (the CLI could ask another engine, no socket, no perl): the docker CLI.
-DOCKER_SOCKET = dockerapi.SOCKET
-DOCKER_READ = (
-    dockerapi.PRELUDE
-    + r"""my ($fleet, $live, @images) = @ARGV;
-my $filter = label_filter($fleet);
-my ($ok) = get("/_ping"); print "ok\n" if $ok == 200;
-print "##containers\n";
-for (ids("/containers/json?all=1&filters=$filter")) { my ($c, $b) = get("/containers/$_/json"); print "$b\n" if $c == 200 }
-print "##networks\n";
-my @n = map { my ($c, $b) = get("/networks/$_"); $c == 200 ? ($b) : () } ids("/networks?filters=$filter");
-print "$_\n" for sort @n;
-print "##images\n";
-for (@images) { my ($c) = get("/images/" . enc($_) . "/json"); print "$_\n" if $c == 200 }
-if ($live) { my ($c, $b) = get("/info"); print "##live\n", ($c == 200 && $b =~ /"LiveRestoreEnabled":\s*(true|false)/ ? $1 : ""), "\n" }
-"""
-)
-
-
-# ``##apparmor``: ``enabled=Y|N|`` and, when Docker's default profile is loaded, ``docker-default=MODE``.
-# Kernel files only (no name an agent chose); a missing file reads as empty: no AppArmor, not loaded.
-APPARMOR_SECTION = (
-    "echo '##apparmor'; echo \"enabled=$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)\"; "
-    "sed -n 's/^docker-default (\\([a-z]*\\))$/docker-default=\\1/p' "
-    "/sys/kernel/security/apparmor/profiles 2>/dev/null | head -n 1"
-)
 _APPARMOR_MODE = re.compile(r"[a-z]{1,16}")
 
 
@@ -304,51 +197,6 @@ def parse_apparmor(lines: list[str]) -> AppArmor:
     mode = values.get("docker-default")
     return AppArmor(enabled=values.get("enabled") == "Y",
                     docker_default=mode if mode and _APPARMOR_MODE.fullmatch(mode) else None)  # fmt: skip
-
-
-def snapshots_section(fleet: str) -> str:
-    """``##snapshots``: words ``fleet``, ``repo``, ``restic``, ``others`` (see ``SnapshotDirs``).
-    Root-only paths that jackin names; another fleet's dir is only counted, never named."""
-    mine, root = shlex.quote(f"{SNAPSHOTS_ROOT}/{fleet}"), shlex.quote(SNAPSHOTS_ROOT)  # quoted, any name
-    return (
-        f"echo '##snapshots'; [ -d {mine} ] && echo fleet; [ -f {mine}/repo/config ] && echo repo; "
-        f"[ -e {shlex.quote(UPLOADED_RESTIC)} ] && echo restic; "
-        f"[ -d {root} ] && find {root} -mindepth 1 -maxdepth 1 ! -name {shlex.quote(fleet)} -print 2>/dev/null "
-        f"| grep -q . && echo others"
-    )
-
-
-def _paths_command(fleet_dir: str) -> str:
-    """The fleet dir, its entries (homes: names root made, in a dir only root writes) and each
-    home's ``workspace``; nothing else of what agents own. Hex, so no name can forge a line."""
-    fmt = shlex.quote(PATH_FORMAT)
-    return (
-        f"[ -d {fleet_dir} ] && {{ find {fleet_dir} -maxdepth 1 -printf {fmt}; "
-        f"find {fleet_dir} -mindepth 2 -maxdepth 2 -name workspace -printf {fmt}; }} | od -An -v -tx1"
-    )
-
-
-def _credentials_command(fleet: str) -> str:
-    """The fleet's credentials dir, each agent's dir and its files (hex, like ``_paths_command``), then
-    the digest files' ``NAME HMAC`` lines prefixed by their path (``grep -H``). Only root writes there."""
-    fmt, d = shlex.quote(PATH_FORMAT), shlex.quote(f"{CREDENTIALS_DIR}/{fleet}")
-    return "\n".join(
-        [
-            f"echo '##creds'; [ -d {d} ] && find {d} -maxdepth 2 -printf {fmt} | od -An -v -tx1",
-            f"echo '##creddigests'; [ -d {d} ] && grep -H '' {d}/*.digests 2>/dev/null",
-        ]
-    )
-
-
-def _work_command(fleet: str) -> str:
-    """The fleet's work dir, each agent's dir and files (hex), then the digest records' lines (``grep -H``)."""
-    fmt, d = shlex.quote(PATH_FORMAT), shlex.quote(f"{WORK_DIR}/{fleet}")
-    return "\n".join(
-        [
-            f"echo '##work'; [ -d {d} ] && find {d} -maxdepth 2 -printf {fmt} | od -An -v -tx1",
-            f"echo '##workdigests'; [ -d {d} ] && grep -H '' {d}/*.digests 2>/dev/null",
-        ]
-    )
 
 
 _WORK_DIGEST = re.compile(r"^.*/([a-z][a-z0-9-]*)\.digests:([a-z][a-z.]*) ([0-9a-f]{64})$")
@@ -468,7 +316,7 @@ def _parse_state(lines: list[str]) -> HostState:
             name=info["Name"], labels=info.get("Labels") or {}, subnets=subnets,
             bridge=(info.get("Options") or {}).get("com.docker.network.bridge.name"),
         )  # fmt: skip
-    data["fleet"] = (sections.get("fleet") or [None])[0]
+    data["fleet"] = next(iter(sections.get("fleet", [])), None)
     units = _systemd(sections.get("systemd", []))
     docker = units.get("docker.service", {})
     data["host"] = dict(line.split("=", 1) for line in sections.get("host", []) if "=" in line)
@@ -478,11 +326,11 @@ def _parse_state(lines: list[str]) -> HostState:
     data["images"] = sections.get("images", [])
     data["marker"] = bool(sections.get("marker"))
     data["nft_table"] = bool(sections.get("nft"))
-    data["nft_hash"] = (sections.get("nfthash") or [None])[0]
+    data["nft_hash"] = next(iter(sections.get("nfthash", [])), None)
     data["files"] = sections.get("files", [])
     data["cow"] = parse_cow(sections.get("cow", []), sections.get("cowsubvols", []))
     if "systemd" in sections and data["cow"] is not None:
-        mount = units.get(_cow_unit(data["fleet"] or "") or "", {})
+        mount = units.get(cow_unit(data["fleet"] or "") or "", {})
         data["cow"] = data["cow"].model_copy(update={"enabled": mount.get("UnitFileState") == "enabled"})
     words = {line.strip() for line in sections.get("snapshots", [])}
     data["snapshots"] = SnapshotDirs(**{k: k in words for k in ("fleet", "repo", "restic", "others")})
@@ -490,9 +338,9 @@ def _parse_state(lines: list[str]) -> HostState:
     data["credential_digests"] = _digests(sections.get("creddigests", []))
     data["daemon"] = _with_live(parse_daemon(sections.get("daemon", [])), sections.get("live"))
     data["apparmor"] = parse_apparmor(sections["apparmor"]) if "apparmor" in sections else None
-    data["ttl"] = ttl_ops.parse_section(sections.get("ttl", []))
+    data["ttl"] = ttl_facts.parse_section(sections.get("ttl", []))
     if "systemd" in sections:
-        timer = units.get(ttl_ops.unit_name(data["fleet"] or "", "timer"), {})
+        timer = units.get(hostpaths.ttl_unit(data["fleet"] or "", "timer"), {})
         data["ttl"] = data["ttl"].model_copy(update={"enabled": timer.get("UnitFileState", ""),
                                                      "active": timer.get("ActiveState", "")})  # fmt: skip
     data["work"] = _paths(sections.get("work", []))

@@ -21,8 +21,7 @@ the runtime's registries; ``source`` gives that step what it needs.
 
 from __future__ import annotations
 
-import fcntl
-import json
+import math
 import os
 import shlex
 import shutil
@@ -30,16 +29,26 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
+from jackin.engine.protocol import HostResult
 from jackin.errors import JackinError, LabError, RemoteCommandError
+from jackin.facts.state import HostState
+from jackin.hostpaths import RUN_DIR
+from jackin.lab.image import _run, apt_mirror
+from jackin.operations.files import Refused
 from jackin.paths import private_dir, state_dir
 from jackin.spec import roles
+from jackin.spec.roles import dockerfile, suite
+from jackin.store import locks
+from jackin.transport import fanout
 
-BUILDER_VERSION = "1"  # bump when the build below changes what an image holds
-PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+if TYPE_CHECKING:
+    from jackin.plan.fleet import FleetPlan
+    from jackin.transport.target import SshTarget
+
 # Where a debootstrap root is trimmed: documentation, manuals, translations, apt's caches.
 TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/cache/apt", "var/lib/apt/lists")
 Log = Callable[[str], None]
@@ -56,7 +65,7 @@ def role_of(image: str) -> str:
 # --- build -------------------------------------------------------------------------------------
 
 
-def _docker(*args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+def _docker(*args: str, check: bool = True, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
     done = subprocess.run(["docker", *args], capture_output=True, check=False, **kwargs)
     if check and done.returncode != 0:
         raise LabError(f"docker {args[0]} failed: {done.stderr.decode(errors='replace').strip()[-2000:]}")
@@ -70,13 +79,8 @@ def present(tag: str) -> bool:
 @contextmanager
 def _locked(name: str) -> Iterator[None]:
     """One build or archive of a tag at a time on this machine (parallel runs share the Docker engine)."""
-    path = private_dir(state_dir() / "images") / f".{name}.lock"
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with locks.held(private_dir(state_dir() / "images") / f".{name}.lock"):
+        yield
 
 
 def ensure_built(role: roles.Role, *, log: Log = lambda _: None) -> str:
@@ -111,8 +115,6 @@ def ensure_built(role: roles.Role, *, log: Log = lambda _: None) -> str:
 
 def _base(role: roles.Role, root: Path, base: str) -> None:
     """A Debian minbase root with the role's packages and busybox's applets, imported as ``base``."""
-    from jackin.lab.image import _run, apt_mirror, suite
-
     if os.geteuid() != 0 or shutil.which("debootstrap") is None:
         raise LabError(f"building role {role.name}'s image needs root and debootstrap on this machine",
                        hint="apt-get install debootstrap, and run as root")  # fmt: skip
@@ -122,7 +124,7 @@ def _base(role: roles.Role, root: Path, base: str) -> None:
     link_applets(root)
     for part in TRIM:
         shutil.rmtree(root / part, ignore_errors=True)
-    for directory in ("workspace", "run/jackin"):
+    for directory in ("workspace", RUN_DIR.lstrip("/")):  # the mount points of the workspace and /run/jackin/*
         (root / directory).mkdir(parents=True, exist_ok=True)
     tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
     try:
@@ -155,24 +157,6 @@ def link_applets(root: Path) -> list[str]:
         (target / applet).symlink_to("/bin/busybox")
         linked.append(applet)
     return linked
-
-
-def dockerfile(role: roles.Role, base: str) -> str:
-    """The Dockerfile of a debootstrap role: its base, roles/common, its files, HEALTHCHECK, ENTRYPOINT, CMD."""
-    files = " ".join(role.image.files)
-    lines = [
-        f"FROM {base}",
-        "COPY common/ /usr/local/bin/",  # the entrypoint, the health check, jackin-status
-        *([f"COPY {files} /usr/local/bin/"] if files else []),
-        f"ENV PATH={PATH}",
-        "WORKDIR /workspace",
-        "USER 65534:65534",
-        role.healthcheck.instruction(),
-        f"ENTRYPOINT {json.dumps([roles.ENTRYPOINT])}",
-        f"CMD {json.dumps(role.command)}",
-        f"LABEL jackin.role={role.name} jackin.recipe={role.tag.split(':')[1]}",
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def build_context(role: roles.Role, context: Path, *, base: str | None) -> Path:
@@ -247,9 +231,9 @@ def prepare(tags: Sequence[str], *, log: Log = lambda _: None) -> dict[str, Path
     return out
 
 
-def load_one(target, archives: Sequence[Path]) -> None:
+def load_one(target: SshTarget, archives: Sequence[Path]) -> None:
     """Send each archive by SFTP into a fresh root-only directory on the host, ``docker load`` it, remove it."""
-    from jackin.transport.ssh import connect
+    from jackin.transport.ssh import connect  # lazy: Fabric and paramiko load only when an image is sent
 
     with connect(target, timeout=15) as conn:
         made = conn.run("mktemp -d /var/tmp/jackin-image.XXXXXX", hide=True, warn=True)
@@ -270,7 +254,9 @@ def load_one(target, archives: Sequence[Path]) -> None:
             conn.run(f"rm -rf {shlex.quote(directory)}", hide=True, warn=True)
 
 
-def deliver(wanted: dict[str, list[str]], targets: Sequence, *, log: Log = lambda _: None) -> dict[str, JackinError]:
+def deliver(
+    wanted: dict[str, list[str]], targets: Sequence[SshTarget], *, log: Log = lambda _: None
+) -> dict[str, JackinError]:
     """Load into each host (by name in ``wanted``) the role images it lacks, hosts in parallel.
     Returns the hosts that failed, with their error (a failed build fails them all)."""
     wanted = {name: tags for name, tags in wanted.items() if tags}
@@ -281,30 +267,25 @@ def deliver(wanted: dict[str, list[str]], targets: Sequence, *, log: Log = lambd
         archives = prepare(sorted({t for tags in wanted.values() for t in tags}), log=log)
     except JackinError as error:
         return {name: error for name in wanted}
-    failed: dict[str, JackinError] = {}
 
-    def one(name: str) -> None:
+    def one(target: SshTarget) -> None:
         started = time.monotonic()
         try:
-            load_one(by_name[name], [archives[t] for t in wanted[name]])
-        except JackinError as error:
-            failed[name] = error
+            load_one(target, [archives[t] for t in wanted[target.name]])
+        except JackinError:
+            raise
         except Exception as error:  # noqa: BLE001 - paramiko/SFTP raise many kinds; the host fails, not the run
-            failed[name] = RemoteCommandError(f"loading the image failed: {error}", host=name)
-        else:
-            log(f"{name}: loaded {', '.join(wanted[name])} in {time.monotonic() - started:.0f}s")
+            raise RemoteCommandError(f"loading the image failed: {error}", host=target.name) from None
+        log(f"{target.name}: loaded {', '.join(wanted[target.name])} in {time.monotonic() - started:.0f}s")
 
-    with ThreadPoolExecutor(max_workers=min(8, len(by_name)) or 1) as pool:
-        list(pool.map(one, sorted(by_name)))
-    return failed
+    hosts = [by_name[name] for name in sorted(by_name)]
+    return fanout.each_host(hosts, one, grace=math.inf, workers=8).failed
 
 
 def source(tag: str) -> dict:
     """What the host's image step needs of a role image (pure of the host): how it is built, the
     archive's size when cached here (``build: operator``), the build context (``build: host``).
     Refused when ``tag`` is not the role's current image (nothing could bring that one to a host)."""
-    from jackin.operations.files import Refused
-
     try:
         role = roles.load(role_of(tag))
     except JackinError as error:
@@ -331,16 +312,20 @@ def context_files(role: roles.Role) -> dict[str, bytes]:
 # --- fleet.up (jackin/lifecycle/fleet.py) --------------------------------------------------------------------
 
 
-def _wanted(plan, states: Mapping[str, object], hosts: Sequence[str] | None = None) -> dict[str, list[str]]:
-    """Per readable host (of ``hosts``, default all), the plan's role images its state read lacks."""
-    from jackin.facts.state import HostState
+class _Split(Protocol):
+    """What ``load_missing`` uses of ``jackin.lifecycle.fleet.HostSplit`` (a layer above this module)."""
 
+    run: list[SshTarget]
+
+
+def _wanted(plan: FleetPlan, states: Mapping[str, object], hosts: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """Per readable host (of ``hosts``, default all), the plan's role images its state read lacks."""
     planned = [a.image for a in plan.agents]
     return {name: missing(planned, state.images) for name, state in states.items()
             if isinstance(state, HostState) and (hosts is None or name in hosts)}  # fmt: skip
 
 
-def prepare_missing(plan, states: Mapping[str, object], *, log: Log = lambda _: None) -> None:
+def prepare_missing(plan: FleetPlan, states: Mapping[str, object], *, log: Log = lambda _: None) -> None:
     """Build and archive here the role images any readable host lacks (before anything changes: a
     failed build raises and no host is touched)."""
     tags = sorted({t for tags in _wanted(plan, states).values() for t in tags})
@@ -348,12 +333,12 @@ def prepare_missing(plan, states: Mapping[str, object], *, log: Log = lambda _: 
         prepare(tags, log=log)
 
 
-def load_missing(plan, split, states: Mapping[str, object], *, log: Log = lambda _: None) -> list:
+def load_missing(
+    plan: FleetPlan, split: _Split, states: Mapping[str, object], *, log: Log = lambda _: None
+) -> list[HostResult]:
     """Before the deploy: load into each host to be run (``split.run``) the role images it lacks. A host
     that fails is taken out of ``split.run`` and returned as not run (failed, nothing changed there).
     A host that loaded them has them added to its state in ``states`` (the state its deploy is handed)."""
-    from jackin.engine.protocol import HostResult
-
     wanted = _wanted(plan, states, [t.name for t in split.run])
     failed = deliver(wanted, split.run, log=log)
     split.run = [t for t in split.run if t.name not in failed]

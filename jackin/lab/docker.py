@@ -9,13 +9,40 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 from urllib.parse import quote
 
 from jackin.errors import LabError
 from jackin.facts import dockerapi
 
 
+@overload
+def docker(
+    *args: str,
+    input: bytes | None = ...,
+    check: bool = ...,
+    timeout: float = ...,
+    raw: Literal[False] = ...,
+    binary: Literal[False] = ...,
+) -> str: ...
+@overload
+def docker(
+    *args: str,
+    input: bytes | None = ...,
+    check: bool = ...,
+    timeout: float = ...,
+    raw: Literal[True],
+    binary: bool = ...,
+) -> subprocess.CompletedProcess[str]: ...
+@overload
+def docker(
+    *args: str,
+    input: bytes | None = ...,
+    check: bool = ...,
+    timeout: float = ...,
+    raw: Literal[False] = ...,
+    binary: Literal[True],
+) -> bytes: ...
 def docker(
     *args: str,
     input: bytes | None = None,
@@ -23,7 +50,7 @@ def docker(
     timeout: float = 300,
     raw: bool = False,
     binary: bool = False,
-):
+) -> str | bytes | subprocess.CompletedProcess[str]:
     """Run ``docker ARGS`` and return its stdout; raise LabError with stderr on failure.
 
     With ``raw`` the completed process is returned (text), for callers that read stderr;

@@ -19,15 +19,12 @@ from pathlib import Path
 
 from jackin.errors import LabError
 from jackin.lab import docker as dk
+from jackin.spec.roles import suite
 
 RECIPE_DIR = Path(__file__).parent / "recipe"
 RECIPE_FILES = ("packages.txt", "customize.sh", "agent-image.sh", "jackin-agent-image.service")
 REPOSITORY = "jackin/lab-host"
 AGENT_IMAGE = "jackin/agent:busybox"
-
-
-def suite() -> str:
-    return os.environ.get("JACKIN_LAB_SUITE", "bookworm")
 
 
 def packages() -> list[str]:

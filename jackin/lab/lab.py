@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import hashlib
 import io
 import ipaddress
@@ -30,12 +29,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from jackin.errors import BusyError, ConnectError, JackinError, LabError, SpecError
+from jackin.errors import BusyError, ConnectError, LabError, SpecError
 from jackin.lab import docker as dk
 from jackin.lab.image import ensure_image, image_tag
 from jackin.lab.limits import ensure_inotify
 from jackin.paths import private_dir, state_dir
-from jackin.spec.models import SLUG
+from jackin.spec.values import SLUG
+from jackin.store import locks
+from jackin.transport import fanout
 from jackin.transport.target import SshTarget
 
 LABEL = "jackin.lab"
@@ -411,22 +412,17 @@ class Lab:
         """Wait until every host has booted: sshd answers with its pinned key and systemd is up."""
         started = time.monotonic()
 
-        def ready(host: LabHost) -> JackinError | None:
-            try:
-                out = wait_ready(host.target(), timeout=timeout, command=BOOTED)
-            except JackinError as error:
-                return error
+        def ready(target: SshTarget) -> None:
+            out = wait_ready(target, timeout=timeout, command=BOOTED)
             state, *failed = out.strip().splitlines() or [""]
             if state not in ("running", "degraded"):
-                return LabError(f"systemd says {state!r}", host=host.name)
+                raise LabError(f"systemd says {state!r}", host=target.name)
             if failed:
                 log(
-                    f"{host.name}: booted degraded; failed units: {', '.join(f.split()[0] for f in failed if f.split())}"
+                    f"{target.name}: booted degraded; failed units: {', '.join(f.split()[0] for f in failed if f.split())}"
                 )
-            return None
 
-        with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-            errors = [e for e in pool.map(ready, hosts) if e is not None]
+        errors = list(fanout.each_host([h.target() for h in hosts], ready, workers=16).failed.values())
         if len(errors) == 1:
             raise errors[0]
         if errors:  # every host that failed, not only the first
@@ -483,15 +479,12 @@ class Lab:
 
     @contextmanager
     def _lock(self) -> Iterator[None]:
-        lock_path = private_dir(self.dir.parent) / f"{self.name}.lock"
-        with open(lock_path, "w") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise BusyError(
-                    f"lab {self.name!r} is being changed by another run",
-                    hint="wait for it to finish, then try again",
-                ) from None
+        def busy(_holder: str) -> BusyError:
+            return BusyError(
+                f"lab {self.name!r} is being changed by another run", hint="wait for it to finish, then try again"
+            )
+
+        with locks.held(private_dir(self.dir.parent) / f"{self.name}.lock", busy=busy):
             yield
 
 
@@ -513,7 +506,7 @@ servers[0].serve_forever()
 
 def wait_ready(target: SshTarget, *, timeout: float = 90, command: str = "true") -> str:
     """``jackin.transport.ssh.wait_ready`` (paramiko and Fabric are loaded by lab.up, not by every command's start)."""
-    from jackin.transport import ssh
+    from jackin.transport import ssh  # lazy: paramiko and Fabric, for lab.up only
 
     return ssh.wait_ready(target, timeout=timeout, command=command)
 
@@ -545,7 +538,8 @@ def fingerprint(public_key_line: str) -> str:
 
 
 def _write_keypair(path: Path, *, comment: str) -> None:
-    from cryptography.hazmat.primitives import serialization  # lab.up only: not on every command's start
+    # lazy: cryptography, for lab.up only (not on every command's start)
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     key = Ed25519PrivateKey.generate()

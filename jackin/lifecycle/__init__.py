@@ -1,1 +1,2 @@
-"""A fleet's lifecycle: up, down, gc, teardown reads, providers, rollback, status, recorded runs, the run loop."""
+"""A fleet's lifecycle: up (and its per-host plan, ``hostplan``), down, gc, teardown reads, providers, rollback,
+status, recorded runs, the run loop."""

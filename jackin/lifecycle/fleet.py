@@ -1,15 +1,14 @@
 """Fleet lifecycle: plan, run deploys, record, check.
 
-Providers (jackin.lifecycle.providers) own the hosts; every run that changes hosts goes
+Providers (jackin.lab.providers) own the hosts; every run that changes hosts goes
 through ``jackin.lifecycle.runs.recorded_run`` (a run in the ledger, an audit entry per
-host); garbage collection lives in jackin.lifecycle.gc. Reads (status, the clean check) go
-over strict SSH with bounded timeouts.
+host); fleet.down lives in jackin.lifecycle.down, garbage collection in jackin.lifecycle.gc.
+Reads (status, the clean check) go over strict SSH with bounded timeouts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,69 +16,35 @@ from pydantic import BaseModel, ConfigDict, Field
 from jackin import lazy
 from jackin.engine import Event, HostResult, RunResult
 from jackin.engine import client as engine_client
-from jackin.errors import ConnectError, JackinError, SpecError
-from jackin.facts.state import HostState, parse_state, state_command
+from jackin.engine.client import Engine
+from jackin.errors import ConnectError, JackinError
+from jackin.facts.state import HostState
 from jackin.images import build as images
-from jackin.lifecycle import teardown
+from jackin.lab.providers import Provider, provider_for, targets
 from jackin.lifecycle.gc import GC_COMMAND, gc, orphans
-from jackin.lifecycle.providers import LabProvider, provider_for
-from jackin.lifecycle.runs import deploys_dir, recorded_run
+from jackin.lifecycle.hostplan import HostChanges, host_changes
+from jackin.lifecycle.runs import deploys_dir, recorded_run, states_for_deploy
 from jackin.lifecycle.status import FleetStatus
 from jackin.lifecycle.status import read as read_status
-from jackin.net import firewall
 from jackin.plan import fleet as planning
-from jackin.plan import ttl
 from jackin.plan.applied import applied
-from jackin.plan.host import HostChanges, host_changes
+from jackin.plan.make import make_plan
 from jackin.snapshots.auto import AutoSnapshot, States, read_states, snapshot_before_up
-from jackin.snapshots.final import FinalHost, take_final
-from jackin.spec import DEFAULT_INVENTORY, Inventory, load_inventory
+from jackin.spec import Inventory
+from jackin.spec.loader import load
 from jackin.store.ledger import Ledger
-from jackin.transport.remote import gather
 from jackin.transport.target import SshTarget
 from jackin.work import bundles as work
 
 if TYPE_CHECKING:
-    from jackin.agents import credentials
-    from jackin.plan import contract
+    from jackin.plan import launch
+    from jackin.spec import credentials
 else:  # loaded by fleet.up and fleet.plan, not by fleet.status (jackin.lazy)
-    contract = lazy.module("jackin.plan.contract")
-    credentials = lazy.module("jackin.agents.credentials")
+    launch = lazy.module("jackin.plan.launch")
+    credentials = lazy.module("jackin.spec.credentials")
 
-KEPT = ["homes", "workspaces", "uids"]  # what fleet.down --keep-data keeps
 Log = Callable[[str], None]
 OnEvent = Callable[[Event], None]
-
-
-def load(path: str | Path | None) -> Inventory:
-    return load_inventory(path or DEFAULT_INVENTORY)
-
-
-# --- hosts -------------------------------------------------------------------
-
-
-def targets(inventory: Inventory, *, log: Log = lambda _: None, bring_up: bool = True) -> list[SshTarget]:
-    """The fleet's hosts as strict SSH targets; with provider ``lab``, bring the lab up first."""
-    return provider_for(inventory).targets(bring_up=bring_up, log=log)
-
-
-def make_plan(
-    inventory: Inventory,
-    ledger: Ledger,
-    *,
-    store: bool = True,
-    fleet_hosts: list[str] | None = None,
-    start_ttl: bool = False,
-) -> planning.FleetPlan:
-    """The fleet's plan; ``store=False`` previews new uids without allocating them (a dry run).
-    ``fleet_hosts``: every address of the fleet's hosts, always denied to its agents.
-    ``start_ttl``: a real fleet.up, which fixes the time-to-live's start if none is (jackin/plan/ttl.py)."""
-    fleet = inventory.fleet
-    names = [instance for _, instance in planning.instances(fleet)]
-    assign = ledger.allocate_uids if store else ledger.preview_uids
-    uids = assign(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET)
-    built = planning.build(fleet, uids, firewall.host_addresses(fleet_hosts or []))
-    return built.model_copy(update={"ttl_deadline": ttl.deadline(ledger, fleet, start=start_ttl)})
 
 
 # --- up ----------------------------------------------------------------------
@@ -94,7 +59,7 @@ class UpResult(BaseModel):
     snapshots: list[AutoSnapshot] = Field(default_factory=list)  # automatic, before agents were recreated or removed
     unchanged: list[str] = Field(default_factory=list)  # hosts with nothing to change: not handed to the engine
     changes: list[HostPlan] = Field(default_factory=list)  # a dry run: per host what the deploy would do
-    terms: contract.Gate | None = Field(default=None, exclude=True)  # a dry run: the launch contract, hosts read
+    terms: launch.Gate | None = Field(default=None, exclude=True)  # a dry run: the launch contract, hosts read
 
     @property
     def changed(self) -> int:
@@ -123,7 +88,7 @@ def up(
     - unless the spec's ``snapshots.before_changes`` is off, the agents the run will recreate or
       remove are snapshotted (``jackin.snapshots.auto``; their ids in the run's detail, ``auto_snapshots``);
       a failed snapshot raises before anything changed;
-    - what the deploy would do on each host (``jackin.plan.host``): a host with nothing to change is
+    - what the deploy would do on each host (``jackin.lifecycle.hostplan``): a host with nothing to change is
       not handed to the pyinfra engine (recorded in the run as ok, no change; ``unchanged`` in the
       run's detail), and a host whose state cannot be read is not run.
     ``dry_run`` stops there: no engine, nothing recorded; the result carries that in-process plan per host
@@ -144,16 +109,7 @@ def up(
     ):  # the engine child loads pyinfra while this process reads and plans the hosts
         provider = provider_for(inventory, ledger)
         hosts = _only(provider.targets(log=log, bring_up=not dry_run if bring_up is None else bring_up), only)
-        if dry_run and not hosts:
-            log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
-        plan = make_plan(inventory, ledger, store=not dry_run, fleet_hosts=provider.addresses() if hosts else [],
-                         start_ttl=not dry_run)  # fmt: skip
-        plan = work.attach(plan, ready)
-        for name in provider.unresolved():
-            log(
-                f"warning: host {name} is given by name: its address is not in the agents' always-denied set "
-                "(give it as an IP address to deny it)"
-            )
+        plan = _fleet_plan(inventory, ledger, provider, hosts, ready, dry_run=dry_run, log=log)
         states = read_states(plan, hosts)  # one parallel round trip: the snapshot decision and the plan
         if (
             not dry_run or bring_up
@@ -163,57 +119,121 @@ def up(
         auto, _ = snapshot_before_up(ledger, inventory, plan, hosts, action=action, dry_run=dry_run, log=log,
                                      states=states)  # fmt: skip
         split = split_hosts(plan, hosts, states, values)
-        not_run = [_not_run(name, error) for name, error in split.unread.items()]
-        kept = [_unchanged(name) for name in split.unchanged]
-        read = {name: state for name, state in states.items() if isinstance(state, HostState)}
+        job = _Up(fleet=fleet.name, plan=plan, hosts=hosts, split=split, auto=auto)
         if dry_run:  # changes nothing, the ledger included: the in-process plan (fleet.plan's), no engine
-            planned = [_planned(split.plans[h.name]) for h in split.run]
-            result = RunResult(hosts=_in_order(planned + kept + not_run, hosts), dry_run=True)
-            return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto, unchanged=split.unchanged,
-                            changes=_host_plans(hosts, split), terms=contract.gate_of(ledger, inventory, plan, read))  # fmt: skip
-        # Role images a host lacks are loaded over SSH before the deploy; a host that cannot load one is not deployed.
-        not_run += images.load_missing(plan, split, states, log=log)
-        read = {name: state for name, state in states.items() if isinstance(state, HostState)}  # with the loaded images
-        ledger.record_fleet(fleet.name, fleet.provider, source, "up")
-        provider.claim()
+            return _dry_run(job, ledger, inventory, _read(states))
+        return _apply(job, ledger, inventory, provider, states, values, source=source, action=action, detail=detail,
+                      on_event=on_event, engine=engine, log=log)  # fmt: skip
 
-        def record_host(host: HostResult, target: SshTarget) -> None:
-            ledger.record_host(fleet.name, host.host, target.address, target.port, "ok" if host.ok else "failed")
-            if host.ok:
-                ledger.record_agents(fleet.name, host.host, [a.model_dump() for a in plan.agents])
 
-        names, spec = [h.name for h in hosts], applied(inventory)
-        terms = contract.current(inventory, ledger, plan, read)  # the launch contract this run applies
-        by_name = {h.name: h for h in hosts}
+def _fleet_plan(inventory: Inventory, ledger: Ledger, provider: Provider, hosts: list[SshTarget],
+                ready: Mapping[str, work.Prepared], *, dry_run: bool, log: Log) -> planning.FleetPlan:  # fmt: skip
+    """fleet.up's plan (stored, and the time-to-live started, unless ``dry_run``), its work attached."""
+    if dry_run and not hosts:
+        log("the lab is not up: a real run would create its hosts first; nothing to plan against yet")
+    plan = make_plan(inventory, ledger, store=not dry_run, fleet_hosts=provider.addresses() if hosts else [],
+                     start_ttl=not dry_run)  # fmt: skip
+    plan = work.attach(plan, ready)
+    for name in provider.unresolved():
+        log(
+            f"warning: host {name} is given by name: its address is not in the agents' always-denied set "
+            "(give it as an IP address to deny it)"
+        )
+    return plan
 
-        def record_spec(run_id: int) -> None:
-            with ledger.transaction():  # one commit for the spec, the contract and every host's rows
-                ledger.record_spec(run_id, fleet.name, names, spec.spec, spec.hash, spec.fleet_hash)
-                contract.record(ledger, run_id, terms)
-                for host in not_run:
-                    ledger.audit(run_id, fleet.name, action, "failed", host=host.host, detail={"error": host.error})
-                for host in kept:  # nothing to change: recorded as an ok run that changed nothing, no engine
-                    ledger.audit(run_id, fleet.name, action, "ok", host=host.host,
-                                 detail={"changed": 0, "failed": 0, "error": None, "engine": False})  # fmt: skip
-                    record_host(host, by_name[host.host])
 
-        run_detail = {**(detail or {}), "hosts": names, "unchanged": split.unchanged,
-                      "auto_snapshots": sorted({a.snapshot for a in auto if a.snapshot})}  # fmt: skip
-        if not split.run:  # nothing to change anywhere (or nothing readable): no engine, only the record
-            with ledger.transaction():  # the run and all it records, one commit
-                run_id = ledger.start_run(fleet.name, action, run_detail)
-                record_spec(run_id)
-                ledger.finish_run(run_id, "failed" if not_run else "ok")
-            return UpResult(fleet=fleet.name, run=RunResult(hosts=_in_order(kept + not_run, hosts)), plan=plan,
-                            snapshots=auto, unchanged=split.unchanged)  # fmt: skip
-        run_id, result = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=split.run,
-                                      data=plan.model_dump(mode="json"), detail=run_detail,
-                                      on_event=on_event, on_host=record_host, on_start=record_spec,
-                                      secrets=values, host_data=_host_data(split.run, read), engine=engine)  # fmt: skip
-        result.hosts = _in_order(result.hosts + kept + not_run, hosts)
-        if not_run:
-            ledger.finish_run(run_id, "failed")
-        return UpResult(fleet=fleet.name, run=result, plan=plan, snapshots=auto, unchanged=split.unchanged)
+def _read(states: States) -> dict[str, HostState]:
+    """The hosts whose state was read, without error."""
+    return {name: state for name, state in states.items() if isinstance(state, HostState)}
+
+
+class _Up:
+    """One fleet.up after its hosts were read and split: what it reports whether or not the engine runs."""
+
+    def __init__(self, *, fleet: str, plan: planning.FleetPlan, hosts: list[SshTarget], split: HostSplit,
+                 auto: list[AutoSnapshot]) -> None:  # fmt: skip
+        self.fleet, self.plan, self.hosts, self.split, self.auto = fleet, plan, hosts, split, auto
+        self.not_run = [_not_run(name, error) for name, error in split.unread.items()]
+        self.kept = [_unchanged(name) for name in split.unchanged]
+
+    def result(self, run: RunResult, **more: Any) -> UpResult:
+        return UpResult(fleet=self.fleet, run=run, plan=self.plan, snapshots=self.auto,
+                        unchanged=self.split.unchanged, **more)  # fmt: skip
+
+
+def _dry_run(job: _Up, ledger: Ledger, inventory: Inventory, read: dict[str, HostState]) -> UpResult:
+    """A dry run's result: the in-process plan per host, and the launch contract with the hosts' facts."""
+    planned = [_planned(job.split.plans[h.name]) for h in job.split.run]
+    result = RunResult(hosts=_in_order(planned + job.kept + job.not_run, job.hosts), dry_run=True)
+    return job.result(result, changes=_host_plans(job.hosts, job.split),
+                      terms=launch.gate_of(ledger, inventory, job.plan, read))  # fmt: skip
+
+
+class _Record:
+    """What fleet.up records against its run beside the engine's hosts: the spec and the launch contract it
+    applies, the hosts not run and those with nothing to change, and every host's outcome."""
+
+    def __init__(self, job: _Up, ledger: Ledger, inventory: Inventory, read: dict[str, HostState], *,
+                 action: str) -> None:  # fmt: skip
+        self.job, self.ledger, self.action = job, ledger, action
+        self.names, self.applied = [h.name for h in job.hosts], applied(inventory)
+        self.terms = launch.current(inventory, ledger, job.plan, read)  # the launch contract this run applies
+        self.by_name = {h.name: h for h in job.hosts}
+
+    def host(self, host: HostResult, target: SshTarget) -> None:
+        fleet, ledger = self.job.fleet, self.ledger
+        ledger.record_host(fleet, host.host, target.address, target.port, "ok" if host.ok else "failed")
+        if host.ok:
+            ledger.record_agents(fleet, host.host, [a.model_dump() for a in self.job.plan.agents])
+
+    def spec(self, run_id: int) -> None:
+        fleet, ledger, spec, action = self.job.fleet, self.ledger, self.applied, self.action
+        with ledger.transaction():  # one commit for the spec, the contract and every host's rows
+            ledger.record_spec(run_id, fleet, self.names, spec.spec, spec.hash, spec.fleet_hash)
+            launch.record(ledger, run_id, self.terms)
+            for host in self.job.not_run:
+                ledger.audit(run_id, fleet, action, "failed", host=host.host, detail={"error": host.error})
+            for host in self.job.kept:  # nothing to change: recorded as an ok run that changed nothing, no engine
+                ledger.audit(run_id, fleet, action, "ok", host=host.host,
+                             detail={"changed": 0, "failed": 0, "error": None, "engine": False})  # fmt: skip
+                self.host(host, self.by_name[host.host])
+
+
+def _record_only(job: _Up, record: _Record, run_detail: dict[str, Any]) -> UpResult:
+    """Nothing to change anywhere (or nothing readable): no engine, only the run and all it records, one commit."""
+    ledger = record.ledger
+    with ledger.transaction():
+        run_id = ledger.start_run(job.fleet, record.action, run_detail)
+        record.spec(run_id)
+        ledger.finish_run(run_id, "failed" if job.not_run else "ok")
+    return job.result(RunResult(hosts=_in_order(job.kept + job.not_run, job.hosts)))
+
+
+def _apply(job: _Up, ledger: Ledger, inventory: Inventory, provider: Provider, states: States,
+           values: credentials.Secrets, *, source: str | None, action: str, detail: dict[str, Any] | None,
+           on_event: OnEvent, engine: Engine | None, log: Log) -> UpResult:  # fmt: skip
+    """fleet.up past its dry run: the fleet recorded and claimed, the deploy run on the hosts with changes
+    (on ``engine`` when it was started ahead), and everything recorded against the run."""
+    fleet, plan, split, hosts = inventory.fleet, job.plan, job.split, job.hosts
+    # Role images a host lacks are loaded over SSH before the deploy; a host that cannot load one is not deployed.
+    job.not_run += images.load_missing(plan, split, states, log=log)
+    read = _read(states)  # with the loaded images
+    ledger.record_fleet(fleet.name, fleet.provider, source, "up")
+    provider.claim()
+    record = _Record(job, ledger, inventory, read, action=action)
+    run_detail = {**(detail or {}), "hosts": record.names, "unchanged": split.unchanged,
+                  "auto_snapshots": sorted({a.snapshot for a in job.auto if a.snapshot})}  # fmt: skip
+    if not split.run:  # nothing to change anywhere (or nothing readable): no engine, only the record
+        return _record_only(job, record, run_detail)
+    recorded = recorded_run(ledger, fleet=fleet.name, action=action, deploy="fleet.py", hosts=split.run,
+                            data=plan.model_dump(mode="json"), detail=run_detail,
+                            on_event=on_event, on_host=record.host, on_start=record.spec,
+                            secrets=values, host_data=states_for_deploy(split.run, read), engine=engine)  # fmt: skip
+    run_id, result = cast("tuple[int, RunResult]", recorded)  # recorded: the ledger gave it an id
+    result.hosts = _in_order(result.hosts + job.kept + job.not_run, hosts)
+    if job.not_run:
+        ledger.finish_run(run_id, "failed")
+    return job.result(result)
 
 
 class HostSplit(BaseModel):
@@ -229,7 +249,7 @@ class HostSplit(BaseModel):
 
 def split_hosts(plan: planning.FleetPlan, hosts: list[SshTarget], states: States,
                 values: credentials.Secrets) -> HostSplit:  # fmt: skip
-    """Which hosts the deploy runs on: those whose plan (``jackin.plan.host.host_changes``, the deploy's own
+    """Which hosts the deploy runs on: those whose plan (``jackin.lifecycle.hostplan.host_changes``, the deploy's own
     decision) is not empty. A host whose state read failed is in ``unread`` (not run: what the run would
     change, and lose, there is unknown)."""
     split = HostSplit()
@@ -244,14 +264,6 @@ def split_hosts(plan: planning.FleetPlan, hosts: list[SshTarget], states: States
         else:
             split.run.append(host)
     return split
-
-
-def _host_data(hosts: list[SshTarget], states: States) -> dict[str, dict[str, Any]]:
-    """Per host of ``hosts`` read without error, the state its deploy works from (``host.data.jackin_host``,
-    ``ops.fleet_state``): fleet.up's and fleet.down's one read; a host without one is read by its deploy."""
-    return {
-        h.name: {"state": s.model_dump(mode="json")} for h in hosts if isinstance(s := states.get(h.name), HostState)
-    }
 
 
 def _in_order(results: list[HostResult], hosts: list[SshTarget]) -> list[HostResult]:
@@ -362,192 +374,16 @@ def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
     return read_status(inventory, timeout=timeout)
 
 
-# --- down --------------------------------------------------------------------
-
-
-class CleanCheck(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    host: str
-    clean: bool
-    leftovers: dict[str, list[str]] = Field(default_factory=dict)
-    error: str | None = None
-
-
-class DownResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    fleet: str
-    run: RunResult
-    checks: list[CleanCheck]
-    lab_removed: bool = False
-    lab_note: str | None = None  # why the lab was left in place
-    final: list[FinalHost] = Field(default_factory=list)  # per host, when a final snapshot was taken
-    final_skipped: str | None = None  # why no final snapshot was taken (None: it was, where needed)
-    discarded: dict[str, list[str]] = Field(default_factory=dict)  # --discard-snapshots: per host, forgotten ids
-
-    @property
-    def blocked(self) -> list[FinalHost]:
-        """Hosts not torn down because their final snapshot or its pull failed."""
-        return [f for f in self.final if f.blocked]
-
-    @property
-    def clean(self) -> bool:
-        return all(c.clean for c in self.checks) and not self.run.failed and not self.blocked
-
-
-def clean_check(plan: planning.FleetPlan, hosts: list[SshTarget], *, keep_data: bool = False) -> list[CleanCheck]:
-    """From a fresh connection: prove nothing of the fleet is left on each host."""
-    command = state_command(plan.fleet, plan.uid_min, plan.uid_max)
-    found = gather(hosts, command, lambda out: parse_state(out.split("\n")), timeout=15)
-    checks = []
-    for host in hosts:
-        state = found[host.name]
-        if isinstance(state, JackinError):
-            checks.append(CleanCheck(host=host.name, clean=False, error=state.message))
-            continue
-        leftovers = _leftovers(plan, state, keep_data=keep_data)
-        checks.append(CleanCheck(host=host.name, clean=not any(leftovers.values()), leftovers=leftovers))
-    return checks
-
-
-def _leftovers(plan: planning.FleetPlan, state: HostState, *, keep_data: bool) -> dict[str, list[str]]:
-    left = {k: v for k, v in state.model_copy(update={"fleet": plan.fleet}).leftovers.items() if v}
-    if keep_data:
-        left.pop("paths", None)
-        left.pop("cow", None)  # the checkpoint tier's btrfs holds the kept homes
-        left.pop("snapshots", None)  # the repository stays with the workspaces it snapshots
-    return left
-
-
-def down(
-    inventory: Inventory,
-    *,
-    keep_data: bool = False,
-    keep_lab: bool = False,
-    final_snapshot: bool = True,
-    discard_snapshots: bool = False,
-    on_event: OnEvent = lambda _: None,
-    log: Log = lambda _: None,
-) -> DownResult:
-    """Remove everything of the fleet from every host, check it is gone, and (lab) destroy the lab.
-
-    First (unless ``keep_data``, ``final_snapshot=False`` or the spec's ``snapshots.before_teardown:
-    false``) a ``final`` snapshot of every agent, pulled and checked here; a host where that failed
-    is not torn down (``DownResult.blocked``), the others are. Without a final snapshot each host's
-    repository (earlier snapshots) is still pulled, with the same hold-back, unless
-    ``discard_snapshots``: then nothing is pulled and the ledger forgets the snapshots that existed
-    only on the hosts torn down."""
-    fleet = inventory.fleet
-    skipped = final_skip_reason(inventory, keep_data=keep_data, final_snapshot=final_snapshot,
-                                discard_snapshots=discard_snapshots)  # fmt: skip
-    with Ledger() as ledger, ledger.lock(fleet.name, "fleet.down"):
-        provider = provider_for(inventory, ledger)
-        hosts = provider.targets(bring_up=False)
-        is_lab = isinstance(provider, LabProvider)
-        if is_lab and not hosts:
-            ledger.forget_fleet(fleet.name)
-            release = provider.release(keep_hosts=keep_lab, log=log)
-            return DownResult(fleet=fleet.name, run=RunResult(hosts=[]), checks=[], lab_removed=release.destroyed,
-                              lab_note=release.note)  # fmt: skip
-        plan = make_plan(inventory, ledger)
-        read = teardown.read_states(plan, hosts)  # one parallel round trip: the final snapshot's and teardown's
-        final = [] if keep_data or discard_snapshots else take_final(ledger, inventory, plan, hosts, log=log,
-                                                                     snapshot=not skipped, states=read)  # fmt: skip
-        blocked = {f.host for f in final if f.blocked}
-        detail = {"keep_data": keep_data, "final": _final_detail(final, skipped)}
-        run_id, result = _teardown_run(ledger, plan, [h for h in hosts if h.name not in blocked],
-                                       keep_data=keep_data, detail=detail, on_event=on_event,
-                                       status="failed" if blocked else "ok", read=read, final=final)  # fmt: skip
-        for entry in (f for f in final if f.blocked):
-            ledger.audit(run_id, fleet.name, "final-snapshot", "failed", host=entry.host,
-                         detail={"stage": entry.stage, "error": entry.error, "torn_down": False})  # fmt: skip
-        checks = clean_check(plan, [h for h in hosts if h.name not in blocked], keep_data=keep_data)
-        for check in checks:
-            ledger.audit(run_id, fleet.name, "clean-check", "clean" if check.clean else "dirty",
-                         host=check.host, detail=check.leftovers or check.error)  # fmt: skip
-        outcome = DownResult(fleet=fleet.name, run=result, checks=checks, final=final, final_skipped=skipped)
-        if discard_snapshots:
-            outcome.discarded = discard(ledger, fleet.name, [c.host for c in checks if c.clean], run_id)
-        if outcome.clean:
-            if keep_data:  # recorded as kept: only fleet.gc --purge-kept or this fleet's down removes it
-                ledger.keep_fleet(fleet.name, [(h.name, h.address, h.port) for h in hosts], KEPT)
-            else:
-                ledger.forget_fleet(fleet.name)
-            release = provider.release(keep_hosts=keep_lab, keep_data=keep_data, log=log)
-            outcome.lab_removed, outcome.lab_note = release.destroyed, release.note
-        return outcome
-
-
 __all__ = [
     "GC_COMMAND",
     "HostResult",
-    "clean_check",
     "deploys_dir",
-    "down",
     "gc",
     "load",
+    "make_plan",
     "orphans",
     "plan",
     "status",
     "targets",
     "up",
 ]
-
-
-# --- down: the final snapshot ---------------------------------------------------------------
-
-
-def final_skip_reason(inventory: Inventory, *, keep_data: bool, final_snapshot: bool,
-                      discard_snapshots: bool = False) -> str | None:  # fmt: skip
-    """Why fleet.down takes no final snapshot, or None when it takes one."""
-    if keep_data and discard_snapshots:
-        raise SpecError("--keep-data keeps the workspaces and snapshots on the hosts; --discard-snapshots "
-                        "removes them: give one of them")  # fmt: skip
-    if keep_data:
-        return "--keep-data: the workspaces stay on the hosts"
-    if discard_snapshots:
-        return "--discard-snapshots"
-    if not final_snapshot:
-        return "--no-final-snapshot"
-    if not inventory.fleet.snapshots.before_teardown:
-        return "snapshots.before_teardown: false"
-    return None
-
-
-def _final_detail(final: list[FinalHost], skipped: str | None) -> dict[str, Any]:
-    hosts = {f.host: f.model_dump(include={"stage", "snapshot", "copy_path", "error", "stopped"}) for f in final}
-    return {"skipped": skipped, **hosts} if skipped else hosts
-
-
-def discard(ledger: Ledger, fleet: str, hosts: list[str], run: int) -> dict[str, list[str]]:
-    """After ``--discard-snapshots`` tore ``hosts`` down: forget their part of every snapshot that no
-    surviving copy holds (a copy here, or on a host not torn down now), so snapshot.list shows only
-    snapshots that still exist somewhere; each forgotten one is audited. Per host, the ids forgotten."""
-    gone = set(hosts)
-    forgotten: dict[str, list[str]] = {}
-    for host in hosts:
-        kept = {s for c in ledger.copies(fleet, origin=host) if c["place"] not in gone for s in c["snapshots"]}
-        for row in ledger.snapshot_rows(fleet):
-            if row["id"] not in kept and any(a["host"] == host for a in row["agents"]):
-                ledger.forget_snapshot(fleet, row["id"], host=host)
-                forgotten.setdefault(host, []).append(row["id"])
-        if host in forgotten:
-            ledger.audit(run, fleet, "snapshot.discard", "ok", host=host, detail={"snapshots": forgotten[host]})
-    return forgotten
-
-
-def _teardown_run(ledger: Ledger, plan: planning.FleetPlan, hosts: list[SshTarget], *, keep_data: bool,
-                  detail: dict[str, Any], on_event: OnEvent, status: str, read: teardown.States,
-                  final: list[FinalHost]) -> tuple[int, RunResult]:  # fmt: skip
-    """The teardown deploy on ``hosts``, recorded, given each host's state (``read``, or a new read
-    where the final snapshot did something: ``jackin.lifecycle.teardown``); with no host to tear down, only the record."""
-    if not hosts:
-        run_id = ledger.start_run(plan.fleet, "fleet.down", detail)
-        ledger.finish_run(run_id, status)
-        return run_id, RunResult(hosts=[])
-    states = teardown.fresh_states(plan, hosts, read, final)  # handed to each deploy: it reads no host again
-    run_id, result = recorded_run(ledger, fleet=plan.fleet, action="fleet.down", deploy="teardown.py", hosts=hosts,
-                                  data={"plan": plan.model_dump(mode="json"), "keep_data": keep_data},
-                                  detail=detail, on_event=on_event, host_data=_host_data(hosts, states))  # fmt: skip
-    return cast(int, run_id), result  # recorded: the ledger gave it an id

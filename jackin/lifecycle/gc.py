@@ -19,11 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.engine import Event, RunResult
 from jackin.errors import JackinError
-from jackin.lifecycle.providers import LabProvider, provider_for
+from jackin.hostpaths import COW_DIR, CREDENTIALS_DIR, ROOT, STATE_DIR, WORK_DIR
+from jackin.lab.providers import LabProvider, provider_for
 from jackin.lifecycle.runs import recorded_run
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory
-from jackin.spec.models import SLUG
+from jackin.spec.values import SLUG
 from jackin.store.ledger import Ledger
 from jackin.transport.remote import HostError, gather
 
@@ -33,11 +34,11 @@ GC_COMMAND = (
     "{ docker ps -a --format '{{.Label \"jackin.fleet\"}}' 2>/dev/null; "
     "docker network ls --format '{{.Label \"jackin.fleet\"}}' 2>/dev/null; "
     "getent passwd | awk -F: '$5 ~ /^jackin\\// {split($5, a, \"/\"); print a[2]}'; "
-    "ls /srv/jackin 2>/dev/null; "
-    "ls /var/lib/jackin/cow 2>/dev/null | sed -n 's/\\.img$//p'; "
-    "ls /var/lib/jackin/credentials 2>/dev/null; "  # delivered credentials (jackin/agents/credentials.py)
-    "ls /var/lib/jackin/work 2>/dev/null; "  # delivered work (jackin/work/bundles.py)
-    "ls /var/lib/jackin 2>/dev/null | sed -n 's/^fleet-\\(.*\\)\\.json$/\\1/p'; } | sort -u"
+    f"ls {ROOT} 2>/dev/null; "
+    f"ls {COW_DIR} 2>/dev/null | sed -n 's/\\.img$//p'; "
+    f"ls {CREDENTIALS_DIR} 2>/dev/null; "  # delivered credentials (jackin/spec/credentials.py)
+    f"ls {WORK_DIR} 2>/dev/null; "  # delivered work (jackin/work/bundles.py)
+    f"ls {STATE_DIR} 2>/dev/null | sed -n 's/^fleet-\\(.*\\)\\.json$/\\1/p'; }} | sort -u"
 )
 
 

@@ -2,12 +2,12 @@
 
 Each phase runs only when the one before it left the fleet in a state to go on:
 
-    up       fleet.up, through the same launch-contract gate and confirmation (``jackin.cli.edge.fleet_up``)
+    up       fleet.up, through the same launch-contract gate and confirmation (the CLI's ``fleet.up``)
     wait     until every agent is done or failed (``jackin.waiting.wait``, ``until="done"``), or the
-             ``--timeout`` or the fleet's time-to-live passes, whichever comes first; the changes of
-             state are printed as they are seen
-    collect  every finished agent's branch and handoff, to the operator's machine (``jackin.collect.collect``)
-    down     fleet.down, with its final snapshot (``jackin.cli.edge.fleet_down``)
+             ``--timeout`` or the fleet's time-to-live passes, whichever comes first; each change of
+             state is reported as it is seen (``on_change``)
+    collect  every finished agent's branch and handoff, to the operator's machine (``jackin.work.collect.collect``)
+    down     fleet.down, with its final snapshot (the CLI's ``fleet.down``)
 
 A phase that fails stops the loop: what is left running is said, and how to go on by hand. Nothing
 is torn down before its work is collected: a failed collect leaves the fleet up (retry with
@@ -20,8 +20,10 @@ or usage (before anything ran); 3 a host could not be reached (the loop stopped)
 at the ``--timeout`` or the time-to-live before every agent finished (what finished was collected,
 the fleet torn down); 5 the loop ran to the end but some agent reported ``failed``.
 
-The wait and the collect are looked up lazily (``jackin.waiting.wait``, ``jackin.collect.collect``) and
-may be given as parameters (the unit tests give fakes).
+The wait and the collect are looked up lazily (``jackin.agents.wait.wait``, ``jackin.work.collect.collect``)
+and may be given as parameters (the unit tests give fakes). The loop prints nothing: it reports each
+phase as it starts (``on_phase``) and each agent's change (``on_change``), and returns a ``RunOutcome``;
+the CLI (jackin/cli/run.py) renders them and exits with its ``exit_code``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin.agents.state import clean
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError
+from jackin.plan import ttl
+from jackin.spec import FleetSpec
 
 EXIT_TIMEOUT = 4  # the wait ended at --timeout or the time-to-live; collected and torn down
 EXIT_AGENT_FAILED = 5  # ran to the end; some agent reported failed
@@ -76,7 +81,7 @@ class Phases(BaseModel):
 
 def default_wait() -> Callable[..., Any]:
     try:
-        from jackin.agents.wait import wait  # type: ignore[import-not-found,unused-ignore]  # the agent-state module
+        from jackin.agents.wait import wait  # lazy: looked up when fleet.run reaches its wait
     except ImportError as error:
         raise JackinError(f"fleet.run needs fleet.wait's jackin.waiting.wait, which this build lacks ({error})",
                           hint="nothing was touched") from None  # fmt: skip
@@ -85,7 +90,7 @@ def default_wait() -> Callable[..., Any]:
 
 def default_collect() -> Callable[..., Any]:
     try:
-        from jackin.work.collect import collect  # type: ignore[import-not-found,unused-ignore]  # fleet.collect's
+        from jackin.work.collect import collect  # lazy: Fabric and paramiko, only when fleet.run reaches collect
     except ImportError as error:
         raise JackinError(f"fleet.run needs fleet.collect's jackin.collect.collect, which this build lacks ({error})",
                           hint="nothing was touched") from None  # fmt: skip
@@ -100,6 +105,17 @@ def wait_limit(timeout: float | None, ttl_left: float | None) -> tuple[float | N
         return None, ""
     seconds, why = min(limits, key=lambda item: item[0])
     return max(0.0, seconds), why
+
+
+def ttl_left(fleet: FleetSpec) -> float | None:
+    """Seconds the wait may last under the fleet's time-to-live (None: it has none), ending a little
+    before the hosts stop the agents so the collect runs while they still do. Asked after the up,
+    which fixes the deadline."""
+    found = ttl.status(fleet)
+    left = None if found.ttl is None else found.left if found.left is not None else float(found.ttl)
+    if left is not None and found.ttl:
+        left -= min(TTL_MARGIN, found.ttl / 10)
+    return left
 
 
 def _left(fleet: str, inventory: str | None, phase: Phase) -> str:
@@ -118,8 +134,6 @@ def _left(fleet: str, inventory: str | None, phase: Phase) -> str:
 
 
 def _failed(outcome: RunOutcome, phase: Phase, detail: str, code: int, inventory: str | None) -> RunOutcome:
-    from jackin.agents.state import clean
-
     detail = clean(detail, 2000) or ""  # it may carry a host's or an agent's text (stderr, a reason)
     outcome.phases.append(PhaseResult(phase=phase, status="failed", detail=detail, exit_code=code or EXIT_FAILED))
     outcome.stopped_at, outcome.exit_code = phase, code or EXIT_FAILED
@@ -199,92 +213,3 @@ def run(spec: Any, phases: Phases, *, inventory: str | None = None, timeout: flo
     outcome.phases.append(PhaseResult(phase="down", status="ok"))
     outcome.exit_code = EXIT_TIMEOUT if timed_out else EXIT_AGENT_FAILED if "failed" in states else EXIT_OK
     return outcome
-
-
-# --- the CLI's side: the phases as fleet.up and fleet.down run them ------------------------------
-
-
-def cli_run(inventory: str | None, *, yes: bool, timeout: str | float | None, json: bool,
-            keep_lab: bool = False) -> int:  # fmt: skip
-    """``inv fleet.run``: ask once for the whole loop (or ``--yes``), then run it, printing each phase.
-    ``json``: the phases' own output goes to stderr, one JSON document of the outcome to stdout."""
-    from jackin.cli import edge as cli
-    from jackin.cli import render as ui
-    from jackin.errors import SpecError
-    from jackin.lifecycle import fleet as fleet_api
-    from jackin.plan import ttl
-
-    spec = fleet_api.load(inventory)
-    seconds = timeout_seconds(timeout)
-    if json and not yes:
-        raise SpecError("--json needs --yes (there is no one to ask)")
-    default_wait(), default_collect()  # refused before asking when this build lacks either
-
-    def ttl_left() -> float | None:  # asked after the up, which fixes the deadline
-        found = ttl.status(spec.fleet)
-        left = None if found.ttl is None else found.left if found.left is not None else float(found.ttl)
-        if left is not None and found.ttl:  # end the wait a little before the hosts stop the agents, so
-            left -= min(TTL_MARGIN, found.ttl / 10)  # the collect runs while they still do
-        return left
-
-    if not yes:
-        cli.require_terminal_or("--yes")
-        cli.confirm(f"Run fleet {spec.fleet.name!r} to the end: up, wait until every agent is done or failed, "
-                    "collect their work, then tear it down (fleet.down, final snapshot first)?")  # fmt: skip
-    say = ui.err if json else ui.out
-    wait, collect = default_wait(), default_collect()  # before anything is touched
-    phases = Phases(
-        up=lambda: _to(say, lambda: cli.fleet_up(inventory, yes=yes, json=False, dry_run=False)),
-        wait=wait, collect=collect,
-        down=lambda: _to(say, lambda: cli.fleet_down(inventory, yes=True, keep_data=False, keep_lab=keep_lab)),
-    )  # fmt: skip
-    outcome = run(spec, phases, inventory=inventory, timeout=seconds, ttl_left=ttl_left,
-                  on_phase=lambda p, what: say.print(f"[bold]fleet.run: {p}[/bold] {what}", soft_wrap=True),
-                  on_change=lambda c: say.print(change_line(c), soft_wrap=True, highlight=False, markup=False))  # fmt: skip
-    if json:
-        ui.print_json(outcome.model_dump(mode="json"))
-    else:
-        for phase in outcome.phases:
-            ui.out.print(f"{phase.phase}: {phase.status}" + (f": {phase.detail}" if phase.detail else ""),
-                         soft_wrap=True, highlight=False, markup=False)  # fmt: skip
-    if outcome.stopped_at:
-        ui.err.print(f"error: fleet.run stopped at {outcome.stopped_at}: {outcome.left}", soft_wrap=True,
-                     style="bold red", markup=False)  # fmt: skip
-    return outcome.exit_code
-
-
-def timeout_seconds(value: str | float | None) -> float | None:
-    """``--timeout``: seconds, or a duration like fleet.wait's (``90s``, ``10m``, ``2h``); else exit 2."""
-    from jackin.errors import SpecError
-    from jackin.spec.models import parse_duration
-
-    if value is None or value == "":
-        return None
-    try:
-        return float(parse_duration(str(value)))
-    except ValueError as error:
-        raise SpecError(f"--timeout expects seconds or a duration such as 90s, 10m or 2h, got {value!r} "
-                        f"({error})") from None  # fmt: skip
-
-
-def _to(console: Any, phase: Callable[[], int]) -> int:
-    """Run a CLI phase with its output on ``console`` (stderr under --json); its errors as exit codes."""
-    from jackin.cli import render as ui
-
-    saved = ui.out
-    ui.out = console
-    try:
-        return phase()
-    except JackinError as error:
-        ui.error(error)
-        return error.exit_code
-    finally:
-        ui.out = saved
-
-
-def change_line(change: Any) -> str:
-    """``12:01:02 h1 coder-1: working -> blocked: QUESTION``."""
-    at = time.strftime("%H:%M:%S", time.localtime(getattr(change, "at", time.time())))
-    text = f"{at} {change.host} {change.instance}: {change.old or 'new'} -> {change.new}"
-    extra = getattr(change, "question", None) or getattr(change, "message", "")
-    return text + (f": {extra}" if extra else "")

@@ -7,15 +7,16 @@ entry per host with its outcome, and the run's final status.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import jackin
-from jackin.agents.credentials import Secrets
 from jackin.engine import EngineRequest, Event, HostResult, RunResult, run
 from jackin.engine.client import Engine
 from jackin.errors import JackinError
+from jackin.facts.state import HostState
+from jackin.spec.credentials import Secrets
 from jackin.store.ledger import Ledger
 from jackin.transport.target import SshTarget
 
@@ -79,3 +80,13 @@ def recorded_run(
             on_host(host, by_name[host.host])
     ledger.finish_run(run_id, "ok" if not result.failed and not result.error else "failed")
     return run_id, result
+
+
+def states_for_deploy(
+    hosts: list[SshTarget], states: Mapping[str, HostState | JackinError]
+) -> dict[str, dict[str, Any]]:
+    """Per host of ``hosts`` read without error, the state its deploy works from (``host.data.jackin_host``,
+    ``ops.fleet_state``): fleet.up's and fleet.down's one read; a host without one is read by its deploy."""
+    return {
+        h.name: {"state": s.model_dump(mode="json")} for h in hosts if isinstance(s := states.get(h.name), HostState)
+    }

@@ -8,33 +8,30 @@ as unreachable; it never stalls the others.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import shlex
 import time
 from collections.abc import Mapping
 from datetime import datetime
 from functools import partial
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.agents import state as derivation
-from jackin.agents.state import AgentFacts, AgentState
+from jackin.agents.read import Inspected, agent_files, agent_states, inspect_command, parse_agents, read_sections
+from jackin.agents.state import AgentState
 from jackin.errors import ConnectError, JackinError
-from jackin.facts import dockerapi
-from jackin.lifecycle.providers import provider_for
-from jackin.net import firewall
-from jackin.net.firewall import GUARD, ident
+from jackin.hostpaths import GUARD, ROOT, check_timer, guard_unit, table_name, ttl_unit
+from jackin.lab.providers import provider_for
+from jackin.net.firewall import ident
 from jackin.paths import private_dir, state_dir
 from jackin.plan import ttl
 from jackin.plan.applied import in_place
-from jackin.plan.fleet import ROOT, instances
+from jackin.plan.fleet import instances
 from jackin.plan.ttl import TtlStatus
 from jackin.plan.ttl import line as ttl_text
 from jackin.spec import Inventory
-from jackin.spec.models import FleetSpec, NetworkPolicy
+from jackin.spec.models import FleetSpec, NetworkPolicy, enforcement
 from jackin.transport.remote import gather
 from jackin.transport.target import SshTarget
 
@@ -88,14 +85,6 @@ class FleetStatus(_Model):
     ttl: TtlStatus | None = None  # the time-to-live: the time left (jackin/plan/ttl.py)
 
 
-# One ``docker inspect`` line per container feeds both reads (the status row and the agent state):
-# tab-separated, every free-text field JSON (Docker escapes tabs and newlines in it), so a line is
-# one container whatever its error or health output holds. The shell reads fields 1, 3, 4 and 6.
-INSPECT_FORMAT = ('{{.Id}}\t{{.RestartCount}}\t{{json .Config.User}}\t{{json (index .Config.Labels "jackin.agent")}}'
-                  "\t{{json .State}}\t{{.State.Pid}}\t{{json .Name}}\t{{json .HostConfig.NetworkMode}}"
-                  "\t{{.HostConfig.Memory}}")  # fmt: skip
-INSPECT_FIELDS = 9
-
 # CPU in nanoseconds and memory in bytes of each pid's container cgroup (v2, else v1), in one awk
 # for every pid given: one line "<pid> <cpu> <mem>" each (empty fields when unreadable).
 SAMPLE_AWK = r"""function one(f,  v) { if ((getline v < f) <= 0) v = ""; close(f); return v }
@@ -115,57 +104,13 @@ BEGIN { for (i = 1; i < ARGC; i++) { p = ARGV[i]; f = "/proc/" p "/cgroup"; cg =
   print p, cpu, mem } }"""
 
 
-# The same lines from the daemon's socket in one perl process (``jackin.facts.dockerapi``: ~25 ms of a
-# host's CPU less per docker CLI start saved): the fleet's containers by label, each one's inspect
-# document, and from it the INSPECT_FORMAT fields. ``fields`` splits a JSON object into its members'
-# raw texts (strings kept whole, nesting counted), so every free-text field stays the JSON Docker
-# wrote; numbers that are not plain digits read 0. A container gone before its inspect is skipped;
-# a daemon that does not answer the list exits 1 (``##docker`` / ``down``), as ``docker ps`` failing.
-STATUS_READ = (
-    dockerapi.PRELUDE
-    + r"""my $S = qr/"(?:[^"\\]++|\\.)*+"/s;
-sub skip { for ($_[0]) { /\G\s*/gc; return 1 if /\G$S/gc;
-    if (/\G[\{\[]/gc) { my $d = 1;
-      while ($d) { if (/\G$S/gc || /\G[^"\{\}\[\]]+/gc) {} elsif (/\G[\{\[]/gc) { $d++ } elsif (/\G[\}\]]/gc) { $d-- } else { return 0 } }
-      return 1 }
-    return /\G[^,\}\]\s]+/gc ? 1 : 0 } }
-sub fields { my $t = shift; my %h; defined $t && $t =~ /\G\s*\{/gc or return ();
-  while ($t =~ /\G\s*($S)\s*:\s*/gc) { my ($k, $at) = ($1, pos $t); skip($t) or last;
-    $h{$k} = substr($t, $at, pos($t) - $at); $t =~ /\G\s*,/gc }
-  return %h }
-sub num { my $v = shift; return defined $v && $v =~ /\A[0-9]+\z/ ? $v : 0 }
-my ($c, $list) = get("/containers/json?all=1&filters=" . label_filter($ARGV[0]));
-exit 1 unless $c == 200;
-for my $id ($list =~ /"Id":\s*"([0-9a-f]{64})"/g) {
-  my ($code, $doc) = get("/containers/$id/json"); next unless $code == 200;
-  my %d = fields($doc); my %st = fields($d{'"State"'}); my %cf = fields($d{'"Config"'});
-  my %lb = fields($cf{'"Labels"'}); my %hc = fields($d{'"HostConfig"'});
-  my @row = ($id, num($d{'"RestartCount"'}), $cf{'"User"'} // '""', $lb{'"jackin.agent"'} // "null", $d{'"State"'} // "{}",
-    num($st{'"Pid"'}), $d{'"Name"'} // '""', $hc{'"NetworkMode"'} // '""', num($hc{'"Memory"'}));
-  tr/\t\r\n/   / for @row;  # only JSON's own whitespace can be a raw tab or newline: a row stays one line
-  print join("\t", @row), "\n" }
-"""
-)
-
-
-def _inspect(fleet: str) -> str:
-    """Shell: ``$info``, one INSPECT_FORMAT line per container of ``fleet`` (one perl process on the
-    daemon's socket, else two docker calls); ``##docker`` / ``down`` when the engine does not answer."""
-    label = shlex.quote(f"label=jackin.fleet={fleet}")
-    return (f"info=; if {dockerapi.USABLE}; then "
-            f"info=$(perl -e {shlex.quote(STATUS_READ)} {shlex.quote(fleet)}) || {{ info=; echo '##docker'; echo down; }}; "
-            f"elif ids=$(docker ps -aq --no-trunc --filter {label}); then "
-            f"[ -z \"$ids\" ] || info=$(docker inspect --format {shlex.quote(INSPECT_FORMAT)} $ids); "
-            "else echo '##docker'; echo down; fi; ")  # fmt: skip
-
-
 def status_command(fleet: str, *, inside: str = "") -> str:
     """The status read: sections ``##rows`` (INSPECT_FORMAT lines), ``##1``/``##2`` (the CPU samples,
     each with its host clock ``@ns``), ``##drops`` (``nft list counters``), ``##table`` (``loaded``),
     ``##guard`` (systemctl is-active: guard service, its timer, the time-to-live's timer) and
     ``##policy`` (the guard's verify). ``inside``: more shell run within the CPU window."""
-    table = shlex.quote(f"jackin-{fleet}")
-    units = [f"jackin-nft-guard-{fleet}.service", f"jackin-nft-check-{fleet}.timer", f"jackin-ttl-{fleet}.timer"]
+    table = shlex.quote(table_name(fleet))
+    units = [guard_unit(fleet), check_timer(fleet), ttl_unit(fleet, "timer")]
     checks = (f"echo '##drops'; nft list counters table inet {table} 2>/dev/null && {{ echo '##table'; echo loaded; }}; "
               f"echo '##guard'; systemctl is-active {' '.join(map(shlex.quote, units))} 2>/dev/null; "
               f"echo '##policy'; [ -x {GUARD} ] && {GUARD} verify {shlex.quote(fleet)} 2>/dev/null; ")  # fmt: skip
@@ -177,7 +122,7 @@ def status_command(fleet: str, *, inside: str = "") -> str:
               f"if [ -n \"$pids\" ]; then r=$(( {int(SAMPLE * 1e9)} - $(date +%s%N) + t1 )); "
               "[ \"$r\" -le 0 ] || sleep \"$(printf '0.%09d' \"$r\")\"; "
               "echo '##2'; echo \"@$(date +%s%N)\"; awk \"$smp\" $pids; fi")  # fmt: skip
-    return (f"date +%s.%N; pids=; {_inspect(fleet)}echo '##rows'; [ -z \"$info\" ] || "
+    return (f"date +%s.%N; pids=; {inspect_command(fleet)}echo '##rows'; [ -z \"$info\" ] || "
             "{ printf '%s\\n' \"$info\"; pids=$(printf '%s\\n' \"$info\" | awk -F'\\t' '$6 > 0 {print $6}'); }; "
             f"{window}")  # fmt: skip
 
@@ -197,7 +142,7 @@ WHY = {
 def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, object]]:
     """(host time, agents, the host's policy fields of HostStatus)."""
     now, agents = parse_status(output)
-    sections = _sections(output)
+    sections = read_sections(output)
     guard = sections.get("guard", [])
     policy = next((s for s in sections.get("policy", []) if s in POLICY_STATES), "unknown")
     fields: dict[str, object] = {
@@ -216,25 +161,12 @@ def not_enforced(fleet: str, host: HostStatus) -> str | None:
         return None
     reasons = []
     if host.policy != "enforced":
-        reasons.append(WHY.get(host.policy or "unknown", WHY["unknown"]).format(table=f"jackin-{fleet}"))
+        reasons.append(WHY.get(host.policy or "unknown", WHY["unknown"]).format(table=table_name(fleet)))
     if host.guard != "active":
         reasons.append(f"the guard (jackin-nft-guard-{fleet}) is {host.guard or 'unknown'}")
     if host.guard_timer != "active":
-        reasons.append(
-            f"the guard's backstop timer (jackin-nft-check-{fleet}.timer) is {host.guard_timer or 'unknown'}"
-        )
+        reasons.append(f"the guard's backstop timer ({check_timer(fleet)}) is {host.guard_timer or 'unknown'}")
     return "; ".join(reasons) + " (run fleet.up to restore it)" if reasons else None
-
-
-def _sections(output: str) -> dict[str, list[str]]:
-    sections: dict[str, list[str]] = {}
-    current = None
-    for line in output.split("\n"):
-        if line.startswith("##"):
-            current = sections.setdefault(line[2:].strip(), [])
-        elif current is not None and line.strip():
-            current.append(line.strip())
-    return sections
 
 
 def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
@@ -292,35 +224,6 @@ def parse_status(output: str) -> tuple[float, list[AgentStatus]]:
         )
     agents.sort(key=lambda a: a.instance)
     return now, agents
-
-
-class Inspected(_Model):
-    """One INSPECT_FORMAT line: what both reads know of a container."""
-
-    id: str
-    restarts: int
-    user: str  # "uid:gid" as configured ("" when none)
-    instance: str  # its jackin.agent label ("" when none)
-    state: dict[str, Any]  # Docker's State: Status, ExitCode, StartedAt, Error, Health...
-    pid: int
-    name: str
-    network: str
-    memory: int
-
-    @property
-    def started(self) -> str:
-        return str(self.state.get("StartedAt") or "")
-
-    @classmethod
-    def of(cls, line: str) -> Inspected:
-        """Parsed, or ValueError (also for JSON of the wrong type: pydantic's ValidationError is one)."""
-        fields = line.split("\t")
-        if len(fields) != INSPECT_FIELDS:
-            raise ValueError(f"{len(fields)} fields, not {INSPECT_FIELDS}")
-        cid, restarts, user, label, state, pid, name, network, memory = fields
-        return cls(id=cid, restarts=int(restarts), user=json.loads(user) or "", instance=json.loads(label) or "",
-                   state=json.loads(state), pid=int(pid), name=json.loads(name), network=json.loads(network) or "",
-                   memory=int(memory))  # fmt: skip
 
 
 def _drops(lines: list[str]) -> dict[str, int]:
@@ -387,7 +290,7 @@ def read(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
         for agent in host.agents:
             policy = policies.get(agent.instance)
             if policy is not None:
-                level, reasons = firewall.enforcement(policy)
+                level, reasons = enforcement(policy)
                 agent.egress = policy.mode
                 agent.enforcement = level + (": " + "; ".join(reasons) if reasons else "")
                 if host.not_enforced:
@@ -407,99 +310,12 @@ def _policies(spec: FleetSpec) -> dict[str, NetworkPolicy]:
             for agent, instance in instances(spec)}  # fmt: skip
 
 
-# --- agent state (issue 10): what each agent is doing ---------------------------------------------
-#
-# Inside the status read's CPU window (one round trip per host, the same docker inspect lines) and
-# read alone by fleet.wait each poll. Per container: its INSPECT_FORMAT line (state, exit code,
-# restarts, health with its last output), and the status file read AS THE
-# AGENT (setpriv to the container's uid:gid, never root following the agent's path), capped, base64
-# so that NULs, newlines or a "##" line in it cannot reach the section parser. Derivation: jackin/agents/state.py.
-
-STATUS_FILE = ".jackin/status.json"  # the status file, under the agent's workspace (/workspace in its container)
-
-
-def agents_command(fleet: str, *, root: str = ROOT) -> str:
-    """The agent-state read of ``fleet``'s containers on one host: sections ``##agents-now`` (the
-    host's clock), ``##agents`` (one INSPECT_FORMAT line per container) and ``##agent-files`` (``<id>
-    <base64 of the status file's first MAX_STATUS+1 bytes>`` or ``<id> -``). A uid or gid below 1000,
-    or an instance label that is not a plain name, is never read (``-``)."""
-    return (f"echo '##agents-now'; date +%s; {_inspect(fleet)}[ -n \"$info\" ] || exit 0; "
-            f"echo '##agents'; printf '%s\\n' \"$info\"; {agent_files(fleet, root=root)}")  # fmt: skip
-
-
-def agent_files(fleet: str, *, root: str = ROOT) -> str:
-    """Shell: ``##agent-files`` for the containers in ``$info`` (INSPECT_FORMAT lines): each status
-    file read as its agent (uid and gid from the container's user, both numeric and >= 1000; the
-    instance from its label, a plain name), never as root."""
-    path = f'{shlex.quote(f"{root}/{fleet}")}/"$inst"/workspace/{STATUS_FILE}'
-    return (
-        "echo '##agent-files'; printf '%s\\n' \"$info\" | while IFS='\t' read -r id _r user inst rest; do "
-        # user and inst are JSON strings: only "..." is taken, its quotes removed (anything escaped fails below)
-        'case "$user" in \\"*\\") user=${user#\\"}; user=${user%\\"};; *) user=-;; esac; '
-        'case "$inst" in \\"*\\") inst=${inst#\\"}; inst=${inst%\\"};; *) inst=-;; esac; '
-        "u=${user%%:*}; g=${user#*:}; ok=1; "
-        'case "$u" in ""|*[!0-9]*) ok=;; esac; case "$g" in ""|*[!0-9]*) ok=;; esac; '
-        'case "$inst" in ""|-*|*[!a-z0-9-]*) ok=;; esac; '
-        '{ [ -n "$ok" ] && [ "$u" -ge 1000 ] && [ "$g" -ge 1000 ]; } || { echo "$id -"; continue; }; '
-        f'b=$(setpriv --reuid="$u" --regid="$g" --clear-groups -- head -c {derivation.MAX_STATUS + 1} -- {path} '
-        '2>/dev/null | base64 -w0); echo "$id ${b:--}"; done; '
-    )
-
-
-def parse_agents(output: str, *, section: str = "agents") -> dict[str, AgentFacts]:
-    """Per instance, the facts ``agents_command`` printed (none when the fleet has no container there).
-    A line Docker printed that does not parse fails the host's read (JackinError): it is not the agent's.
-    ``section``: where the INSPECT_FORMAT lines are (``rows`` in the combined read, which prints them once)."""
-    sections = _sections(output)
-    now_lines = sections.get("agents-now", [])
-    if len(now_lines) != 1 or not now_lines[0].isdigit():
-        raise JackinError(f"agent state read: no host clock in the output ({now_lines[:1]!r})")
-    now = float(now_lines[0])
-    files: dict[str, bytes | None] = {}
-    for line in sections.get("agent-files", []):
-        cid, _, data = line.partition(" ")
-        try:
-            files[cid] = None if data == "-" else base64.b64decode(data, validate=True) or None
-        except (binascii.Error, ValueError):
-            raise JackinError(f"agent state read: status file of container {cid[:12]} is not base64") from None
-    found: dict[str, AgentFacts] = {}
-    for line in sections.get(section, []):
-        instance, facts = _agent_row(line, now, files)
-        if instance:
-            found[instance] = facts
-    return found
-
-
-def _agent_row(line: str, now: float, files: Mapping[str, bytes | None]) -> tuple[str | None, AgentFacts]:
-    """(instance, facts) of one ``INSPECT_FORMAT`` line."""
-    try:
-        row = Inspected.of(line)
-        state, health = row.state, row.state.get("Health") or {}
-        log = health.get("Log") or []
-        facts = AgentFacts(
-            container=str(state["Status"]), exit_code=int(state["ExitCode"]), restarts=row.restarts,
-            health=str(health.get("Status") or "none"), now=now, status=files.get(row.id), user=row.user or None,
-            health_output=str(log[-1].get("Output", "")) if log else None,
-        )  # fmt: skip
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise JackinError(
-            f"agent state read: a line of docker inspect does not parse ({type(error).__name__})"
-        ) from None
-    return row.instance or None, facts
-
-
-def agent_states(facts: Mapping[str, AgentFacts], stale_after: Mapping[str, float]
-                 ) -> dict[str, AgentState]:  # fmt: skip
-    """Each instance's derived state, with its role's ``stale_after`` (default derivation.STALE_AFTER)."""
-    return {i: derivation.derive(f, stale_after=stale_after.get(i, derivation.STALE_AFTER)) for i, f in facts.items()}
-
-
 def parse_host_status_with_agents(output: str, *, stale_after: Mapping[str, float]
                                   ) -> tuple[float, list[AgentStatus], dict[str, object]]:  # fmt: skip
     """``parse_host_status`` with each agent's ``agent_state`` filled in from the appended read (a read
     that does not parse leaves the host's other columns and makes its agents ``unknown``, saying why)."""
     now, agents, fields = parse_host_status(output)
-    if "docker" in _sections(output) or not agents:
+    if "docker" in read_sections(output) or not agents:
         return now, agents, fields
     try:
         states = agent_states(parse_agents(output, section="rows"), stale_after)

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from jackin.errors import JackinError
-from jackin.facts.state import HostState, parse_state, state_command
+from jackin.facts.state import HostState, parse_state
+from jackin.facts.state_read import state_command
 from jackin.plan import fleet as planning
 from jackin.snapshots.final import FinalHost
 from jackin.transport.remote import gather

@@ -30,38 +30,26 @@ from __future__ import annotations
 
 import shlex
 
+from jackin import hostpaths
+from jackin.hostpaths import DNS_DIR, LIB_DIR, NFT_DIR, RESOLVER, UNIT_DIR, dns_dir, dns_paths, dns_target, dns_template
 from jackin.net import firewall
 from jackin.plan.fleet import AgentPlan, FleetPlan
 
-DNS_DIR = "/etc/jackin/dns"
-UNIT_DIR = "/etc/systemd/system"
 DNSMASQ = "/usr/sbin/dnsmasq"
 HOST_RESOLV = "/etc/resolv.conf"
 MAX_TTL = 60
 
 
-def conf_dir(fleet: str) -> str:
-    return f"{DNS_DIR}/{fleet}"
-
-
 def conf_path(agent: AgentPlan) -> str:
-    return f"{conf_dir(agent.fleet)}/{agent.instance}.conf"
+    return hostpaths.dns_conf(agent.fleet, agent.instance)
 
 
 def servers_path(agent: AgentPlan) -> str:
-    return f"{conf_dir(agent.fleet)}/{agent.instance}.servers"
-
-
-def template(fleet: str) -> str:
-    return f"jackin-dns-{fleet}@.service"
-
-
-def target(fleet: str) -> str:
-    return f"jackin-dns-{fleet}.target"
+    return f"{dns_dir(agent.fleet)}/{agent.instance}.servers"
 
 
 def instance_unit(agent: AgentPlan) -> str:
-    return f"jackin-dns-{agent.fleet}@{agent.instance}.service"
+    return hostpaths.dns_unit(agent.fleet, agent.instance)
 
 
 def filtered(plan: FleetPlan) -> list[AgentPlan]:
@@ -80,7 +68,7 @@ def _names(agent: AgentPlan) -> dict[str, list[str]]:
 def config(agent: AgentPlan) -> str:
     """The dnsmasq configuration of one agent's filter."""
     sets = _names(agent)
-    table = firewall.table_name(agent.fleet)
+    table = hostpaths.table_name(agent.fleet)
     lines = [
         f"# jackin fleet {agent.fleet}, agent {agent.instance}: the only resolver this agent can reach.",
         "# Answers the allowlisted names below (exactly these names), puts every address it answers",
@@ -110,12 +98,12 @@ def units(plan: FleetPlan) -> dict[str, str]:
     fleet = plan.fleet
     service = f"""[Unit]
 Description=jackin fleet {fleet}: filtering resolver of agent %i
-After=jackin-nft-{fleet}.service network.target
+After={hostpaths.nft_unit(fleet)} network.target
 Before=docker.service
-PartOf={target(fleet)}
+PartOf={dns_target(fleet)}
 
 [Service]
-ExecStart={DNSMASQ} --keep-in-foreground --conf-file={conf_dir(fleet)}/%i.conf --pid-file
+ExecStart={DNSMASQ} --keep-in-foreground --conf-file={dns_dir(fleet)}/%i.conf --pid-file
 Restart=on-failure
 RestartSec=2
 SyslogIdentifier=jackin-dns-{fleet}-%i
@@ -128,7 +116,7 @@ Description=jackin fleet {fleet}: filtering resolvers of its agents
 [Install]
 WantedBy=multi-user.target
 """
-    return {f"{UNIT_DIR}/{template(fleet)}": service, f"{UNIT_DIR}/{target(fleet)}": fleet_target}
+    return {f"{UNIT_DIR}/{dns_template(fleet)}": service, f"{UNIT_DIR}/{dns_target(fleet)}": fleet_target}
 
 
 def servers_command(agent: AgentPlan) -> str:
@@ -146,17 +134,14 @@ def files(plan: FleetPlan) -> dict[str, str]:
     return {**{conf_path(a): config(a) for a in filtered(plan)}, **units(plan)}
 
 
-def owned_paths(fleet: str) -> list[str]:
-    """What the filters leave on a host (the configuration directory as a whole)."""
-    return [conf_dir(fleet), f"{UNIT_DIR}/{template(fleet)}", f"{UNIT_DIR}/{target(fleet)}"]
-
-
-LEGACY_UNITS = ("jackin-nft-resolve-{fleet}.timer", "jackin-nft-resolve-{fleet}.service")
+def legacy_units(fleet: str) -> list[str]:
+    """The host-side resolver of earlier versions: its timer and service."""
+    return [hostpaths.resolve_timer(fleet), hostpaths.resolve_service(fleet)]
 
 
 def legacy_paths(fleet: str) -> set[str]:
     """What the host-side resolver of earlier versions left: its units and its domain list."""
-    return {f"{UNIT_DIR}/{u.format(fleet=fleet)}" for u in LEGACY_UNITS} | {f"{firewall.NFT_DIR}/{fleet}.domains"}
+    return {f"{UNIT_DIR}/{u}" for u in legacy_units(fleet)} | {f"{NFT_DIR}/{fleet}.domains"}
 
 
 def apply_commands(plan: FleetPlan, present: list[str]) -> list[str]:
@@ -165,42 +150,42 @@ def apply_commands(plan: FleetPlan, present: list[str]) -> list[str]:
     and retire the host-side resolver of earlier versions (``present``: the fleet's files on the host)."""
     fleet = plan.fleet
     keep = [a.instance for a in filtered(plan)]
-    pattern = shlex.quote(f"jackin-dns-{fleet}@*")
+    pattern = shlex.quote(hostpaths.dns_units(fleet))
     commands = []
     # Exact names: the guard's own check timer also ends in .timer, and it must survive a re-apply.
     legacy = [p for p in present if p in legacy_paths(fleet)]
     if legacy:
-        units_ = " ".join(u.format(fleet=fleet) for u in LEGACY_UNITS)
+        units_ = " ".join(legacy_units(fleet))
         commands += [
             f"systemctl disable --now --quiet {units_} 2>/dev/null || true",
             "rm -f " + " ".join(shlex.quote(p) for p in legacy),
-            f"ls {firewall.NFT_DIR}/*.domains >/dev/null 2>&1 || rm -f {firewall.RESOLVER}",
-            "rmdir /usr/local/lib/jackin 2>/dev/null || true",
+            f"ls {NFT_DIR}/*.domains >/dev/null 2>&1 || rm -f {RESOLVER}",
+            f"rmdir {LIB_DIR} 2>/dev/null || true",
             "systemctl daemon-reload",
         ]
     stale = "".join(f" ! -name {shlex.quote(i + '.conf')} ! -name {shlex.quote(i + '.servers')}" for i in keep)
     running = "|".join(instance_unit(a) for a in filtered(plan))
     commands += [
-        f"[ ! -d {conf_dir(fleet)} ] || find {conf_dir(fleet)} -maxdepth 1 -type f{stale} -delete",
+        f"[ ! -d {dns_dir(fleet)} ] || find {dns_dir(fleet)} -maxdepth 1 -type f{stale} -delete",
         f"for u in $(systemctl list-units --all --plain --no-legend {pattern} | awk '{{print $1}}'); do "
         f'case "$u" in {running + ") ;; " if running else ""}*) systemctl stop "$u" ;; esac; done',
     ]
     commands += [servers_command(a) for a in filtered(plan) if not a.policy.dns]
     if keep:
         commands.append("systemctl restart " + " ".join(instance_unit(a) for a in filtered(plan)))
-    commands.append(f"systemctl start {target(fleet)}")
+    commands.append(f"systemctl start {dns_target(fleet)}")
     return commands
 
 
 def remove_commands(fleet: str, present: list[str], *, disabled: bool = False) -> list[str]:
     """Stop and remove the fleet's filters (before the generic removal of the fleet's files).
     ``disabled``: the caller's own ``systemctl disable --now`` named the target already (one call)."""
-    if not any(p in present for p in owned_paths(fleet)):
+    if not any(p in present for p in dns_paths(fleet)):
         return []
-    disable = [] if disabled else [f"systemctl disable --now --quiet {target(fleet)} 2>/dev/null || true"]
+    disable = [] if disabled else [f"systemctl disable --now --quiet {dns_target(fleet)} 2>/dev/null || true"]
     return [
         *disable,
-        f"systemctl stop {shlex.quote(f'jackin-dns-{fleet}@*')} 2>/dev/null || true",
-        f"rm -rf --one-file-system {conf_dir(fleet)}",
+        f"systemctl stop {shlex.quote(hostpaths.dns_units(fleet))} 2>/dev/null || true",
+        f"rm -rf --one-file-system {dns_dir(fleet)}",
         f"rmdir {DNS_DIR} 2>/dev/null || true",
     ]

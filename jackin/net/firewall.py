@@ -37,7 +37,8 @@ lies inside a private range (``10.1.0.0/16:5432``). An entry that covers private
 ranges only by being wider than them (``0.0.0.0/0:443``, ``8.0.0.0/6``) comes
 after the private deny, so it opens its public part and nothing private.
 
-A guard on each host keeps the table loaded (``jackin.net.guard``):
+A guard on each host keeps the table loaded (``jackin.net.guard``; ``jackin.net.policy`` bundles
+the table with the filters' and the guard's files):
 ``nft monitor`` wakes it within a moment of any change to the table, a timer
 checks every 10 s as the backstop; a missing or altered table is loaded
 again, else the lockdown table, else the fleet's agent containers are stopped.
@@ -51,15 +52,12 @@ a set (``agent.denials``).
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import re
-from dataclasses import dataclass
 
-from jackin.net import dns
-from jackin.net.guard import GUARD, GUARD_SCRIPT, guard_units, runtime_paths
+from jackin.hostpaths import GUARD, nft_unit, table_name
 from jackin.plan.fleet import AgentPlan, FleetPlan
-from jackin.spec.models import NetworkPolicy
+from jackin.spec.values import Entry, parse_entry
 
 PRIORITY = "filter - 5"  # before Docker's own filter chains; a drop anywhere is final
 PRIVATE_V4 = (
@@ -72,55 +70,11 @@ LINK_LOCAL_V6 = "fe80::/10"
 METADATA_V4 = ("168.63.129.16", "100.100.100.200")  # Azure, Alibaba (169.254.169.254 is link-local)
 METADATA_V6 = ("fd00:ec2::254",)  # AWS over IPv6
 UNIQUE_LOCAL_V6 = "fc00::/7"
-NFT_DIR = "/etc/jackin/nft"
-RESOLVER = "/usr/local/lib/jackin/nft-resolve"  # earlier versions' host-side resolver: removed when found
-UNIT_DIR = "/etc/systemd/system"
-
-
-def table_name(fleet: str) -> str:
-    return f"jackin-{fleet}"
 
 
 def ident(instance: str) -> str:
     """An nftables identifier for an agent instance."""
     return re.sub(r"[^A-Za-z0-9_]", "_", instance)
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One parsed allow entry."""
-
-    family: str  # "ip", "ip6" or "domain"
-    target: str
-    port: int | None
-
-
-def parse_entry(value: str) -> Entry:
-    target, port = value, None
-    if value.startswith("["):
-        end = value.index("]")
-        target, rest = value[1:end], value[end + 1 :]
-        port = int(rest[1:]) if rest else None
-    elif value.count(":") == 1:
-        target, raw = value.split(":")
-        port = int(raw)
-    try:
-        network = ipaddress.ip_network(target, strict=True)
-    except ValueError:
-        return Entry("domain", target.lower(), port)
-    return Entry("ip" if network.version == 4 else "ip6", str(network), port)
-
-
-def enforcement(policy: NetworkPolicy) -> tuple[str, list[str]]:
-    """What is enforced for an agent with ``policy``: ("full", []) or ("partial", [reasons])."""
-    reasons = []
-    entries = [parse_entry(e) for e in policy.allow]
-    if policy.mode == "allowlist" and any(e.family == "domain" for e in entries):  # open allows more anyway
-        reasons.append("domain entries allow the addresses the agent's filtering resolver gave it for "
-                       "those names, so other services at those addresses (shared CDNs) are reachable too")  # fmt: skip
-    if policy.publish:
-        reasons.append("published ports accept inbound connections on their bind address")
-    return ("partial", reasons) if reasons else ("full", [])
 
 
 def _port(port: int | None) -> str:
@@ -135,7 +89,7 @@ def is_private(entry: Entry) -> bool:
     """Is a CIDR entry inside a private range? Only such entries open private destinations."""
     network = ipaddress.ip_network(entry.target)
     ranges = PRIVATE_V4 if network.version == 4 else PRIVATE_V6
-    return any(network.subnet_of(ipaddress.ip_network(r)) for r in ranges)  # type: ignore[arg-type]
+    return any(network.subnet_of(ipaddress.ip_network(r)) for r in ranges)  # type: ignore[arg-type]  # ranges of the network's version
 
 
 def _agent_rules(agent: AgentPlan) -> tuple[list[str], list[str], list[tuple[str, str]]]:
@@ -150,7 +104,8 @@ def _agent_rules(agent: AgentPlan) -> tuple[list[str], list[str], list[tuple[str
         f"ip6 daddr @always_v6 {deny}",
         f'oifname "jk*" {deny}',
     ]
-    domain_rules, wide_rules = [], []
+    domain_rules: list[str] = []
+    wide_rules: list[str] = []
     open_mode = agent.policy.mode == "open"
     if agent.policy.mode == "allowlist":  # the spec's resolvers are the filter's upstreams, never the agent's
         body += [f"{_family(resolver)} daddr {resolver} {deny}" for resolver in agent.policy.dns]
@@ -188,7 +143,7 @@ def _agent_rules(agent: AgentPlan) -> tuple[list[str], list[str], list[tuple[str
 def _addresses(values: list[str], version: int) -> list[str]:
     """Addresses and networks of one IP version, merged where they overlap (nft refuses overlaps)."""
     networks = [n for n in (ipaddress.ip_network(v, strict=False) for v in values) if n.version == version]
-    merged = ipaddress.collapse_addresses(networks)  # type: ignore[type-var]
+    merged = ipaddress.collapse_addresses(networks)  # type: ignore[type-var]  # of one version (filtered above)
     return [str(n.network_address) if n.prefixlen == n.max_prefixlen else str(n) for n in merged]
 
 
@@ -204,18 +159,6 @@ def _static_sets(plan: FleetPlan) -> list[tuple[str, str, list[str]]]:
         ("private_v4", "ipv4_addr", list(PRIVATE_V4)),
         ("private_v6", "ipv6_addr", list(PRIVATE_V6)),
     ]
-
-
-def host_addresses(addresses: list[str]) -> list[str]:
-    """The IP literals among a fleet's host addresses, deduplicated and sorted (names are not
-    resolved: the operator's resolver may not see what the hosts see)."""
-    found = set()
-    for address in addresses:
-        try:
-            found.add(ipaddress.ip_address(address))
-        except ValueError:
-            continue
-    return [str(a) for a in sorted(found, key=lambda a: (a.version, a))]
 
 
 def render(plan: FleetPlan) -> str:
@@ -299,36 +242,4 @@ ExecReload={GUARD} load {fleet}
 [Install]
 WantedBy=multi-user.target
 """
-    return {f"jackin-nft-{fleet}.service": load}
-
-
-def bundle(plan: FleetPlan) -> dict[str, str]:
-    """Every file the firewall needs on a host, by path."""
-    files = {
-        f"{NFT_DIR}/{plan.fleet}.nft": render(plan),
-        f"{NFT_DIR}/{plan.fleet}.lockdown.nft": render_lockdown(plan),
-    }
-    files.update({f"{UNIT_DIR}/{name}": text for name, text in units(plan).items()})
-    files.update(dns.files(plan))
-    files[GUARD] = GUARD_SCRIPT
-    files.update(guard_units(plan.fleet))
-    return files
-
-
-def bundle_hash(plan: FleetPlan) -> str:
-    digest = hashlib.sha256()
-    for path, text in sorted(bundle(plan).items()):
-        digest.update(path.encode() + b"\0" + text.encode() + b"\0")
-    return digest.hexdigest()[:16]
-
-
-def owned_paths(fleet: str) -> list[str]:
-    """Files a fleet's firewall writes, and those earlier versions wrote (the resolver service and
-    timer, the domains list); the shared guard script (and an earlier version's resolver script)
-    go with the last fleet."""
-    return [
-        f"{NFT_DIR}/{fleet}.nft", f"{NFT_DIR}/{fleet}.lockdown.nft", f"{NFT_DIR}/{fleet}.domains",
-        f"{NFT_DIR}/{fleet}.sha", *(f"{UNIT_DIR}/{name}" for name in (
-            f"jackin-nft-{fleet}.service", f"jackin-nft-resolve-{fleet}.service", f"jackin-nft-resolve-{fleet}.timer")),
-        *dns.owned_paths(fleet), *guard_units(fleet), *runtime_paths(fleet),
-    ]  # fmt: skip
+    return {nft_unit(fleet): load}

@@ -26,11 +26,8 @@ POSIX sh, nft, coreutils and awk only: hosts may lack python3.
 
 from __future__ import annotations
 
-NFT_DIR = "/etc/jackin/nft"  # as jackin.net.firewall (which imports this module)
-UNIT_DIR = "/etc/systemd/system"
-GUARD = "/usr/local/lib/jackin/nft-guard"
-RUN_DIR = "/run/jackin/nft"  # what the guard loaded, and its event flags (runtime state)
-DROPIN_DIR = "/etc/systemd/system/docker.service.d"
+from jackin.hostpaths import GUARD, NFT_DIR, NFT_RUN_DIR, guard_paths, nft_unit, table_name
+
 CHECK_EVERY = "10s"
 
 GUARD_SCRIPT = r"""#!/bin/sh
@@ -181,15 +178,15 @@ stopped)
     rm -f "$pending" "$lock" ;;
 *) echo "usage: nft-guard watch|check|load|verify|record|stopped FLEET" >&2; exit 2 ;;
 esac
-""".replace("@NFT_DIR@", NFT_DIR).replace("@RUN_DIR@", RUN_DIR)
+""".replace("@NFT_DIR@", NFT_DIR).replace("@RUN_DIR@", NFT_RUN_DIR)
 
 
 def guard_units(fleet: str) -> dict[str, str]:
     """The guard service, its check timer and service, and Docker's drop-in, by path."""
-    table = f"jackin-{fleet}"
+    table, load = table_name(fleet), nft_unit(fleet)
     guard = f"""[Unit]
 Description=jackin fleet {fleet}: guard the egress policy (reload table {table} when it is flushed or altered)
-After=jackin-nft-{fleet}.service nftables.service
+After={load} nftables.service
 
 [Service]
 Type=simple
@@ -204,7 +201,7 @@ WantedBy=multi-user.target
 """
     check = f"""[Unit]
 Description=jackin fleet {fleet}: check that table {table} is loaded and unaltered
-After=jackin-nft-{fleet}.service
+After={load}
 
 [Service]
 Type=oneshot
@@ -228,17 +225,7 @@ WantedBy=timers.target
     dropin = f"""# jackin fleet {fleet}: Docker starts (and so starts agent containers) only after the fleet's
 # egress policy, or its lockdown table, is loaded. If neither loads, Docker does not start.
 [Unit]
-Requires=jackin-nft-{fleet}.service
-After=jackin-nft-{fleet}.service
+Requires={load}
+After={load}
 """
-    return {
-        f"{UNIT_DIR}/jackin-nft-guard-{fleet}.service": guard,
-        f"{UNIT_DIR}/jackin-nft-check-{fleet}.service": check,
-        f"{UNIT_DIR}/jackin-nft-check-{fleet}.timer": timer,
-        f"{DROPIN_DIR}/jackin-nft-{fleet}.conf": dropin,
-    }
-
-
-def runtime_paths(fleet: str) -> list[str]:
-    """What the guard keeps under /run: the recorded digest and its event flags."""
-    return [f"{RUN_DIR}/{fleet}.loaded", f"{RUN_DIR}/{fleet}.pending", f"{RUN_DIR}/{fleet}.worker"]
+    return dict(zip(guard_paths(fleet), (guard, check, timer, dropin), strict=True))

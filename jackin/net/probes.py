@@ -8,6 +8,7 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict
 
+from jackin import hostpaths
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError, SpecError
 from jackin.net import firewall
 from jackin.plan import fleet as planning
@@ -83,7 +84,7 @@ def netcheck(inventory: Inventory, hosts: list[SshTarget], agent: str, target: s
     fleet = inventory.fleet.name
     script = (
         "; ".join(
-            f"echo '##{i}'; docker exec {shlex.quote(planning.user_name(fleet, i))} "
+            f"echo '##{i}'; docker exec {shlex.quote(hostpaths.user_name(fleet, i))} "
             f"sh -c {shlex.quote(f'echo | timeout {timeout + 2} nc -w {timeout} {shlex.quote(target)} {port}')} "
             f">/dev/null 2>/tmp/.jk-nc.$$; echo \"rc=$? $(tr '\\n' ' ' </tmp/.jk-nc.$$)\""
             for i in names
@@ -131,7 +132,7 @@ def denials(inventory: Inventory, hosts: list[SshTarget], agent: str) -> Denials
     """Destinations the agent's policy denied in the last hour (from the policy's set), on
     every host; a host that cannot be read is one of ``errors``, the others still count."""
     names = instances(inventory, agent)
-    table = firewall.table_name(inventory.fleet.name)
+    table = hostpaths.table_name(inventory.fleet.name)
     script = "; ".join(f"echo '##{i}'; nft list set inet {table} denied_{firewall.ident(i)} 2>/dev/null" for i in names)
 
     def parse(out: str) -> dict[str, list[tuple[str, int, str]]]:

@@ -40,7 +40,7 @@ def network_problem(agent: AgentPlan, network: Network, pools: Sequence[AddressP
 
 def _within(subnet: str, pool: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
     net = ipaddress.ip_network(subnet, strict=False)
-    return net.version == pool.version and net.subnet_of(pool)  # type: ignore[arg-type]
+    return net.version == pool.version and net.subnet_of(pool)  # type: ignore[arg-type]  # same version, checked first
 
 
 def foreign_network(agent: AgentPlan, state: HostState) -> bool:

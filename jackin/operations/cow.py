@@ -13,17 +13,57 @@ The command builders are plain functions of (plan, state), tested without a host
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 
+from jackin import hostpaths
+from jackin.facts.cow import SUBVOLUME_INODE, CowState
 from jackin.facts.state import HostState
+from jackin.hostpaths import COW_DIR, fleet_dir
+from jackin.hostpaths import cow_image as image_path
+from jackin.hostpaths import cow_unit as unit_name
 from jackin.operations.agent_paths import HOME_MODE
 from jackin.operations.files import Command, Refused, write_files
 from jackin.plan.fleet import FleetPlan
-from jackin.snapshots.cow import IMAGE_DIR, CowState, image_path, unit_hash, unit_name, unit_path, unit_text
 
 
 def q(*args: str) -> str:
     return " ".join(shlex.quote(a) for a in args)
+
+
+def unit_path(fleet: str) -> str:
+    return hostpaths.unit_path(unit_name(fleet))
+
+
+def unit_text(fleet: str) -> str:
+    """The mount unit: the image loop-mounted at the fleet dir at every boot, before Docker starts.
+
+    Docker is only ordered after it (``Before=``), not made to need it: stopping the mount
+    (fleet.down) must not stop Docker and every other fleet's agents. If the mount fails at
+    boot, the agents' containers do not start on the bare mount point: their workspaces are
+    bind mounts (``--mount type=bind``), which Docker refuses when the source is missing.
+    """
+    return f"""\
+# Written by jackin for fleet {fleet}: the checkpoint tier's btrfs (its agent homes are subvolumes).
+# fleet.down removes it with the image.
+[Unit]
+Description=jackin fleet {fleet}: agent homes on a loop-mounted btrfs
+RequiresMountsFor={COW_DIR}
+Before=docker.service
+
+[Mount]
+What={image_path(fleet)}
+Where={fleet_dir(fleet)}
+Type=btrfs
+Options=loop,nodev,nosuid
+
+[Install]
+WantedBy=local-fs.target
+"""
+
+
+def unit_hash(fleet: str) -> str:
+    return hashlib.sha256(unit_text(fleet).encode()).hexdigest()
 
 
 def _refusal(plan: FleetPlan, state: HostState) -> str | None:
@@ -62,7 +102,7 @@ def filesystem_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     commands: list[Command] = []
     if cow.image_size is None:  # formatted under a temporary name: an image that exists is a filesystem
         new = image + ".jackin-new"
-        commands += [q("install", "-d", "-m", "0700", "-o", "root", "-g", "root", IMAGE_DIR), q("rm", "-f", new),
+        commands += [q("install", "-d", "-m", "0700", "-o", "root", "-g", "root", COW_DIR), q("rm", "-f", new),
                      q("truncate", "-s", size, new), q("chmod", "0600", new),
                      q("mkfs.btrfs", "-q", "-L", f"jackin-{plan.fleet}", new) + " >/dev/null",
                      q("mv", "-T", new, image)]  # fmt: skip
@@ -91,7 +131,7 @@ def _home(home: str, instance: str, gid: int) -> list[str]:
     p = shlex.quote(home)
     wrong = f"the home of {instance} ({home}) exists and is not a btrfs subvolume"
     return [
-        f'if [ -e {p} ] || [ -L {p} ]; then [ ! -L {p} ] && [ "$(stat -c %i -- {p})" = 256 ] || '
+        f'if [ -e {p} ] || [ -L {p} ]; then [ ! -L {p} ] && [ "$(stat -c %i -- {p})" = {SUBVOLUME_INODE} ] || '
         f"{{ echo {shlex.quote(wrong)} >&2; exit 1; }}; else btrfs subvolume create {p} >/dev/null; fi",
         q("chown", "-h", f"0:{gid}", "--", home),
         q("chmod", "0" + HOME_MODE, "--", home),
@@ -113,5 +153,5 @@ def teardown_commands(fleet: str, root: str, cow: CowState) -> list[str]:
     if cow.unit_hash is not None:
         commands += [q("rm", "-f", unit_path(fleet)), "systemctl daemon-reload"]
     if cow.image_size is not None:
-        commands += [q("rm", "-f", image_path(fleet)), f"rmdir {shlex.quote(IMAGE_DIR)} 2>/dev/null || true"]
+        commands += [q("rm", "-f", image_path(fleet)), f"rmdir {shlex.quote(COW_DIR)} 2>/dev/null || true"]
     return commands

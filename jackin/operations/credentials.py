@@ -2,7 +2,7 @@
 
 Values come from ``jackin.engine.secrets`` (the engine's stdin), go to the host by SFTP into
 the root-only, tmpfs staging directory, and are installed with the agent's uid and mode 0400
-into a directory only root writes (layout: jackin/agents/credentials.py), then renamed into place.
+into a directory only root writes (layout: jackin/spec/credentials.py), then renamed into place.
 No value is ever in a command line, a command's environment or a preview: an upload shows
 only its target. A value whose keyed digest matches the host's record, with the file's
 owner and mode as planned, is left alone: an unchanged credential is not rewritten.
@@ -15,10 +15,13 @@ import hmac
 import secrets as random
 import shlex
 
-from jackin.agents.credentials import CREDENTIALS_DIR, DIR_MODE, FILE_MODE, Secrets, digests_file, fleet_dir
 from jackin.facts.state import HostState, PathInfo
-from jackin.operations.files import UPLOAD_DIR, Command, Refused, Upload, write_files
-from jackin.plan.fleet import STATE_DIR, AgentPlan, FleetPlan
+from jackin.hostpaths import CREDENTIALS_DIR, STATE_DIR, UPLOAD_DIR
+from jackin.hostpaths import credentials_digests as digests_file
+from jackin.hostpaths import credentials_dir as fleet_dir
+from jackin.operations.files import Command, Refused, Upload, write_files
+from jackin.plan.fleet import AgentPlan, FleetPlan
+from jackin.spec.credentials import DIR_MODE, FILE_MODE, Secrets
 
 _KEY = random.token_bytes(16)  # staging names: stable within this process (pyinfra runs a generator twice)
 
@@ -74,7 +77,7 @@ def _agent(agent: AgentPlan, state: HostState, values: Secrets) -> list[Command]
     stale = sorted(set(entries) - set(agent.credentials))
     if not deliver and not stale and have == want:
         return []
-    commands: list[Command] = [] if dir_ok else root_dir(directory, DIR_MODE, agent.uid)
+    commands: list[Command] = [] if dir_ok else [*root_dir(directory, DIR_MODE, agent.uid)]
     commands += [q("rm", "-rf", "--one-file-system", "--", f"{directory}/{name}") for name in stale]
     if deliver:
         mac = hmac.new(_KEY, "\0".join(f"{n}={want[n]}" for n in deliver).encode(), hashlib.sha256)
@@ -100,7 +103,7 @@ def credential_commands(plan: FleetPlan, state: HostState, values: Secrets) -> l
     wanted = {a.instance: a for a in plan.agents if a.credentials}
     base = fleet_dir(plan.fleet)
     if not wanted:
-        return teardown_commands(plan.fleet, state)
+        return [*teardown_commands(plan.fleet, state)]
     commands: list[Command] = []
     if state.credentials.get(base) != PathInfo(kind="d", mode="0700", uid=0, gid=0):
         commands += [f"[ -d {STATE_DIR} ] || install -d -m 0700 {STATE_DIR}", *root_dir(CREDENTIALS_DIR, "0700", 0),

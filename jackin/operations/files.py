@@ -2,7 +2,7 @@
 
 No pyinfra here: the command builders (``jackin.operations.{fleet,firewall,credentials,cow,host}``)
 are plain functions of (plan, state) returning shell strings and ``Upload``s, so the CLI process can
-compute what ``fleet.up`` would do (``jackin.plan.host``) without loading pyinfra and gevent. The
+compute what ``fleet.up`` would do (``jackin.lifecycle.hostplan``) without loading pyinfra and gevent. The
 deploys hand the same lists to ``jackin.operations.script.script``, which turns them into pyinfra
 commands. File bodies never go into a command line (Linux caps argv at 128 KiB, and ``ps`` shows
 it to every user): ``write_files`` sends them by SFTP into a root-only staging directory, then
@@ -16,11 +16,11 @@ import hmac
 import secrets
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from jackin.errors import JackinError
+from jackin.hostpaths import UPLOAD_DIR
 
-# Where uploads wait, root-only (0700), until installed: tmpfs, so nothing is left on disk after a crash.
-UPLOAD_DIR = "/run/jackin-upload"
 # Staging names are keyed hashes of the content: the same within one process (pyinfra runs an operation's
 # generator twice), different across runs, and no clue to a secret's content when shown in a preview.
 _KEY = secrets.token_bytes(16)
@@ -46,9 +46,9 @@ class Upload:
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and (self.data, self.dest, self.target, self.mode) == (
-            other.data, other.dest, other.target, other.mode)  # type: ignore[attr-defined]  # fmt: skip
+            other.data, other.dest, other.target, other.mode)  # fmt: skip
 
-    __hash__ = None  # type: ignore[assignment]  # compared by value
+    __hash__ = None  # type: ignore[assignment]  # compared by value, so unhashable (object declares __hash__ a method)
 
 
 # What a builder returns: shell lines, and uploads in their place between them.
@@ -94,3 +94,22 @@ def write_files(
         install.append(f"install -m {mode} -o root -g root -T {shlex.quote(f'{staging}/{n}')} {new}")
         install.append(f"mv -f -T {new} {shlex.quote(path)}")
     return commands + install + [f"rm -rf {quoted}", f"rmdir {shlex.quote(upload_dir)} 2>/dev/null || true"]
+
+
+@dataclass
+class Step:
+    """One operation of the deploy: a pyinfra ``apt.packages`` (``packages``), ``systemd.service``
+    (``service``: Docker running and enabled) or our script of ``commands``; ``refused``: the
+    builder's refusal (the deploy fails the host on it)."""
+
+    category: str
+    name: str
+    commands: list[Command] = field(default_factory=list)
+    packages: list[str] = field(default_factory=list)
+    service: bool = False
+    noop: str = ""
+    refused: str | None = None
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.commands or self.packages or self.service or self.refused)

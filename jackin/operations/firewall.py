@@ -10,35 +10,54 @@ from __future__ import annotations
 
 import shlex
 
+from jackin import hostpaths
 from jackin.facts.state import HostState
-from jackin.net import dns, firewall
-from jackin.net.guard import DROPIN_DIR, RUN_DIR
+from jackin.hostpaths import (
+    DROPIN_DIR,
+    ETC_DIR,
+    GUARD,
+    LIB_DIR,
+    NFT_DIR,
+    NFT_RUN_DIR,
+    RESOLVER,
+    RUN_DIR,
+    check_service,
+    check_timer,
+    dns_paths,
+    dns_target,
+    guard_unit,
+    nft_unit,
+    resolve_service,
+    resolve_timer,
+    table_name,
+)
+from jackin.net import dns, policy
 from jackin.operations.files import Command, write_files
 from jackin.plan.fleet import FleetPlan
 
 
 def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
-    digest = firewall.bundle_hash(plan)
+    digest = policy.bundle_hash(plan)
     if state.nft_table and state.nft_hash == digest:
         return []
     fleet = plan.fleet
-    base = f"{firewall.NFT_DIR}/{fleet}"
+    base = f"{NFT_DIR}/{fleet}"
     # Every file of the bundle by SFTP (a 150-agent policy is past Linux's 128 KiB argv limit).
-    commands = write_files(firewall.bundle(plan))
-    guard = f"jackin-nft-guard-{fleet}.service jackin-nft-check-{fleet}.timer"
+    commands = write_files(policy.bundle(plan))
+    guard = f"{guard_unit(fleet)} {check_timer(fleet)}"
     commands += [
         # Their links for boot (--no-reload: every [Install] here is WantedBy= a boot target), then ONE
         # reload for the units just written and those links, before any of them is (re)started.
-        f"systemctl enable --no-reload --quiet jackin-nft-{fleet}.service {guard} {dns.target(fleet)}",
+        f"systemctl enable --no-reload --quiet {nft_unit(fleet)} {guard} {dns_target(fleet)}",
         "systemctl daemon-reload",
         # The guard rests while the table is replaced (it would take our load for an alteration); restarted below.
-        f"systemctl stop {guard} jackin-nft-check-{fleet}.service 2>/dev/null || true",
+        f"systemctl stop {guard} {check_service(fleet)} 2>/dev/null || true",
         # Check, then apply in one transaction; on any failure the lockdown table drops all agent traffic,
         # and the guard runs again (it keeps the lockdown loaded) before the run fails.
         f"if nft -c -f {base}.nft && nft -f {base}.nft; then :; else nft -f {base}.lockdown.nft "
-        f"&& {firewall.GUARD} record {fleet} lockdown || true; systemctl restart {guard}; "
+        f"&& {GUARD} record {fleet} lockdown || true; systemctl restart {guard}; "
         f"echo 'egress policy rejected by nft: agents of fleet {fleet} are locked down' >&2; exit 1; fi",
-        f"{firewall.GUARD} record {fleet} policy",  # what the guard compares the loaded table with
+        f"{GUARD} record {fleet} policy",  # what the guard compares the loaded table with
         f"systemctl restart {guard}",  # the guard runs the script just written
         *dns.apply_commands(plan, state.files),  # the filtering resolvers fill the table's domain sets
         f"echo {digest} > {base}.sha",
@@ -49,26 +68,25 @@ def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
 def _units(fleet: str) -> list[str]:
     """Every unit of the fleet's firewall by name (the filters' instances aside): the guard, its check,
     the earlier versions' resolver, the filters' target, and last the load unit."""
-    return [f"jackin-nft-guard-{fleet}.service", f"jackin-nft-check-{fleet}.timer", f"jackin-nft-check-{fleet}.service",
-            f"jackin-nft-resolve-{fleet}.timer", f"jackin-nft-resolve-{fleet}.service", dns.target(fleet),
-            f"jackin-nft-{fleet}.service"]  # fmt: skip
+    return [guard_unit(fleet), check_timer(fleet), check_service(fleet), resolve_timer(fleet), resolve_service(fleet),
+            dns_target(fleet), nft_unit(fleet)]  # fmt: skip
 
 
 def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
     fleet = plan.fleet
     commands = []
-    load = f"jackin-nft-{fleet}.service"
+    load = nft_unit(fleet)
     units = any(p.endswith(".service") or p.endswith(".timer") for p in state.files)
-    filters = units and any(p in state.files for p in dns.owned_paths(fleet))
+    filters = units and any(p in state.files for p in dns_paths(fleet))
     if units:
         # The guard and its timer before the table goes, or they would load it again; the filters'
         # target in the same call (one systemctl: a unit that is not there does not stop the others).
         # Not the load unit: Docker requires it (its drop-in) until the reload below, so stopping it
         # now would stop Docker; it is only disabled here and stopped after the reload.
-        commands.append(f"systemctl disable --now --no-reload --quiet jackin-nft-guard-{fleet}.service "
-                        f"jackin-nft-check-{fleet}.timer jackin-nft-check-{fleet}.service "
-                        f"jackin-nft-resolve-{fleet}.timer jackin-nft-resolve-{fleet}.service"
-                        f"{' ' + dns.target(fleet) if filters else ''} 2>/dev/null || true")  # fmt: skip
+        commands.append(f"systemctl disable --now --no-reload --quiet {guard_unit(fleet)} "
+                        f"{check_timer(fleet)} {check_service(fleet)} "
+                        f"{resolve_timer(fleet)} {resolve_service(fleet)}"
+                        f"{' ' + dns_target(fleet) if filters else ''} 2>/dev/null || true")  # fmt: skip
         commands.append(f"systemctl disable --no-reload --quiet {load} 2>/dev/null || true")
     commands += dns.remove_commands(fleet, state.files, disabled=filters)
     if state.files:  # Docker's drop-in with the rest, then one reload for every change above
@@ -81,13 +99,13 @@ def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
         # the fleet. One call: names not loaded are refused, the rest are reset all the same.
         commands.append(
             f"systemctl reset-failed {' '.join(_units(fleet))} "
-            f"{shlex.quote(f'jackin-dns-{fleet}@*')} 2>/dev/null || true"
+            f"{shlex.quote(hostpaths.dns_units(fleet))} 2>/dev/null || true"
         )
     if state.nft_table:
-        commands.append(f"nft delete table inet {firewall.table_name(fleet)}")
+        commands.append(f"nft delete table inet {table_name(fleet)}")
     if state.files:
         # The shared scripts and directories go with the last fleet on the host.
-        commands.append(f"ls {firewall.NFT_DIR}/*.nft >/dev/null 2>&1 || "
-                        f"{{ rm -f {firewall.RESOLVER} {firewall.GUARD}; rmdir {firewall.NFT_DIR} /etc/jackin "
-                        f"/usr/local/lib/jackin {RUN_DIR} /run/jackin {DROPIN_DIR} 2>/dev/null || true; }}")  # fmt: skip
+        commands.append(f"ls {NFT_DIR}/*.nft >/dev/null 2>&1 || "
+                        f"{{ rm -f {RESOLVER} {GUARD}; rmdir {NFT_DIR} {ETC_DIR} "
+                        f"{LIB_DIR} {NFT_RUN_DIR} {RUN_DIR} {DROPIN_DIR} 2>/dev/null || true; }}")  # fmt: skip
     return commands

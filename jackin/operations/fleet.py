@@ -1,7 +1,7 @@
 """Commands for a fleet: each agent's user, directories, network and container; and teardown.
 
 The builders are plain functions of (plan, state) (no pyinfra: the CLI process plans with
-them, ``jackin.plan.host``): from the one state read of the host they return only the commands
+them, ``jackin.lifecycle.hostplan``): from the one state read of the host they return only the commands
 for what differs, so a second run with no spec change returns nothing.
 """
 
@@ -12,12 +12,12 @@ import shlex
 from collections.abc import Sequence
 
 from jackin.facts.state import HostState, PathInfo, User
-from jackin.operations import changes, cow, credentials, work
+from jackin.hostpaths import ROOT, STATE_DIR
+from jackin.operations import changes, cow, credentials, restic, work
 from jackin.operations.agent_paths import home_commands, workspace_commands
 from jackin.operations.files import Command, Refused, write_files
 from jackin.operations.firewall import remove_commands
-from jackin.plan.fleet import BRIDGE_GATEWAY, ROOT, STATE_DIR, AgentPlan, FleetPlan
-from jackin.snapshots import restic
+from jackin.plan.fleet import BRIDGE_GATEWAY, AgentPlan, FleetPlan
 from jackin.spec.models import AddressPool
 
 NOLOGIN = "/usr/sbin/nologin"

@@ -17,8 +17,9 @@ import shlex
 from collections.abc import Sequence
 from importlib import resources
 
-from jackin.facts.daemon import DAEMON_JSON, DaemonState
-from jackin.facts.dockerapi import SOCKET
+from jackin.facts.daemon import DaemonState
+from jackin.hostpaths import BUILD_DIR, DAEMON_JSON
+from jackin.hostpaths import DOCKER_SOCKET as SOCKET
 from jackin.operations.files import Command, Refused, Upload, file_mode, write_files
 from jackin.plan.fleet import DEFAULT_IMAGE
 from jackin.spec.models import AddressPool
@@ -134,13 +135,11 @@ def image_commands(image: str, present_images: Sequence[str], *, busybox: bool) 
     if image != DEFAULT_IMAGE:
         raise Refused(f"image {image} is not on the host; load it there first (no registry is used)")
     recipe = resources.files("jackin.lab").joinpath("recipe/agent-image.sh").read_text()
-    commands = [] if busybox else ["DEBIAN_FRONTEND=noninteractive apt-get install -y -q busybox-static"]
+    commands: list[Command] = [] if busybox else ["DEBIAN_FRONTEND=noninteractive apt-get install -y -q busybox-static"]
     return commands + [f"sh -c {shlex.quote(recipe)} agent-image import {shlex.quote(image)}"]  # a fixed 1 KiB script
 
 
 # --- role images (jackin/spec/roles.py, jackin/images/build.py) ------------------------------------------------
-
-BUILD_DIR = "/var/lib/jackin/build"  # build: host: the role's files, root-only, while docker build runs
 
 
 class ImageLoad(str):

@@ -15,7 +15,8 @@ from io import BytesIO
 from pyinfra import host
 from pyinfra.api.command import FileUploadCommand, PyinfraCommand, StringCommand
 
-from jackin.operations.files import UPLOAD_DIR, Command, Refused, Upload, file_mode, write_files
+from jackin.hostpaths import UPLOAD_DIR
+from jackin.operations.files import Command, Refused, Upload, file_mode, write_files
 
 __all__ = ["UPLOAD_DIR", "Command", "Refused", "Sent", "Upload", "file_mode", "script", "write_files"]
 
@@ -35,7 +36,7 @@ class Sent(FileUploadCommand):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sent) and self.upload == other.upload
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # compared by value, so unhashable (object declares __hash__ a method)
 
 
 def script(commands: Sequence[Command | StringCommand], *, noop: str) -> list[PyinfraCommand]:

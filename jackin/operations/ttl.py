@@ -26,49 +26,19 @@ import hashlib
 import shlex
 import time
 
-from pydantic import BaseModel, ConfigDict
-
+from jackin import hostpaths
+from jackin.facts.ttl import TtlState
+from jackin.hostpaths import STATE_DIR, TTL_DIR
+from jackin.hostpaths import ttl_file as deadline_file
+from jackin.hostpaths import ttl_unit as unit_name
 from jackin.operations.files import Command, Refused, write_files
-from jackin.plan.fleet import STATE_DIR, FleetPlan
+from jackin.plan.fleet import FleetPlan
 
-TTL_DIR = f"{STATE_DIR}/ttl"
-UNIT_DIR = "/etc/systemd/system"
 TOLERANCE = 30  # seconds of clock difference (and read latency) taken as none
 
 
-class TtlState(BaseModel):
-    """The time-to-live of one fleet on a host, from the state read (``##ttl``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    deadline: int | None = None  # the file's epoch seconds (None: no file, or not a number)
-    file: bool = False  # the deadline file exists (even unreadable)
-    timer: str | None = None  # sha256 of the timer unit file (None: absent)
-    service: str | None = None  # sha256 of the service unit file
-    enabled: str = ""  # systemctl is-enabled of the timer
-    active: str = ""  # systemctl is-active of the timer
-    now: int | None = None  # the host's clock at the read
-
-    @property
-    def present(self) -> bool:
-        return self.file or self.timer is not None or self.service is not None
-
-    def leftovers(self, fleet: str) -> list[str]:
-        have = [(self.file, deadline_file(fleet)), (self.timer is not None, unit_path(fleet, "timer")),
-                (self.service is not None, unit_path(fleet, "service"))]  # fmt: skip
-        return [path for present, path in have if present]
-
-
-def deadline_file(fleet: str) -> str:
-    return f"{TTL_DIR}/{fleet}"
-
-
-def unit_name(fleet: str, kind: str) -> str:
-    return f"jackin-ttl-{fleet}.{kind}"
-
-
 def unit_path(fleet: str, kind: str) -> str:
-    return f"{UNIT_DIR}/{unit_name(fleet, kind)}"
+    return hostpaths.unit_path(unit_name(fleet, kind))
 
 
 def calendar(deadline: int) -> str:
@@ -129,7 +99,7 @@ def ttl_commands(plan: FleetPlan, state: TtlState, *, now: float) -> list[Comman
     after its time-to-live: fleet.down ends the fleet, or a longer ttl moves the deadline)."""
     fleet, deadline = plan.fleet, plan.ttl_deadline
     if deadline is None:
-        return teardown_commands(fleet, state)
+        return [*teardown_commands(fleet, state)]
     if deadline <= now:
         raise Refused(f"the time-to-live of fleet {fleet} passed at {calendar(deadline)}: its agents are stopped "
                       "there; fleet.down ends the fleet (a later fleet.up starts a new time-to-live), or raise "
@@ -174,34 +144,3 @@ def teardown_commands(fleet: str, state: TtlState) -> list[str]:
         "systemctl daemon-reload",
         f"systemctl reset-failed {timer} {service} 2>/dev/null || true",
     ]
-
-
-def state_section(fleet: str, *, systemd: bool = True) -> str:
-    """``##ttl``: ``key=value`` lines (root-only paths jackin names; no agent-chosen name).
-    ``systemd=False``: without the timer's ``enabled``/``active`` (``jackin.facts.state`` reads them in its one
-    ``systemctl show``)."""
-    f, t, s = (shlex.quote(p) for p in (deadline_file(fleet), unit_path(fleet, "timer"), unit_path(fleet, "service")))
-    timer = shlex.quote(unit_name(fleet, "timer"))
-    return (f"echo '##ttl'; [ -e {f} ] && echo file=yes && echo \"deadline=$(head -c 32 {f} | tr -dc 0-9)\"; "
-            f"[ -f {t} ] && echo \"timer=$(sha256sum < {t} | cut -c1-64)\"; "
-            f"[ -f {s} ] && echo \"service=$(sha256sum < {s} | cut -c1-64)\"; "
-            + (f"echo \"enabled=$(systemctl is-enabled {timer} 2>/dev/null)\"; "
-               f"echo \"active=$(systemctl is-active {timer} 2>/dev/null)\"; " if systemd else "")
-            + "echo \"now=$(date +%s)\"")  # fmt: skip
-
-
-def parse_section(lines: list[str]) -> TtlState:
-    """The ``##ttl`` lines as a TtlState; a malformed value is dropped."""
-    found = dict(line.strip().split("=", 1) for line in lines if "=" in line)
-
-    def number(key: str) -> int | None:
-        value = found.get(key, "")
-        return int(value) if value.isdigit() and len(value) <= 12 else None
-
-    def digest(key: str) -> str | None:
-        value = found.get(key, "")
-        return value if len(value) == 64 and all(c in "0123456789abcdef" for c in value) else None
-
-    return TtlState(deadline=number("deadline"), file=found.get("file") == "yes", timer=digest("timer"),
-                    service=digest("service"), enabled=found.get("enabled", ""), active=found.get("active", ""),
-                    now=number("now"))  # fmt: skip

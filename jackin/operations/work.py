@@ -1,7 +1,8 @@
 """The commands that deliver each agent's work, and those that remove it (pure: no pyinfra).
 
 Layout and ownership: jackin/work/bundles.py. The bundle and the task come from the operator's blob store
-by the digests in the plan (``jackin.work.bundles.file_data``), reach the host by SFTP into the root-only
+(written by ``jackin.work.bundles.prepare``) by the digests in the plan (``file_data`` below: this reader of
+the store sits here, with its only reader, so operations need nothing above them), reach the host by SFTP into the root-only
 staging directory, and are installed root:<agent gid> 0440 in a directory only root writes, then
 renamed into place (the container sees the old file or the new one, never half of one). A file
 whose digest matches the host's record, with the owner and mode planned, is left alone: a second
@@ -11,25 +12,66 @@ Nothing here reads or writes a path an agent controls.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
+from pathlib import Path
 
 from jackin.facts.state import HostState, PathInfo
+from jackin.hostpaths import STATE_DIR, UPLOAD_DIR, WORK_DIR
+from jackin.hostpaths import work_digests as digests_file
+from jackin.hostpaths import work_dir as fleet_dir
 from jackin.operations.credentials import children, root_dir
-from jackin.operations.files import UPLOAD_DIR, Command, Refused, Upload, write_files
-from jackin.plan.fleet import STATE_DIR, WORK_DIR, AgentPlan, FleetPlan
-from jackin.work.bundles import DIR_MODE, FILE_MODE, FILES, digest, file_data
+from jackin.operations.files import Command, Refused, Upload, write_files
+from jackin.paths import private_dir, state_dir
+from jackin.plan.fleet import AgentPlan, FleetPlan, WorkPlan
+
+FILES = ("repo.bundle", "task.md", "work.json")  # what each agent's work directory holds
+FILE_MODE = "0440"
+DIR_MODE = "0750"
 
 
 def q(*args: str) -> str:
     return " ".join(shlex.quote(a) for a in args)
 
 
-def fleet_dir(fleet: str) -> str:
-    return f"{WORK_DIR}/{fleet}"
+# --- the operator's work store, read back by digest ---------------------------------------------
 
 
-def digests_file(fleet: str, instance: str) -> str:
-    return f"{WORK_DIR}/{fleet}/{instance}.digests"
+def store() -> Path:
+    """The operator's work store (``state_dir()/work``): blobs by sha256, bundles by commit, mirrors."""
+    return private_dir(state_dir() / "work")
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def blob(name: str) -> bytes | None:
+    """The bytes kept under ``name`` (a sha256), or None when missing or not what the name says."""
+    if len(name) != 64 or not all(c in "0123456789abcdef" for c in name):
+        return None
+    try:
+        data = (store() / "blobs" / name).read_bytes()
+    except OSError:
+        return None
+    return data if digest(data) == name else None
+
+
+def work_json(plan: WorkPlan) -> bytes:
+    """``work.json`` as the entrypoint reads it: compact JSON (its ``field`` reads ``"key":"value"``)."""
+    body = {"schema_version": 1, "repo": plan.name, "ref": plan.ref, "commit": plan.commit, "branch": plan.branch}
+    return (json.dumps(body, separators=(",", ":")) + "\n").encode()
+
+
+def file_data(plan: WorkPlan, name: str) -> bytes | None:
+    """The bytes of one delivered file of ``plan``: work.json made from the plan, the others from the blob store."""
+    if name == "work.json":
+        return work_json(plan)
+    return blob(plan.files.get(name, ""))
+
+
+# --- the commands -----------------------------------------------------------------------------
 
 
 def _agent(agent: AgentPlan, state: HostState) -> list[Command]:
@@ -48,7 +90,7 @@ def _agent(agent: AgentPlan, state: HostState) -> list[Command]:
     stale = sorted(set(entries) - set(FILES))
     if not deliver and not stale and have == work.files:
         return []
-    commands: list[Command] = [] if dir_ok else root_dir(directory, DIR_MODE, agent.uid)
+    commands: list[Command] = [] if dir_ok else [*root_dir(directory, DIR_MODE, agent.uid)]
     commands += [q("rm", "-rf", "--one-file-system", "--", f"{directory}/{name}") for name in stale]
     if deliver:
         staging = f"{UPLOAD_DIR}/work-{agent.instance}-{digest(''.join(work.files[n] for n in deliver).encode())[:16]}"
@@ -73,7 +115,7 @@ def work_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     removed where the agent has no work any more or left the plan."""
     wanted = {a.instance: a for a in plan.agents if a.work is not None}
     if not wanted:
-        return teardown_commands(plan.fleet, state)
+        return [*teardown_commands(plan.fleet, state)]
     base = fleet_dir(plan.fleet)
     commands: list[Command] = []
     if state.work.get(base) != PathInfo(kind="d", mode="0700", uid=0, gid=0):

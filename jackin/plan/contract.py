@@ -1,38 +1,44 @@
 """The launch contract: what each agent will be able to reach, and what jackin does to each host.
 
-``build(inventory, plan, host_facts)`` resolves it from the spec and its plan (and, when they
-were read, the hosts' facts), pure: nothing here touches a host. Per agent: identity, every
-host path it sees, credentials (names and how they are delivered, never a value), network,
-Docker access, resources and residual risks; for the fleet: the host-side effects, the
-recovery and teardown posture. ``diff(old, new)`` gives the differences as human lines, in a
-stable order, so ``fleet.up`` can show what changed since the last contract it applied (kept in
-the ledger per run, ``run_contracts``) and ask before it goes on (``gate``).
-
-The JSON form is versioned (``schema_version``); its JSON schema is generated from these
-models and committed as ``docs/contract.schema.json`` (a unit test keeps the two equal).
-Bump ``SCHEMA_VERSION`` whenever a field is renamed, removed or changes meaning.
+``build(inventory, plan, host_facts)`` resolves it (the models of ``jackin.plan.terms``) from the
+spec and its plan (and, when they were read, the hosts' facts), pure: nothing here touches a host.
+Per agent: identity, every host path it sees, credentials (names and how they are delivered, never
+a value), network, Docker access, resources and residual risks; for the fleet: the host-side
+effects, the recovery and teardown posture. ``diff(old, new)`` gives the differences as human
+lines, in a stable order, so ``fleet.up`` can show what changed since the last contract it applied
+(kept in the ledger per run, ``run_contracts``) and ask before it goes on
+(``jackin.plan.launch.gate``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from jackin.agents.credentials import FILE_MODE
-from jackin.net import dns, firewall
-from jackin.net.guard import DROPIN_DIR
+from jackin import hostpaths
+from jackin.hostpaths import CREDENTIALS_TARGET, DAEMON_JSON, NFT_DIR, UNIT_DIR, UPLOADED_RESTIC, WORK_TARGET
 from jackin.plan import fleet as planning
-from jackin.plan.fleet import CREDENTIALS_TARGET, STATE_DIR, AgentPlan, FleetPlan
-from jackin.snapshots.restic import SNAPSHOTS_ROOT, UPLOADED_RESTIC
+from jackin.plan.fleet import AgentPlan, FleetPlan
+from jackin.plan.terms import (
+    AgentContract,
+    CredentialTerm,
+    DockerTerm,
+    FleetContract,
+    HostEffects,
+    HostFacts,
+    Identity,
+    MountTerm,
+    NetworkTerm,
+    PackageTerm,
+    PublishTerm,
+    RecoveryTerm,
+    ResourcesTerm,
+    TeardownTerm,
+)
 from jackin.spec import Inventory
-from jackin.spec.models import SnapshotPolicy
-from jackin.store.ledger import Ledger
+from jackin.spec.models import SnapshotPolicy, _role, _role_names, enforcement
 
-SCHEMA_VERSION = 1
-SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "contract.schema.json"
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock",
                   "/var/run/containerd/containerd.sock")  # fmt: skip
 ALWAYS_DENIED = [
@@ -48,173 +54,6 @@ DAEMON_KEYS = ["icc", "live-restore", "no-new-privileges", "userland-proxy"]
 HARDENING = ["every capability dropped", "no-new-privileges", "read-only root filesystem",
              "/tmp a 64 MiB tmpfs (nosuid, nodev)", "Docker's default seccomp profile",
              "its own uid:gid, never root", "logs capped at 3 x 10 MiB"]  # fmt: skip
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# --- per agent --------------------------------------------------------------------------------
-
-
-class Identity(_Model):
-    user: str  # the Unix user (and group) on every host of the fleet
-    uid: int
-    gid: int
-    home: str
-    workspace: str
-    container: str
-
-
-class MountTerm(_Model):
-    """A host path visible inside the agent's container."""
-
-    source: str  # on the host
-    target: str  # in the container
-    mode: Literal["ro", "rw"]
-    kind: Literal["workspace", "credentials", "spec", "work"]
-    acknowledged_credentials: bool = False  # a credential-like path the spec acknowledged
-
-
-class CredentialTerm(_Model):
-    """How one credential reaches the agent; its value is never part of a contract."""
-
-    name: str
-    delivery: Literal["file"] = "file"
-    host_path: str
-    container_path: str
-    mode: str = FILE_MODE
-    owner: str  # the agent's user
-    source: Literal["env", "file"]  # where the operator's machine keeps it
-
-
-class PublishTerm(_Model):
-    bind: str
-    host_port: int
-    port: int
-    protocol: Literal["tcp", "udp"]
-
-
-class NetworkTerm(_Model):
-    mode: Literal["none", "allowlist", "open"]
-    allowlist: list[str]  # the spec's entries (CIDR, host:port, domain[:port])
-    dns: list[str]  # the spec's resolvers (allowlist: the filter's upstreams only)
-    dns_filter: bool  # resolves through its own filtering resolver (domain entries)
-    publish: list[PublishTerm]
-    enforcement: Literal["full", "partial"]  # jackin.net.firewall.enforcement
-    enforcement_reasons: list[str]
-    always_denied: list[str]
-
-
-class DockerTerm(_Model):
-    access: Literal["none", "socket"]
-    detail: str
-    risk: str
-    apparmor: list[str] = []  # per host read: "h1: no AppArmor on this host", "h1: AppArmor: docker-default (enforce)"
-
-
-class ResourcesTerm(_Model):
-    """As applied in the container's ``docker run`` line."""
-
-    cpus: float
-    memory: int  # bytes; swap is not allowed beyond it (--memory-swap equal)
-    memory_swap: int
-    pids: int
-    hardening: list[str]
-
-
-class AgentContract(_Model):
-    instance: str
-    agent: str
-    role: str
-    image: str
-    identity: Identity
-    mounts: list[MountTerm]
-    credentials: list[CredentialTerm]
-    network: NetworkTerm
-    docker: DockerTerm
-    resources: ResourcesTerm
-    residual_risks: list[str]
-
-
-# --- per fleet --------------------------------------------------------------------------------
-
-
-class PackageTerm(_Model):
-    name: str
-    when: str
-
-
-class HostEffects(_Model):
-    """What ``fleet.up`` writes on each host of the fleet (deploys/fleet.py), the same on every host."""
-
-    packages: list[PackageTerm]
-    services: list[str]
-    files: list[str]
-    directories: list[str]
-    firewall_tables: list[str]
-    daemon_json_keys: list[str]  # merged into /etc/docker/daemon.json; the operator's other keys kept
-    users: list[str]
-    docker_objects: list[str]
-
-
-class RecoveryTerm(_Model):
-    engine: str
-    before_changes: bool
-    before_teardown: bool
-    keep: int
-    every: int | None  # seconds
-    checkpoints: Literal["off", "btrfs"]
-    checkpoint_size: int | None
-    max_freeze: int  # seconds: the longest a running agent is frozen for a restic backup (restic-only tier)
-    point_in_time: str  # how each agent's snapshot is one instant on this fleet's tier, and what it costs
-    last_snapshot: str | None  # the fleet's newest snapshot id in the ledger (informational: never diffed)
-    notes: list[str]
-
-
-class TeardownTerm(_Model):
-    ttl: int | None  # seconds, from the spec
-    ttl_enforced: bool
-    removes: list[str]
-    keeps: list[str]
-    keep_data_keeps: list[str]  # what fleet.down --keep-data leaves on the hosts
-    final_snapshot: str
-
-
-class HostFacts(_Model):
-    name: str
-    kernel: str | None = None
-    apparmor: bool | None = None  # the kernel's AppArmor is enabled; None: not read
-    apparmor_docker: str | None = None  # docker-default's mode when loaded (enforce, complain); None: not loaded
-
-    def apparmor_line(self) -> str:
-        """What confines a container on this host, as the contract's Docker and risk lines say it."""
-        if self.apparmor is None:
-            return f"{self.name}: AppArmor not checked"
-        if not self.apparmor:
-            return f"{self.name}: no AppArmor on this host"
-        if self.apparmor_docker:
-            return f"{self.name}: AppArmor: docker-default ({self.apparmor_docker})"
-        return f"{self.name}: AppArmor enabled, docker-default not loaded when read (Docker loads it when it starts)"
-
-
-class FleetContract(_Model):
-    schema_version: Literal[1] = SCHEMA_VERSION
-    fleet: str
-    hosts: list[HostFacts]  # the hosts whose facts were read (empty: none were)
-    agents: list[AgentContract]
-    host_effects: HostEffects
-    recovery: RecoveryTerm
-    teardown: TeardownTerm
-    residual_risks: list[str]
-
-    def agent(self, instance: str) -> AgentContract | None:
-        return next((a for a in self.agents if a.instance == instance), None)
-
-
-def schema() -> dict[str, Any]:
-    """The JSON schema of the contract document (committed as docs/contract.schema.json)."""
-    return FleetContract.model_json_schema()
 
 
 # --- build --------------------------------------------------------------------------------------
@@ -270,7 +109,7 @@ def _mounts(agent: AgentPlan) -> list[MountTerm]:
     if agent.credentials:
         mounts.append(MountTerm(source=agent.credentials_dir, target=CREDENTIALS_TARGET, mode="ro", kind="credentials"))
     if agent.work is not None:  # the repository bundle, the task and work.json (jackin/work/bundles.py)
-        mounts.append(MountTerm(source=agent.work_dir, target=planning.WORK_TARGET, mode="ro", kind="work"))
+        mounts.append(MountTerm(source=agent.work_dir, target=WORK_TARGET, mode="ro", kind="work"))
     mounts += [MountTerm(source=m.source, target=m.target, mode="ro" if m.readonly else "rw", kind="spec",
                          acknowledged_credentials=m.acknowledge_credentials) for m in agent.mounts]  # fmt: skip
     return mounts
@@ -289,7 +128,7 @@ def _docker(mounts: list[MountTerm]) -> DockerTerm:
 
 def _network(agent: AgentPlan) -> NetworkTerm:
     policy = agent.policy
-    level, reasons = firewall.enforcement(policy)
+    level, reasons = enforcement(policy)
     publish = [PublishTerm(bind=p.bind, host_port=p.host_port or p.port, port=p.port, protocol=p.protocol)
                for p in policy.publish]  # fmt: skip
     return NetworkTerm(mode=policy.mode, allowlist=list(policy.allow), dns=list(policy.dns), dns_filter=agent.dns_filter,
@@ -343,6 +182,21 @@ def _risks(mounts: list[MountTerm], network: NetworkTerm, docker: DockerTerm, ho
     return risks
 
 
+def _role_risks(agent: AgentPlan, creds: list[CredentialTerm]) -> list[str]:
+    """What the agent's role adds (jackin/spec/roles.py): its credentials live in the runtime's environment, and
+    its default egress entries are in the allowlist (allowlist mode)."""
+    risks = []
+    if creds and agent.image != planning.DEFAULT_IMAGE:  # the busybox image has no entrypoint: files only
+        risks.append(f"the role's entrypoint exports {', '.join(c.name for c in creds)} into the runtime's process "
+                     "environment: the runtime and every command it runs can read it (and a prompt can make it leak "
+                     "through any allowed destination)")  # fmt: skip
+    if agent.role in _role_names() and agent.policy.mode == "allowlist":
+        egress = [e for e in _role(agent.role).egress if e in agent.policy.allow]
+        if egress:
+            risks.append(f"role {agent.role} adds {', '.join(egress)} to the allowlist (its model provider's API)")
+    return risks
+
+
 def _effects(plan: FleetPlan) -> HostEffects:
     fleet = plan.fleet
     packages = [PackageTerm(name="docker.io", when="dockerd is missing"),
@@ -355,31 +209,31 @@ def _effects(plan: FleetPlan) -> HostEffects:
         packages.append(
             PackageTerm(name="busybox-static", when=f"{planning.DEFAULT_IMAGE} and /bin/busybox are missing")
         )
+    filtered = [a.instance for a in plan.agents if a.dns_filter]
+    policy = hostpaths.policy_files(fleet, filtered)  # the egress policy's files (jackin/net/policy.py)
     units = sorted(
         Path(p).name
-        for p in firewall.bundle(plan)
-        if Path(p).parent == Path(firewall.UNIT_DIR) and p.endswith((".service", ".timer", ".target"))
+        for p in policy
+        if Path(p).parent == Path(UNIT_DIR) and p.endswith((".service", ".timer", ".target"))
     )
-    services = ["docker (running, enabled)", *units,
-                *(dns.instance_unit(a) for a in dns.filtered(plan))]  # fmt: skip
-    files = sorted({*firewall.bundle(plan), f"{firewall.NFT_DIR}/{fleet}.sha", "/etc/docker/daemon.json",
-                    f"{DROPIN_DIR}/jackin-nft-{fleet}.conf", plan.marker})  # fmt: skip
+    services = ["docker (running, enabled)", *units, *(hostpaths.dns_unit(fleet, i) for i in filtered)]
+    files = sorted({*policy, f"{NFT_DIR}/{fleet}.sha", DAEMON_JSON, hostpaths.dropin(fleet), plan.marker})
     directories = [plan.fleet_dir, *(a.home for a in plan.agents), *(a.workspace for a in plan.agents)]
     if any(a.credentials for a in plan.agents):
-        directories += [f"{planning.CREDENTIALS_DIR}/{fleet}",
+        directories += [hostpaths.credentials_dir(fleet),
                         *(a.credentials_dir for a in plan.agents if a.credentials)]  # fmt: skip
     if any(a.work for a in plan.agents):
-        directories += [f"{planning.WORK_DIR}/{fleet}", *(a.work_dir for a in plan.agents if a.work)]
+        directories += [hostpaths.work_dir(fleet), *(a.work_dir for a in plan.agents if a.work)]
     if plan.checkpoints is not None:
-        directories.append(f"{STATE_DIR}/cow/{fleet}.img (a sparse file, loop-mounted btrfs at {plan.fleet_dir})")
-    directories.append(f"{SNAPSHOTS_ROOT}/{fleet} (when a snapshot is taken)")
+        directories.append(f"{hostpaths.cow_image(fleet)} (a sparse file, loop-mounted btrfs at {plan.fleet_dir})")
+    directories.append(f"{hostpaths.snapshots_dir(fleet)} (when a snapshot is taken)")
     if plan.ttl_deadline is not None:  # the time-to-live (jackin/operations/ttl.py)
-        services.append(f"jackin-ttl-{fleet}.timer (stops the agents at the deadline)")
-        files += [f"/var/lib/jackin/ttl/{fleet}", f"/etc/systemd/system/jackin-ttl-{fleet}.timer",
-                  f"/etc/systemd/system/jackin-ttl-{fleet}.service"]  # fmt: skip
+        services.append(f"{hostpaths.ttl_unit(fleet, 'timer')} (stops the agents at the deadline)")
+        files += [hostpaths.ttl_file(fleet), hostpaths.unit_path(hostpaths.ttl_unit(fleet, "timer")),
+                  hostpaths.unit_path(hostpaths.ttl_unit(fleet, "service"))]  # fmt: skip
     files.append(f"{UPLOADED_RESTIC} (when a snapshot is taken and the host has no restic)")
     return HostEffects(packages=packages, services=services, files=files, directories=directories,
-                       firewall_tables=[f"inet {firewall.table_name(fleet)}"],
+                       firewall_tables=[f"inet {hostpaths.table_name(fleet)}"],
                        daemon_json_keys=DAEMON_KEYS + (["default-address-pools"] if plan.address_pools else []),
                        users=[a.user for a in plan.agents],
                        docker_objects=[f"network {a.network}" for a in plan.agents] +
@@ -429,8 +283,9 @@ def _teardown(inventory: Inventory) -> TeardownTerm:
         ttl=fleet.ttl, ttl_enforced=fleet.ttl is not None,  # a systemd timer on each host (jackin/operations/ttl.py)
         removes=["containers", "networks", "users and groups", "homes and workspaces", "delivered credentials",
                  "delivered work", "the nftables table and its units and files", "the checkpoint filesystem",
-                 f"the time-to-live's timer and deadline file (jackin-ttl-{fleet.name}.timer, /var/lib/jackin/ttl/{fleet.name})",
-                 f"{SNAPSHOTS_ROOT}/{fleet.name} (the host's snapshots)", "the fleet marker"],
+                 f"the time-to-live's timer and deadline file ({hostpaths.ttl_unit(fleet.name, 'timer')}, "
+                 f"{hostpaths.ttl_file(fleet.name)})",
+                 f"{hostpaths.snapshots_dir(fleet.name)} (the host's snapshots)", "the fleet marker"],
         keeps=["Docker and the installed packages", "daemon.json settings", "the agent images",
                "the operator's pulled snapshot copies and the ledger's history"],
         keep_data_keeps=["homes and workspaces", "uids", "the host's snapshots"],
@@ -504,88 +359,3 @@ def _walk(prefix: str, path: str, old: Any, new: Any, lines: list[str]) -> None:
 
 def _show(value: Any) -> str:
     return "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-
-
-# --- the contract at launch -------------------------------------------------------------------
-
-
-class Gate(_Model):
-    """The contract ``fleet.up`` is about to apply, the last one applied (None: never), and the difference."""
-
-    contract: FleetContract
-    previous: FleetContract | None
-    changes: list[str]
-
-    @property
-    def first(self) -> bool:
-        return self.previous is None
-
-    @property
-    def differs(self) -> bool:
-        return self.first or bool(self.changes)
-
-
-def current(inventory: Inventory, ledger: Ledger, plan: FleetPlan | None = None,
-            host_facts: Mapping[str, Any] | None = None) -> FleetContract:  # fmt: skip
-    """The contract of ``inventory`` now: with its plan (default: uids previewed, none allocated)
-    and the fleet's newest snapshot from the ledger. Reads the ledger only."""
-    fleet = inventory.fleet
-    if plan is None:
-        names = [instance for _, instance in planning.instances(fleet)]
-        plan = planning.build(fleet, ledger.preview_uids(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET))
-    snapshots = ledger.snapshot_rows(fleet.name)
-    return build(inventory, plan, host_facts, last_snapshot=snapshots[-1]["id"] if snapshots else None)
-
-
-def last_applied(ledger: Ledger, fleet: str) -> FleetContract | None:
-    """The contract of the fleet's last successful run that recorded one; None when there is none, or
-    when it was written by another schema version (then the whole contract is shown and asked about
-    again). A failed or interrupted run's contract does not count: it may not be in place."""
-    text = ledger.last_contract(fleet)
-    if text is None:
-        return None
-    try:
-        return FleetContract.model_validate_json(text)
-    except ValueError:
-        return None
-
-
-def gate(inventory: Inventory, host_facts: Mapping[str, Any] | None = None) -> Gate:
-    """What ``fleet.up`` shows before it applies: the contract, and how it differs from the last
-    one applied to the fleet. Reads the ledger; touches no host. No ``host_facts`` (no host read
-    now): the hosts as the last applied contract found them, so only the spec makes a difference."""
-    with Ledger() as ledger:
-        return gate_of(ledger, inventory, host_facts=host_facts)
-
-
-def gate_of(ledger: Ledger, inventory: Inventory, plan: FleetPlan | None = None,
-            host_facts: Mapping[str, Any] | None = None, previous: FleetContract | None = None) -> Gate:  # fmt: skip
-    """``gate`` on an open ledger, with ``plan`` when it is made; ``previous``: compare with it
-    instead of the last applied contract (a rollback's later step follows its earlier one)."""
-    previous = previous or last_applied(ledger, inventory.fleet.name)
-    if host_facts is None and previous is not None and previous.hosts:
-        host_facts = {h.name: h for h in previous.hosts}
-    contract = current(inventory, ledger, plan, host_facts=host_facts)
-    return Gate(contract=contract, previous=previous, changes=diff(previous, contract) if previous else [])
-
-
-def record(ledger: Ledger, run: int, contract: FleetContract) -> None:
-    """Keep the contract a run applies (no secret: a contract holds credential names only)."""
-    ledger.record_contract(run, contract.fleet, contract.schema_version, contract.model_dump_json())
-
-
-def _role_risks(agent: AgentPlan, creds: list[CredentialTerm]) -> list[str]:
-    """What the agent's role adds (jackin/spec/roles.py): its credentials live in the runtime's environment, and
-    its default egress entries are in the allowlist (allowlist mode)."""
-    from jackin.spec.models import _role, _role_names
-
-    risks = []
-    if creds and agent.image != planning.DEFAULT_IMAGE:  # the busybox image has no entrypoint: files only
-        risks.append(f"the role's entrypoint exports {', '.join(c.name for c in creds)} into the runtime's process "
-                     "environment: the runtime and every command it runs can read it (and a prompt can make it leak "
-                     "through any allowed destination)")  # fmt: skip
-    if agent.role in _role_names() and agent.policy.mode == "allowlist":
-        egress = [e for e in _role(agent.role).egress if e in agent.policy.allow]
-        if egress:
-            risks.append(f"role {agent.role} adds {', '.join(egress)} to the allowlist (its model provider's API)")
-    return risks

@@ -10,7 +10,7 @@ commands; nothing here touches a host. Naming is deterministic:
     home       /srv/jackin/<fleet>/<instance>            mode 0750, root:<agent group> (see operations/agent_paths)
     workspace  /srv/jackin/<fleet>/<instance>/workspace  mode 0700, mounted at /workspace
     credentials /var/lib/jackin/credentials/<fleet>/<instance>  names only here; mounted read-only
-               at /run/jackin/credentials when the agent has any (jackin/agents/credentials.py)
+               at /run/jackin/credentials when the agent has any (jackin/spec/credentials.py)
     labels     jackin.fleet=<fleet>, jackin.agent=<instance>
 
 Names longer than Linux allows (32 characters) are shortened with a hash.
@@ -27,17 +27,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.spec.models import SLUG, AddressPool, FleetSpec, Mount, NetworkPolicy, WorkSpec
+from jackin import hostpaths
+from jackin.hostpaths import CREDENTIALS_TARGET, ROOT, WORK_TARGET, user_name
+from jackin.spec import roles
+from jackin.spec.models import AddressPool, FleetSpec, Mount, NetworkPolicy, WorkSpec
+from jackin.spec.values import SLUG
 
-ROOT = "/srv/jackin"
 DEFAULT_IMAGE = "jackin/agent:busybox"
-MAX_NAME = 32
 UIDS_PER_FLEET = 1000
-STATE_DIR = "/var/lib/jackin"
-CREDENTIALS_DIR = f"{STATE_DIR}/credentials"  # per agent: <fleet>/<instance>/<NAME> (jackin/agents/credentials.py)
-CREDENTIALS_TARGET = "/run/jackin/credentials"  # where the agent's container sees them, read-only
-WORK_DIR = f"{STATE_DIR}/work"  # per agent: <fleet>/<instance>/{repo.bundle,task.md,work.json} (jackin/work/bundles.py)
-WORK_TARGET = "/run/jackin/work"  # where the agent's container sees its work, read-only
 # Stands for the agent network's gateway in the run line (and its hash): known only on the host.
 BRIDGE_GATEWAY = "@bridge-gateway"
 
@@ -104,12 +101,12 @@ class AgentPlan(_Model):
     @property
     def work_dir(self) -> str:
         """The host directory holding this agent's delivered work (see jackin/work/bundles.py)."""
-        return f"{WORK_DIR}/{self.fleet}/{self.instance}"
+        return hostpaths.work_dir(self.fleet, self.instance)
 
     @property
     def credentials_dir(self) -> str:
-        """The host directory holding this agent's credential files (see jackin/agents/credentials.py)."""
-        return f"{CREDENTIALS_DIR}/{self.fleet}/{self.instance}"
+        """The host directory holding this agent's credential files (see jackin/spec/credentials.py)."""
+        return hostpaths.credentials_dir(self.fleet, self.instance)
 
     @property
     def dns_filter(self) -> bool:
@@ -205,15 +202,7 @@ class FleetPlan(_Model):
 
     @property
     def marker(self) -> str:
-        return f"{STATE_DIR}/fleet-{self.fleet}.json"
-
-
-def user_name(fleet: str, instance: str) -> str:
-    name = f"jk-{fleet}--{instance}"  # "--" never occurs in a name: fleets cannot clash
-    if len(name) <= MAX_NAME:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
-    return f"{name[: MAX_NAME - 7]}-{digest}"
+        return hostpaths.marker(self.fleet)
 
 
 def _is_domain(entry: str) -> bool:
@@ -226,6 +215,18 @@ def _is_domain(entry: str) -> bool:
     except ValueError:
         return True
     return False
+
+
+def host_addresses(addresses: list[str]) -> list[str]:
+    """The IP literals among a fleet's host addresses, deduplicated and sorted (names are not
+    resolved: the operator's resolver may not see what the hosts see)."""
+    found = set()
+    for address in addresses:
+        try:
+            found.add(ipaddress.ip_address(address))
+        except ValueError:
+            continue
+    return [str(a) for a in sorted(found, key=lambda a: (a.version, a))]
 
 
 def bridge_name(fleet: str, instance: str) -> str:
@@ -297,8 +298,6 @@ def role_settings(role_name: str, image: str | None) -> dict:
     (``jackin/role-<name>:<hash>``), its command (run by the image's entrypoint) and healthcheck.
     The spec's ``image:`` overrides the image; the registry-free busybox image (``DEFAULT_IMAGE``)
     has no entrypoint or health script, so it idles with no healthcheck."""
-    from jackin.spec import roles
-
     if image == DEFAULT_IMAGE:
         return {"image": image, "command": IDLE, "healthcheck": None}
     role = roles.load(role_name)

@@ -13,22 +13,24 @@ fleet's lock: ``take(ledger, inventory, targets, instances, kind="auto")`` befor
 
 from __future__ import annotations
 
+import math
 import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import paramiko
 from fabric import Connection
 
+from jackin import hostpaths
 from jackin.errors import ConnectError, JackinError, SpecError
-from jackin.lifecycle.providers import provider_for
-from jackin.net import firewall
+from jackin.lab.providers import provider_for
+from jackin.net import policy
 from jackin.net import probes as agent_api
 from jackin.plan import fleet as planning
-from jackin.snapshots import cow
+from jackin.plan.make import make_plan
+from jackin.snapshots import cow, restic
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import (
     AgentDiff,
@@ -41,8 +43,10 @@ from jackin.snapshots.models import (
     Tier,
     new_id,
 )
+from jackin.snapshots.transfer import fleet_password_file
 from jackin.spec import Inventory
 from jackin.store.ledger import Ledger
+from jackin.transport import fanout
 from jackin.transport.remote import HostError
 from jackin.transport.ssh import SshTarget, connect
 
@@ -55,8 +59,6 @@ T = TypeVar("T")
 def password(fleet: str) -> bytes:
     """The fleet's repository password, generated once on the operator's machine (0600), never printed
     (the file: ``jackin.snapshots.transfer.fleet_password_file``)."""
-    from jackin.snapshots.transfer import fleet_password_file
-
     return fleet_password_file(fleet).read_bytes().strip()
 
 
@@ -69,8 +71,6 @@ def select(inventory: Inventory, agent: str | None) -> list[str]:
 
 def fleet_plan(inventory: Inventory, ledger: Ledger) -> planning.FleetPlan:
     """The plan as the fleet has it (known uids; new ones only previewed, never allocated)."""
-    from jackin.lifecycle.fleet import make_plan  # late: jackin.lifecycle.fleet may call back into this module
-
     provider = provider_for(inventory, ledger)
     return make_plan(inventory, ledger, store=False, fleet_hosts=provider.addresses())
 
@@ -113,30 +113,10 @@ def in_parallel(targets: Sequence[SshTarget], work: Callable[[Connection, SshTar
 def per_host(targets: Sequence[SshTarget], work: Callable[[SshTarget], T], *,
              interrupted: Callable[[], None] | None = None) -> dict[str, T | JackinError]:  # fmt: skip
     """``work`` on every target in parallel (it opens its own connection); per host its result or its
-    error: one host's fault never hides what happened on the others. On a Ctrl-C (or any exception
-    here), ``interrupted`` runs before the workers are waited for, so it can cut them short."""
-
-    def one(target: SshTarget) -> T | JackinError:
-        try:
-            return work(target)
-        except JackinError as error:
-            error.host = error.host or target.name
-            return error
-        except (OSError, EOFError, paramiko.SSHException) as error:  # an SSH fault is that host's error alone
-            return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
-
-    if not targets:
-        return {}
-    pool = ThreadPoolExecutor(max_workers=min(16, len(targets)))
-    try:
-        futures = [pool.submit(one, target) for target in targets]
-        return {t.name: f.result() for t, f in zip(targets, futures, strict=True)}
-    except BaseException:
-        if interrupted is not None:
-            interrupted()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    error: one host's fault never hides what happened on the others. On a Ctrl-C (or a bug of ``work``),
+    ``interrupted`` runs before the hosts in flight are waited for, so it can cut them short."""
+    faults = (OSError, EOFError, paramiko.SSHException)  # an SSH fault is that host's error alone
+    return fanout.each_host(targets, work, faults=faults, interrupted=interrupted, grace=math.inf, workers=16).by_host()
 
 
 def prepare(conn: Connection, fleet: str, *, host: str) -> str:
@@ -162,7 +142,7 @@ def manifest(plan: planning.FleetPlan, inventory: Inventory, agent: planning.Age
 def from_row(row: dict, *, snapshot: str, created: str, image_id: str | None) -> AgentManifest:
     """The manifest of an agent the spec no longer names (fleet.up is about to remove it): what the
     ledger knows of it; its spec and policy are gone with the spec."""
-    home = f"{planning.ROOT}/{row['fleet']}/{row['instance']}"
+    home = f"{hostpaths.fleet_dir(row['fleet'])}/{row['instance']}"
     return AgentManifest(fleet=row["fleet"], snapshot=snapshot, instance=row["instance"], agent=row["agent"],
                          host=row["host"], uid=row["uid"], gid=row["uid"], user=row["user"], home=home,
                          workspace=f"{home}/workspace", container=row["container"], image="", image_id=image_id,
@@ -193,7 +173,7 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
     created = datetime.now(UTC)
     record = SnapshotRecord(id=new_id(created), fleet=fleet, created=created.isoformat(timespec="seconds"),
                             label=label, kind=kind)  # fmt: skip
-    bundle = firewall.bundle_hash(plan)
+    bundle = policy.bundle_hash(plan)
     run = ledger.start_run(fleet, "snapshot.create", {"snapshot": record.id, "kind": kind, "instances": instances})
 
     rows = {(r["host"], r["instance"]): r for r in ledger.agents(fleet)}
@@ -376,15 +356,16 @@ def _diff(inventory: Inventory, first: SnapshotRecord, second: SnapshotRecord | 
                 continue
             tmp = None
             if second is None:
-                agent = next(a for a in plan.agents if a.instance == item.instance)  # type: ignore[union-attr]
+                assert plan is not None  # diff() reads the plan whenever the live side is compared
+                agent = next(a for a in plan.agents if a.instance == item.instance)
                 now = datetime.now(UTC).isoformat(timespec="seconds")
-                live = manifest(plan, inventory, agent, host=target.name, snapshot=live_id, created=now,  # type: ignore[arg-type]
+                live = manifest(plan, inventory, agent, host=target.name, snapshot=live_id, created=now,
                                 image_id=None, bundle="")  # fmt: skip
                 tmp = _backup(conn, restic_bin, live, host=target.name, tmp=True).restic_id
             to = other_item.restic_id if other_item else tmp
             ids = (to, item.restic_id) if reverse else (item.restic_id, to)
             try:
-                found.append(remote.diff(conn, restic_bin, fleet, ids[0], ids[1], host=target.name,  # type: ignore[arg-type]
+                found.append(remote.diff(conn, restic_bin, fleet, ids[0], ids[1], host=target.name,  # type: ignore[arg-type]  # ids set: checked above
                                          instance=item.instance, against=against))  # fmt: skip
             finally:
                 if tmp:
@@ -403,8 +384,6 @@ def _diff(inventory: Inventory, first: SnapshotRecord, second: SnapshotRecord | 
 def existing_repo(conn: Connection, fleet: str, *, host: str) -> str | None:
     """restic's path when the fleet has its repository (and password) on the host, else None; creates
     nothing (never ``prepare``): a read-only command or a prune must not leave a repository behind."""
-    from jackin.snapshots import restic
-
     config, secret = restic.repo_path(fleet) + "/config", restic.password_path(fleet)
     found = remote.run(conn, f"if [ -f {restic.q(config)} ] && [ -f {restic.q(secret)} ]; then echo yes; else echo no; fi",
                        host=host, what="looking for the fleet's snapshot repository")  # fmt: skip

@@ -18,9 +18,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from jackin.errors import JackinError
-from jackin.facts.state import HostState, parse_state, state_command
+from jackin.facts.state import HostState, parse_state
+from jackin.facts.state_read import state_command
 from jackin.operations import changes
+from jackin.plan.applied import load_fleet
 from jackin.plan.fleet import FleetPlan
+from jackin.plan.fleet import instances as spec_instances
 from jackin.spec import Inventory
 from jackin.store.ledger import Ledger
 from jackin.transport.remote import gather
@@ -146,7 +149,7 @@ def snapshot_before_up(ledger: Ledger, inventory: Inventory, plan: FleetPlan, ho
     return found, failed
 
 
-PLACEMENT = ("name", "provider", "lab", "hosts")  # as jackin.lifecycle.rollback.PLACEMENT: where the fleet runs
+PLACEMENT = ("name", "provider", "lab", "hosts")  # as jackin.lifecycle.rollback_choice.PLACEMENT: where the fleet runs
 
 
 def by_spec_in_place(ledger: Ledger, inventory: Inventory,
@@ -157,9 +160,6 @@ def by_spec_in_place(ledger: Ledger, inventory: Inventory,
     not the file's). The spec being applied stands in where there is none, where it places the fleet
     elsewhere, or where it does not name an agent to snapshot that the ledger has no row of either.
     Hosts under different specs get different snapshots (ids)."""
-    from jackin.plan.applied import load_fleet
-    from jackin.plan.fleet import instances as spec_instances
-
     runs = ledger.spec_runs(inventory.fleet.name)
     rows = {(r["host"], r["instance"]) for r in ledger.agents(inventory.fleet.name)}
     parts: dict[str, tuple[Inventory, list[AutoSnapshot]]] = {}
@@ -188,7 +188,9 @@ def _groups(found: list[AutoSnapshot]) -> list[list[AutoSnapshot]]:
 
 def _take(ledger: Ledger, inventory: Inventory, hosts: Sequence[SshTarget], group: list[AutoSnapshot], *,
           action: str, log: Log) -> None:  # fmt: skip
-    from jackin.snapshots import api  # late: restic and Fabric work only when a snapshot is due
+    from jackin.snapshots import (
+        api,  # lazy: Fabric and paramiko load only when a snapshot is due, not on fleet.up's path
+    )
 
     names = {item.host for item in group}
     skipped = {i for item in group for i in item.skipped}

@@ -24,28 +24,27 @@ snapshot API calls with a ``jackin.transport.ssh.connect`` connection.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shlex
 import time
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from invoke.exceptions import CommandTimedOut
+from pydantic import BaseModel, ConfigDict
 
+from jackin import hostpaths
 from jackin.errors import RemoteCommandError, SpecError
-from jackin.plan.fleet import ROOT, STATE_DIR, user_name
+from jackin.facts.cow import SUBVOLUME_INODE
+from jackin.hostpaths import user_name
 from jackin.snapshots import freezer
-from jackin.spec.models import SLUG
+from jackin.spec.values import SLUG
 
 if TYPE_CHECKING:
     from fabric import Connection
 
-IMAGE_DIR = f"{STATE_DIR}/cow"
-UNIT_DIR = "/etc/systemd/system"
 CHECKPOINTS = ".checkpoints"
 SWAP = ".swap"  # not a slug: never an instance's name
 SNAPSHOT_ID = r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$"  # YYYYMMDD-HHMMSS-xxxx (UTC): the snapshot API's ids
-SUBVOLUME_INODE = 256  # the root directory of every btrfs subvolume
 REFUSED = 3  # a script's exit code for "refused" (the agent runs): nothing was changed
 FREEZE_LIMIT = 120  # seconds after which a checkpoint's freeze is undone by its watchdog, whatever happened
 TIMEOUT = 600
@@ -74,7 +73,7 @@ def _check(kind: str, value: str, pattern: str) -> str:
 
 
 def fleet_dir(fleet: str) -> str:
-    return f"{ROOT}/{_check('fleet name', fleet, SLUG)}"
+    return hostpaths.fleet_dir(_check("fleet name", fleet, SLUG))
 
 
 def home_path(fleet: str, instance: str) -> str:
@@ -82,7 +81,7 @@ def home_path(fleet: str, instance: str) -> str:
 
 
 def image_path(fleet: str) -> str:
-    return f"{IMAGE_DIR}/{_check('fleet name', fleet, SLUG)}.img"
+    return hostpaths.cow_image(_check("fleet name", fleet, SLUG))
 
 
 def checkpoint_path(fleet: str, instance: str, snapshot_id: str) -> str:
@@ -100,113 +99,13 @@ def swap_path(fleet: str, instance: str) -> str:
     return f"{fleet_dir(fleet)}/{CHECKPOINTS}/{SWAP}/{_check('agent instance', instance, SLUG)}"
 
 
-def systemd_escape_path(path: str) -> str:
-    """``systemd-escape -p``: the unit name stem of a path ("/srv/jackin/a-b" -> "srv-jackin-a\\x2db")."""
-    text = "/".join(p for p in path.split("/") if p)
-    if not text:
-        return "-"
-    out = []
-    for n, ch in enumerate(text):  # only a leading dot of the whole name is escaped
-        keep = ch == "/" or (ch.isascii() and (ch.isalnum() or ch in ":_.") and not (n == 0 and ch == "."))
-        out.append("-" if ch == "/" else ch if keep else "".join(f"\\x{b:02x}" for b in ch.encode()))
-    return "".join(out)
-
-
 def unit_name(fleet: str) -> str:
     """The systemd mount unit of the fleet's filesystem (``systemd-escape -p --suffix=mount``)."""
-    return systemd_escape_path(fleet_dir(fleet)) + ".mount"
+    return hostpaths.cow_unit(_check("fleet name", fleet, SLUG))
 
 
 def unit_path(fleet: str) -> str:
-    return f"{UNIT_DIR}/{unit_name(fleet)}"
-
-
-def unit_text(fleet: str) -> str:
-    """The mount unit: the image loop-mounted at the fleet dir at every boot, before Docker starts.
-
-    Docker is only ordered after it (``Before=``), not made to need it: stopping the mount
-    (fleet.down) must not stop Docker and every other fleet's agents. If the mount fails at
-    boot, the agents' containers do not start on the bare mount point: their workspaces are
-    bind mounts (``--mount type=bind``), which Docker refuses when the source is missing.
-    """
-    return f"""\
-# Written by jackin for fleet {fleet}: the checkpoint tier's btrfs (its agent homes are subvolumes).
-# fleet.down removes it with the image.
-[Unit]
-Description=jackin fleet {fleet}: agent homes on a loop-mounted btrfs
-RequiresMountsFor={IMAGE_DIR}
-Before=docker.service
-
-[Mount]
-What={image_path(fleet)}
-Where={fleet_dir(fleet)}
-Type=btrfs
-Options=loop,nodev,nosuid
-
-[Install]
-WantedBy=local-fs.target
-"""
-
-
-def unit_hash(fleet: str) -> str:
-    return hashlib.sha256(unit_text(fleet).encode()).hexdigest()
-
-
-# --- the state read (pure; a section of jackin.facts.state's one-round-trip read) ------------
-
-
-class CowState(_Model):
-    """The fleet's checkpoint filesystem on a host, as the state read found it."""
-
-    image_size: int | None = None  # bytes (apparent size); None: no image
-    unit_hash: str | None = None  # sha256 of the mount unit file; None: no unit
-    enabled: bool = False  # the unit is enabled (mounted at boot)
-    mounted: str | None = None  # the filesystem type mounted at the fleet dir; None: not a mount point
-    subvolumes: list[str] = Field(default_factory=list)  # fleet-dir entries that are subvolumes (full paths)
-
-    @property
-    def leftovers(self) -> list[str]:
-        """What of the tier is on the host (the clean check: nothing after fleet.down)."""
-        found = ["image"] if self.image_size is not None else []
-        found += ["mount unit"] if self.unit_hash is not None or self.enabled else []
-        return found + ([f"mount ({self.mounted})"] if self.mounted else [])
-
-
-def state_section(fleet: str, *, systemd: bool = True) -> str:
-    """Shell lines printing the ``##cow`` section (and ``##cowsubvols``, hex as ``##paths``) of the state read.
-    A name that is no fleet's (fleet.gc reads what it finds on hosts) cannot have the tier: an empty section.
-    ``systemd=False``: without the unit's ``enabled`` (``jackin.facts.state`` reads it in its one ``systemctl show``)."""
-    if not re.fullmatch(SLUG, fleet) or len(fleet) > 64:
-        return "echo '##cow'"
-    img, unit, mnt = (shlex.quote(p) for p in (image_path(fleet), unit_path(fleet), fleet_dir(fleet)))
-    name = shlex.quote(unit_name(fleet))
-    return f"""echo '##cow'; [ -f {img} ] && echo "image $(stat -c %s {img})"
-[ -f {unit} ] && echo "unit $(sha256sum < {unit} | cut -c1-64)"
-{f'[ "$(systemctl is-enabled {name} 2>/dev/null)" = enabled ] && echo enabled' if systemd else ":"}
-if mountpoint -q {mnt} 2>/dev/null; then echo "mounted $(stat -f -c %T {mnt})"; fi
-if [ "$(stat -f -c %T {mnt} 2>/dev/null)" = btrfs ]; then echo '##cowsubvols'; \
-find {mnt} -mindepth 1 -maxdepth 1 -type d -inum {SUBVOLUME_INODE} -printf '%p\\0' | od -An -v -tx1; fi"""
-
-
-def parse_state(cow: list[str], subvolumes: list[str]) -> CowState:
-    """The ``##cow`` and ``##cowsubvols`` lines; a malformed line is dropped, never acted on."""
-    data: dict[str, object] = {}
-    for line in cow:
-        key, _, value = line.strip().partition(" ")
-        if key == "image" and value.isdigit():
-            data["image_size"] = int(value)
-        elif key == "unit" and re.fullmatch(r"[0-9a-f]{64}", value):
-            data["unit_hash"] = value
-        elif key == "enabled" and not value:
-            data["enabled"] = True
-        elif key == "mounted" and re.fullmatch(r"[a-z0-9_]{1,32}", value):
-            data["mounted"] = value
-    try:
-        raw = bytes.fromhex("".join(subvolumes))
-    except ValueError:
-        raw = b""
-    names = [r.decode("utf-8", "backslashreplace") for r in raw.split(b"\0")[:-1]]
-    return CowState(**data, subvolumes=sorted(names))  # type: ignore[arg-type]
+    return hostpaths.unit_path(unit_name(fleet))
 
 
 # --- command builders (pure) ------------------------------------------------------------
@@ -415,8 +314,6 @@ class CheckpointRestored(_Model):
 
 def _run(conn: Connection, script: str, what: str, *, timeout: float = TIMEOUT) -> str:
     """Run ``script`` with ``sh``; its stdout, or CheckpointRefused / CheckpointError with its last words."""
-    from invoke.exceptions import CommandTimedOut
-
     try:
         result = conn.run("sh -c " + shlex.quote(script), hide=True, warn=True, timeout=timeout)
     except CommandTimedOut:

@@ -21,18 +21,30 @@ snapshot (``--no-final-snapshot``, ``before_teardown: false``) the repositories 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin import hostpaths, lazy
 from jackin.errors import ConnectError, JackinError
-from jackin.facts.state import HostState, parse_state, state_command
+from jackin.facts.state import HostState, parse_state
+from jackin.facts.state_read import state_command
 from jackin.paths import state_dir
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory
 from jackin.store.ledger import Ledger
 from jackin.transport.remote import gather
 from jackin.transport.target import SshTarget
+
+if TYPE_CHECKING:
+    from fabric import Connection
+
+    from jackin.snapshots import api, copies, transfer
+    from jackin.snapshots import host as remote
+else:  # lazy: they load Fabric and paramiko, which fleet.up and fleet.down's reads do without (jackin.lazy)
+    api, copies, transfer, remote = (
+        lazy.module(f"jackin.snapshots.{name}") for name in ("api", "copies", "transfer", "host")
+    )
 
 LABEL = "final, before fleet.down"
 Stage = Literal["done", "nothing", "read", "stop", "snapshot", "pull"]
@@ -89,7 +101,7 @@ def from_state(plan: planning.FleetPlan, state: HostState, host: str, instance: 
         raise JackinError(f"home {home} belongs to group {uid}, not an agent uid of the fleet "
                           f"({plan.uid_min}-{plan.uid_max}): cannot say whose it is")  # fmt: skip
     user = next((u.name for u in state.users.values() if u.uid == uid), None)
-    name = planning.user_name(plan.fleet, instance)
+    name = hostpaths.user_name(plan.fleet, instance)
     base, _, number = instance.rpartition("-")
     return {"fleet": plan.fleet, "host": host, "instance": instance, "agent": base if base and number.isdigit()
             else instance, "uid": uid, "user": user or name, "container": name, "network": name}  # fmt: skip
@@ -103,6 +115,10 @@ def take_final(ledger: Ledger, inventory: Inventory, plan: planning.FleetPlan, h
     started again. ``snapshot=False``: only the pull of the hosts that have a repository. The
     caller holds the fleet's lock. ``states``: each host's state read just now by the caller (else
     read here). One FinalHost per host, in ``hosts``' order."""
+    # Executed here, on this thread: a jackin.lazy stand-in first touched by two fan-out threads at once
+    # can show one of them a half-executed module (LazyLoader is not thread-safe on Python 3.11).
+    for module in (api, copies, transfer, remote):
+        module.__name__  # noqa: B018
     if states is None:
         states = gather(hosts, state_command(plan.fleet, plan.uid_min, plan.uid_max),
                         lambda out: parse_state(out.split("\n")), timeout=30)  # fmt: skip
@@ -165,10 +181,8 @@ def _failed(host: str, stage: Stage, message: str, error: JackinError | None = N
 def _stop(targets: list[SshTarget], running: dict[str, list[str]], out: dict[str, FinalHost], log: Log) -> set[str]:
     """``docker stop`` the fleet's running containers on each target, so the snapshot is the last word
     of their work; the names of the hosts ready to snapshot (a host where stopping failed is held back)."""
-    from jackin.snapshots import api
-    from jackin.snapshots import host as remote
 
-    def stop(conn, target: SshTarget) -> None:
+    def stop(conn: Connection, target: SshTarget) -> None:
         remote.set_running(conn, running[target.name], False, host=target.name)
 
     ready = set()
@@ -190,10 +204,8 @@ def _stop(targets: list[SshTarget], running: dict[str, list[str]], out: dict[str
 def _restart(targets: list[SshTarget], out: dict[str, FinalHost], log: Log) -> None:
     """Best effort: start again the containers stopped on hosts held back (they keep running there);
     a failure is reported on the host's entry, never raised."""
-    from jackin.snapshots import api
-    from jackin.snapshots import host as remote
 
-    def start(conn, target: SshTarget) -> None:
+    def start(conn: Connection, target: SshTarget) -> None:
         remote.set_running(conn, out[target.name].stopped, True, host=target.name)
 
     for name, result in api.in_parallel(targets, start).items():
@@ -209,8 +221,6 @@ def _snapshot(ledger: Ledger, inventory: Inventory, group: list[SshTarget], inst
     """One final fleet snapshot of ``instances`` on ``group`` (every one taken on every host of it,
     whatever the ledger places there); the names of the hosts where every one of them was backed up
     (the others get their error)."""
-    from jackin.snapshots import api  # late: api imports the fleet module's planning in turn
-
     mine = {(t.name, i): extra.get((t.name, i)) for t in group for i in instances}
     try:
         result = api.take(ledger, inventory, group, instances, kind="final", label=LABEL, extra=mine)
@@ -239,9 +249,7 @@ def _snapshot(ledger: Ledger, inventory: Inventory, group: list[SshTarget], inst
 
 def _pull(ledger: Ledger, fleet: str, targets: list[SshTarget], out: dict[str, FinalHost], log: Log) -> None:
     """Pull and check each target's repository here (``copies.pull_hosts``: recorded in the ledger)."""
-    import paramiko  # here: fleet.up imports this module, and it needs no SSH library
-
-    from jackin.snapshots import copies, transfer
+    import paramiko  # lazy: fleet.up and fleet.down import this module, and their read path needs no SSH library
 
     try:
         results = copies.pull_hosts(ledger, fleet, targets)

@@ -24,8 +24,10 @@ import time
 from fabric import Connection
 
 from jackin.errors import ConnectError, RemoteCommandError
-from jackin.snapshots import freezer, instant, restic
+from jackin.hostpaths import UPLOADED_RESTIC
+from jackin.snapshots import freezer, instant, restic, transfer
 from jackin.snapshots.models import AgentDiff, AgentManifest, BackupSummary
+from jackin.transport import channel as reader
 
 LONG = instant.LONG  # a backup or restore of a big workspace may take hours; a dead host is found by SSH keepalives
 
@@ -61,9 +63,7 @@ def put(conn: Connection, path: str, data: bytes, *, mode: int) -> None:
 def ensure_restic(conn: Connection, *, host: str) -> str:
     """The path of restic on the host: its own on PATH, else the operator's, uploaded by SFTP
     (one implementation: ``jackin.snapshots.transfer.ensure_restic``, which also runs it once there)."""
-    from jackin.snapshots.transfer import ensure_restic as ensure  # late: transfer is the larger module
-
-    return ensure(conn, host=host)
+    return transfer.ensure_restic(conn, host=host)
 
 
 def ensure_repo(conn: Connection, restic_bin: str, fleet: str, password: bytes, *, host: str) -> None:
@@ -174,7 +174,7 @@ def session(conn: Connection, script: str, *, host: str, what: str, timeout: flo
             channel.sendall(stdin)
             channel.shutdown_write()
         out, err = io.BytesIO(), io.BytesIO()
-        _read_until(channel, out, err, None, deadline=time.monotonic() + timeout)
+        reader.pump(channel, out=out.write, err=err.write, deadline=time.monotonic() + timeout)
         code = channel.recv_exit_status()
     except (OSError, EOFError) as error:
         raise ConnectError(f"{what}: {type(error).__name__}: {' '.join(str(error).split())[:200]}", host=host) from None
@@ -208,7 +208,7 @@ def own_ids_script(fleet: str, repo: str | None = None) -> str:
     without creating or locking anything (``--no-lock``, ``--no-cache``)."""
     repo, password = repo or restic.repo_path(fleet), restic.password_path(fleet)
     argv = ["--repo", repo, "--password-file", password, "--no-cache"]
-    return (f"R=$(command -v restic || echo {shlex.quote(restic.UPLOADED_RESTIC)}); "
+    return (f"R=$(command -v restic || echo {shlex.quote(UPLOADED_RESTIC)}); "
             f"if [ -f {shlex.quote(repo + '/config')} ] && [ -f {shlex.quote(password)} ] && [ -x \"$R\" ]; "
             f"then \"$R\" {restic.q(*argv)} --no-lock snapshots --json; else echo '[]'; fi")  # fmt: skip
 
@@ -302,11 +302,11 @@ def restore(conn: Connection, restic_bin: str, fleet: str, instance: str, restic
         script = restore_script(restic_bin, fleet, instance, restic_id, repo=repo, owner=owner)
         channel.exec_command("bash -c " + shlex.quote(script))
         out, err = io.BytesIO(), io.BytesIO()
-        staged = _read_until(channel, out, err, b"staged\n")
-        if staged:
+        staged = reader.pump(channel, out=out.write, err=err.write, until=lambda: b"staged\n" in out.getvalue())
+        if staged == "until":
             channel.sendall(b"swap\n")
             channel.shutdown_write()
-        _read_until(channel, out, err, None)
+        reader.pump(channel, out=out.write, err=err.write)
         code = channel.recv_exit_status()
     except (OSError, EOFError) as error:
         raise ConnectError(f"restore of {instance}: the connection failed: {error}", host=host) from None
@@ -316,25 +316,3 @@ def restore(conn: Connection, restic_bin: str, fleet: str, instance: str, restic
         text = err.getvalue().decode(errors="replace")
         raise RemoteCommandError(f"restore of {instance} failed (exit {code}): {_tail(text)}", host=host)
     return b"\nremapped " in b"\n" + out.getvalue()
-
-
-def _read_until(channel, out: io.BytesIO, err: io.BytesIO, marker: bytes | None, *,
-                deadline: float | None = None) -> bool:  # fmt: skip
-    """Read stdout and stderr until ``marker`` is in stdout (True) or the command ended (False); past
-    ``deadline`` (monotonic), a TimeoutError."""
-    while True:
-        if marker and marker in out.getvalue():
-            return True
-        if channel.recv_stderr_ready():
-            err.write(channel.recv_stderr(65536))
-            continue
-        if channel.recv_ready():
-            out.write(channel.recv(65536))
-            continue
-        if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-            return False
-        if channel.closed:  # closed under us (a Ctrl-C closed the connection): no status will come
-            raise EOFError("the SSH channel was closed")
-        if deadline is not None and time.monotonic() > deadline:
-            raise TimeoutError("no end within the time allowed")
-        time.sleep(0.05)

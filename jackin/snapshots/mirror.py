@@ -205,5 +205,5 @@ def result_of(plan: TransferPlan, listed: Listing, **kwargs: str) -> TransferRes
     return TransferResult(
         copied=len(plan.to_copy), copied_bytes=sum(plan.sizes.values()), skipped=len(plan.skip),
         skipped_bytes=sum(listed.files[p] for p in plan.skip), deleted=plan.delete, kept=len(plan.kept),
-        cleaned=len(plan.temps), ignored=listed.ignored, **kwargs,  # type: ignore[arg-type]
+        cleaned=len(plan.temps), ignored=listed.ignored, **kwargs,
     )  # fmt: skip

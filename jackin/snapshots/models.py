@@ -57,9 +57,9 @@ class AgentManifest(_Model):
     image_id: str | None = None  # the container's image id, when the container exists
     spec: dict[str, Any]  # the agent's spec (AgentSpec dump)
     network: dict[str, Any]  # its resolved network policy (NetworkPolicy dump)
-    firewall_hash: str  # jackin.net.firewall.bundle_hash of the fleet plan
+    firewall_hash: str  # jackin.net.policy.bundle_hash of the fleet plan
     created: str  # UTC, ISO 8601
-    tiers: list[Tier] = Field(default_factory=lambda: ["restic"])
+    tiers: list[Tier] = Field(default_factory=lambda: list[Tier](["restic"]))
 
 
 class BackupSummary(_Model):

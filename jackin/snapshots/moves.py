@@ -23,7 +23,7 @@ from fabric import Connection
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import JackinError, SpecError
-from jackin.lifecycle.providers import provider_for
+from jackin.lab.providers import provider_for
 from jackin.snapshots import api, copies, restic, transfer
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import AgentSnapshot, SnapshotRecord

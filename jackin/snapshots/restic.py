@@ -28,12 +28,12 @@ import re
 import shlex
 from collections.abc import Sequence
 
+from jackin import hostpaths
 from jackin.errors import RemoteCommandError, SpecError
-from jackin.plan.fleet import ROOT
+from jackin.hostpaths import ROOT, SNAPSHOTS_ROOT
+from jackin.hostpaths import UPLOADED_RESTIC as UPLOADED_RESTIC  # named here too: where restic is uploaded
 from jackin.snapshots.models import AgentDiff, BackupSummary
 
-SNAPSHOTS_ROOT = "/var/lib/jackin/snapshots"
-UPLOADED_RESTIC = "/usr/local/lib/jackin/restic"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a path component: a fleet, host or origin name
 
 
@@ -46,7 +46,7 @@ def checked_name(value: str, what: str) -> str:
 
 
 def fleet_dir(fleet: str) -> str:
-    return f"{SNAPSHOTS_ROOT}/{checked_name(fleet, 'fleet')}"
+    return hostpaths.snapshots_dir(checked_name(fleet, "fleet"))
 
 
 def repo_path(fleet: str) -> str:
@@ -211,20 +211,3 @@ def restore_options(restic_id: str, target: str) -> list[str]:
 def restore_argv(restic: str, fleet: str, restic_id: str, target: str, *, repo: str | None = None) -> list[str]:
     """Restore one agent snapshot under ``target`` (absolute paths kept below it), verified."""
     return [*base(restic, fleet, repo=repo), *restore_options(restic_id, target)]
-
-
-def teardown_commands(fleet: str) -> list[str]:
-    """Remove the fleet's repository, password copy, cache and manifests from a host (with the fleet),
-    then the uploaded restic once no other fleet's snapshot dir remains (``binary_teardown_commands``).
-    Exact root-only paths that jackin names; ``--one-file-system``: never into a mount below."""
-    return [q("rm", "-rf", "--one-file-system", "--", fleet_dir(fleet)), *binary_teardown_commands()]
-
-
-def binary_teardown_commands() -> list[str]:
-    """Decided on the host, in the same script: when ``/var/lib/jackin/snapshots`` is empty (removed)
-    or absent, no fleet needs the restic jackin uploaded: remove it, its temporary uploads, and
-    ``/usr/local/lib/jackin`` when that is empty. restic the host has on PATH is never touched."""
-    parent = UPLOADED_RESTIC.rsplit("/", 1)[0]
-    return [f"rmdir {SNAPSHOTS_ROOT} 2>/dev/null || true",
-            f"[ -e {SNAPSHOTS_ROOT} ] || {{ rm -f -- {UPLOADED_RESTIC} {UPLOADED_RESTIC}.jk-part-*; "
-            f"rmdir {parent} 2>/dev/null || true; }}"]  # fmt: skip

@@ -20,17 +20,18 @@ from fabric import Connection
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import JackinError, SpecError
-from jackin.lifecycle.providers import provider_for
-from jackin.snapshots import api, cow
+from jackin.lab.providers import provider_for
+from jackin.snapshots import api, cow, moves
 from jackin.snapshots import host as remote
 from jackin.snapshots.models import AgentRestore, AgentSnapshot, DiffResult, PruneResult, RestoreResult, SnapshotRecord
+from jackin.snapshots.moves import Placement
 from jackin.spec import Inventory
 from jackin.store.ledger import Ledger
 from jackin.transport.remote import HostError
 from jackin.transport.target import SshTarget
 
 if TYPE_CHECKING:
-    from jackin.snapshots.moves import Placement
+    from jackin.plan.fleet import FleetPlan
 
 Confirm = Callable[[DiffResult], bool]
 
@@ -75,7 +76,8 @@ def restore(inventory: Inventory, snapshot: str, agent: str | None = None, *, st
         return result
 
 
-def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items, targets: list[SshTarget], plan,
+def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items: list[AgentSnapshot],
+             targets: list[SshTarget], plan: FleetPlan,
              *, confirm: Confirm | None, run: int, result: RestoreResult,
              repos: dict[tuple[str, str], str] | None = None) -> None:  # fmt: skip
     fleet = inventory.fleet.name
@@ -179,8 +181,6 @@ def _resolve(inventory: Inventory, ledger: Ledger, record: SnapshotRecord, items
     gone, on the host its repository was pushed to (snapshot.push), from that copy. The items come
     back with ``host`` set to where they restore (and the restic tier only: a checkpoint on that host
     is not the origin's), with the pushed repository per (host, instance)."""
-    from jackin.snapshots import moves
-
     targets = provider_for(inventory, ledger).targets(bring_up=False)
     current = {t.name for t in targets}
     pushed = moves.pushed_to([c for c in ledger.copies(record.fleet) if c["place"] != "operator"], record.id, current)
@@ -201,8 +201,6 @@ def _refuse_missing(record: SnapshotRecord, targets: list[SshTarget], found: lis
     """Refuse, before anything changes, when a repository a placement restores from does not hold its
     restic snapshot (and, for the host's own, no checkpoint of it is there): the host was replaced under
     its name (its repository is a new one), or a copy pushed onto a host went with the fleet's teardown."""
-    from jackin.snapshots import moves
-
     by_key = {(a.host, a.instance): a for a in items}
 
     def work(conn: Connection, target: SshTarget) -> list[Placement]:

@@ -32,6 +32,7 @@ import paramiko
 from fabric import Connection
 
 from jackin.errors import ConnectError, JackinError, RemoteCommandError
+from jackin.hostpaths import SNAPSHOTS_ROOT, UPLOADED_RESTIC
 from jackin.paths import private_dir, state_dir
 from jackin.snapshots.mirror import (  # noqa: F401
     KINDS,
@@ -55,8 +56,6 @@ from jackin.snapshots.mirror import (  # noqa: F401
 )
 from jackin.snapshots.restic import (  # noqa: F401
     NAME,
-    SNAPSHOTS_ROOT,
-    UPLOADED_RESTIC,
     checked_name,
     fleet_dir,
     imported_path,  # fmt: skip

@@ -1,4 +1,4 @@
-"""Inventory and fleet spec: models and the line-aware loader."""
+"""Inventory and fleet spec: value types, models, the line-aware reader and loader, roles, credentials."""
 
 from jackin.spec.loader import DEFAULT_INVENTORY, load_inventory, parse_inventory
 from jackin.spec.models import AgentSpec, FleetSpec, HostSpec, Inventory, LabSpec, NetworkPolicy

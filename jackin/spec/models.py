@@ -17,135 +17,35 @@ import ipaddress
 import os
 import re
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-SLUG = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"  # no "--": names join with "--" (jk-<fleet>--<instance>)
-Slug = Annotated[str, Field(pattern=SLUG, max_length=24)]
-HostName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=63)]
+from jackin.errors import SpecError
+from jackin.hostpaths import RUN_DIR
+from jackin.spec import roles
+from jackin.spec.values import (
+    SLUG,
+    Address,
+    AllowEntry,
+    HostKey,
+    HostName,
+    IpAddress,
+    Model,
+    Slug,
+    parse_duration,
+    parse_entry,
+    parse_size,
+)
 
 # Shipped in roles/; `role:` is checked against the roles found there (jackin/spec/roles.py).
 ROLES = ("claude-code", "codex", "opencode", "gemini", "amp", "demo")
-HOST_KEY_TYPES = (
-    "ssh-ed25519",
-    "ecdsa-sha2-nistp256",
-    "ecdsa-sha2-nistp384",
-    "ecdsa-sha2-nistp521",
-    "ssh-rsa",
-)
-
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(?:([kmgt])(?:i?b)?|b)?$", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-_DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
-
-
-class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_booleans_as_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        """YAML ``true`` must not become 1 in a numeric field (pydantic's lax mode allows it)."""
-        if isinstance(value, bool) and info.field_name:
-            annotation = cls.model_fields[info.field_name].annotation
-            kinds = set(get_args(annotation)) or {annotation}
-            if bool not in kinds and kinds & {int, float}:
-                raise ValueError("expected a number, got a boolean")
-        return value
-
-
-# --- value types -------------------------------------------------------------
-
-
-def parse_size(value: str | int) -> int:
-    """``512m``, ``2g``, ``1.5GiB`` or a byte count -> bytes."""
-    if isinstance(value, bool):
-        raise ValueError("expected a size such as 512m or 2g")
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError("expected a positive size")
-        return value
-    match = _SIZE.match(str(value).strip())
-    if not match:
-        raise ValueError("expected a size such as 512m or 2g")
-    number = float(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").lower()]
-    if number < 1:
-        raise ValueError("expected a positive size")
-    return int(number)
-
-
-def parse_duration(value: str | int) -> int:
-    """``90m``, ``8h``, ``1d12h`` or seconds -> seconds."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as 30m, 8h or 2d")
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError("expected a positive duration")
-        return value
-    text = str(value).strip().lower()
-    if text.isdigit():
-        return parse_duration(int(text))
-    match = _DURATION.match(text)
-    if not match or not any(match.groups()):
-        raise ValueError("expected a duration such as 30m, 8h or 2d")
-    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
-    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-    if total <= 0:
-        raise ValueError("expected a positive duration")
-    return total
-
-
-def _check_host_key(value: str) -> str:
-    parts = value.split()
-    if len(parts) < 2 or parts[0] not in HOST_KEY_TYPES:
-        raise ValueError(
-            "expected a public host key such as 'ssh-ed25519 AAAA...' (the line from /etc/ssh/ssh_host_ed25519_key.pub)"
-        )
-    if not re.fullmatch(r"[A-Za-z0-9+/]+={0,2}", parts[1]) or len(parts[1]) < 16:
-        raise ValueError("the key's base64 part is not valid")
-    return " ".join(parts[:2])
-
-
-_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-
-
-def _ip(value: str) -> str:
-    """An IP address without a scope (``fe80::1%eth0`` is refused: it ends up in shell and nft text)."""
-    if "%" in value:
-        raise ValueError("scoped IPv6 addresses are not supported")
-    return str(ipaddress.ip_address(value))
-
-
-def _check_address(value: str) -> str:
-    if "%" in value:
-        raise ValueError("scoped IPv6 addresses are not supported")
-    try:
-        ipaddress.ip_address(value)
-        return value
-    except ValueError:
-        pass
-    labels = value.split(".")
-    if labels[-1].isdigit():
-        raise ValueError("expected an IP address or a DNS name")  # a name cannot end in a number
-    if len(value) <= 253 and all(_LABEL.fullmatch(label) for label in labels):
-        return value
-    raise ValueError("expected an IP address or a DNS name")
-
-
-HostKey = Annotated[str, AfterValidator(_check_host_key)]
-Address = Annotated[str, AfterValidator(_check_address)]
-
-
 # --- hosts -------------------------------------------------------------------
 
 
@@ -165,46 +65,12 @@ class HostSpec(Model):
 # --- fleet -------------------------------------------------------------------
 
 
-def _check_allow_entry(value: str) -> str:
-    """CIDR, ``host:port``, ``CIDR:port``, domain, ``domain:port``; IPv6 in brackets."""
-    target, port = value, None
-    if value.startswith("["):
-        end = value.find("]")
-        if end < 0:
-            raise ValueError("unclosed '[' in IPv6 entry")
-        target, rest = value[1:end], value[end + 1 :]
-        if rest:
-            if not rest.startswith(":"):
-                raise ValueError("expected '[IPv6]:port'")
-            port = rest[1:]
-    elif value.count(":") == 1:
-        target, port = value.split(":")
-    if port is not None and (not port.isdigit() or not 1 <= int(port) <= 65535):
-        raise ValueError(f"port {port!r} is not a number from 1 to 65535")
-    try:
-        ipaddress.ip_network(target, strict=True)
-        return value
-    except ValueError as error:
-        if re.fullmatch(r"[0-9a-fA-F.:/]+", target) and any(c.isdigit() for c in target):
-            raise ValueError(f"{target!r} is not a valid address or CIDR ({error})") from None
-    if target.startswith("*."):
-        raise ValueError(
-            "wildcard domains cannot be enforced (each agent's filtering resolver allows exact names only: list each name)"
-        )
-    if _DOMAIN.match(target.lower()):
-        return value
-    raise ValueError("expected a CIDR, host:port, CIDR:port, or a domain name (optionally :port)")
-
-
-AllowEntry = Annotated[str, AfterValidator(_check_allow_entry)]
-
-
 class Publish(Model):
     """An inbound port of the agent's container, published on an address the spec names."""
 
     port: int = Field(ge=1, le=65535)
     host_port: int | None = Field(None, ge=1, le=65535)
-    bind: Annotated[str, AfterValidator(_ip)] = "127.0.0.1"
+    bind: IpAddress = "127.0.0.1"
     protocol: Literal["tcp", "udp"] = "tcp"
 
 
@@ -214,7 +80,7 @@ class NetworkPolicy(Model):
 
     mode: Literal["none", "allowlist", "open"] = "none"
     allow: list[AllowEntry] = Field(default_factory=list)
-    dns: list[Annotated[str, AfterValidator(_ip)]] = Field(default_factory=list)
+    dns: list[IpAddress] = Field(default_factory=list)
     publish: list[Publish] = Field(default_factory=list)
 
     @field_validator("dns")
@@ -227,11 +93,23 @@ class NetworkPolicy(Model):
 
     @field_validator("allow")
     @classmethod
-    def _allow_needs_allowlist(cls, value: list[str], info) -> list[str]:
+    def _allow_needs_allowlist(cls, value: list[str], info: ValidationInfo) -> list[str]:
         mode = info.data.get("mode")
         if value and mode == "none":
             raise ValueError("entries are not allowed with mode 'none' (use mode 'allowlist')")
         return value
+
+
+def enforcement(policy: NetworkPolicy) -> tuple[str, list[str]]:
+    """What is enforced for an agent with ``policy``: ("full", []) or ("partial", [reasons])."""
+    reasons = []
+    entries = [parse_entry(e) for e in policy.allow]
+    if policy.mode == "allowlist" and any(e.family == "domain" for e in entries):  # open allows more anyway
+        reasons.append("domain entries allow the addresses the agent's filtering resolver gave it for "
+                       "those names, so other services at those addresses (shared CDNs) are reachable too")  # fmt: skip
+    if policy.publish:
+        reasons.append("published ports accept inbound connections on their bind address")
+    return ("partial", reasons) if reasons else ("full", [])
 
 
 class Resources(Model):
@@ -242,14 +120,14 @@ class Resources(Model):
 
     @field_validator("memory", "disk", mode="before")
     @classmethod
-    def _size(cls, value):
+    def _size(cls, value: Any) -> int | None:
         return None if value is None else parse_size(value)
 
 
 class Credential(Model):
     """Names a secret and where the operator's machine keeps it; never its value.
     Delivered to the agent as a read-only file, ``/run/jackin/credentials/<name>`` in its
-    container (jackin/agents/credentials.py)."""
+    container (jackin/spec/credentials.py)."""
 
     name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
     from_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -272,7 +150,7 @@ def _check_mount_path(value: str) -> str:
 
 
 MountPath = Annotated[str, AfterValidator(_check_mount_path)]
-RESERVED_TARGETS = ("/workspace", "/run/jackin")  # the workspace and the credentials' mount
+RESERVED_TARGETS = ("/workspace", RUN_DIR)  # the workspace and the credentials' and work's mounts
 
 
 class Mount(Model):
@@ -338,12 +216,12 @@ class SnapshotPolicy(Model):
 
     @field_validator("every", mode="before")
     @classmethod
-    def _duration(cls, value):
+    def _duration(cls, value: Any) -> int | None:
         return None if value is None else parse_duration(value)
 
     @field_validator("max_freeze", mode="before")
     @classmethod
-    def _max_freeze(cls, value):
+    def _max_freeze(cls, value: Any) -> int:
         seconds = parse_duration(value)
         if seconds > 6 * 3600:
             raise ValueError("expected at most 6h (an agent frozen longer is a stopped agent)")
@@ -356,7 +234,7 @@ class SnapshotPolicy(Model):
 
     @field_validator("checkpoint_size", mode="before")
     @classmethod
-    def _checkpoint_size(cls, value):
+    def _checkpoint_size(cls, value: Any) -> int:
         size = parse_size(value)
         if size < MIN_CHECKPOINT_SIZE:
             raise ValueError("expected at least 256m (the smallest btrfs worth having), e.g. 10g")
@@ -390,7 +268,7 @@ class FleetSpec(Model):
 
     @field_validator("ttl", mode="before")
     @classmethod
-    def _duration(cls, value):
+    def _duration(cls, value: Any) -> int | None:
         return None if value is None else parse_duration(value)
 
     def agent_network(self, agent: AgentSpec) -> NetworkPolicy:
@@ -417,18 +295,13 @@ class Inventory(Model):
 
 
 def _check_role(name: str) -> str:
-    from jackin.spec import roles
-
     known = roles.names()
     if name not in known:
         raise ValueError(f"unknown role {name!r}; known roles: {', '.join(known) or 'none'} (in {roles.roles_dir()})")
     return name
 
 
-def _role(name: str):
-    from jackin.errors import SpecError
-    from jackin.spec import roles
-
+def _role(name: str) -> roles.Role:
     try:
         return roles.load(name)
     except SpecError as error:
@@ -447,8 +320,6 @@ def _check_role_credentials(agent: AgentSpec) -> AgentSpec:
 
 
 def _role_names() -> list[str]:
-    from jackin.spec import roles
-
     return roles.names()
 
 

@@ -8,6 +8,7 @@ A role file is read with the inventory's YAML loader (safe, YAML 1.2, duplicate 
 validated by pydantic; every problem comes out as ``FILE:LINE: field: what was expected``.
 Image tags are ``jackin/role-<name>:<12 hex>``, a hash over the role's files and ``roles/common``:
 editing any of them gives a new image (see jackin/images/build.py for the build and the delivery).
+The offline check of a role's image recipe (``role.validate``) is jackin.spec.role_checks.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -23,13 +23,16 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from jackin.errors import SpecError
-from jackin.spec.models import SLUG, AllowEntry, Model, parse_duration
+from jackin.spec.reader import Problem, format_path, from_validation, parse_yaml
+from jackin.spec.values import SLUG, AllowEntry, Model, parse_duration
 
 ROLE_FILE = "role.yaml"
 COMMON = "common"
 REPOSITORY = "jackin/role-"
 DEFAULT_ROLE = "demo"
 ENTRYPOINT = "/usr/local/bin/jackin-entrypoint"
+BUILDER_VERSION = "1"  # bump when jackin/images/build.py changes what an image holds (it is in every tag)
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # a debootstrap image's PATH
 # Files of a role a recipe may name: plain relative names, no way out of the role's directory.
 FileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$", max_length=200)]
 CredentialName = Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]*$", max_length=64)]  # as the spec's
@@ -85,8 +88,6 @@ class Healthcheck(Model):
 
     def instruction(self) -> str:
         """The Dockerfile line."""
-        import json
-
         return (f"HEALTHCHECK --interval={self.interval}s --timeout={self.timeout}s "
                 f"--start-period={self.start_period}s --retries={self.retries} CMD {json.dumps(self.test)}")  # fmt: skip
 
@@ -154,14 +155,12 @@ def _load_cached(path: str, _mtime: float) -> Role:
 
 def load_file(path: Path) -> Role:
     """Read and validate one role file (its directory name must be the role's name)."""
-    from jackin.spec.loader import Problem, _from_validation, _parse_yaml, format_path
-
     filename = str(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise SpecError(f"{filename}: cannot read role file: {error}") from None
-    data, tree = _parse_yaml(text, filename)
+    data, tree = parse_yaml(text, filename)
     problems = list(tree.problems)
     role: Role | None = None
     if not isinstance(data, dict):
@@ -170,7 +169,7 @@ def load_file(path: Path) -> Role:
         try:
             role = Role.model_validate(data)
         except ValidationError as error:
-            problems.extend(_from_validation(error, tree.lines, Role))
+            problems.extend(from_validation(error, tree.lines, Role))
         if role is not None:
             problems.extend(_check_files(role, path.parent, tree.lines))
     if problems:
@@ -184,15 +183,13 @@ def load_file(path: Path) -> Role:
 
 def _check_files(role: Role, directory: Path, lines: dict) -> list:
     """The role's name is its directory's; every file its recipe names exists there."""
-    from jackin.spec.loader import Problem
-
     out = []
     if role.name != directory.name:
         out.append(Problem(lines.get(("name",)), ("name",),
                            f"{role.name!r} is not the role's directory name {directory.name!r}"))  # fmt: skip
     named = [("dockerfile",), *(("files", n) for n in range(len(role.image.files)))]
     for path in named:
-        value = role.image.dockerfile if path == ("dockerfile",) else role.image.files[path[1]]  # type: ignore[index]
+        value = role.image.dockerfile if path == ("dockerfile",) else role.image.files[int(path[1])]
         if value is not None and not (directory / value).is_file():
             where = ("image", *path)
             out.append(Problem(lines.get(where) or lines.get(("image",)), where,
@@ -227,9 +224,6 @@ def recipe_files(name: str) -> list[tuple[str, Path]]:
 def recipe_hash(name: str) -> str:
     """12 hex of sha256 over the role's files and roles/common (names, modes and bytes), and the
     image builder's version and Debian suite."""
-    from jackin.images.build import BUILDER_VERSION
-    from jackin.lab.image import suite
-
     files = recipe_files(name)
     stats = tuple((relative, p.stat().st_mtime_ns, p.stat().st_ctime_ns, p.stat().st_size) for relative, p in files)
     return _hash(f"{BUILDER_VERSION}\0{suite()}", tuple(files), stats)
@@ -243,135 +237,27 @@ def _hash(salt: str, files: tuple[tuple[str, Path], ...], _stats: tuple) -> str:
     return digest.hexdigest()[:12]
 
 
-# --- the image recipe, checked without a network ------------------------------------------------
-
-_PINNED_FROM = re.compile(r"^(?:--platform=\S+\s+)?(?P<image>[a-z0-9][a-z0-9._/-]*)(?::(?P<tag>[A-Za-z0-9._-]+))?"
-                          r"(?:@sha256:[0-9a-f]{64})?(?:\s+AS\s+\S+)?$", re.IGNORECASE)  # fmt: skip
-_PIPE_TO_SHELL = re.compile(r"\b(curl|wget)\b[^|;&]*\|\s*(sudo\s+)?(ba|da|z)?sh\b")
-_NPM_GLOBAL = re.compile(r"\bnpm\s+(?:install|i)\s+(?:-g|--global)\b([^&;|]*)")
+def suite() -> str:
+    """The Debian suite of the lab's hosts and of the debootstrap role images: ``$JACKIN_LAB_SUITE``, else bookworm."""
+    return os.environ.get("JACKIN_LAB_SUITE", "bookworm")
 
 
-def dockerfile_instructions(text: str) -> list[tuple[int, str, str]]:
-    """(line, INSTRUCTION, arguments) of a Dockerfile: continuations joined, comments dropped."""
-    out: list[tuple[int, str, str]] = []
-    pending, start = "", 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not pending and (not line or line.startswith("#")):
-            continue
-        if pending and line.startswith("#"):
-            continue
-        if not pending:
-            start = number
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        whole = (pending + line).strip()
-        pending = ""
-        word, _, rest = whole.partition(" ")
-        out.append((start, word.upper(), rest.strip()))
-    return out
-
-
-def check_dockerfile(role: Role, text: str, filename: str) -> list[str]:
-    """What an offline look at the role's Dockerfile can check: FROM pinned to a tag (or digest), not
-    ``latest``; no script piped from the network into a shell; every ``npm install -g`` package pinned to
-    a version; the last USER not root; a HEALTHCHECK equal to the role's; ENTRYPOINT the common
-    entrypoint; CMD the role's command; roles/common copied in. Problems as ``FILE:LINE: message``."""
-    steps = dockerfile_instructions(text)
-    problems: list[str] = []
-    args = {m.group(1): m.group(2) for _, word, rest in steps if word == "ARG"
-            for m in [re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=(\S+)$", rest)] if m}  # fmt: skip
-
-    def say(line: int, message: str) -> None:
-        problems.append(f"{filename}:{line}: {message}")
-
-    def last(word: str) -> tuple[int, str] | None:
-        found = [(n, rest) for n, w, rest in steps if w == word]
-        return found[-1] if found else None
-
-    froms = [(n, rest) for n, w, rest in steps if w == "FROM"]
-    if not froms:
-        say(1, "no FROM: the base image is not named")
-    for line, rest in froms:
-        match = _PINNED_FROM.match(rest)
-        if not match or (not match.group("tag") and "@sha256:" not in rest) or match.group("tag") == "latest":
-            say(line, f"FROM {rest}: pin the base image to a tag (not latest) or a digest")
-    for line, word, rest in steps:
-        if word == "RUN" and _PIPE_TO_SHELL.search(rest):
-            say(line, "a script fetched from the network is piped into a shell: install a pinned package instead")
-        if word == "RUN":
-            for spec in _NPM_GLOBAL.search(rest).group(1).split() if _NPM_GLOBAL.search(rest) else []:
-                spec = spec.strip("\"'")
-                if spec.startswith("-"):
-                    continue
-                expanded = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: args.get(m.group(1), ""), spec)
-                version = expanded.rpartition("@")[2] if expanded.rfind("@") > 0 else ""
-                if not version or version in ("latest", "next") or not re.match(r"^\d", version):
-                    say(line, f"npm package {spec} is not pinned to a version")
-    user = last("USER")
-    if user is None or user[1].split(":")[0] in ("root", "0"):
-        say(user[0] if user else 1, "the image's USER must not be root (jackin runs it as the agent's uid anyway)")
-    health = last("HEALTHCHECK")
-    if health is None:
-        say(1, "no HEALTHCHECK")
-    elif f"HEALTHCHECK {health[1]}" != role.healthcheck.instruction():
-        say(health[0], f"HEALTHCHECK differs from role.yaml's healthcheck ({role.healthcheck.instruction()})")
-    entry = last("ENTRYPOINT")
-    if entry is None or _json_list(entry[1]) != [ENTRYPOINT]:
-        say(entry[0] if entry else 1, f'ENTRYPOINT must be ["{ENTRYPOINT}"] (the common entrypoint)')
-    cmd = last("CMD")
-    if cmd is None or _json_list(cmd[1]) != role.command:
-        say(cmd[0] if cmd else 1, "CMD must be role.yaml's command, in JSON form")
-    if not any(w in ("COPY", "ADD") and rest.split()[0].rstrip("/") == COMMON for _, w, rest in steps if rest):
-        say(1, f"roles/{COMMON} is not copied in (COPY {COMMON}/ /usr/local/bin/)")
-    return problems
-
-
-def _json_list(text: str) -> list[str] | None:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
-
-
-class RoleCheck(Model):
-    """One role's validation: its file, and every problem found (empty: valid)."""
-
-    name: str
-    file: str
-    problems: list[str] = Field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-def validate(name: str | None = None) -> list[RoleCheck]:
-    """Every role (or ``name``): role.yaml against the model, then its Dockerfile (or the generated one
-    of a debootstrap role) against ``check_dockerfile``."""
-    wanted = [name] if name else names()
-    if name and name not in names():
-        raise SpecError(f"unknown role {name!r} (known roles: {', '.join(names()) or 'none'})",
-                        hint=f"roles live in {roles_dir()}")  # fmt: skip
-    checks = []
-    for each in wanted:
-        path = roles_dir() / each / ROLE_FILE
-        try:
-            role = load_file(path)
-        except SpecError as error:
-            checks.append(RoleCheck(name=each, file=str(path), problems=error.problems or [error.message]))
-            continue
-        if role.image.dockerfile:
-            docker = role.directory / role.image.dockerfile
-            problems = check_dockerfile(role, docker.read_text(), str(docker))
-        else:
-            from jackin.images.build import dockerfile
-
-            problems = check_dockerfile(role, dockerfile(role, "jackin/base:0"), f"{path} (generated Dockerfile)")
-        checks.append(RoleCheck(name=each, file=str(path), problems=problems))
-    return checks
+def dockerfile(role: Role, base: str) -> str:
+    """The Dockerfile of a debootstrap role: its base, roles/common, its files, HEALTHCHECK, ENTRYPOINT, CMD."""
+    files = " ".join(role.image.files)
+    lines = [
+        f"FROM {base}",
+        "COPY common/ /usr/local/bin/",  # the entrypoint, the health check, jackin-status
+        *([f"COPY {files} /usr/local/bin/"] if files else []),
+        f"ENV PATH={IMAGE_PATH}",
+        "WORKDIR /workspace",
+        "USER 65534:65534",
+        role.healthcheck.instruction(),
+        f"ENTRYPOINT {json.dumps([ENTRYPOINT])}",
+        f"CMD {json.dumps(role.command)}",
+        f"LABEL jackin.role={role.name} jackin.recipe={role.tag.split(':')[1]}",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 class RoleRow(Model):

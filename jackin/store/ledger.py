@@ -14,7 +14,6 @@ file and refuses a second run with a clear message.
 
 from __future__ import annotations
 
-import fcntl
 import getpass
 import json
 import os
@@ -27,6 +26,7 @@ from typing import Any
 
 from jackin.errors import BusyError
 from jackin.paths import private_dir, state_dir
+from jackin.store import locks
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS fleets (
@@ -94,6 +94,13 @@ CREATE TABLE IF NOT EXISTS collections (
 """
 
 
+def _busy(fleet: str, holder: str) -> BusyError:
+    return BusyError(
+        f"fleet {fleet!r} is busy: {holder or 'another run'}",
+        hint="wait for that run to finish (or stop it), then try again",
+    )
+
+
 def _who() -> str:
     try:
         return getpass.getuser()
@@ -128,24 +135,9 @@ class Ledger:
     def lock(self, fleet: str, action: str) -> Iterator[None]:
         """Hold the fleet's lock for one run; a second run at once is refused."""
         path = private_dir(self.path.parent / "locks") / f"{fleet}.lock"
-        handle = open(path, "a+")
-        try:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                holder = handle.read().strip() or "another run"
-                raise BusyError(
-                    f"fleet {fleet!r} is busy: {holder}",
-                    hint="wait for that run to finish (or stop it), then try again",
-                ) from None
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"{action} by {_who()} (pid {os.getpid()}) since {time.strftime('%H:%M:%S')}")
-            handle.flush()
+        note = f"{action} by {_who()} (pid {os.getpid()}) since {time.strftime('%H:%M:%S')}"
+        with locks.held(path, busy=lambda holder: _busy(fleet, holder), note=note):
             yield
-        finally:
-            handle.close()
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -223,12 +215,12 @@ class Ledger:
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
-        return {i: known.get(i, new.get(i)) for i in instances}  # type: ignore[misc]
+        return {i: known.get(i, new.get(i)) for i in instances}  # type: ignore[misc]  # _assign gives each one a uid
 
     def preview_uids(self, fleet: str, instances: Sequence[str], base: int, size: int) -> dict[str, int]:
         """The uids ``allocate_uids`` would give now, stored nowhere (a dry run changes nothing)."""
         known, new = self._assign(fleet, instances, base, size)
-        return {i: known.get(i, new.get(i)) for i in instances}  # type: ignore[misc]
+        return {i: known.get(i, new.get(i)) for i in instances}  # type: ignore[misc]  # _assign gives each one a uid
 
     def _assign(
         self, fleet: str, instances: Sequence[str], base: int, size: int

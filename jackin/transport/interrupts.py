@@ -26,15 +26,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-R = TypeVar("R")
 
 INTERRUPTED = 130  # the shell's status for a command ended by SIGINT
 GRACE = 0.5  # seconds the stopped work may take to close its channel before the command goes on
-WORKERS = 32  # at most this many threads for ``each``
 TICK = 0.1  # seconds: the longest a waiting main thread sleeps before it checks for a Ctrl-C
 
 _previous: list[Any] = []  # the SIGINT handler ``exit_until_started`` replaced, while it is replaced
@@ -84,38 +82,6 @@ def _wait(fd: int, timeout: float | None) -> None:
         left = TICK if deadline is None else min(TICK, deadline - time.monotonic())
         if left <= 0 or select.select([fd], [], [], left)[0]:
             return
-
-
-def each(fn: Callable[[T], R], items: Iterable[T], *, workers: int = WORKERS) -> list[R]:
-    """``fn(item)`` for every item in parallel on daemon threads, the results in the items' order
-    (``run``: a Ctrl-C is raised here at once; the first exception of ``fn`` is raised after all)."""
-    todo: Sequence[T] = list(items)
-    if not todo:
-        return []
-    count = min(workers, len(todo))
-    results: list[Any] = [None] * len(todo)
-    errors: list[BaseException | None] = [None] * len(todo)
-
-    def share(first: int) -> None:  # items first, first + count, ...
-        for index in range(first, len(todo), count):
-            try:
-                results[index] = fn(todo[index])
-            except BaseException as error:  # noqa: BLE001 - raised on the waiting thread
-                errors[index] = error
-
-    def work(stop: threading.Event) -> list[R]:
-        threads = [threading.Thread(target=share, args=(k,), name=f"jackin-each-{k}", daemon=True)
-                   for k in range(count)]  # fmt: skip
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        failed = next((e for e in errors if e is not None), None)
-        if failed is not None:
-            raise failed
-        return results
-
-    return run(work, name="jackin-each")
 
 
 def end_if_interrupted(code: int) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from jackin.errors import ConnectError, JackinError, RemoteCommandError
-from jackin.transport import interrupts, openssh
+from jackin.transport import fanout, openssh
 from jackin.transport.target import SshTarget
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class HostError(BaseModel):
 def connect(target: SshTarget, *, timeout: float = 10) -> Connection:
     """The Fabric fallback's connection (``jackin.transport.ssh.connect``): paramiko and Fabric are loaded by
     the first read OpenSSH does not serve, not by every command's start."""
-    from jackin.transport import ssh
+    from jackin.transport import ssh  # lazy: paramiko and Fabric, for the first read OpenSSH does not serve
 
     return ssh.connect(target, timeout=timeout)
 
@@ -59,34 +59,24 @@ def gather(
     """Run ``command`` on every target in parallel; per host the parsed output or the error
     (ConnectError: not reached; RemoteCommandError: reached, the command failed).
 
-    A Ctrl-C is raised at once (``jackin.transport.interrupts.each``), not after the reads in flight: their
+    A Ctrl-C is raised at once (``jackin.transport.fanout``), not after the reads in flight: their
     ssh clients are ended, and a Fabric connection's daemon threads are left to the process's exit."""
 
-    def one(target: SshTarget) -> T | JackinError:
+    def one(target: SshTarget) -> T:
         try:
             if openssh.usable(target):  # the system client, multiplexed; as strict (jackin.transport.openssh)
                 result: Any = openssh.run(target, command, timeout=timeout, connect_timeout=min(timeout, 10))
             else:
                 with connect(target, timeout=min(timeout, 10)) as conn:
                     result = conn.run(command, hide=True, warn=True, timeout=timeout)
-        except ConnectError as error:
-            return error
+        except ConnectError:
+            raise
         except Exception as error:  # noqa: BLE001 - timeouts and SSH faults become that host's error
-            return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
+            raise fanout.unreached(error, target.name) from None
         if result.exited != 0:
-            return RemoteCommandError(
+            raise RemoteCommandError(
                 f"command failed (exit {result.exited}): {result.stderr.strip()[:200]}", host=target.name
             )
-        try:
-            return parse(result.stdout)
-        except JackinError as error:  # output that does not parse (a forged or broken read) fails that host alone
-            error.host = error.host or target.name
-            return error
+        return parse(result.stdout)  # output that does not parse (a forged or broken read) fails that host alone
 
-    if not targets:
-        return {}
-    try:
-        return dict(zip([t.name for t in targets], interrupts.each(one, targets), strict=True))
-    except KeyboardInterrupt:
-        openssh.end_all()
-        raise
+    return fanout.each_host(targets, one, interrupted=openssh.end_all).by_host()

@@ -114,7 +114,7 @@ def open_tunnel(target: SshTarget, *, timeout: float = 10) -> Tunnel:
             pin(client, hop, target=target)
             with reported(hop, target=target):
                 client.connect(hop.address, hop.port, hop.user, sock=tunnel.sock, timeout=timeout,
-                               **auth_kwargs(hop, timeout=timeout))  # type: ignore[arg-type]  # fmt: skip
+                               **auth_kwargs(hop, timeout=timeout))  # type: ignore[arg-type]  # values of several types, one per keyword  # fmt: skip
             tunnel.sock = _channel(client, hop, after, target=target, timeout=timeout)
     except BaseException:
         tunnel.close()

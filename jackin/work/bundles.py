@@ -33,7 +33,6 @@ at ``commit`` (from work.json) on its first start; ``jackin.work.collect`` bring
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 import subprocess
@@ -44,14 +43,13 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from jackin.errors import SpecError
-from jackin.plan.fleet import FleetPlan, WorkPlan
+from jackin.operations.work import digest, store, work_json
+from jackin.paths import private_dir, state_dir
+from jackin.plan.fleet import FleetPlan
 from jackin.spec.models import AgentSpec, FleetSpec, WorkSpec, is_git_url
 
 MAX_TASK = 256 * 1024
 SOURCE_BRANCH = "refs/heads/jackin/source"  # the one branch a delivered bundle holds
-FILES = ("repo.bundle", "task.md", "work.json")
-FILE_MODE = "0440"
-DIR_MODE = "0750"
 GIT_TIMEOUT = 600
 
 
@@ -124,8 +122,6 @@ def resolve(directory: str, ref: str) -> str | None:
 
 def mirror(url: str) -> str:
     """The local mirror of ``url`` under the state dir: cloned (``--mirror``) the first time, fetched after."""
-    from jackin.paths import private_dir, state_dir
-
     folder = private_dir(state_dir() / "work" / "mirrors")
     path = folder / (hashlib.sha256(url.encode()).hexdigest()[:16] + ".git")
     if (path / "HEAD").exists():
@@ -242,19 +238,9 @@ def check(spec: FleetSpec) -> dict[str, tuple[str, str, bytes]]:
 # --- bundles and the blob store ------------------------------------------------------------
 
 
-def _store() -> Path:
-    from jackin.paths import private_dir, state_dir
-
-    return private_dir(state_dir() / "work")
-
-
-def digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def put_blob(data: bytes) -> str:
     """Keep ``data`` by its sha256 in the state dir (written aside, then renamed); its digest."""
-    folder = _store() / "blobs"
+    folder = store() / "blobs"
     folder.mkdir(mode=0o700, exist_ok=True)
     name = digest(data)
     path = folder / name
@@ -266,22 +252,11 @@ def put_blob(data: bytes) -> str:
     return name
 
 
-def blob(name: str) -> bytes | None:
-    """The bytes kept under ``name`` (a sha256), or None when missing or not what the name says."""
-    if len(name) != 64 or not all(c in "0123456789abcdef" for c in name):
-        return None
-    try:
-        data = (_store() / "blobs" / name).read_bytes()
-    except OSError:
-        return None
-    return data if digest(data) == name else None
-
-
 def bundle(directory: str, commit: str) -> bytes:
     """A git bundle of ``commit`` (and its history) as branch ``jackin/source`` (also HEAD), made in a
     scratch repository that borrows ``directory``'s objects: nothing of the source changes. Kept per
     commit, so the same commit gives the same bytes on every run."""
-    folder = _store() / "bundles"
+    folder = store() / "bundles"
     folder.mkdir(mode=0o700, exist_ok=True)
     kept = folder / f"{commit}.bundle"
     if kept.exists():
@@ -302,12 +277,6 @@ def bundle(directory: str, commit: str) -> bytes:
     finally:
         subprocess.run(["rm", "-rf", "--", str(scratch)], check=False)
     return kept.read_bytes()
-
-
-def work_json(plan: WorkPlan) -> bytes:
-    """``work.json`` as the entrypoint reads it: compact JSON (its ``field`` reads ``"key":"value"``)."""
-    body = {"schema_version": 1, "repo": plan.name, "ref": plan.ref, "commit": plan.commit, "branch": plan.branch}
-    return (json.dumps(body, separators=(",", ":")) + "\n").encode()
 
 
 def prepare(spec: FleetSpec) -> dict[str, Prepared]:
@@ -333,10 +302,3 @@ def attach(plan: FleetPlan, prepared: Mapping[str, Prepared]) -> FleetPlan:
             agent = agent.model_copy(update={"work": work.model_copy(update={"files": files})})
         agents.append(agent)
     return plan.model_copy(update={"agents": agents})
-
-
-def file_data(plan: WorkPlan, name: str) -> bytes | None:
-    """The bytes of one delivered file of ``plan``: work.json made from the plan, the others from the blob store."""
-    if name == "work.json":
-        return work_json(plan)
-    return blob(plan.files.get(name, ""))

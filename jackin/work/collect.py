@@ -1,4 +1,5 @@
-"""fleet.collect and fleet.review: bring each agent's branch and handoff back, and show them.
+"""fleet.collect and fleet.review: bring each agent's branch and handoff back, and what a review shows of them
+(as data: the CLI renders it, jackin/cli/work.py).
 
 ``collect`` reads, over strict SSH (one Fabric connection per host, hosts in parallel), for each
 agent it collects: its status file, its ``work.json`` (the commit it started from), its handoff
@@ -19,24 +20,33 @@ Every agent of a fleet runs on every host, so the ref and the handoff path name 
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import tempfile
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from jackin.agents.state import clean
 from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecError
+from jackin.lab.providers import targets
 from jackin.paths import private_dir, state_dir
 from jackin.plan import fleet as planning
+from jackin.plan.make import make_plan
 from jackin.spec import Inventory
 from jackin.spec.models import is_git_url
 from jackin.store.ledger import Ledger
+from jackin.transport import channel as reader
+from jackin.transport import fanout
 from jackin.transport.ssh import SshTarget, connect
 from jackin.work import handoffs
 from jackin.work.bundles import WorkError, git
+
+if TYPE_CHECKING:
+    from fabric import Connection
 
 MAX_BUNDLE = 512 * 1024 * 1024
 MAX_STATUS = 64 * 1024
@@ -44,6 +54,7 @@ STATUS_FILE = "/workspace/.jackin/status.json"
 HANDOFF_FILE = "/workspace/.jackin/handoff.md"
 REPO_DIR = "/workspace/repo"
 READ_TIMEOUT = 600
+_SSH_FAULTS = (Exception,)  # over SSH, any fault of a host (paramiko raises many kinds) is that host's error
 STATES = ("idle", "working", "blocked", "done", "failed")
 
 
@@ -129,7 +140,7 @@ def fetch(repo: str, bundle: bytes, branch: str, ref: str) -> str:
     return commit
 
 
-def on_branch(repo: str, ref: str, since: str | None = None):
+def on_branch(repo: str, ref: str, since: str | None = None) -> Callable[[str], str | None]:
     """``handoffs.check``'s lookup: a word naming a commit reachable from ``ref`` -> its full id.
     ``since``: the commit the agent started from; a commit already in it is not the agent's work."""
 
@@ -154,7 +165,9 @@ def handoff_path(fleet: str, host: str, instance: str) -> Path:
 # --- the remote side ----------------------------------------------------------------------
 
 
-def _exec(conn, command: str, *, cap: int, host: str, timeout: float = READ_TIMEOUT) -> tuple[int, bytes, bytes]:
+def _exec(
+    conn: Connection, command: str, *, cap: int, host: str, timeout: float = READ_TIMEOUT
+) -> tuple[int, bytes, bytes]:
     """Run ``command`` on the host; its stdout as bytes (more than ``cap`` is an error), stderr, exit."""
     transport = conn.client.get_transport()
     if transport is None or not transport.is_active():
@@ -162,23 +175,21 @@ def _exec(conn, command: str, *, cap: int, host: str, timeout: float = READ_TIME
     channel = transport.open_session()
     channel.settimeout(timeout)
     out, err = bytearray(), bytearray()
+
+    def stdout(data: bytes) -> None:
+        out.extend(data)
+        if len(out) > cap:
+            raise RemoteCommandError(f"output larger than {cap} bytes: refused", host=host)
+
+    def stderr(data: bytes) -> None:
+        err.extend(data[: max(0, 65536 - len(err))])
+
     try:
         channel.exec_command(command)
-        deadline = time.monotonic() + timeout
-        while True:
-            if channel.recv_ready():
-                out += channel.recv(1 << 16)
-                if len(out) > cap:
-                    raise RemoteCommandError(f"output larger than {cap} bytes: refused", host=host)
-            elif channel.recv_stderr_ready():
-                err += channel.recv_stderr(1 << 16)[: max(0, 65536 - len(err))]
-            elif channel.exit_status_ready():
-                if not channel.recv_ready() and not channel.recv_stderr_ready():
-                    break
-            elif time.monotonic() > deadline:
-                raise ConnectError(f"no answer within {timeout:.0f}s", host=host)
-            else:
-                time.sleep(0.02)
+        try:
+            reader.pump(channel, out=stdout, err=stderr, deadline=time.monotonic() + timeout, poll=0.02)
+        except TimeoutError:
+            raise ConnectError(f"no answer within {timeout:.0f}s", host=host) from None
         return channel.recv_exit_status(), bytes(out), bytes(err)
     except (OSError, EOFError) as error:
         raise ConnectError(f"the connection failed: {error}", host=host) from None
@@ -191,13 +202,13 @@ def as_agent(agent: planning.AgentPlan, *argv: str) -> str:
     return shlex.join(["docker", "exec", "--user", f"{agent.uid}:{agent.uid}", agent.container, *argv])
 
 
-def read_file(conn, agent: planning.AgentPlan, path: str, cap: int, *, host: str) -> bytes | None:
+def read_file(conn: Connection, agent: planning.AgentPlan, path: str, cap: int, *, host: str) -> bytes | None:
     """A file in the agent's container, read as the agent and capped; None when it cannot be read."""
     code, out, _ = _exec(conn, as_agent(agent, "head", "-c", str(cap), path), cap=cap, host=host, timeout=30)
     return out if code == 0 else None
 
 
-def read_status(conn, agent: planning.AgentPlan, *, host: str) -> dict:
+def read_status(conn: Connection, agent: planning.AgentPlan, *, host: str) -> dict:
     """The agent's status file as a dict ({} when absent or not JSON)."""
     data = read_file(conn, agent, STATUS_FILE, MAX_STATUS, host=host)
     try:
@@ -223,7 +234,7 @@ def _started_from(data: bytes | None) -> str | None:
     return commit if isinstance(commit, str) and len(commit) in (40, 64) and commit.isalnum() else None
 
 
-def _one(conn, inventory: Inventory, agent: planning.AgentPlan, *, host: str, into: str | None,
+def _one(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, host: str, into: str | None,
          asked: bool) -> AgentCollect:  # fmt: skip
     fleet = inventory.fleet.name
     result = AgentCollect(host=host, instance=agent.instance, agent=agent.agent)
@@ -257,21 +268,14 @@ def _one(conn, inventory: Inventory, agent: planning.AgentPlan, *, host: str, in
                                          on_branch(result.repo, result.ref, result.source_commit))  # fmt: skip
         result.result = "collected"
     except JackinError as error:
-        from jackin.agents.state import clean
-
         result.result, result.reason = "failed", clean(error.message, 500)  # it may carry the container's stderr
     return result
 
 
 def _host(target: SshTarget, inventory: Inventory, agents: list[planning.AgentPlan], *, into: str | None,
-          asked: bool) -> list[AgentCollect] | JackinError:  # fmt: skip
-    try:
-        with connect(target, timeout=10) as conn:
-            return [_one(conn, inventory, a, host=target.name, into=into, asked=asked) for a in agents]
-    except JackinError as error:
-        return error
-    except Exception as error:  # noqa: BLE001 - SSH faults become that host's error
-        return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
+          asked: bool) -> list[AgentCollect]:  # fmt: skip
+    with connect(target, timeout=10) as conn:
+        return [_one(conn, inventory, a, host=target.name, into=into, asked=asked) for a in agents]
 
 
 def select(plan: planning.FleetPlan, names: Sequence[str] | None) -> list[planning.AgentPlan]:
@@ -288,8 +292,6 @@ def select(plan: planning.FleetPlan, names: Sequence[str] | None) -> list[planni
 
 def collect(inventory: Inventory, *, agents: Sequence[str] | None = None, into: str | None = None) -> CollectReport:
     """Collect the fleet's finished agents (``agents``: these, in any state) from every host; recorded."""
-    from jackin.lifecycle.fleet import make_plan, targets
-
     with Ledger() as ledger:
         plan = make_plan(inventory, ledger, store=False)
     chosen = select(plan, agents)
@@ -298,13 +300,11 @@ def collect(inventory: Inventory, *, agents: Sequence[str] | None = None, into: 
         raise JackinError(f"fleet {plan.fleet} has no host up: nothing to collect",
                           hint="bring it up with inv fleet.up, or check the inventory's hosts")  # fmt: skip
     report = CollectReport(fleet=plan.fleet)
-    with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
-        found = list(pool.map(lambda t: _host(t, inventory, chosen, into=into, asked=bool(agents)), hosts))
-    for target, outcome in zip(hosts, found, strict=True):
-        if isinstance(outcome, JackinError):
-            report.unreachable[target.name] = outcome.message
-        else:
-            report.agents += outcome
+    found = fanout.each_host(hosts, lambda t: _host(t, inventory, chosen, into=into, asked=bool(agents)),
+                             faults=_SSH_FAULTS, grace=math.inf, workers=8)  # fmt: skip
+    report.unreachable.update({name: error.message for name, error in found.failed.items()})
+    for outcome in found.succeeded.values():
+        report.agents += outcome
     with Ledger() as ledger:
         for item in report.agents:
             if item.result != "skipped":
@@ -351,21 +351,14 @@ def diff_stat(repo: str | None, source: str | None, ref: str | None) -> str | No
     return found.stdout.decode(errors="replace").strip() or "no changes"
 
 
-def _live(target: SshTarget, agents: list[planning.AgentPlan]) -> dict[str, str] | JackinError:
-    try:
-        with connect(target, timeout=10) as conn:
-            return {a.instance: state_of(read_status(conn, a, host=target.name)) for a in agents}
-    except JackinError as error:
-        return error
-    except Exception as error:  # noqa: BLE001 - SSH faults become that host's error
-        return ConnectError(f"{type(error).__name__}: {' '.join(str(error).split())[:200]}", host=target.name)
+def _live(target: SshTarget, agents: list[planning.AgentPlan]) -> dict[str, str]:
+    with connect(target, timeout=10) as conn:
+        return {a.instance: state_of(read_status(conn, a, host=target.name)) for a in agents}
 
 
 def review(inventory: Inventory) -> Review:
     """Per host and agent: its state (live when the host answers, else at its last collection), the
     collected commit, the diff stat against the commit it started from, and the handoff's evidence."""
-    from jackin.lifecycle.fleet import make_plan, targets
-
     with Ledger() as ledger:
         plan = make_plan(inventory, ledger, store=False)
         collected = {(r["host"], r["instance"]): r for r in ledger.collections(plan.fleet)}
@@ -373,12 +366,11 @@ def review(inventory: Inventory) -> Review:
     result = Review(fleet=plan.fleet)
     live: dict[tuple[str, str], str] = {}
     if hosts:
-        with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
-            for target, found in zip(hosts, pool.map(lambda t: _live(t, list(plan.agents)), hosts), strict=True):
-                if isinstance(found, JackinError):
-                    result.unreachable[target.name] = found.message
-                else:
-                    live.update({(target.name, i): s for i, s in found.items()})
+        found = fanout.each_host(hosts, lambda t: _live(t, list(plan.agents)), faults=_SSH_FAULTS, grace=math.inf,
+                                 workers=8)  # fmt: skip
+        result.unreachable.update({name: error.message for name, error in found.failed.items()})
+        for name, states in found.succeeded.items():
+            live.update({(name, i): s for i, s in states.items()})
     for key in sorted(set(live) | set(collected)):
         row = collected.get(key, {})
         state = live.get(key) or (f"{row['state']} (at collection)" if row.get("state") else "unknown")
@@ -387,32 +379,3 @@ def review(inventory: Inventory) -> Review:
                                      handoff=row.get("handoff"), ref=row.get("ref"), repo=row.get("repo"),
                                      diff=diff_stat(row.get("repo"), row.get("source_commit"), row.get("ref"))))  # fmt: skip
     return result
-
-
-# --- the CLI's side: inventory in, rendering and exit status out (tasks.py stays thin) ----------
-
-
-def cli_collect(inventory: str | None, *, agents: Sequence[str] | None, into: str | None, json: bool) -> int:
-    """``inv fleet.collect``. Exit 1: an agent's collection failed; 3: a host is unreachable."""
-    from jackin.cli import render as ui
-    from jackin.lifecycle import fleet as fleet_api
-
-    report = collect(fleet_api.load(inventory), agents=agents or None, into=into)
-    if json:
-        ui.print_json(report.model_dump(mode="json"))
-    else:
-        ui.out.print(ui.collect_table(report))
-    return 1 if report.failed else 3 if report.unreachable else 0
-
-
-def cli_review(inventory: str | None, *, json: bool) -> int:
-    """``inv fleet.review``. Exit 3: a host is unreachable (its agents show their state at collection)."""
-    from jackin.cli import render as ui
-    from jackin.lifecycle import fleet as fleet_api
-
-    found = review(fleet_api.load(inventory))
-    if json:
-        ui.print_json(found.model_dump(mode="json"))
-    else:
-        ui.out.print(ui.review_table(found))
-    return 3 if found.unreachable else 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import secrets
 import select
 import signal
@@ -107,7 +108,9 @@ class Cli:
     def loaded(self, module: str, seconds: float = 60) -> bool:
         """Wait until ``module`` has been imported."""
         with self.lines:
-            return self.lines.wait_for(lambda: f"| {module}\n".encode() in self.err, seconds)
+            # "| <module>" at any depth: a module imported by another one is indented under it
+            line = re.compile(rb"\|\s+" + re.escape(module.encode()) + rb"\n")
+            return self.lines.wait_for(lambda: line.search(self.err) is not None, seconds)
 
     def read_until(self, text: bytes, seconds: float = 60) -> bytes:
         deadline = time.monotonic() + seconds

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from jackin.plan import contract
+from jackin.plan import launch
+from jackin.plan.terms import FleetContract
 from jackin.lab import Lab
 from jackin.store.ledger import Ledger
 
@@ -77,9 +78,9 @@ def ledger_state(fleet: Fleet) -> tuple[list, str | None]:
         return [dict(r) for r in ledger.runs(fleet.name)], ledger.last_contract(fleet.name)
 
 
-def stored(fleet: Fleet) -> contract.FleetContract:
+def stored(fleet: Fleet) -> FleetContract:
     with Ledger() as ledger:
-        found = contract.last_applied(ledger, fleet.name)
+        found = launch.last_applied(ledger, fleet.name)
     assert found is not None
     return found
 

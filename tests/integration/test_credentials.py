@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from jackin.plan import contract
+from jackin.plan import terms
 from jackin.lab import Lab
 from jackin.operations import agent_paths
 from jackin.paths import state_dir
@@ -220,7 +220,7 @@ def test_a_changed_value_is_redelivered_and_seen_by_the_running_container(cfleet
     assert "credential API_KEY of coder-1: deliver" in plans[0].stdout
     document = json.loads(plans[1].stdout)
     assert any("credential API_KEY of coder-1: deliver" in c["lines"] for c in document["hosts"][0]["changes"]["changes"])
-    assert [c.name for c in contract.FleetContract.model_validate(document["contract"]).agent("coder-1").credentials] == [
+    assert [c.name for c in terms.FleetContract.model_validate(document["contract"]).agent("coder-1").credentials] == [
         "API_KEY", "GH_TOKEN"]  # names in the contract, never a value
     assert_nowhere(cfleet, *(p.stdout + p.stderr for p in plans))
     assert not any(old in p.stdout + p.stderr for p in plans)

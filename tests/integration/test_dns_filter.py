@@ -17,6 +17,7 @@ import time
 import pytest
 
 from jackin.net import probes as agent_api
+from jackin.lifecycle import down as down_api
 from jackin.lifecycle import fleet as fleet_api
 from jackin.lab import Lab
 from jackin.lab import docker as dk
@@ -208,7 +209,7 @@ def test_an_upgraded_host_loses_the_old_resolver_and_its_timer(dlab, dns):
 
 
 def test_down_removes_every_filter(dlab, dns):
-    result = fleet_api.down(dns["inventory"], keep_lab=True)
+    result = down_api.down(dns["inventory"], keep_lab=True)
     assert result.clean, result.checks
     assert sh(dlab, "pgrep -a dnsmasq | grep jackin", warn=True).stdout == ""
     left = sh(dlab, "ls -d /etc/jackin /usr/local/lib/jackin /etc/systemd/system/jackin-dns-* "

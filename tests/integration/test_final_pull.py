@@ -27,7 +27,8 @@ from jackin.operations import agent_paths
 from jackin.paths import state_dir
 from jackin.snapshots import transfer
 from jackin.transport.ssh import connect
-from jackin.facts.state import parse_state, state_command
+from jackin.facts.state import parse_state
+from jackin.facts.state_read import state_command
 
 from .conftest import inv, module_lab
 

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from jackin.lifecycle import down as down_api
 from jackin.lifecycle import fleet as fleet_api
 from jackin.errors import BusyError
 from jackin.lab import Lab
@@ -71,7 +72,7 @@ def fleet(flab, tmp_path, request):
     try:
         yield name, spec
     finally:
-        fleet_api.down(fleet_api.load(spec), keep_lab=True)
+        down_api.down(fleet_api.load(spec), keep_lab=True)
 
 
 def test_agents_are_isolated_from_each_other_and_the_host(flab, fleet):
@@ -236,18 +237,18 @@ def test_down_passes_the_clean_check_and_a_second_down_is_a_no_op(flab, tmp_path
                 f"systemctl daemon-reload && systemctl start --no-block {check} && sleep 0.5 && "
                 f"test \"$(systemctl is-active {check})\" = activating")  # fmt: skip
     try:
-        result = fleet_api.down(inventory, keep_data=True)
+        result = down_api.down(inventory, keep_data=True)
     finally:
         sh(flab, 0, f"rm -rf {held} && systemctl daemon-reload")
     assert result.clean and not result.lab_removed
     assert "tdown" not in failed_units(flab, 0)
     assert sh(flab, 0, "stat -c %a /srv/jackin/tdown/coder-1/workspace").stdout.strip() == "700"  # data kept
-    wiped = fleet_api.down(inventory, keep_lab=True)  # now the kept homes and workspaces go too
+    wiped = down_api.down(inventory, keep_lab=True)  # now the kept homes and workspaces go too
     assert wiped.clean and not wiped.lab_removed
     assert [h.changed for h in wiped.run.hosts] == [1, 1]
-    again = fleet_api.down(inventory, keep_lab=True)
+    again = down_api.down(inventory, keep_lab=True)
     assert again.clean and [h.changed for h in again.run.hosts] == [0, 0]
-    checks = fleet_api.clean_check(fleet_api.make_plan(inventory, Ledger()), fleet_api.targets(inventory))
+    checks = down_api.clean_check(fleet_api.make_plan(inventory, Ledger()), fleet_api.targets(inventory))
     assert all(c.clean for c in checks)
     out = sh(flab, 0, "getent passwd | grep -c jk-tdown- || true; ls /srv/jackin 2>&1; "
                       "docker ps -aq --filter label=jackin.fleet=tdown | wc -l").stdout.split()  # fmt: skip

@@ -14,10 +14,10 @@ import sqlite3
 
 import pytest
 
-from jackin.plan import contract
+from jackin.plan import terms
 from jackin.store.ledger import Ledger
 from jackin.plan.fleet import UIDS_PER_FLEET
-from jackin.facts.state import state_command
+from jackin.facts.state_read import state_command
 
 from .conftest import inv, module_lab, sh
 
@@ -111,7 +111,7 @@ def test_plan_on_a_fresh_host_lists_changes_and_changes_nothing(fleet):
     # the contract fleet.up would apply: valid against the committed schema, with the host's facts as read
     import jsonschema
 
-    jsonschema.validate(document["contract"], json.loads(contract.SCHEMA_FILE.read_text()))
+    jsonschema.validate(document["contract"], json.loads(terms.SCHEMA_FILE.read_text()))
     kernel = sh(fleet.lab, "uname -r").stdout.strip()
     assert sh(fleet.lab, "test -e /sys/module/apparmor", warn=True).failed  # the lab truly has no AppArmor
     assert document["contract"]["hosts"] == [{"name": fleet.host, "kernel": kernel, "apparmor": False,

@@ -60,7 +60,7 @@ def test_dry_run_shows_the_in_process_plan_and_changes_nothing(lab, tmp_path):
     open(spec, "w").write(text)
     before = _host_and_ledger(lab, "idry")
     done = inv("fleet.up", "-i", spec, "--dry-run", check=True)
-    # fleet.plan's per-host view (jackin.plan.host), the commands shown without a "$"
+    # fleet.plan's per-host view (jackin.lifecycle.hostplan), the commands shown without a "$"
     assert f"{lab.name}-1: would change" in done.stdout and "    useradd " in done.stdout
     assert " would change, " in done.stdout  # the summary's caption
     document = json.loads(inv("fleet.up", "-i", spec, "--dry-run", "--json", check=True).stdout)

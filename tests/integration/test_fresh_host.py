@@ -21,7 +21,7 @@ from jackin.lab import Lab
 from jackin.lab import docker as dk
 from jackin.operations import agent_paths
 from jackin.paths import state_dir
-from jackin.lifecycle.providers import provider_for
+from jackin.lab.providers import provider_for
 from jackin.snapshots import transfer
 from jackin.transport.ssh import connect
 

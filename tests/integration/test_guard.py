@@ -17,6 +17,7 @@ import time
 import pytest
 
 from jackin.net import probes as agent_api
+from jackin.lifecycle import down as down_api
 from jackin.lifecycle import fleet as fleet_api
 from jackin.lab import Lab
 from jackin.lab import docker as dk
@@ -262,7 +263,7 @@ def test_a_boot_where_nothing_loads_starts_no_docker_and_no_agent(glab, grd):
 
 
 def test_down_removes_the_guard_and_leaves_docker_running(glab, grd):
-    result = fleet_api.down(grd["inventory"], keep_lab=True)
+    result = down_api.down(grd["inventory"], keep_lab=True)
     assert result.clean, result.checks
     assert TABLE not in sh(glab, "nft list tables").stdout
     assert sh(glab, "systemctl is-active docker").stdout.strip() == "active"

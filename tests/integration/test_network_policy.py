@@ -14,6 +14,7 @@ import time
 import pytest
 
 from jackin.net import probes as agent_api
+from jackin.lifecycle import down as down_api
 from jackin.lifecycle import fleet as fleet_api
 from jackin.lab import Lab
 from jackin.lab import docker as dk
@@ -238,7 +239,7 @@ def test_a_lost_table_is_reloaded_or_reported_and_restored(nlab, net):
 
 
 def test_down_leaves_no_table_unit_or_file(nlab, net):
-    result = fleet_api.down(net["inventory"], keep_lab=True)
+    result = down_api.down(net["inventory"], keep_lab=True)
     assert result.clean, result.checks
     assert "jackin-net" not in sh(nlab, "nft list tables").stdout
     left = sh(nlab, "ls -d /etc/jackin /usr/local/lib/jackin /etc/systemd/system/jackin-nft-* "

@@ -14,7 +14,7 @@ import secrets
 
 import pytest
 
-from jackin.plan import contract
+from jackin.plan import launch
 from jackin.lab import Lab
 from jackin.store.ledger import Ledger
 
@@ -133,7 +133,7 @@ def test_rollback_returns_the_host_to_spec_a_and_records_the_run(fleet):
     with Ledger() as ledger:
         row = ledger.db.execute("SELECT run FROM run_contracts WHERE fleet = ? ORDER BY run DESC",
                                 (fleet.name,)).fetchone()  # fmt: skip
-        terms = contract.last_applied(ledger, fleet.name)
+        terms = launch.last_applied(ledger, fleet.name)
     assert row["run"] == last["id"] and [a.instance for a in terms.agents] == ["keep-1", "gone-1"]
     fleet.run_back = last["id"]
 

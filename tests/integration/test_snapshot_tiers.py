@@ -13,6 +13,7 @@ import io
 import json
 import secrets
 import shlex
+import time
 
 import pytest
 
@@ -21,6 +22,7 @@ from jackin.store.ledger import Ledger
 from jackin.operations import agent_paths
 from jackin.snapshots import api, cow
 from jackin.snapshots import host as remote
+from jackin.transport.channel import pump
 from jackin.transport.ssh import connect
 
 from .conftest import inv, module_lab, sh
@@ -188,13 +190,15 @@ def test_a_restic_restore_on_a_btrfs_home_stages_inside_it_and_swaps_by_rename(t
             channel = conn.client.get_transport().open_session()
             channel.exec_command("bash -c " + shlex.quote(script))
             out, err = io.BytesIO(), io.BytesIO()
-            assert remote._read_until(channel, out, err, b"staged\n"), err.getvalue()
+            held = pump(channel, out=out.write, err=err.write, until=lambda: b"staged\n" in out.getvalue(),
+                        deadline=time.monotonic() + 300)  # fmt: skip
+            assert held == "until", err.getvalue()
             staged = sh(tlab, f"stat -c '%d %i' {stage}/tree{ws(name)}").stdout
             home_dev, stage_dev, mode = sh(tlab, f"stat -c %d {home} {stage}; stat -c '%a %U %G' {stage}").stdout.split("\n")[:3]
             assert stage_dev == home_dev and mode == "700 root root"
             channel.sendall(b"swap\n")
             channel.shutdown_write()
-            remote._read_until(channel, out, err, None)
+            pump(channel, out=out.write, err=err.write, deadline=time.monotonic() + 300)
             assert channel.recv_exit_status() == 0, err.getvalue()
             assert b"done\n" in out.getvalue()
     finally:

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from jackin.cli import edge as cli
+from jackin.cli import agent as agent_cli
+from jackin.cli import fleet as fleet_cli
 from jackin.lifecycle import fleet as fleet_api
+from jackin.lab import providers
 from jackin.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +23,7 @@ def inventory(tmp_path: Path, monkeypatch) -> str:
     """A lab inventory; reading a host would need ``targets``, which fails the test here."""
     path = tmp_path / "f.yaml"
     path.write_text("fleet:\n  name: f\n  provider: lab\n  agents:\n    - {name: coder, count: 2}\n")
-    monkeypatch.setattr(fleet_api, "targets", lambda *a, **k: pytest.fail("a host was read"))
+    monkeypatch.setattr(providers, "targets", lambda *a, **k: pytest.fail("a host was read"))
     return str(path)
 
 
@@ -32,7 +34,7 @@ def inventory(tmp_path: Path, monkeypatch) -> str:
 ])  # fmt: skip
 def test_fleet_wait_refuses_bad_options(inventory: str, until: str, timeout: str | None, message: str) -> None:
     with pytest.raises(SpecError) as caught:
-        cli.fleet_wait(inventory, until=until, timeout=timeout, json=False)
+        fleet_cli.fleet_wait(inventory, until=until, timeout=timeout, json=False)
     assert caught.value.message == message and caught.value.exit_code == 2
 
 
@@ -43,7 +45,7 @@ def test_fleet_wait_refuses_bad_options(inventory: str, until: str, timeout: str
 ])  # fmt: skip
 def test_agent_answer_refuses_bad_arguments_before_any_host(inventory: str, agent: str, text: str, message: str) -> None:
     with pytest.raises(SpecError) as caught:
-        cli.agent_answer(inventory, agent, text, host=None)
+        agent_cli.agent_answer(inventory, agent, text, host=None)
     assert caught.value.message == message
 
 

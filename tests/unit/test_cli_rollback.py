@@ -8,8 +8,9 @@ import sys
 import pytest
 from rich.console import Console
 
-from jackin.cli import edge as cli
+from jackin.cli import rollback as cli
 from jackin.cli import render as ui
+from jackin.cli.render import rollback as view
 from jackin.lifecycle import rollback as rollback_api
 from jackin.plan.applied import Change, SpecDiff
 from jackin.engine import HostResult, RunResult
@@ -28,12 +29,12 @@ CHOSEN = rollback_api.Rollback(fleet="demo", mode="step-back", steps=[STEP])
 
 def _applied(inventory: Inventory) -> None:
     """Record ``inventory``'s launch contract as the fleet's last applied one (a finished ok run)."""
-    from jackin.plan import contract
+    from jackin.plan import launch
     from jackin.store.ledger import Ledger
 
     with Ledger() as ledger:
         run = ledger.start_run("demo", "fleet.up")
-        contract.record(ledger, run, contract.current(inventory, ledger))
+        launch.record(ledger, run, launch.current(inventory, ledger))
         ledger.finish_run(run, "ok")
 
 
@@ -88,7 +89,7 @@ def test_dry_run_previews_only(calls: list[bool]) -> None:
 def test_yes_applies_once_and_says_the_file_is_kept(calls: list[bool]) -> None:
     assert rollback(yes=True) == 0
     assert calls == [False]
-    assert ui.INVENTORY_KEPT in ui.out.file.getvalue()
+    assert view.INVENTORY_KEPT in ui.out.file.getvalue()
 
 
 def test_interactive_previews_then_asks(calls: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,7 +114,7 @@ def test_bad_to_is_a_usage_error(calls: list[bool]) -> None:
 
 def test_rollback_view_renders_the_change() -> None:
     console = Console(file=io.StringIO(), width=200, color_system=None)
-    console.print(ui.rollback_view(STEP, fleet="demo"))
+    console.print(view.rollback_view(STEP, fleet="demo"))
     assert [line.rstrip() for line in console.file.getvalue().splitlines()] == [
         "fleet demo: from run 5's spec back to run 3's, on h1",
         "  + agent docs",

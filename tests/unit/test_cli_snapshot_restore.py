@@ -8,7 +8,7 @@ import json
 import pytest
 from rich.console import Console
 
-from jackin.cli import edge as cli
+from jackin.cli import snapshot as cli
 from jackin.cli import render as ui
 from jackin.snapshots import restore as restoring
 from jackin.snapshots.models import AgentRestore, RestoreResult

@@ -11,14 +11,14 @@ import sys
 import pytest
 from rich.console import Console
 
-from jackin.cli import edge as cli
-from jackin.plan import contract
+from jackin.cli import fleet as cli
+from jackin.plan import launch
 from jackin.cli import render as ui
 from jackin.plan import fleet as planning
 from jackin.engine import HostResult, RunResult
 from jackin.errors import JackinError, SpecError
 from jackin.lifecycle.fleet import HostPlan, UpResult
-from jackin.plan.host import Change, HostChanges
+from jackin.lifecycle.hostplan import Change, HostChanges
 from jackin.store.ledger import Ledger
 from jackin.spec import Inventory
 
@@ -35,7 +35,7 @@ def _result(*, dry_run: bool, changes: bool) -> UpResult:
     return UpResult(fleet="demo", run=RunResult(hosts=hosts, dry_run=dry_run), plan=plan,
                     unchanged=["h2"] if changes else ["h1", "h2"],
                     changes=[HostPlan(host="h1", changes=planned), HostPlan(host="h2", changes=HostChanges(host="h2"))]
-                    if dry_run else [], terms=contract.gate(INV, host_facts=FACTS) if dry_run else None)  # fmt: skip
+                    if dry_run else [], terms=launch.gate(INV, host_facts=FACTS) if dry_run else None)  # fmt: skip
 
 
 class Calls(list):
@@ -63,7 +63,7 @@ def _applied() -> None:
     """The contract the preview would show, recorded as the fleet's last applied one."""
     with Ledger() as ledger:
         run = ledger.start_run("demo", "fleet.up")
-        contract.record(ledger, run, contract.gate(INV, host_facts=FACTS).contract)
+        launch.record(ledger, run, launch.gate(INV, host_facts=FACTS).contract)
         ledger.finish_run(run, "ok")
 
 

@@ -7,7 +7,6 @@ from types import SimpleNamespace
 import pytest
 
 from jackin.work import collect
-from jackin.lifecycle import fleet as fleet_api
 from jackin.errors import JackinError
 
 
@@ -27,8 +26,8 @@ class _Ledger:
 def _patch(monkeypatch: pytest.MonkeyPatch, hosts: list) -> None:
     plan = SimpleNamespace(fleet="demo", agents=[])
     monkeypatch.setattr(collect, "Ledger", _Ledger)
-    monkeypatch.setattr(fleet_api, "make_plan", lambda inventory, ledger, store: plan)
-    monkeypatch.setattr(fleet_api, "targets", lambda inventory, bring_up: hosts)
+    monkeypatch.setattr(collect, "make_plan", lambda inventory, ledger, store: plan)
+    monkeypatch.setattr(collect, "targets", lambda inventory, bring_up: hosts)
 
 
 def test_collect_with_no_host_up_fails_saying_so_and_records_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

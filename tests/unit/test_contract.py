@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from jackin.plan import contract
-from jackin.agents import credentials
+from jackin.plan import contract, launch, terms
+from jackin.spec import credentials
 from jackin.plan import fleet as planning
-from jackin.plan.contract import FleetContract, build, diff
+from jackin.plan.contract import build, diff
+from jackin.plan.terms import FleetContract
 from jackin.store.ledger import Ledger
 from jackin.spec import parse_inventory
 
@@ -156,12 +157,12 @@ def test_gate_without_a_host_read_takes_the_hosts_of_the_last_contract(tmp_path:
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
     with Ledger() as ledger:
-        applied = contract.current(inventory(), ledger, host_facts={"h1": _state(["enabled="])})
+        applied = launch.current(inventory(), ledger, host_facts={"h1": _state(["enabled="])})
         _record_ok(ledger, applied)
-    found = contract.gate(inventory())  # no host read: the hosts as last found, so only the spec differs
+    found = launch.gate(inventory())  # no host read: the hosts as last found, so only the spec differs
     assert not found.differs and found.contract.hosts == applied.hosts
     assert "no AppArmor on h1" in " ".join(found.contract.agent("coder-1").residual_risks)
-    read = contract.gate(inventory(), host_facts={"h1": _state(["enabled=Y", "docker-default=enforce"])})
+    read = launch.gate(inventory(), host_facts={"h1": _state(["enabled=Y", "docker-default=enforce"])})
     assert "coder-1 docker: apparmor gained h1: AppArmor: docker-default (enforce)" in read.changes
     assert "fleet hosts: h1.apparmor false -> true" in read.changes
 
@@ -181,9 +182,9 @@ def test_a_docker_socket_mount_and_an_acknowledged_credential_mount_are_stated()
 
 
 def test_committed_schema_is_the_generated_one() -> None:
-    committed = json.loads(contract.SCHEMA_FILE.read_text())
-    assert committed == contract.schema(), "regenerate docs/contract.schema.json (see README: Launch contract)"
-    assert committed["properties"]["schema_version"]["const"] == contract.SCHEMA_VERSION == 1
+    committed = json.loads(terms.SCHEMA_FILE.read_text())
+    assert committed == terms.schema(), "regenerate docs/contract.schema.json (see README: Launch contract)"
+    assert committed["properties"]["schema_version"]["const"] == terms.SCHEMA_VERSION == 1
     assert set(committed["required"]) >= {"fleet", "agents", "host_effects", "recovery", "teardown", "residual_risks"}
 
 
@@ -191,7 +192,7 @@ def test_the_json_document_validates_against_the_committed_schema() -> None:
     import jsonschema  # a test dependency (pyproject: test extra)
 
     document = json.loads(contract_of(inventory()).model_dump_json())
-    schema = json.loads(contract.SCHEMA_FILE.read_text())
+    schema = json.loads(terms.SCHEMA_FILE.read_text())
     jsonschema.validate(document, schema)
     # control: the schema does reject a document it does not describe
     for broken in ({**document, "schema_version": 2}, {k: v for k, v in document.items() if k != "agents"}):
@@ -247,17 +248,17 @@ def test_a_new_snapshot_is_no_change_of_terms() -> None:
 def test_ledger_keeps_the_last_contract(tmp_path: Path) -> None:
     c = contract_of(inventory())
     with Ledger(tmp_path / "l.sqlite3") as ledger:
-        assert contract.last_applied(ledger, "demo") is None
+        assert launch.last_applied(ledger, "demo") is None
         run = ledger.start_run("demo", "fleet.up")
-        contract.record(ledger, run, c)
-        assert contract.last_applied(ledger, "demo") is None  # still running: not known to be in place
+        launch.record(ledger, run, c)
+        assert launch.last_applied(ledger, "demo") is None  # still running: not known to be in place
         ledger.finish_run(run, "ok")
-        assert contract.last_applied(ledger, "demo") == c
-        assert contract.last_applied(ledger, "other") is None
+        assert launch.last_applied(ledger, "demo") == c
+        assert launch.last_applied(ledger, "other") is None
         failed = ledger.start_run("demo", "fleet.up")
-        contract.record(ledger, failed, contract_of(inventory(count=2)))
+        launch.record(ledger, failed, contract_of(inventory(count=2)))
         ledger.finish_run(failed, "failed")
-        assert contract.last_applied(ledger, "demo") == c  # a failed run's contract does not count
+        assert launch.last_applied(ledger, "demo") == c  # a failed run's contract does not count
 
 
 @pytest.mark.parametrize("previous", [None, "same", "changed"])
@@ -267,14 +268,14 @@ def test_gate_shows_first_same_and_changed(tmp_path: Path, monkeypatch: pytest.M
     if previous:
         stored = inventory(allow="api.example.com:443") if previous == "changed" else inv
         with Ledger() as ledger:
-            _record_ok(ledger, contract.current(stored, ledger))
-    found = contract.gate(inv)
+            _record_ok(ledger, launch.current(stored, ledger))
+    found = launch.gate(inv)
     assert found.first == (previous is None)
     assert found.differs == (previous != "same")
     assert found.changes == (["coder-1 network: allowlist gained 10.1.0.0/16:5432"] if previous == "changed" else [])
 
 
-# --- the gate in fleet.up (jackin/cli/edge.py contract_gate) ---------------------------------------
+# --- the gate in fleet.up (jackin/cli/contract.py contract_gate) ---------------------------------------
 
 
 @pytest.fixture
@@ -294,7 +295,7 @@ def screen(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 
 def _record_ok(ledger: Ledger, terms: FleetContract) -> None:
     run = ledger.start_run("demo", "fleet.up")
-    contract.record(ledger, run, terms)
+    launch.record(ledger, run, terms)
     ledger.finish_run(run, "ok")
 
 
@@ -304,11 +305,11 @@ def _runs() -> list:
 
 
 def test_gate_refuses_a_changed_contract_without_terminal_naming_it(screen) -> None:
-    from jackin.cli import edge as cli
+    from jackin.cli import contract as cli
     from jackin.errors import SpecError
 
     with Ledger() as ledger:
-        _record_ok(ledger, contract.current(inventory(allow="api.example.com:443"), ledger))
+        _record_ok(ledger, launch.current(inventory(allow="api.example.com:443"), ledger))
     runs_before = _runs()
     with pytest.raises(SpecError) as refused:
         cli.contract_gate(inventory(), yes=False)
@@ -319,7 +320,7 @@ def test_gate_refuses_a_changed_contract_without_terminal_naming_it(screen) -> N
 
 
 def test_gate_with_yes_shows_the_change_and_goes_on(screen) -> None:
-    from jackin.cli import edge as cli
+    from jackin.cli import contract as cli
     found = cli.contract_gate(inventory(), yes=True)
     assert found.first and found.differs
     assert "launch contract of fleet demo" in screen.getvalue()
@@ -327,15 +328,15 @@ def test_gate_with_yes_shows_the_change_and_goes_on(screen) -> None:
 
 
 def test_gate_passes_an_unchanged_contract_without_asking(screen) -> None:
-    from jackin.cli import edge as cli
+    from jackin.cli import contract as cli
     with Ledger() as ledger:
-        _record_ok(ledger, contract.current(inventory(), ledger))
+        _record_ok(ledger, launch.current(inventory(), ledger))
     found = cli.contract_gate(inventory(), yes=False)
     assert not found.differs and "changed" not in screen.getvalue()
 
 
 def test_a_first_up_without_terminal_is_refused(screen) -> None:
-    from jackin.cli import edge as cli
+    from jackin.cli import contract as cli
     from jackin.errors import SpecError
 
     with pytest.raises(SpecError, match="no launch contract applied yet"):
@@ -344,7 +345,7 @@ def test_a_first_up_without_terminal_is_refused(screen) -> None:
 
 
 def test_renderers_show_each_term_and_the_summary() -> None:
-    from jackin.cli import render as ui
+    from jackin.cli.render import contract as ui
     c = contract_of(inventory())
     console = Console(file=io.StringIO(), width=200)
     for table in ui.contract_tables(c):

@@ -10,18 +10,18 @@ import pytest
 from pydantic import ValidationError
 from jackin.operations.files import Refused as OperationError
 
-from jackin.agents.credentials import (
+from jackin.spec.credentials import (
     CredentialError,
     Secrets,
-    agent_dir,
     check,
     credential_like,
     denied_mounts,
     digest_key,
-    digests_file,
     read,
 )
 from jackin.errors import EXIT_SPEC, SpecError
+from jackin.hostpaths import credentials_digests as digests_file
+from jackin.hostpaths import credentials_dir as agent_dir
 from jackin.operations.credentials import SecretUpload, credential_commands, teardown_commands
 from jackin.operations.fleet import teardown_commands as fleet_teardown
 from jackin.plan.fleet import CREDENTIALS_TARGET, FleetPlan, build
@@ -468,7 +468,7 @@ def test_fabric_connections_never_forward_the_agent(tmp_path: Path, monkeypatch:
 
 
 def test_a_credentials_dir_left_makes_the_clean_check_dirty_even_keeping_data(tmp_path: Path) -> None:
-    from jackin.lifecycle.fleet import _leftovers
+    from jackin.lifecycle.down import _leftovers
 
     spec = fleet(tmp_path)
     plan, values = plan_of(spec), read(spec, environ=ENV, key=KEY)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from jackin import hostpaths
 from jackin.net import dns
-from jackin.net import firewall
+from jackin.net import firewall, policy
 from jackin.plan.fleet import FleetPlan, build, instances
 from jackin.spec import parse_inventory
 
@@ -142,13 +143,13 @@ def test_files_are_in_the_firewall_bundle_and_owned() -> None:
         "/etc/systemd/system/jackin-dns-demo.target",
         "/etc/systemd/system/jackin-dns-demo@.service",
     ]
-    assert files.items() <= firewall.bundle(PLAN).items()
-    assert dns.owned_paths("demo") == [
+    assert files.items() <= policy.bundle(PLAN).items()
+    assert hostpaths.dns_paths("demo") == [
         "/etc/jackin/dns/demo",
         "/etc/systemd/system/jackin-dns-demo@.service",
         "/etc/systemd/system/jackin-dns-demo.target",
     ]
-    assert set(dns.owned_paths("demo")) <= set(firewall.owned_paths("demo"))
+    assert set(hostpaths.dns_paths("demo")) <= set(hostpaths.firewall_paths("demo"))
 
 
 STOP_OTHERS = ("for u in $(systemctl list-units --all --plain --no-legend 'jackin-dns-demo@*' | awk '{print $1}'); "
@@ -169,7 +170,7 @@ APPLY = [
 
 def test_apply_restarts_the_plans_filters_and_stops_the_rest() -> None:
     assert dns.apply_commands(PLAN, []) == APPLY
-    assert dns.apply_commands(PLAN, firewall.owned_paths("demo")[:2]) == APPLY
+    assert dns.apply_commands(PLAN, hostpaths.firewall_paths("demo")[:2]) == APPLY
 
 
 def test_apply_without_filters_stops_every_filter_of_the_fleet() -> None:
@@ -185,7 +186,7 @@ def test_apply_without_filters_stops_every_filter_of_the_fleet() -> None:
 def test_apply_keeps_the_guards_timer_and_every_current_file() -> None:
     """A re-apply on a host with the whole bundle retires nothing: the guard's check timer ends in
     .timer too, and deleting it silently took the guard's backstop away."""
-    current = [p for p in firewall.owned_paths("demo") if p not in dns.legacy_paths("demo")]
+    current = [p for p in hostpaths.firewall_paths("demo") if p not in dns.legacy_paths("demo")]
     assert "/etc/systemd/system/jackin-nft-check-demo.timer" in current
     assert dns.apply_commands(PLAN, current) == APPLY
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jackin.lifecycle import fleet as lifecycle
+from jackin.lifecycle import down as lifecycle
 from jackin.facts.fleet import Container, FleetState, HostState, Network, PathInfo, User, parse_state, state_command
 from jackin.facts.state import StateError
 from jackin.plan.fleet import FleetPlan

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from jackin.cli import edge as cli
-from jackin.lifecycle import fleet as fleet_api
+from jackin.cli import fleet as cli
+from jackin.lifecycle import down as down_api
 from jackin.engine import RunResult
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, ConnectError, JackinError, SpecError
 from jackin.store.ledger import Ledger
+from jackin.operations import restic as restic_ops
 from jackin.operations.fleet import snapshot_teardown, teardown_commands
 from jackin.plan.fleet import build
 from jackin.transport.remote import HostError
@@ -22,7 +23,8 @@ from jackin.snapshots import host as snapshot_host
 from jackin.snapshots.models import AgentSnapshot, CreateResult, SnapshotRecord
 from jackin.spec import parse_inventory
 from jackin.transport.ssh import SshTarget
-from jackin.facts.state import Container, HostState, SnapshotDirs, User, parse_state, snapshots_section
+from jackin.facts.state import Container, HostState, SnapshotDirs, User, parse_state
+from jackin.facts.state_read import snapshots_section
 from jackin.facts.state import PathInfo as StatePath
 
 INVENTORY = """\
@@ -37,7 +39,7 @@ SPEC = parse_inventory(INVENTORY, "f.yaml")
 PLAN = build(SPEC.fleet, {"coder-1": 60000, "coder-2": 60001})
 DIR = "/var/lib/jackin/snapshots/demo"
 RM_DIR = f"rm -rf --one-file-system -- {DIR}"
-BINARY_RM = restic.binary_teardown_commands()
+BINARY_RM = restic_ops.binary_teardown_commands()
 HOME = StatePath(kind="d", mode="0750", uid=0, gid=60000)
 
 
@@ -87,7 +89,7 @@ def _host(root: Path, *fleets: str, restic_bin: bool = True) -> None:
 
 def test_teardown_script_removes_restic_and_its_dir_when_the_last_fleet_goes(tmp_path: Path) -> None:
     _host(tmp_path, "demo")
-    _run(restic.teardown_commands("demo"), tmp_path)
+    _run(restic_ops.teardown_commands("demo"), tmp_path)
     assert not (tmp_path / "var/lib/jackin/snapshots").exists()
     assert not (tmp_path / "usr/local/lib/jackin").exists()
     assert (tmp_path / "var/lib/jackin").is_dir()  # the state dir is the marker's business
@@ -95,7 +97,7 @@ def test_teardown_script_removes_restic_and_its_dir_when_the_last_fleet_goes(tmp
 
 def test_teardown_script_keeps_restic_and_the_other_fleets_dir(tmp_path: Path) -> None:
     _host(tmp_path, "demo", "other")
-    _run(restic.teardown_commands("demo"), tmp_path)
+    _run(restic_ops.teardown_commands("demo"), tmp_path)
     assert not (tmp_path / "var/lib/jackin/snapshots/demo").exists()
     assert (tmp_path / "var/lib/jackin/snapshots/other/password").read_text() == "x"
     assert (tmp_path / "usr/local/lib/jackin/restic").read_text() == "bin"
@@ -104,7 +106,7 @@ def test_teardown_script_keeps_restic_and_the_other_fleets_dir(tmp_path: Path) -
 def test_teardown_script_keeps_other_files_of_usr_local_lib_jackin(tmp_path: Path) -> None:
     _host(tmp_path, "demo")
     (tmp_path / "usr/local/lib/jackin/nft-guard").write_text("guard")
-    _run(restic.teardown_commands("demo"), tmp_path)
+    _run(restic_ops.teardown_commands("demo"), tmp_path)
     assert not (tmp_path / "usr/local/lib/jackin/restic").exists()
     assert (tmp_path / "usr/local/lib/jackin/nft-guard").read_text() == "guard"
 
@@ -141,8 +143,8 @@ def test_leftovers_name_the_fleets_dir_and_never_another_fleets() -> None:
 
 def test_clean_check_keep_data_does_not_count_the_kept_snapshot_dir() -> None:
     state = parse_state(["##fleet", "demo", "##snapshots", "fleet", "repo"])
-    assert fleet_api._leftovers(PLAN, state, keep_data=False) == {"snapshots": [DIR]}
-    assert not fleet_api._leftovers(PLAN, state, keep_data=True).get("snapshots")
+    assert down_api._leftovers(PLAN, state, keep_data=False) == {"snapshots": [DIR]}
+    assert not down_api._leftovers(PLAN, state, keep_data=True).get("snapshots")
 
 
 # --- which hosts are snapshotted, pulled and torn down --------------------------------------
@@ -352,7 +354,7 @@ def test_a_host_where_stopping_fails_is_held_back_unsnapshotted_and_a_failed_res
     assert (done["h1"].stage, done["h1"].blocked) == ("stop", True) and "docker stop timed out" in done["h1"].error
     assert done["h1"].restart_error == "docker start failed"
     assert world["seen"]["takes"][0][0] == ["h2"] and world["seen"]["pulled"] == [["h2"]]  # control: h2 goes on
-    result = fleet_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=list(done.values()))
+    result = down_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=list(done.values()))
     assert cli.final_errors(result) == [EXIT_FAILED]
 
 
@@ -400,14 +402,14 @@ def test_take_snapshots_extra_pairs_the_ledger_does_not_place_with_their_rows(tm
 
 def test_skip_reasons() -> None:
     off = parse_inventory(INVENTORY + "  snapshots: {before_teardown: false}\n", "f.yaml")
-    assert fleet_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=True) is None
-    assert fleet_api.final_skip_reason(SPEC, keep_data=True, final_snapshot=True).startswith("--keep-data")
-    assert fleet_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=False) == "--no-final-snapshot"
-    assert fleet_api.final_skip_reason(off, keep_data=False, final_snapshot=True) == "snapshots.before_teardown: false"
-    assert fleet_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=True,
+    assert down_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=True) is None
+    assert down_api.final_skip_reason(SPEC, keep_data=True, final_snapshot=True).startswith("--keep-data")
+    assert down_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=False) == "--no-final-snapshot"
+    assert down_api.final_skip_reason(off, keep_data=False, final_snapshot=True) == "snapshots.before_teardown: false"
+    assert down_api.final_skip_reason(SPEC, keep_data=False, final_snapshot=True,
                                        discard_snapshots=True) == "--discard-snapshots"  # fmt: skip
     with pytest.raises(SpecError, match="give one of them"):
-        fleet_api.final_skip_reason(SPEC, keep_data=True, final_snapshot=True, discard_snapshots=True)
+        down_api.final_skip_reason(SPEC, keep_data=True, final_snapshot=True, discard_snapshots=True)
 
 
 def test_preview_says_what_is_snapshotted_and_where_it_goes(monkeypatch, tmp_path) -> None:
@@ -437,21 +439,21 @@ def test_discard_forgets_only_what_no_surviving_copy_holds(tmp_path) -> None:
         ledger.record_copy("demo", "h1", "h3", "/y", ["s2"])  # pushed to a host that stays
         ledger.record_copy("demo", "h1", "h2", "/z", ["s3"])  # pushed to a host torn down with it
         run = ledger.start_run("demo", "fleet.down")
-        assert fleet_api.discard(ledger, "demo", ["h1", "h2"], run) == {"h1": ["s3", "s4"], "h2": ["s1", "s2", "s3", "s4"]}
+        assert down_api.discard(ledger, "demo", ["h1", "h2"], run) == {"h1": ["s3", "s4"], "h2": ["s1", "s2", "s3", "s4"]}
         left = {r["id"]: [a["host"] for a in r["agents"]] for r in ledger.snapshot_rows("demo")}
         assert left == {"s1": ["h1"], "s2": ["h1"]}
         assert [a["action"] for a in ledger.audit_trail("demo")] == ["snapshot.discard"] * 2
-        assert fleet_api.discard(ledger, "demo", ["h9"], run) == {}  # a host with no snapshot: nothing to forget
+        assert down_api.discard(ledger, "demo", ["h9"], run) == {}  # a host with no snapshot: nothing to forget
 
 
 def test_a_blocked_host_makes_down_unclean_and_exits_by_its_kind() -> None:
     ok = final.FinalHost(host="h1", snapshot="s")
     failed = final.FinalHost(host="h2", stage="snapshot", error="disk full")
     lost = final.FinalHost(host="h3", stage="pull", error="reset", unreachable=True)
-    result = fleet_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=[ok, failed, lost])
+    result = down_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=[ok, failed, lost])
     assert not result.clean and [f.host for f in result.blocked] == ["h2", "h3"]
     assert cli.final_errors(result) == [EXIT_FAILED, EXIT_CONNECT]
-    assert fleet_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=[ok]).clean
+    assert down_api.DownResult(fleet="demo", run=RunResult(hosts=[]), checks=[], final=[ok]).clean
 
 
 def test_transfer_and_final_agree_on_the_pulled_path(monkeypatch, tmp_path) -> None:

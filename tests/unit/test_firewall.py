@@ -12,12 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from jackin import hostpaths
 from jackin.net import dns
-from jackin.net import firewall
+from jackin.net import firewall, policy
 from jackin.facts.state import HostState
-from jackin.net.firewall import Entry, enforcement, parse_entry, render, render_lockdown
+from jackin.net.firewall import render, render_lockdown
+from jackin.spec.models import enforcement
+from jackin.spec.values import Entry, parse_entry
 from jackin.operations.firewall import apply_commands, remove_commands
 from jackin.operations.script import Upload, write_files
+from jackin.plan import fleet as planning
 from jackin.plan.fleet import FleetPlan, build, instances
 from jackin.spec import NetworkPolicy, parse_inventory
 
@@ -265,7 +269,7 @@ def test_always_denied_sets_merge_the_fleet_hosts() -> None:
 
 def test_host_addresses_keeps_ip_literals_only() -> None:
     given = ["web-1.example.com", "198.51.100.7", "2001:DB8::10", "192.0.2.10", "198.51.100.7", "localhost"]
-    assert firewall.host_addresses(given) == ["192.0.2.10", "198.51.100.7", "2001:db8::10"]
+    assert planning.host_addresses(given) == ["192.0.2.10", "198.51.100.7", "2001:db8::10"]
 
 
 def test_render_is_deterministic() -> None:
@@ -495,7 +499,7 @@ def test_parse_entry(value: str, entry: Entry) -> None:
 
 
 def test_bundle_paths() -> None:
-    assert sorted(firewall.bundle(PLAN)) == [
+    assert sorted(policy.bundle(PLAN)) == [
         "/etc/jackin/dns/demo/picky-1.conf",
         "/etc/jackin/nft/demo.lockdown.nft",
         "/etc/jackin/nft/demo.nft",
@@ -508,13 +512,13 @@ def test_bundle_paths() -> None:
         "/etc/systemd/system/jackin-nft-guard-demo.service",
         "/usr/local/lib/jackin/nft-guard",
     ]
-    bundle = firewall.bundle(PLAN)
+    bundle = policy.bundle(PLAN)
     assert bundle["/etc/jackin/nft/demo.nft"] == EXPECTED
     assert bundle["/etc/jackin/nft/demo.lockdown.nft"] == EXPECTED_LOCKDOWN
-    assert bundle["/usr/local/lib/jackin/nft-guard"] == firewall.GUARD_SCRIPT
+    assert bundle["/usr/local/lib/jackin/nft-guard"] == policy.GUARD_SCRIPT
     # Everything a fleet writes is known to teardown (the filters' configurations as their directory;
     # the shared guard script goes with the last fleet), and so is what its guard keeps under /run.
-    owned = firewall.owned_paths("demo")
+    owned = hostpaths.firewall_paths("demo")
     assert all(path in owned or path.rsplit("/", 1)[0] in owned for path in set(bundle) - {firewall.GUARD})
     assert {"/run/jackin/nft/demo.loaded", "/run/jackin/nft/demo.pending",
             "/run/jackin/nft/demo.worker"} <= set(owned)  # fmt: skip
@@ -525,9 +529,9 @@ def with_picky(policy: str) -> FleetPlan:
 
 
 def test_bundle_hash_is_stable_and_follows_the_policy() -> None:
-    digest = firewall.bundle_hash(PLAN)
+    digest = policy.bundle_hash(PLAN)
     assert re.fullmatch(r"[0-9a-f]{16}", digest)
-    assert firewall.bundle_hash(make_plan(SMALL)) == digest
+    assert policy.bundle_hash(make_plan(SMALL)) == digest
     changed = {
         "dns": with_picky('dns: ["9.9.9.10"]'),
         "allow": make_plan(SMALL.replace("1.2.3.4", "1.2.3.5")),
@@ -537,10 +541,10 @@ def test_bundle_hash_is_stable_and_follows_the_policy() -> None:
         "fleet hosts": make_plan(SMALL, hosts=HOSTS[:1]),
     }
     for what, plan in changed.items():
-        assert firewall.bundle_hash(plan) != digest, what
+        assert policy.bundle_hash(plan) != digest, what
     # What the firewall does not depend on does not reload it.
     other_image = SMALL.replace("    - name: quiet\n", "    - name: quiet\n      image: x/y:2\n")
-    assert firewall.bundle_hash(make_plan(other_image)) == digest
+    assert policy.bundle_hash(make_plan(other_image)) == digest
 
 
 def unit(text: str) -> configparser.ConfigParser:
@@ -563,12 +567,12 @@ def test_load_unit_before_docker_not_part_of_nftables_loads_through_the_guard() 
 
 
 def test_docker_requires_the_load_unit() -> None:
-    dropin = unit(firewall.bundle(PLAN)["/etc/systemd/system/docker.service.d/jackin-nft-demo.conf"])
+    dropin = unit(policy.bundle(PLAN)["/etc/systemd/system/docker.service.d/jackin-nft-demo.conf"])
     assert dict(dropin["Unit"]) == {"Requires": "jackin-nft-demo.service", "After": "jackin-nft-demo.service"}
 
 
 def test_guard_service_and_its_backstop_timer() -> None:
-    bundle = firewall.bundle(PLAN)
+    bundle = policy.bundle(PLAN)
     guard = unit(bundle["/etc/systemd/system/jackin-nft-guard-demo.service"])
     assert guard["Service"]["Type"] == "simple" and guard["Service"]["Restart"] == "always"
     assert guard["Service"]["ExecStart"] == "/usr/local/lib/jackin/nft-guard watch demo"
@@ -599,17 +603,17 @@ APPLY = ("if nft -c -f /etc/jackin/nft/demo.nft && nft -f /etc/jackin/nft/demo.n
 
 
 def test_apply_nothing_when_loaded_and_up_to_date() -> None:
-    assert apply_commands(PLAN, HostState(nft_table=True, nft_hash=firewall.bundle_hash(PLAN))) == []
+    assert apply_commands(PLAN, HostState(nft_table=True, nft_hash=policy.bundle_hash(PLAN))) == []
 
 
 @pytest.mark.parametrize(
     "state",
     [HostState(), HostState(nft_table=True, nft_hash="0" * 16), HostState(nft_table=False, nft_hash=None),
-     HostState(nft_table=False, nft_hash=firewall.bundle_hash(PLAN))],  # a lost table is loaded again
+     HostState(nft_table=False, nft_hash=policy.bundle_hash(PLAN))],  # a lost table is loaded again
     ids=["fresh", "stale-hash", "no-table", "lost-table"],
 )  # fmt: skip
 def test_apply_writes_the_bundle_then_checks_applies_and_records_the_hash(state: HostState) -> None:
-    bundle = firewall.bundle(PLAN)
+    bundle = policy.bundle(PLAN)
     commands = apply_commands(PLAN, state)
     writes = write_files(bundle)
     rest = commands[len(writes) :]
@@ -626,7 +630,7 @@ def test_apply_writes_the_bundle_then_checks_applies_and_records_the_hash(state:
         "/usr/local/lib/jackin/nft-guard record demo policy",
         "systemctl restart jackin-nft-guard-demo.service jackin-nft-check-demo.timer",
         *dns.apply_commands(PLAN, state.files),
-        f"echo {firewall.bundle_hash(PLAN)} > /etc/jackin/nft/demo.sha",
+        f"echo {policy.bundle_hash(PLAN)} > /etc/jackin/nft/demo.sha",
     ]
 
 
@@ -696,7 +700,7 @@ def test_remove_everything() -> None:
     """The guard and its timer first (they would load the table again), the load unit only disabled
     (Docker requires it through its drop-in: stopping it now would stop Docker); then every file,
     Docker's drop-in included, one reload for all of it, and only then the load unit's stop and the table."""
-    files = firewall.owned_paths("demo")
+    files = hostpaths.firewall_paths("demo")
     assert remove_commands(PLAN, HostState(nft_table=True, files=files)) == [
         "systemctl disable --now --no-reload --quiet jackin-nft-guard-demo.service jackin-nft-check-demo.timer "
         "jackin-nft-check-demo.service jackin-nft-resolve-demo.timer jackin-nft-resolve-demo.service "
@@ -718,10 +722,10 @@ def test_remove_resets_every_failed_unit_of_the_fleet() -> None:
     """A unit of the fleet left failed (a check killed mid-run, a filter that gave up) stays loaded as
     "not-found failed" once its file is removed, and the host stays "degraded" after the fleet is gone:
     the teardown resets each unit the fleet's firewall ever installs, after its last stop."""
-    files = firewall.owned_paths("demo")
+    files = hostpaths.firewall_paths("demo")
     commands = remove_commands(PLAN, HostState(nft_table=True, files=files))
     assert commands.index(RESET_FAILED) == commands.index("systemctl stop jackin-nft-demo.service 2>/dev/null || true") + 1
-    installed = {p.rsplit("/", 1)[1] for p in firewall.bundle(PLAN) if p.startswith("/etc/systemd/system/jackin-")}
+    installed = {p.rsplit("/", 1)[1] for p in policy.bundle(PLAN) if p.startswith("/etc/systemd/system/jackin-")}
     named = set(RESET_FAILED.split()[2:-3])
     for unit in installed:  # the filters' template by its instances
         assert (unit if "@." not in unit else f"'{unit.split('@')[0]}@*'") in named, unit

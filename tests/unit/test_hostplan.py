@@ -1,4 +1,4 @@
-"""``jackin.plan.host``: what fleet.up would do to a host, per category, from canned states; the deploy
+"""``jackin.lifecycle.hostplan``: what fleet.up would do to a host, per category, from canned states; the deploy
 decides with the very same steps; fleet.up's host split; fleet.plan's rendering (never a value)."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pytest
 from rich.console import Console
 
 import jackin.lifecycle.fleet as fleet_api
-from jackin.plan import host as hostplan
-from jackin.cli import render as ui
-from jackin.agents.credentials import Secrets, read
+from jackin.lifecycle import hostplan
+from jackin.cli.render import fleet as ui
+from jackin.spec.credentials import Secrets, read
 from jackin.facts.daemon import DaemonState, parse_daemon, parse_section
 from jackin.errors import ConnectError
-from jackin.net.firewall import bundle_hash
-from jackin.plan.host import host_changes, steps
+from jackin.net.policy import bundle_hash
+from jackin.lifecycle.hostplan import host_changes, steps
 from jackin.operations.host import wanted_settings
 from jackin.plan.fleet import build
 from jackin.spec import parse_inventory
@@ -298,7 +298,7 @@ def test_daemon_section_parses_as_the_fact_does() -> None:
 
 
 def test_plan_checks_credentials_before_it_opens_the_ledger(tmp_path: Path, monkeypatch) -> None:
-    from jackin.agents.credentials import CredentialError
+    from jackin.spec.credentials import CredentialError
     from jackin.errors import SpecError
 
     from .test_credentials import MOUNTS, spec_text
@@ -321,7 +321,7 @@ def test_plan_checks_credentials_before_it_opens_the_ledger(tmp_path: Path, monk
       fleet_api.HostPlan(host="h2", error="connection refused", unreachable=True)], 3),
 ], ids=["unchanged", "refused", "read failed", "unreachable"])  # fmt: skip
 def test_fleet_plan_exit_codes_and_json(monkeypatch, capsys, tmp_path, hosts, code: int) -> None:
-    from jackin.cli import edge as cli
+    from jackin.cli import fleet as cli
     monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))  # the contract's ledger read: a fresh, empty ledger
     result = fleet_api.PlanResult(fleet="demo", plan=PLAN, hosts=hosts)
     monkeypatch.setattr(cli.fleet_api, "load", lambda _: parse_inventory(INVENTORY, "f.yaml"))

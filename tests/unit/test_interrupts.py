@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from jackin.transport import interrupts
+from jackin.transport import fanout, interrupts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,8 +63,8 @@ def test_work_that_does_not_stop_is_left_behind_after_the_grace() -> None:
 
 def test_each_runs_in_parallel_keeps_the_order_and_raises_the_first_error_after_all() -> None:
     together = threading.Barrier(3, timeout=5)  # passes only when all three run at once
-    assert interrupts.each(lambda n: (together.wait(), n * 2)[1], [1, 2, 3]) == [2, 4, 6]
-    assert interrupts.each(lambda n: n, []) == []
+    assert fanout.each(lambda n: (together.wait(), n * 2)[1], [1, 2, 3]) == [2, 4, 6]
+    assert fanout.each(lambda n: n, []) == []
     ran: list[int] = []
 
     def fail_on_two(n: int) -> int:
@@ -74,7 +74,7 @@ def test_each_runs_in_parallel_keeps_the_order_and_raises_the_first_error_after_
         return n
 
     with pytest.raises(RuntimeError, match="two"):
-        interrupts.each(fail_on_two, [1, 2, 3], workers=1)
+        fanout.each(fail_on_two, [1, 2, 3], workers=1)
     assert ran == [1, 2, 3]
 
 
@@ -89,7 +89,7 @@ def test_a_ctrl_c_in_each_is_raised_at_once_with_items_still_running() -> None:
 
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        interrupts.each(item, [1, 2])
+        fanout.each(item, [1, 2])
     assert time.monotonic() - started < 1
     release.set()
 

@@ -8,7 +8,7 @@ from io import StringIO
 import pytest
 from rich.console import Console
 
-from jackin.cli import render as ui
+from jackin.cli.render import snapshot as ui
 from jackin.errors import JackinError, SpecError
 from jackin.snapshots import moves
 from jackin.snapshots.models import AgentSnapshot, SnapshotRecord

@@ -13,7 +13,8 @@ from jackin.operations import cow as ops
 from jackin.operations.fleet import teardown_commands
 from jackin.operations.script import Upload
 from jackin.plan.fleet import build
-from jackin.snapshots.cow import CowState, unit_hash, unit_text
+from jackin.facts.cow import CowState
+from jackin.operations.cow import unit_hash, unit_text
 from jackin.spec import parse_inventory
 from jackin.spec.models import SnapshotPolicy
 
@@ -203,7 +204,7 @@ def test_the_clean_check_sees_the_tier_and_keep_data_keeps_it(monkeypatch: pytes
     --keep-data they hold the kept homes, so they may stay); a host without them is clean."""
     from pathlib import Path
 
-    from jackin.lifecycle import fleet as lifecycle
+    from jackin.lifecycle import down as lifecycle
     from jackin.transport.ssh import SshTarget
 
     target = SshTarget(name="web-1", address="192.0.2.10", known_hosts=Path("/nonexistent"))

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from jackin import hostpaths
 from jackin.plan import fleet as plan
 from jackin.spec import roles
 from jackin.plan.fleet import BRIDGE_GATEWAY, AgentPlan, FleetPlan, bridge_name, build, instances, user_name
@@ -79,7 +80,7 @@ def test_user_name_is_deterministic_and_keeps_long_names_apart() -> None:
 def test_user_name_of_the_longest_spec_fits_linux() -> None:
     fleet, agent_name = "f" * 16, "a" * 24  # the spec's maximum lengths, count up to 64
     name = user_name(fleet, f"{agent_name}-64")
-    assert len(name) <= plan.MAX_NAME == 32
+    assert len(name) <= hostpaths.MAX_NAME == 32
     assert LINUX_USER.match(name)
 
 

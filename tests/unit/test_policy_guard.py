@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from jackin import hostpaths
 from jackin.net import firewall
 from jackin.net.guard import GUARD_SCRIPT
 
@@ -168,9 +169,9 @@ def test_stopped_forgets_the_applied_hash_only_when_stopped_by_hand(guard, tmp_p
 def test_guard_paths_agree_with_the_firewall() -> None:
     from jackin.net import guard as policy_guard
 
-    assert (policy_guard.NFT_DIR, policy_guard.UNIT_DIR) == (firewall.NFT_DIR, firewall.UNIT_DIR)
+    assert policy_guard.NFT_DIR == hostpaths.NFT_DIR
     # The filtering resolvers refill the domain sets at the agents' next lookups: no host-side resolver.
-    assert firewall.RESOLVER not in GUARD_SCRIPT
+    assert hostpaths.RESOLVER not in GUARD_SCRIPT
 
 
 def test_a_check_stopped_mid_run_is_no_failure() -> None:

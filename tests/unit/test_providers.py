@@ -12,7 +12,7 @@ import pytest
 from jackin.errors import SpecError
 from jackin.lab import LabHost, LabStatus
 from jackin.store.ledger import Ledger
-from jackin.lifecycle.providers import LabProvider, StaticProvider, provider_for
+from jackin.lab.providers import LabProvider, StaticProvider, provider_for
 from jackin.spec import Inventory, parse_inventory
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"

@@ -10,7 +10,7 @@ import pytest
 
 from jackin.images import build as images
 from jackin.plan import fleet as plan
-from jackin.spec import roles
+from jackin.spec import role_checks, roles
 from jackin.errors import SpecError
 from jackin.spec import parse_inventory
 
@@ -32,7 +32,7 @@ def test_every_shipped_role_validates() -> None:
     assert roles.names() == SHIPPED
     found, errors = roles.load_all()
     assert errors == [] and [r.name for r in found] == SHIPPED
-    assert all(check.ok for check in roles.validate()), [c.problems for c in roles.validate()]
+    assert all(check.ok for check in role_checks.validate()), [c.problems for c in role_checks.validate()]
 
 
 @pytest.mark.parametrize("name", sorted(RUNTIMES))
@@ -49,8 +49,8 @@ def test_runtime_roles_build_on_the_host_with_their_credential_and_api_host(name
 def test_runtime_dockerfiles_pass_the_offline_recipe_check(name: str) -> None:
     role = roles.load(name)
     text = (role.directory / "Dockerfile").read_text()
-    assert roles.check_dockerfile(role, text, "Dockerfile") == []
-    steps = roles.dockerfile_instructions(text)
+    assert role_checks.check_dockerfile(role, text, "Dockerfile") == []
+    steps = role_checks.dockerfile_instructions(text)
     assert [w for _, w, _ in steps][0] == "FROM"
     assert "latest" not in next(rest for _, w, rest in steps if w == "FROM")
 
@@ -58,7 +58,7 @@ def test_runtime_dockerfiles_pass_the_offline_recipe_check(name: str) -> None:
 def test_the_demo_image_recipe_passes_the_same_check() -> None:
     role = roles.load("demo")
     text = images.dockerfile(role, "jackin/role-demo-base:0123456789ab")
-    assert roles.check_dockerfile(role, text, "generated") == []
+    assert role_checks.check_dockerfile(role, text, "generated") == []
     assert "COPY common/ /usr/local/bin/" in text and "COPY jackin-demo-agent /usr/local/bin/" in text
 
 
@@ -75,7 +75,7 @@ BAD_RECIPES = {
 @pytest.mark.parametrize("recipe,problem", BAD_RECIPES.items(), ids=list(range(len(BAD_RECIPES))))
 def test_the_recipe_check_finds_each_problem_with_its_line(recipe: str, problem: str) -> None:
     role = roles.load("claude-code")
-    found = roles.check_dockerfile(role, recipe, "D")
+    found = role_checks.check_dockerfile(role, recipe, "D")
     assert any(problem in p for p in found), found
     # Everything else is missing too (HEALTHCHECK, ENTRYPOINT, CMD, common): each said, each with a line.
     assert all(p.startswith("D:") and p.split(":")[1].isdigit() for p in found)
@@ -85,7 +85,7 @@ def test_the_recipe_check_finds_each_problem_with_its_line(recipe: str, problem:
 def test_a_healthcheck_that_differs_from_the_role_file_is_found(roles_dir: Path) -> None:
     docker = roles_dir / "codex" / "Dockerfile"
     docker.write_text(docker.read_text().replace("--retries=3", "--retries=9"))
-    [check] = roles.validate("codex")
+    [check] = role_checks.validate("codex")
     assert len(check.problems) == 1 and "HEALTHCHECK differs" in check.problems[0]
     assert check.problems[0].startswith(f"{docker}:")
 
@@ -100,7 +100,7 @@ def test_invalid_role_file_gives_file_line_and_field(roles_dir: Path) -> None:
     retries = next(n for n, line in enumerate(lines, 1) if "retries: lots" in line)
     assert f"{path}:{retries}: healthcheck.retries: expected a whole number, got 'lots'" in problems
     assert any(p.startswith(f"{path}:") and "unknown key 'comand'; did you mean 'command'?" in p for p in problems)
-    [check] = roles.validate("demo")  # role.validate reports the same, role by role
+    [check] = role_checks.validate("demo")  # role.validate reports the same, role by role
     assert check.problems == problems
 
 
@@ -126,7 +126,7 @@ def test_a_role_needs_exactly_one_recipe(roles_dir: Path) -> None:
 def test_role_name_is_its_directory_and_named_files_exist(roles_dir: Path) -> None:
     (roles_dir / "demo" / "jackin-demo-agent").unlink()
     shutil.move(roles_dir / "codex", roles_dir / "codex2")
-    bad = {c.name: c.problems for c in roles.validate()}
+    bad = {c.name: c.problems for c in role_checks.validate()}
     assert any("'jackin-demo-agent' is not a file" in p for p in bad["demo"])
     assert any("'codex' is not the role's directory name 'codex2'" in p for p in bad["codex2"])
 
@@ -207,7 +207,7 @@ def test_the_plan_and_contract_carry_the_role_egress_and_the_runtime_environment
 
 
 def test_image_step_loads_a_missing_operator_image_and_shows_its_size(monkeypatch) -> None:
-    from jackin.plan import host as hostplan
+    from jackin.lifecycle import hostplan
     from jackin.facts.state import HostState
 
     spec = fleet("demo", mode="none")

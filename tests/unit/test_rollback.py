@@ -6,7 +6,7 @@ import pytest
 
 from jackin.lifecycle import rollback
 from jackin.errors import NotImplementedYet, SpecError
-from jackin.lifecycle.rollback import SpecRun, Step, check_placement, check_to, choose
+from jackin.lifecycle.rollback_choice import SpecRun, Step, check_placement, check_to, choose
 from jackin.spec.models import FleetSpec
 
 HOSTS = ["h1", "h2"]

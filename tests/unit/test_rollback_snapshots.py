@@ -9,7 +9,8 @@ import pytest
 from jackin.lifecycle import rollback
 from jackin.plan.applied import SpecDiff
 from jackin.errors import JackinError, SpecError
-from jackin.lifecycle.rollback import PlannedStep, Rollback, SnapshotMatch, SpecRun, match, match_step, snapshots_taken, window
+from jackin.lifecycle.rollback import PlannedStep, Rollback, SnapshotMatch, match, match_step, snapshots_taken, window
+from jackin.lifecycle.rollback_choice import SpecRun
 from jackin.spec import Inventory
 
 INV = Inventory.model_validate({"fleet": {"name": "demo", "provider": "lab", "agents": [{"name": "coder", "count": 2}]}})

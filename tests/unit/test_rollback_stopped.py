@@ -9,7 +9,7 @@ import json
 import pytest
 from rich.console import Console
 
-from jackin.cli import edge as cli
+from jackin.cli import rollback as cli
 from jackin.cli import render as ui
 from jackin.lifecycle import rollback as rollback_api
 from jackin.plan.applied import SpecDiff

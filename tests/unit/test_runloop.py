@@ -126,8 +126,10 @@ def test_wait_limit(timeout, ttl, expected) -> None:
 
 
 def test_change_line() -> None:
-    line = runloop.change_line(SimpleNamespace(at=0, host="h1", instance="coder-1", old="working", new="blocked",
-                                               question="which branch?", message=""))  # fmt: skip
+    from jackin.cli.render.run import change_line
+
+    line = change_line(SimpleNamespace(at=0, host="h1", instance="coder-1", old="working", new="blocked",
+                                       question="which branch?", message=""))  # fmt: skip
     assert line.endswith(" h1 coder-1: working -> blocked: which branch?")
 
 
@@ -151,39 +153,43 @@ def test_cli_run_prints_each_phase_and_one_json_document(monkeypatch, capsys) ->
     gets the time-to-live as its limit, and --json prints only the outcome on stdout."""
     import json
 
-    from jackin.cli import edge as cli
+    from jackin.cli import fleet as cli
     from jackin.cli import render as ui
+    from jackin.cli import run as run_cli
     from jackin.lifecycle import fleet as fleet_api
     from jackin.spec import parse_inventory
     from rich.console import Console
 
     spec = parse_inventory("fleet:\n  name: demo\n  provider: lab\n  ttl: 1h\n  agents:\n    - name: coder\n", "f.yaml")
-    fake, calls = Fake(), []
+    fake, calls, outs = Fake(), [], []
     monkeypatch.setattr(fleet_api, "load", lambda _: spec)
     monkeypatch.setattr(runloop, "default_wait", lambda: fake.wait)
     monkeypatch.setattr(runloop, "default_collect", lambda: fake.collect)
-    monkeypatch.setattr(cli, "fleet_up", lambda inv, **kw: calls.append(("up", kw)) or 0)
-    monkeypatch.setattr(cli, "fleet_down", lambda inv, **kw: calls.append(("down", kw)) or 0)
+    monkeypatch.setattr(cli, "fleet_up", lambda inv, out=None, **kw: calls.append(("up", kw)) or outs.append(out) or 0)
+    monkeypatch.setattr(cli, "fleet_down", lambda inv, out=None, **kw: calls.append(("down", kw)) or outs.append(out) or 0)
     out, err = Console(file=__import__("io").StringIO(), width=200), Console(file=__import__("io").StringIO(), width=200)
     monkeypatch.setattr(ui, "out", out)
     monkeypatch.setattr(ui, "err", err)
     monkeypatch.setattr(ui, "print_json", lambda data: out.print(json.dumps(data)))
-    assert runloop.cli_run("f.yaml", yes=True, timeout=None, json=True) == 0
+    assert run_cli.fleet_run("f.yaml", yes=True, timeout=None, json=True) == 0
     assert calls == [("up", {"yes": True, "json": False, "dry_run": False}),
                      ("down", {"yes": True, "keep_data": False, "keep_lab": False})]  # fmt: skip
+    assert outs == [err, err]  # --json: fleet.up's and fleet.down's own output goes to stderr
     assert fake.wait_args["timeout"] == 3600 - 60  # an unstarted fleet: its whole ttl, less the margin for collect
     document = json.loads(out.file.getvalue())
     assert [p["status"] for p in document["phases"]] == ["ok"] * 4 and document["exit_code"] == 0
     assert "fleet.run: wait" in err.file.getvalue() and "coder-1: working -> done" in err.file.getvalue()
     with pytest.raises(JackinError, match="--json needs --yes"):
-        runloop.cli_run("f.yaml", yes=False, timeout=None, json=True)
+        run_cli.fleet_run("f.yaml", yes=False, timeout=None, json=True)
 
 
 def test_timeout_takes_seconds_or_a_duration() -> None:
-    assert [runloop.timeout_seconds(v) for v in (None, "90", "10m", "1h30m")] == [None, 90.0, 600.0, 5400.0]
+    from jackin.cli.run import timeout_seconds
+
+    assert [timeout_seconds(v) for v in (None, "90", "10m", "1h30m")] == [None, 90.0, 600.0, 5400.0]
     for bad in ("0", "soon", "-5"):
         with pytest.raises(JackinError, match="--timeout expects seconds or a duration") as error:
-            runloop.timeout_seconds(bad)
+            timeout_seconds(bad)
         assert error.value.exit_code == 2
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from jackin.snapshots import instant
 from jackin.snapshots.models import AgentSnapshot
-from jackin.cli.render import held_text
+from jackin.cli.render.snapshot import held_text
 
 SUMMARY = json.dumps({"message_type": "summary", "snapshot_id": "abc123", "total_bytes_processed": 5})
 

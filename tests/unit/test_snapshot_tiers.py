@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from rich.console import Console
 
-from jackin.cli import render as ui
+from jackin.cli.render import snapshot as ui
 from jackin.errors import RemoteCommandError
 from jackin.snapshots import api, cow, restore
 from jackin.snapshots import host as remote

@@ -10,7 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from jackin import hostpaths
 from jackin.errors import EXIT_FAILED, EXIT_SPEC, SpecError
+from jackin.facts import cow as cow_facts
+from jackin.operations import cow as cow_ops
 from jackin.snapshots import cow
 
 ID, ID2 = "20261203-050000-abcd", "20261203-060000-0f0f"
@@ -42,26 +45,26 @@ def test_paths_follow_the_shared_layout() -> None:
     ("/", "-"),
 ])  # fmt: skip
 def test_systemd_escape_path_matches_systemd(path: str, escaped: str) -> None:
-    assert cow.systemd_escape_path(path) == escaped
+    assert hostpaths.systemd_escape_path(path) == escaped
 
 
 @pytest.mark.skipif(shutil.which("systemd-escape") is None, reason="no systemd-escape on this machine")
 def test_systemd_escape_path_agrees_with_the_real_tool() -> None:
     paths = ["/srv/jackin/demo", "/srv/jackin/my-fleet-2", "/srv/.hidden", "/.a/b", "/srv/x y", "/srv/ü:_."]
     real = subprocess.run(["systemd-escape", "-p", *paths], capture_output=True, text=True, timeout=10).stdout.split()
-    assert [cow.systemd_escape_path(p) for p in paths] == real
+    assert [hostpaths.systemd_escape_path(p) for p in paths] == real
 
 
 def test_unit_name_and_text() -> None:
     assert cow.unit_name("my-fleet") == "srv-jackin-my\\x2dfleet.mount"
     assert cow.unit_path("demo") == "/etc/systemd/system/srv-jackin-demo.mount"
-    text = cow.unit_text("demo")
+    text = cow_ops.unit_text("demo")
     for line in ("What=/var/lib/jackin/cow/demo.img", "Where=/srv/jackin/demo", "Type=btrfs",
                  "Options=loop,nodev,nosuid", "Before=docker.service", "WantedBy=local-fs.target",
                  "RequiresMountsFor=/var/lib/jackin/cow"):  # fmt: skip
         assert line in text.splitlines()
     assert "Requires=docker" not in text and "RequiredBy" not in text  # ordered, never binding Docker
-    assert cow.unit_hash("demo") != cow.unit_hash("demo-2")
+    assert cow_ops.unit_hash("demo") != cow_ops.unit_hash("demo-2")
 
 
 @pytest.mark.parametrize(("call", "message"), [
@@ -81,7 +84,7 @@ def test_bad_names_are_spec_errors(call, message: str) -> None:
 
 
 def test_state_section_is_posix_sh_and_reads_only_our_paths() -> None:
-    section = cow.state_section("demo")
+    section = cow_facts.state_section("demo")
     assert sh_syntax_ok(section).returncode == 0
     assert "[ -f /var/lib/jackin/cow/demo.img ]" in section
     assert "systemctl is-enabled srv-jackin-demo.mount" in section
@@ -90,20 +93,20 @@ def test_state_section_is_posix_sh_and_reads_only_our_paths() -> None:
 
 
 def test_state_section_of_a_name_that_is_no_fleets_is_empty() -> None:
-    assert cow.state_section('x$(touch /tmp/owned)"y') == "echo '##cow'"
+    assert cow_facts.state_section('x$(touch /tmp/owned)"y') == "echo '##cow'"
 
 
 def test_parse_state_reads_a_full_tier() -> None:
     subvols = "/srv/jackin/demo/coder-1\0/srv/jackin/demo/coder-2\0".encode().hex()
-    state = cow.parse_state(["image 1073741824", "unit " + "a" * 64, "enabled", "mounted btrfs"], [subvols])
-    assert state == cow.CowState(image_size=1073741824, unit_hash="a" * 64, enabled=True, mounted="btrfs",
+    state = cow_facts.parse_state(["image 1073741824", "unit " + "a" * 64, "enabled", "mounted btrfs"], [subvols])
+    assert state == cow_facts.CowState(image_size=1073741824, unit_hash="a" * 64, enabled=True, mounted="btrfs",
                                  subvolumes=["/srv/jackin/demo/coder-1", "/srv/jackin/demo/coder-2"])  # fmt: skip
     assert state.leftovers == ["image", "mount unit", "mount (btrfs)"]
 
 
 def test_parse_state_drops_malformed_lines() -> None:
-    state = cow.parse_state(["image 12x", "unit nothex", "enabled yes", "mounted bt rfs", "other 1"], ["zz"])
-    assert state == cow.CowState() and state.leftovers == []
+    state = cow_facts.parse_state(["image 12x", "unit nothex", "enabled yes", "mounted bt rfs", "other 1"], ["zz"])
+    assert state == cow_facts.CowState() and state.leftovers == []
 
 
 # --- scripts ------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jackin.facts.state import APPARMOR_SECTION, AppArmor, StateError, parse_state, state_command
+from jackin.facts.state import AppArmor, StateError, parse_state
+from jackin.facts.state_read import APPARMOR_SECTION, state_command
 
 ENABLED = "/sys/module/apparmor/parameters/enabled"
 PROFILES = "/sys/kernel/security/apparmor/profiles"

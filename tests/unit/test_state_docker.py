@@ -1,4 +1,4 @@
-"""The state read's Docker part (``jackin.facts.state.DOCKER_READ``): run by the real perl against a fake
+"""The state read's Docker part (``jackin.facts.state_read.DOCKER_READ``): run by the real perl against a fake
 Docker daemon on a local unix socket, it makes the requests the docker CLI makes and prints what
 the CLI's reads printed (the ``##docker`` ... ``##images`` sections, ``##live`` with bootstrap)."""
 
@@ -16,7 +16,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 
 from jackin.facts import dockerapi
-from jackin.facts.state import DOCKER_READ, DOCKER_SOCKET, parse_state, state_command
+from jackin.facts.state import parse_state
+from jackin.facts.state_read import DOCKER_READ, DOCKER_SOCKET, state_command
 
 pytestmark = pytest.mark.skipif(shutil.which("perl") is None, reason="no perl here")
 

@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from jackin.lifecycle.status import SAMPLE, SAMPLE_AWK, STATUS_READ, AgentStatus, parse_status, status_command
+from jackin.agents.read import STATUS_READ
+from jackin.lifecycle.status import SAMPLE, SAMPLE_AWK, AgentStatus, parse_status, status_command
 
 NOW = 1767369600.5  # 2026-01-02T16:00:00.5Z
 ID = "0123456789abcdef" * 4
@@ -165,7 +166,7 @@ def test_status_command_writes_no_temp_file() -> None:
 
 # --- the egress policy and its guard, per host -------------------------------------------
 
-from jackin.cli.edge import status_exit  # noqa: E402
+from jackin.cli.fleet import status_exit  # noqa: E402
 from jackin.lifecycle.status import FleetStatus, HostStatus, not_enforced, parse_host_status  # noqa: E402
 
 
@@ -248,7 +249,7 @@ def test_status_table_shows_the_guard_per_host_and_what_is_not_enforced() -> Non
 
     from rich.console import Console
 
-    from jackin.cli import render as ui
+    from jackin.cli.render import status as ui
     ok, bad = policy_host(), policy_host("missing", "inactive").model_copy(update={"host": "h2"})
     console = Console(file=io.StringIO(), width=200, color_system=None)
     console.print(ui.status_table(fleet(ok, bad)))

@@ -15,7 +15,8 @@ import pytest
 
 from jackin.agents.state import AgentFacts
 from jackin.errors import JackinError
-from jackin.lifecycle.status import (agents_command, parse_agents, parse_host_status_with_agents, status_with_agents_command,
+from jackin.agents.read import agents_command, parse_agents
+from jackin.lifecycle.status import (parse_host_status_with_agents, status_with_agents_command,
                            FleetStatus, HostStatus, AgentStatus, fill_rollup)  # fmt: skip
 
 NOW = 1_800_000_000

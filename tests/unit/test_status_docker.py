@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from jackin.facts.dockerapi import SOCKET
-from jackin.lifecycle.status import INSPECT_FIELDS, STATUS_READ, _inspect, parse_agents, parse_host_status_with_agents, parse_status
+from jackin.agents.read import INSPECT_FIELDS, STATUS_READ, parse_agents
+from jackin.agents.read import inspect_command as _inspect
+from jackin.lifecycle.status import parse_host_status_with_agents, parse_status
 from tests.unit.test_state_docker import CONTAINER_ID, OTHER_ID, FakeDocker
 
 pytestmark = pytest.mark.skipif(shutil.which("perl") is None, reason="no perl here")

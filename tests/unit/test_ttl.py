@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from jackin.plan import ttl
-from jackin.agents.credentials import Secrets
-from jackin.plan.host import host_changes
+from jackin.spec.credentials import Secrets
+from jackin.lifecycle.hostplan import host_changes
 from jackin.store.ledger import Ledger
+from jackin.facts import ttl as ttl_facts
 from jackin.operations import ttl as ops
 from jackin.operations.files import Refused, Upload
 from jackin.facts.state import HostState
@@ -133,12 +134,12 @@ def test_the_hostplan_step_is_the_time_to_live_category_and_then_nothing() -> No
 
 def test_the_section_parses_and_drops_malformed_values() -> None:
     digest = "a" * 64
-    found = ops.parse_section(["file=yes", f"deadline={DEADLINE}", f"timer={digest}", "service=zz",
+    found = ttl_facts.parse_section(["file=yes", f"deadline={DEADLINE}", f"timer={digest}", "service=zz",
                                "enabled=enabled", "active=active", f"now={NOW}"])  # fmt: skip
     assert found == ops.TtlState(deadline=DEADLINE, file=True, timer=digest, service=None, enabled="enabled",
                                  active="active", now=NOW)  # fmt: skip
     assert found.leftovers("demo") == ["/var/lib/jackin/ttl/demo", "/etc/systemd/system/jackin-ttl-demo.timer"]
-    assert ops.parse_section(["deadline=12a", "now="]) == ops.TtlState(enabled="", active="")
+    assert ttl_facts.parse_section(["deadline=12a", "now="]) == ops.TtlState(enabled="", active="")
 
 
 def test_leftovers_name_the_ttl_files() -> None:

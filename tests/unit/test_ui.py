@@ -10,6 +10,8 @@ import pytest
 from rich.console import Console
 
 from jackin.cli import render as ui
+from jackin.cli.render.fleet import up_table
+from jackin.cli.render.lab import lab_table
 from jackin.engine import Event, HostResult, RunResult
 from jackin.errors import ConnectError, LabError, SpecError
 from jackin.lab import LabHost, LabService, LabStatus
@@ -26,7 +28,7 @@ def render(renderable: object, width: int = 120) -> list[str]:
 
 def test_up_table_text_is_not_markup() -> None:
     result = RunResult(hosts=[HostResult(host="h", connected=True, failed=1, error="[/etc/x] [bold]not bold")])
-    lines = render(ui.up_table(result, title="t"))
+    lines = render(up_table(result, title="t"))
     assert any("[/etc/x] [bold]not bold" in line for line in lines)
 
 
@@ -49,7 +51,7 @@ def lab_status(service: LabService | None) -> LabStatus:
 
 def test_lab_table() -> None:
     status = lab_status(LabService(container="jackin-lab-demo-svc", state="running", address="172.18.0.4"))
-    assert render(ui.lab_table(status)) == [
+    assert render(lab_table(status)) == [
         "lab demo  (jackin/lab-host:0123456789ab)",
         "┏━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━┓",
         "┃ host           ┃ container           ┃ state   ┃ ssh                  ┃ lab address          ┃",
@@ -63,14 +65,14 @@ def test_lab_table() -> None:
 
 
 def test_lab_table_without_service() -> None:
-    lines = render(ui.lab_table(lab_status(None)))
+    lines = render(lab_table(lab_status(None)))
     assert not any("(test service)" in line for line in lines)
     assert len(lines) == 8
 
 
 def test_lab_table_stopped_service_has_no_address() -> None:
     status = lab_status(LabService(container="jackin-lab-demo-svc", state="exited", address=None))
-    row = next(line for line in render(ui.lab_table(status)) if "(test service)" in line)
+    row = next(line for line in render(lab_table(status)) if "(test service)" in line)
     assert "None" not in row
 
 

@@ -1,4 +1,4 @@
-"""Rendering of agent state (jackin/cli/render.py, appended part): the agents table blocked first with the
+"""Rendering of agent state (jackin/cli/render/status.py and agent.py): the agents table blocked first with the
 roll-up, a fleet.wait change line, the wait summary; the agent's text printed as text, never markup."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import io
 
 from rich.console import Console
 
-from jackin.cli import render as ui
+from jackin.cli.render.agent import change_line, wait_summary
+from jackin.cli.render.status import agents_table, status_view
 from jackin.agents.state import AgentState
 from jackin.lifecycle.status import AgentStatus, FleetStatus, HostStatus, fill_rollup
 from jackin.agents.wait import AgentView, Change, WaitResult
@@ -33,7 +34,7 @@ def test_agents_table_lists_blocked_first_with_its_question_and_the_rollup() -> 
                            agent("coder-2", "unknown", "no status file (missing, empty or unreadable)", age=None)]),
         HostStatus(host="h3", address="x", port=22, reachable=False, error="timed out"),
     ]))  # fmt: skip
-    assert render(ui.agents_table(status)) == [
+    assert render(agents_table(status)) == [
         "fleet f: agents",
         "┏━━━━━━━━━┳━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
         "┃ state   ┃ host ┃ agent   ┃ heartbeat ┃ message / question                                  ┃",
@@ -49,13 +50,13 @@ def test_agents_table_lists_blocked_first_with_its_question_and_the_rollup() -> 
 
 def test_agents_table_of_no_agents() -> None:
     status = fill_rollup(FleetStatus(fleet="f", at=0, hosts=[]))
-    assert render(ui.agents_table(status))[-1].strip() == "0 agents"
+    assert render(agents_table(status))[-1].strip() == "0 agents"
 
 
 def test_status_view_is_the_status_table_then_the_agents() -> None:
     status = fill_rollup(FleetStatus(fleet="f", at=0, hosts=[
         HostStatus(host="h1", address="x", port=22, reachable=True, agents=[agent("coder-1", "working")])]))  # fmt: skip
-    lines = render(ui.status_view(status), width=160)
+    lines = render(status_view(status), width=160)
     assert lines[0] == "fleet f" and "fleet f: agents" in lines and lines[-1].strip() == "1 agent: 1 working"
 
 
@@ -66,8 +67,8 @@ def test_change_line() -> None:
     first = Change(at=at, host="h1", instance="coder-1", old=None, new="working", message="starting")
     blocked = Change(at=at, host="h1", instance="coder-1", old="working", new="blocked", message="waiting",
                      question="Which db?")  # fmt: skip
-    assert render(ui.change_line(first)) == ["12:03:04  h1/coder-1  working  starting"]
-    assert render(ui.change_line(blocked)) == ["12:03:04  h1/coder-1  working -> blocked  waiting  asks: Which db?"]
+    assert render(change_line(first)) == ["12:03:04  h1/coder-1  working  starting"]
+    assert render(change_line(blocked)) == ["12:03:04  h1/coder-1  working -> blocked  waiting  asks: Which db?"]
 
 
 def test_wait_summary() -> None:
@@ -75,7 +76,7 @@ def test_wait_summary() -> None:
                         agents=[AgentView(host="h1", instance="coder-1", state="working"),
                                 AgentView(host="h1", instance="coder-2", state="stuck")],
                         changes=[], errors={"h2": "connection refused"})  # fmt: skip
-    assert render(ui.wait_summary(result)) == [
+    assert render(wait_summary(result)) == [
         "fleet f: timed out after 1m30s (2 agents: 1 stuck, 1 working; exit 4)",
         "h2: not read: connection refused",
     ]

@@ -8,9 +8,11 @@ import io
 import pytest
 from rich.console import Console
 
-from jackin.cli import render as ui
+from jackin.cli.render import fleet as ui
+from jackin.cli.render.status import status_table
+from jackin.cli.render.units import duration, size
 from jackin.engine import HostResult, RunResult
-from jackin.lifecycle.fleet import CleanCheck
+from jackin.lifecycle.down import CleanCheck
 from jackin.lifecycle.status import AgentStatus, FleetStatus, HostStatus
 
 
@@ -38,7 +40,7 @@ def test_status_table() -> None:
         host("web-2", reachable=False, error="timed out after 8s"),
         host("web-3"),
     ])  # fmt: skip
-    assert render(ui.status_table(status)) == [
+    assert render(status_table(status)) == [
         "fleet demo",
         "┏━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━┳━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
         "┃ host  ┃ agent      ┃ state       ┃ uptime ┃   cpu ┃           memory ┃ restarts ┃ egress ┃ dropped ┃ last error                    ┃",
@@ -57,18 +59,18 @@ def test_status_table_caption_counts() -> None:
         host("a", RUNNING, RUNNING.model_copy(update={"instance": "coder-2"})),
         host("b", EXITED), host("c", reachable=False, error="refused"), host("d", reachable=False),
     ])  # fmt: skip
-    assert render(ui.status_table(status))[-1].strip() == "2/4 hosts reachable, 2/3 agents running"
+    assert render(status_table(status))[-1].strip() == "2/4 hosts reachable, 2/3 agents running"
 
 
 def test_status_table_of_no_hosts() -> None:
-    lines = render(ui.status_table(FleetStatus(fleet="demo", at=0, hosts=[])))
+    lines = render(status_table(FleetStatus(fleet="demo", at=0, hosts=[])))
     assert lines[0] == "fleet demo"
     assert lines[-1].strip() == "0/0 hosts reachable, 0/0 agents running"
 
 
 def test_status_table_memory_without_limit() -> None:
     agent = RUNNING.model_copy(update={"memory": 512, "memory_limit": None, "cpu_percent": 0.0, "uptime": 59})
-    row = render(ui.status_table(FleetStatus(fleet="demo", at=0, hosts=[host("web-1", agent)])))[4]
+    row = render(status_table(FleetStatus(fleet="demo", at=0, hosts=[host("web-1", agent)])))[4]
     assert row.split("│")[4:7] == ["    59s ", " 0.0% ", "   512B "]
 
 
@@ -131,7 +133,7 @@ def test_up_table_dry_run_and_planned_agents() -> None:
      (3 * 86400 + 4 * 3600, "3d4h"), (3 * 86400 + 4 * 3600 + 59 * 60, "3d4h"), (400 * 86400, "400d0h")],
 )  # fmt: skip
 def test_duration(seconds: float | None, text: str) -> None:
-    assert ui._duration(seconds) == text
+    assert duration(seconds) == text
 
 
 @pytest.mark.parametrize(
@@ -140,4 +142,4 @@ def test_duration(seconds: float | None, text: str) -> None:
      (1024**2, "1.0MiB"), (20971520, "20.0MiB"), (1024**3, "1.0GiB"), (5 * 1024**4, "5120.0GiB")],
 )  # fmt: skip
 def test_bytes(value: int | None, text: str) -> None:
-    assert ui._bytes(value) == text
+    assert size(value) == text

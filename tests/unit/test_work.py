@@ -14,6 +14,7 @@ from jackin.work import bundles as work
 from jackin.errors import EXIT_SPEC, SpecError
 from jackin.operations.files import Refused, Upload
 from jackin.operations.fleet import teardown_commands as fleet_teardown
+from jackin.operations import work as work_ops
 from jackin.operations.work import digests_file, teardown_commands, work_commands
 from jackin.plan.fleet import WORK_TARGET, FleetPlan, build
 from jackin.spec import load_inventory
@@ -161,10 +162,10 @@ def test_prepare_and_attach_fill_in_commit_and_digests(tmp_path: Path) -> None:
     coder, plain = plan.agents[1], plan.agents[2]
     assert plain.work is None
     assert coder.work.branch == "jackin/coder-2" and coder.work.commit == commit
-    assert work.file_data(coder.work, "task.md") == b"write: A: b"
-    assert work.file_data(coder.work, "work.json") == (
+    assert work_ops.file_data(coder.work, "task.md") == b"write: A: b"
+    assert work_ops.file_data(coder.work, "work.json") == (
         '{"schema_version":1,"repo":"src","ref":"HEAD","commit":"%s","branch":"jackin/coder-2"}\n' % commit).encode()
-    assert work.digest(work.file_data(coder.work, "repo.bundle")) == coder.work.files["repo.bundle"]
+    assert work.digest(work_ops.file_data(coder.work, "repo.bundle")) == coder.work.files["repo.bundle"]
 
 
 def test_a_file_url_is_mirrored_then_fetched(tmp_path: Path) -> None:
@@ -203,7 +204,7 @@ def _delivered(plan: FleetPlan) -> HostState:
             continue
         paths[agent.work_dir] = PathInfo(kind="d", mode="0750", uid=0, gid=agent.uid)
         paths[digests_file("demo", agent.instance)] = PathInfo(kind="f", mode="0600", uid=0, gid=0)
-        for name in work.FILES:
+        for name in work_ops.FILES:
             paths[f"{agent.work_dir}/{name}"] = PathInfo(kind="f", mode="0440", uid=0, gid=agent.uid)
         digests[agent.instance] = dict(agent.work.files)
     return HostState(work=paths, work_digests=digests)
@@ -218,7 +219,7 @@ def test_first_delivery_sends_three_files_root_group_0440(tmp_path: Path) -> Non
     commands = work_commands(plan, HostState())
     uploads = [c for c in commands if isinstance(c, Upload) and not c.target.endswith(".digests")]
     assert [u.target for u in uploads] == [f"/var/lib/jackin/work/demo/coder-{i}/{n}" for i in (1, 2)
-                                           for n in work.FILES]  # fmt: skip
+                                           for n in work_ops.FILES]  # fmt: skip
     text = _text(commands)
     assert "install -m 0440 -o 0 -g 60000 -T" in text
     assert "chown -h 0:60000 -- /var/lib/jackin/work/demo/coder-1" in text and "chmod 00750" in text

@@ -1,4 +1,4 @@
-"""Credentials: read on the operator's machine, delivered to each agent as read-only files.
+"""Credentials: named by the spec, read on the operator's machine, delivered to each agent as read-only files.
 
 A spec names a credential and where the operator's machine keeps it (``from_env`` or
 ``from_file``), never its value. ``read`` reads every value before any host is touched: a
@@ -39,25 +39,13 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from jackin.errors import SpecError
-from jackin.plan.fleet import CREDENTIALS_DIR
-from jackin.spec.models import AgentSpec, FleetSpec
+from jackin.paths import private_dir, state_dir
+from jackin.spec.models import AgentSpec, Credential, FleetSpec
 
 FILE_MODE = "0400"
 DIR_MODE = "0750"
 MAX_VALUE = 64 * 1024  # a credential is a key or a token, not a data set
 NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
-
-
-def fleet_dir(fleet: str) -> str:
-    return f"{CREDENTIALS_DIR}/{fleet}"
-
-
-def agent_dir(fleet: str, instance: str) -> str:
-    return f"{CREDENTIALS_DIR}/{fleet}/{instance}"
-
-
-def digests_file(fleet: str, instance: str) -> str:
-    return f"{CREDENTIALS_DIR}/{fleet}/{instance}.digests"
 
 
 class CredentialError(SpecError):
@@ -111,14 +99,14 @@ class Secrets:
 # --- reading on the operator's machine ------------------------------------------
 
 
-def source_text(credential) -> str:
+def source_text(credential: Credential) -> str:
     """How the spec names a credential's source (for messages and the plan): never its value."""
     if credential.from_env is not None:
         return f"environment variable {credential.from_env}"
     return f"file {credential.from_file}"
 
 
-def _read_one(agent: AgentSpec, credential, environ: Mapping[str, str]) -> bytes:
+def _read_one(agent: AgentSpec, credential: Credential, environ: Mapping[str, str]) -> bytes:
     where = f"credential {credential.name} of agent {agent.name}"
     if credential.from_env is not None:
         value = environ.get(credential.from_env)
@@ -127,6 +115,7 @@ def _read_one(agent: AgentSpec, credential, environ: Mapping[str, str]) -> bytes
                                   hint=f"export {credential.from_env} on this machine, then run again")  # fmt: skip
         data = value.encode()
     else:
+        assert credential.from_file is not None  # the model requires from_env or from_file
         data = _read_file(where, Path(credential.from_file).expanduser())
     if not data.strip():
         raise CredentialError(f"{where}: {source_text(credential)} is empty",
@@ -181,8 +170,6 @@ def read(spec: FleetSpec, *, environ: Mapping[str, str] | None = None, key: byte
 def digest_key(fleet: str) -> bytes:
     """The fleet's digest key, kept on this machine only (0600 in a 0700 dir), made once: written to a
     temporary name and linked into place, so two runs at once agree on one key."""
-    from jackin.paths import private_dir, state_dir
-
     folder = private_dir(state_dir() / "credentials" / fleet)
     path = folder / "key"
     if not path.exists():

@@ -1,5 +1,8 @@
 """Providers own a fleet's hosts: where they come from, how they are trusted, when they go.
 
+Beside the lab, the one provider with a life of its own: the lifecycle, the snapshots and the agent
+tools all resolve a fleet's hosts here (``targets``), so it sits below all three.
+
     Provider              the interface the fleet tasks use
     ├── LabProvider       lab hosts on the local Docker engine (jackin.lab)
     └── StaticProvider    the operator's own servers, host keys pinned in the inventory
@@ -28,7 +31,7 @@ from contextlib import contextmanager
 from pydantic import BaseModel, ConfigDict
 
 from jackin.errors import SpecError
-from jackin.lab import Lab, LabHost, LabStatus
+from jackin.lab.lab import Lab, LabHost, LabStatus
 from jackin.paths import private_dir, state_dir
 from jackin.spec import Inventory, LabSpec
 from jackin.store.ledger import Ledger
@@ -127,8 +130,9 @@ def static_targets(inventory: Inventory) -> list[SshTarget]:
                 selected.append(name)
     needed = list(selected)  # the selected hosts and every jump host on their way: each hop is pinned
     for name in needed:
-        if by_name[name].jump and by_name[name].jump not in needed:
-            needed.append(by_name[name].jump)
+        jump = by_name[name].jump
+        if jump and jump not in needed:
+            needed.append(jump)
     unpinned = [n for n in needed if not by_name[n].host_keys]
     if unpinned:
         raise SpecError(
@@ -136,7 +140,7 @@ def static_targets(inventory: Inventory) -> list[SshTarget]:
             hint="add each host's public key under host_keys (ssh-keyscan it, then verify it out of band)",
         )
     known_hosts = private_dir(state_dir() / "fleets" / fleet.name) / "known_hosts"
-    lines = []
+    lines: list[str] = []
     for host in inventory.hosts:
         pattern = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
         lines.extend(f"{pattern} {key}\n" for key in host.host_keys)
@@ -229,6 +233,11 @@ def provider_for(inventory: Inventory, ledger: Ledger | None = None) -> Provider
     if inventory.fleet.provider == "lab":
         return LabProvider(inventory, ledger)
     return StaticProvider(inventory, ledger)
+
+
+def targets(inventory: Inventory, *, log: Log = _quiet, bring_up: bool = True) -> list[SshTarget]:
+    """The fleet's hosts as strict SSH targets; with provider ``lab``, bring the lab up first."""
+    return provider_for(inventory).targets(bring_up=bring_up, log=log)
 
 
 def destroy_lab(name: str, *, log: Log = _quiet) -> dict[str, list[str]]:

@@ -1,16 +1,15 @@
-"""``inv role.list`` and ``inv role.validate``: what the roles are, and whether each one is valid.
+"""The ``role`` collection: ``role.list`` and ``role.validate``: what the roles are, and whether each one is valid.
 
-Kept apart from jackin/spec/roles.py (the model and its checks) so that module stays data and logic; this one
-only renders (rich tables, or JSON for scripts) and returns the exit code.
+Kept apart from jackin/spec/roles.py and jackin/spec/role_checks.py (the model and its checks) so those stay
+data and logic; this one only renders (rich tables, or JSON for scripts) and returns the exit code.
 """
 
 from __future__ import annotations
 
-from rich.table import Table
-
 from jackin.cli import render as ui
+from jackin.cli.render.role import roles_table
 from jackin.errors import EXIT_OK, EXIT_SPEC
-from jackin.spec import roles
+from jackin.spec import role_checks, roles
 
 
 def role_list(*, json: bool) -> int:
@@ -21,13 +20,7 @@ def role_list(*, json: bool) -> int:
         ui.print_json({"roles": [r.model_dump() for r in found],
                        "invalid": [{"error": e.message, "problems": e.problems} for e in errors]})  # fmt: skip
     else:
-        table = Table(title=f"roles ({roles.roles_dir()})", title_justify="left")
-        for column in ("name", "image build", "credentials", "egress", "command"):
-            table.add_column(column, overflow="fold")
-        for row in found:
-            table.add_row(f"{row.name}\n[dim]{row.tag}[/dim]", row.image, ", ".join(row.credentials) or "-",
-                          ", ".join(row.egress) or "-", " ".join(row.command))  # fmt: skip
-        ui.out.print(table)
+        ui.out.print(roles_table(found, directory=roles.roles_dir()))
         for error in errors:
             ui.err.print(f"[red]invalid:[/red] {error.message} (inv role.validate)")
     return EXIT_SPEC if errors else EXIT_OK
@@ -35,7 +28,7 @@ def role_list(*, json: bool) -> int:
 
 def role_validate(name: str | None, *, json: bool) -> int:
     """Every role file (or NAME's) and its image recipe; problems as FILE:LINE: message; exit 2 if any."""
-    checks = roles.validate(name)
+    checks = role_checks.validate(name)
     if json:
         ui.print_json({"roles": [{**c.model_dump(), "ok": c.ok} for c in checks]})
     else:

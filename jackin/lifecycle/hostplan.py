@@ -17,18 +17,20 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.agents.credentials import Secrets, fleet_dir
 from jackin.facts.state import HostState
+from jackin.hostpaths import credentials_dir as fleet_dir
+from jackin.images import build as images
 from jackin.operations import cow, credentials, firewall, fleet, work
 from jackin.operations import host as host_ops
 from jackin.operations import ttl as ttl_ops
-from jackin.operations.files import Command, Refused, Upload
+from jackin.operations.files import Command, Refused, Step, Upload
 from jackin.plan.fleet import FleetPlan
+from jackin.spec.credentials import Secrets
 
 # Bootstrap: a Docker engine and nftables (any Docker engine will do: docker.io or docker-ce).
 PACKAGES = (("docker.io", "dockerd"), ("nftables", "nft"))
@@ -36,28 +38,9 @@ CATEGORIES = ("bootstrap", "docker daemon", "image", "users", "files", "networks
               "credentials", "checkpoint fs", "work", "time-to-live")  # fmt: skip
 
 
-@dataclass
-class Step:
-    """One operation of the deploy: a pyinfra ``apt.packages`` (``packages``), ``systemd.service``
-    (``service``: Docker running and enabled) or our script of ``commands``; ``refused``: the
-    builder's refusal (the deploy fails the host on it)."""
-
-    category: str
-    name: str
-    commands: list[Command] = field(default_factory=list)
-    packages: list[str] = field(default_factory=list)
-    service: bool = False
-    noop: str = ""
-    refused: str | None = None
-
-    @property
-    def changes(self) -> bool:
-        return bool(self.commands or self.packages or self.service or self.refused)
-
-
-def _built(category: str, name: str, build: Callable[[], list[Command]], noop: str) -> Step:
+def _built(category: str, name: str, build: Callable[[], Sequence[Command]], noop: str) -> Step:
     try:
-        return Step(category, name, commands=build(), noop=noop)
+        return Step(category, name, commands=list(build()), noop=noop)
     except Refused as error:
         return Step(category, name, noop=noop, refused=error.message)
 
@@ -84,7 +67,7 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
     busybox = bool(state.host.get("busybox"))
     for image in sorted({a.image for a in plan.agents}):
         out.append(_built("image", f"agent image {image}",
-                          lambda image=image: _image_commands(image, state, busybox=busybox),
+                          partial(_image_commands, image, state, busybox=busybox),
                           noop=f"image {image} is present"))  # fmt: skip
         if out[-1].commands and isinstance(out[-1].commands[0], host_ops.ImageLoad):  # named as it is shown
             out[-1].name = out[-1].commands[0].shown
@@ -108,7 +91,7 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
                           noop=f"work of fleet {plan.fleet} is up to date"))  # fmt: skip
     for agent in plan.agents:
         out.append(_built("containers", f"agent {agent.instance}",
-                          lambda agent=agent: fleet.agent_commands(agent, state, plan.address_pools),
+                          partial(fleet.agent_commands, agent, state, plan.address_pools),
                           noop=f"agent {agent.instance} is up to date"))  # fmt: skip
     if plan.ttl_deadline is not None or state.ttl.present:  # the fleet's time-to-live, enforced by the host
         out.append(_built("time-to-live", f"time-to-live of fleet {plan.fleet}",
@@ -120,8 +103,6 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
 def _image_commands(image: str, state: HostState, *, busybox: bool) -> list[Command]:
     """The agent image on the host: a role's (loaded from the operator, or built there) or the busybox one.
     Nothing when the host has it (the role is not loaded and hashed again for each host of a warm run)."""
-    from jackin.images import build as images
-
     if image in state.images:
         return []
     if images.is_role_image(image):

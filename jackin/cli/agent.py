@@ -1,0 +1,75 @@
+"""The ``agent`` collection: ``agent.netcheck``, ``agent.denials``, ``agent.answer``, and ``agent.exec``,
+``agent.logs``, ``agent.shell`` (whose exit status is the remote command's, passed through)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from jackin import lazy
+from jackin.cli import render as ui
+from jackin.cli.edge import count, host_errors
+from jackin.cli.render import agent as view
+from jackin.errors import EXIT_OK, worst
+
+if TYPE_CHECKING:
+    from jackin.agents import answer as answering
+    from jackin.agents import tools as agent_tools
+    from jackin.lifecycle import fleet as fleet_api
+    from jackin.net import probes as agent_api
+else:  # loaded by the first command that uses them (jackin.lazy)
+    agent_api = lazy.module("jackin.net.probes")
+    agent_tools = lazy.module("jackin.agents.tools")
+    answering = lazy.module("jackin.agents.answer")
+    fleet_api = lazy.module("jackin.lifecycle.fleet")
+
+
+def agent_netcheck(inventory: str | None, agent: str, target: str, port: str | int, *, json: bool) -> int:
+    spec = fleet_api.load(inventory)
+    probes = agent_api.netcheck(spec, fleet_api.targets(spec, bring_up=False), agent, target,
+                                count("--port", port, high=65535) or 443)  # fmt: skip
+    if json:
+        ui.print_json([p.model_dump() for p in probes])
+    else:
+        ui.out.print(view.probe_table(probes))
+    return worst(p.exit_code for p in probes)
+
+
+def agent_denials(inventory: str | None, agent: str, *, json: bool) -> int:
+    spec = fleet_api.load(inventory)
+    found = agent_api.denials(spec, fleet_api.targets(spec, bring_up=False), agent)
+    if json:
+        ui.print_json(found.model_dump(mode="json"))
+    else:
+        ui.out.print(view.denials_table(found.denials, agent))
+    return host_errors(found.errors)
+
+
+def agent_answer(inventory: str | None, agent: str, text: str, *, host: str | None) -> int:
+    """Write TEXT (``-``: stdin) to the blocked agent's answer file; refused unless it is blocked."""
+    if text == "-":
+        text = sys.stdin.read()
+    result = answering.answer(fleet_api.load(inventory), agent, text, host=host or None)
+    ui.out.print(view.answered_line(result), soft_wrap=True)
+    return EXIT_OK
+
+
+# --- in the agent's container, as the agent (jackin/agents/tools.py) -------------------------
+
+
+def agent_exec(inventory: str | None, agent: str, argv_all: Sequence[str], *, host: str | None) -> int:
+    """``inv agent.exec AGENT -- CMD...``: the command is read from the process's argv after ``--``,
+    verbatim, before any host is asked."""
+    argv = agent_tools.command_of(argv_all)
+    return agent_tools.run_exec(agent_tools.resolve(fleet_api.load(inventory), agent, host=host), argv)
+
+
+def agent_logs(inventory: str | None, agent: str, *, follow: bool, tail: str | int | None, host: str | None) -> int:
+    lines = count("--tail", tail, low=0, high=10**9)
+    return agent_tools.run_logs(agent_tools.resolve(fleet_api.load(inventory), agent, host=host), follow=follow,
+                                tail=lines)  # fmt: skip
+
+
+def agent_shell(inventory: str | None, agent: str, *, host: str | None) -> int:
+    return agent_tools.run_shell(agent_tools.resolve(fleet_api.load(inventory), agent, host=host))
