@@ -129,7 +129,7 @@ def test_dry_run_changes_nothing_not_even_the_ledger(olab, state, tmp_path):
             assert (ledger.fleet(dry), ledger.uids(dry), ledger.runs(dry)) == (None, {}, [])
         assert digest() == before  # reading it changes nothing either
     finally:
-        inv("fleet.down", "-i", write(tmp_path, real, olab.name), "--yes", "--keep-lab")
+        inv("fleet.down", "-i", write(tmp_path, real, olab.name), "--yes", "--keep-lab", "--no-final-snapshot")
 
 
 def test_two_fleets_share_a_lab_and_the_last_one_out_removes_it(state, tmp_path):

@@ -19,7 +19,7 @@ from jackin.lab import Lab
 
 from .conftest import inv, module_lab, sh
 
-TTL = 75  # seconds: long enough for fleet.up on a busy machine, short enough to wait for
+TTL = 30  # seconds: the fixture's up without it loads the images, so the ttl's first up is warm and quick
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ class Fleet:
     def __init__(self, lab: Lab, tmp: Path):
         self.lab, self.name = lab, f"t{secrets.token_hex(3)}"
         self.spec = tmp / f"{self.name}.yaml"
-        self.spec.write_text(f"""fleet:
+        text = f"""fleet:
   name: {self.name}
   provider: lab
   lab: {{name: {lab.name}, hosts: 1}}
@@ -40,7 +40,10 @@ class Fleet:
     - name: coder
       count: 2
   resources: {{memory: 128m, cpus: 0.5, pids: 64}}
-""")
+"""
+        self.spec.write_text(text)
+        self.untimed = tmp / f"{self.name}-untimed.yaml"  # the same fleet without a ttl: its up starts no clock
+        self.untimed.write_text(text.replace(f"  ttl: {TTL}s\n", ""))
         self.file = f"/var/lib/jackin/ttl/{self.name}"
         self.timer, self.service = f"jackin-ttl-{self.name}.timer", f"jackin-ttl-{self.name}.service"
         self.containers = [f"jk-{self.name}--coder-1", f"jk-{self.name}--coder-2"]
@@ -50,6 +53,11 @@ class Fleet:
 def tfleet(tlab, tmp_path_factory):
     fleet = Fleet(tlab, tmp_path_factory.mktemp("ttl"))
     try:
+        # The cold up (images, hardening) happens here, before any deadline runs: the clock starts at the
+        # first up whose spec has a ttl (the first test's), and then only a warm up and reads precede it.
+        warm = inv("fleet.up", "-i", str(fleet.untimed), "--yes")
+        assert warm.returncode == 0, warm.stdout + warm.stderr
+        assert sh(tlab, f"ls {fleet.file}", warn=True).failed  # no deadline yet
         yield fleet
     finally:
         inv("fleet.down", "-i", str(fleet.spec), "--yes", "--keep-lab", "--no-final-snapshot")
