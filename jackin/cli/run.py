@@ -33,13 +33,12 @@ def fleet_run(inventory: str | None, *, yes: bool, timeout: str | float | None, 
     seconds = timeout_seconds(timeout)
     if json and not yes:
         raise SpecError("--json needs --yes (there is no one to ask)")
-    runloop.default_wait(), runloop.default_collect()  # refused before asking when this build lacks either
     if not yes:
         require_terminal_or("--yes")
         confirm(f"Run fleet {spec.fleet.name!r} to the end: up, wait until every agent is done or failed, "
                 "collect their work, then tear it down (fleet.down, final snapshot first)?")  # fmt: skip
     say = ui.err if json else ui.out
-    wait, collect = runloop.default_wait(), runloop.default_collect()  # before anything is touched
+    wait, collect = runloop.default_wait(), runloop.default_collect()
     phases = runloop.Phases(
         up=lambda: reported(lambda: fleet_cli.fleet_up(inventory, yes=yes, json=False, dry_run=False, out=say)),
         wait=wait, collect=collect,

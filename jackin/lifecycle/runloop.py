@@ -80,20 +80,14 @@ class Phases(BaseModel):
 
 
 def default_wait() -> Callable[..., Any]:
-    try:
-        from jackin.agents.wait import wait  # lazy: looked up when fleet.run reaches its wait
-    except ImportError as error:
-        raise JackinError(f"fleet.run needs fleet.wait's jackin.waiting.wait, which this build lacks ({error})",
-                          hint="nothing was touched") from None  # fmt: skip
+    from jackin.agents.wait import wait  # lazy: looked up when fleet.run reaches its wait
+
     return wait
 
 
 def default_collect() -> Callable[..., Any]:
-    try:
-        from jackin.work.collect import collect  # lazy: Fabric and paramiko, only when fleet.run reaches collect
-    except ImportError as error:
-        raise JackinError(f"fleet.run needs fleet.collect's jackin.collect.collect, which this build lacks ({error})",
-                          hint="nothing was touched") from None  # fmt: skip
+    from jackin.work.collect import collect  # lazy: Fabric and paramiko, only when fleet.run reaches collect
+
     return collect
 
 

@@ -40,10 +40,6 @@ Package = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9+.-]+$", max_length=64)
 Seconds = Annotated[int, Field(gt=0)]
 
 
-def _seconds(value: str | int) -> int:
-    return parse_duration(value)
-
-
 class ImageRecipe(Model):
     """How the role's image is built: ``operator`` (here, then streamed to the hosts over SSH) or ``host``
     (a ``docker build`` on the host, of the role's directory). Exactly one of ``dockerfile`` (a file of the
@@ -71,7 +67,7 @@ class StateDetection(Model):
     status_file: str = Field("/workspace/.jackin/status.json", pattern=r"^/workspace/")
     stale_after: Seconds = 60
 
-    _duration = field_validator("stale_after", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+    _duration = field_validator("stale_after", mode="before")(classmethod(lambda cls, v: parse_duration(v)))
 
 
 class Healthcheck(Model):
@@ -84,7 +80,7 @@ class Healthcheck(Model):
     start_period: Seconds = 10
 
     _durations = field_validator("interval", "timeout", "start_period", mode="before")(
-        classmethod(lambda cls, v: _seconds(v)))  # fmt: skip
+        classmethod(lambda cls, v: parse_duration(v)))  # fmt: skip
 
     def instruction(self) -> str:
         """The Dockerfile line."""

@@ -133,21 +133,6 @@ def test_change_line() -> None:
     assert line.endswith(" h1 coder-1: working -> blocked: which branch?")
 
 
-def test_a_build_without_wait_or_collect_is_refused_before_anything(monkeypatch, tmp_path) -> None:
-    import builtins
-
-    real = builtins.__import__
-
-    def without_waiting(name, *args, **kwargs):
-        if name == "jackin.agents.wait":
-            raise ImportError("No module named 'jackin.agents.wait'")
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", without_waiting)
-    with pytest.raises(JackinError, match="fleet.run needs fleet.wait's jackin.waiting.wait"):
-        runloop.default_wait()
-
-
 def test_cli_run_prints_each_phase_and_one_json_document(monkeypatch, capsys) -> None:
     """The CLI's side: the up and down are fleet.up's and fleet.down's (with --yes passed on), the wait
     gets the time-to-live as its limit, and --json prints only the outcome on stdout."""
