@@ -1,5 +1,6 @@
 """The lab provider: disposable Debian servers on the local Docker engine."""
 
-from jackin.lab.lab import Lab, LabHost, LabService, LabStatus
+from jackin.lab.lab import Lab
+from jackin.lab.models import LabHost, LabService, LabStatus
 
 __all__ = ["Lab", "LabHost", "LabService", "LabStatus"]

@@ -10,41 +10,29 @@ hosts, replaces broken or outdated ones, and never clashes with a leftover.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import io
-import ipaddress
-import os
 import re
 import shutil
 import socket
-import tarfile
-import time
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from jackin.errors import BusyError, ConnectError, LabError, SpecError
+from jackin.errors import BusyError, LabError, SpecError
 from jackin.lab import docker as dk
+from jackin.lab import keys
+from jackin.lab.boot import wait_booted
 from jackin.lab.image import ensure_image, image_tag
 from jackin.lab.limits import ensure_inotify
+from jackin.lab.models import LabHost, LabService, LabStatus, Log
+from jackin.lab.service import ensure_networks, ensure_service
 from jackin.paths import private_dir, state_dir
 from jackin.spec.values import SLUG
 from jackin.store import locks
-from jackin.transport import fanout
-from jackin.transport.target import SshTarget
 
 LABEL = "jackin.lab"
-HOSTKEY_LABEL = "jackin.lab.hostkey"  # the SHA256 fingerprint of the host key injected at creation
-SERVICE_PORTS = (8080, 8081)
-SERVICE_PUBLIC_HOST = 200  # the service's host number on the public network, outside the hosts' range
-PUBLIC_RANGE = ipaddress.ip_network("198.18.0.0/15")  # benchmarking range (RFC 2544): not private
-PUBLIC_SUBNETS = 512
 DEFAULT_HOSTS = 2
 RUN_FLAGS = (
     # Facts checked on this kind of machine: --privileged fails (no SYS_RESOURCE),
@@ -64,65 +52,6 @@ RUN_FLAGS = (
     # Lab hosts resolve lab names only: a lookup must never leave the machine.
     "--dns", "127.0.0.1",
 )  # fmt: skip
-Log = Callable[[str], None]
-
-
-# Booted: systemd finished starting, ``running`` or ``degraded`` (a unit failed: the host still works;
-# its failed units are printed after the state). ``is-system-running`` exits 1 when degraded, so its
-# state is judged here: waiting on its exit status alone waited out the whole timeout on a host that
-# booted with one failed unit.
-BOOTED = (
-    's=$(systemctl is-system-running --wait 2>/dev/null); echo "$s"; case "$s" in running) exit 0 ;; '
-    "degraded) systemctl --failed --no-legend --plain 2>/dev/null | head -n 5; exit 0 ;; esac; "
-    'echo "systemd is ${s:-not answering}" >&2; exit 1'
-)
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LabHost(_Model):
-    name: str
-    container: str
-    state: str
-    address: str = "127.0.0.1"
-    port: int
-    user: str = "root"
-    key_file: Path
-    known_hosts: Path
-    lab_ip: str | None = None
-    public_ip: str | None = None
-    pinned: bool = False  # the container was made with the host key pinned on this machine
-
-    def target(self) -> SshTarget:
-        return SshTarget(
-            name=self.name, address=self.address, port=self.port, user=self.user,
-            key_file=self.key_file, known_hosts=self.known_hosts,
-        )  # fmt: skip
-
-
-class LabService(_Model):
-    """The lab's test service: HTTP on two ports, for proving firewalls."""
-
-    container: str
-    state: str
-    address: str | None
-    public_address: str | None = None
-    ports: tuple[int, ...] = SERVICE_PORTS
-
-
-class LabStatus(_Model):
-    name: str
-    image: str
-    network: str
-    directory: Path
-    hosts: list[LabHost]
-    service: LabService | None = None
-
-    @property
-    def exists(self) -> bool:
-        return bool(self.hosts) or self.service is not None
 
 
 class Lab:
@@ -168,7 +97,7 @@ class Lab:
     def _fingerprint(self, host: str) -> str | None:
         """The fingerprint of the host key pinned for ``host`` on this machine (None: no key here)."""
         try:
-            return fingerprint(self._host_key(host).with_suffix(".pub").read_text())
+            return keys.fingerprint(self._host_key(host).with_suffix(".pub").read_text())
         except (OSError, ValueError):
             return None
 
@@ -213,24 +142,8 @@ class Lab:
             known_hosts=self.known_hosts,
             lab_ip=_ip(info, self.network),
             public_ip=_ip(info, self.public_network),
-            pinned=pinned is not None and self._presents(info, pinned),
+            pinned=pinned is not None and keys.presents(info, pinned),
         )
-
-    def _presents(self, info: dict[str, Any], pinned: str) -> bool:
-        """Whether the container holds the host key pinned here. Hosts made before the label existed
-        are asked (their public key, read with ``docker cp``, works stopped too): never replaced
-        for a label alone, since other fleets' agents and kept data may live on them."""
-        label = (info["Config"]["Labels"] or {}).get(HOSTKEY_LABEL)
-        if label is not None:
-            return label == pinned
-        try:
-            raw = dk.docker("cp", f"{info['Name'].lstrip('/')}:/etc/ssh/ssh_host_ed25519_key.pub", "-", binary=True)
-            with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
-                member = tar.next()
-                data = tar.extractfile(member) if member is not None and member.isfile() else None
-                return data is not None and fingerprint(data.read().decode()) == pinned
-        except (LabError, tarfile.TarError, OSError, ValueError, UnicodeDecodeError):
-            return False
 
     # --- up ------------------------------------------------------------------
 
@@ -252,7 +165,7 @@ class Lab:
         with self._lock():
             tag = ensure_image(log)
             self._ensure_keys()
-            self._ensure_network()
+            ensure_networks(self)
             current = {h.name: h for h in self.status().hosts}
             want = hosts or len(current) or DEFAULT_HOSTS
             wanted = [self.host_name(i) for i in range(1, want + 1)]
@@ -263,10 +176,10 @@ class Lab:
                 self._remove_host(name)
             with ThreadPoolExecutor(max_workers=min(8, want)) as pool:
                 list(pool.map(lambda n: self._converge_host(n, current.get(n), tag, log, used_by), wanted))
-            self._ensure_service(tag, log)
+            ensure_service(self, tag, log)
             status = self.status()
             self._write_known_hosts(status.hosts)
-            self._wait(status.hosts, timeout, log)
+            wait_booted(status.hosts, timeout, log)
             return self.status()
 
     def _converge_host(self, name: str, host: LabHost | None, tag: str, log: Log, used_by: Collection[str]) -> None:
@@ -308,7 +221,7 @@ class Lab:
         if not self._host_key(name).exists():
             return "its host key is missing on this machine"
         pinned = self._fingerprint(name)
-        if pinned is None or not self._presents(info, pinned):
+        if pinned is None or not keys.presents(info, pinned):
             return "it presents a host key other than the one pinned on this machine (made from another state dir)"
         if self.public_network not in (info.get("NetworkSettings", {}).get("Networks") or {}):
             return "it is not on the lab's public network"
@@ -319,9 +232,9 @@ class Lab:
         port = _free_port()
         key = self._host_key(name)
         private_dir(key.parent)
-        _write_keypair(key, comment=f"{name} host key")
+        keys.write_keypair(key, comment=f"{name} host key")
         labels = ["--label", self.label, "--label", f"jackin.lab.host={name}",
-                  "--label", f"jackin.lab.port={port}", "--label", f"{HOSTKEY_LABEL}={self._fingerprint(name)}"]  # fmt: skip
+                  "--label", f"jackin.lab.port={port}", "--label", f"{keys.HOSTKEY_LABEL}={self._fingerprint(name)}"]  # fmt: skip
         if not dk.exists("volume", volume):
             dk.docker("volume", "create", *labels[:2], volume)
         dk.docker(
@@ -330,18 +243,8 @@ class Lab:
             "-p", f"127.0.0.1:{port}:22", "--restart", "no", tag,
         )  # fmt: skip
         dk.docker("network", "connect", self.public_network, container)
-        dk.docker("cp", "-", f"{container}:/", input=self._injection(key))
+        dk.docker("cp", "-", f"{container}:/", input=keys.injection(self.key_file.with_suffix(".pub"), key))
         dk.docker("start", container)
-
-    def _injection(self, host_key: Path) -> bytes:
-        """A tar of the host's own key and the lab's authorized key, with exact modes."""
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            _tar_add(tar, "root/.ssh", None, 0o700)
-            _tar_add(tar, "root/.ssh/authorized_keys", self.key_file.with_suffix(".pub").read_bytes(), 0o600)
-            _tar_add(tar, "etc/ssh/ssh_host_ed25519_key", host_key.read_bytes(), 0o600)
-            _tar_add(tar, "etc/ssh/ssh_host_ed25519_key.pub", host_key.with_suffix(".pub").read_bytes(), 0o644)
-        return buf.getvalue()
 
     def _remove_host(self, name: str) -> None:
         dk.docker("rm", "-f", "-v", self.container(name), check=False)
@@ -351,52 +254,7 @@ class Lab:
     def _ensure_keys(self) -> None:
         private_dir(self.dir)
         if not self.key_file.exists():
-            _write_keypair(self.key_file, comment=f"jackin lab {self.name}")
-
-    def _ensure_network(self) -> None:
-        if not dk.exists("network", self.network):
-            dk.docker("network", "create", "--label", self.label, self.network)
-        if dk.exists("network", self.public_network):
-            return
-        start = int(hashlib.sha256(self.name.encode()).hexdigest(), 16) % PUBLIC_SUBNETS
-        for offset in range(PUBLIC_SUBNETS):
-            subnet = _public_subnet((start + offset) % PUBLIC_SUBNETS)
-            hosts_range = subnet.replace(".0/24", ".0/25")  # hosts get .2-.127; the service .200
-            done = dk.docker("network", "create", "--label", self.label, "--subnet", subnet,
-                             "--ip-range", hosts_range, self.public_network, check=False, raw=True)  # fmt: skip
-            if done.returncode == 0:
-                return
-            if "overlap" not in done.stderr.lower():
-                raise LabError(f"docker network create {self.public_network} failed: {done.stderr.strip()}")
-        raise LabError(
-            f"no free /24 left in {PUBLIC_RANGE} for lab {self.name!r}", hint="remove old labs (inv lab.down)"
-        )
-
-    def public_ip(self, last: int) -> str:
-        info = dk.inspect("network", [self.public_network])[0]
-        subnet = ipaddress.ip_network(info["IPAM"]["Config"][0]["Subnet"])
-        return str(subnet.network_address + last)
-
-    def _ensure_service(self, tag: str, log: Log) -> None:
-        name = self.service_container
-        if dk.exists("container", name):
-            info = dk.inspect("container", [name])[0]
-            networks = info.get("NetworkSettings", {}).get("Networks") or {}
-            current = info["Config"]["Image"] == tag and self.public_network in networks
-            if current and info["State"]["Status"] == "running":
-                return
-            if current:
-                dk.docker("start", name)
-                return
-            dk.docker("rm", "-f", name)
-        log("test service: starting (HTTP on ports " + ", ".join(map(str, SERVICE_PORTS)) + ")")
-        dk.docker(
-            "create", "--name", name, "--label", self.label, "--label", "jackin.lab.role=service",
-            "--network", self.network, "--read-only", "--cap-drop", "ALL", "--user", "65534:65534",
-            "--entrypoint", "python3", tag, "-c", _SERVICE_SCRIPT,
-        )  # fmt: skip
-        dk.docker("network", "connect", "--ip", self.public_ip(SERVICE_PUBLIC_HOST), self.public_network, name)
-        dk.docker("start", name)
+            keys.write_keypair(self.key_file, comment=f"jackin lab {self.name}")
 
     def _write_known_hosts(self, hosts: list[LabHost]) -> None:
         lines = []
@@ -407,29 +265,6 @@ class Lab:
         tmp.write_text("".join(lines))
         tmp.chmod(0o600)
         tmp.replace(self.known_hosts)
-
-    def _wait(self, hosts: list[LabHost], timeout: float, log: Log) -> None:
-        """Wait until every host has booted: sshd answers with its pinned key and systemd is up."""
-        started = time.monotonic()
-
-        def ready(target: SshTarget) -> None:
-            out = wait_ready(target, timeout=timeout, command=BOOTED)
-            state, *failed = out.strip().splitlines() or [""]
-            if state not in ("running", "degraded"):
-                raise LabError(f"systemd says {state!r}", host=target.name)
-            if failed:
-                log(
-                    f"{target.name}: booted degraded; failed units: {', '.join(f.split()[0] for f in failed if f.split())}"
-                )
-
-        errors = list(fanout.each_host([h.target() for h in hosts], ready, workers=16).failed.values())
-        if len(errors) == 1:
-            raise errors[0]
-        if errors:  # every host that failed, not only the first
-            kind = ConnectError if all(isinstance(e, ConnectError) for e in errors) else LabError
-            raise kind(f"{len(errors)} of {len(hosts)} lab hosts are not ready: " + "; ".join(map(str, errors)),
-                       hint="inv lab.up again replaces broken hosts; inv lab.status shows each host")  # fmt: skip
-        log(f"{len(hosts)} host(s) ready in {time.monotonic() - started:.1f}s")
 
     # --- down ----------------------------------------------------------------
 
@@ -488,33 +323,6 @@ class Lab:
             yield
 
 
-_SERVICE_SCRIPT = """
-import http.server, socketserver, threading
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = ("jackin-lab-service port " + str(self.server.server_address[1]) + "\\n").encode()
-        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a): pass
-class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-servers = [S(("0.0.0.0", p), H) for p in PORTS]
-for s in servers[1:]: threading.Thread(target=s.serve_forever, daemon=True).start()
-servers[0].serve_forever()
-""".replace("PORTS", repr(SERVICE_PORTS))
-
-
-def wait_ready(target: SshTarget, *, timeout: float = 90, command: str = "true") -> str:
-    """``jackin.transport.ssh.wait_ready`` (paramiko and Fabric are loaded by lab.up, not by every command's start)."""
-    from jackin.transport import ssh  # lazy: paramiko and Fabric, for lab.up only
-
-    return ssh.wait_ready(target, timeout=timeout, command=command)
-
-
-def _public_subnet(index: int) -> str:
-    return str(list(PUBLIC_RANGE.subnets(new_prefix=24))[index])
-
-
 def _index(host: str) -> int:
     tail = host.rsplit("-", 1)[-1]
     return int(tail) if tail.isdigit() else 0
@@ -529,37 +337,3 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def fingerprint(public_key_line: str) -> str:
-    """``SHA256:<base64>`` of an OpenSSH public key line, as ``ssh-keygen -l`` prints it."""
-    blob = base64.b64decode(public_key_line.split()[1], validate=True)
-    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
-
-
-def _write_keypair(path: Path, *, comment: str) -> None:
-    # lazy: cryptography, for lab.up only (not on every command's start)
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
-    )
-    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never readable by others, even briefly
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(private)
-    path.with_suffix(".pub").write_bytes(public + f" {comment}\n".encode())
-
-
-def _tar_add(tar: tarfile.TarFile, name: str, data: bytes | None, mode: int) -> None:
-    info = tarfile.TarInfo(name)
-    info.mode, info.uid, info.gid, info.mtime = mode, 0, 0, int(time.time())
-    if data is None:
-        info.type = tarfile.DIRTYPE
-        tar.addfile(info)
-    else:
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))

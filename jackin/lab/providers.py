@@ -31,7 +31,8 @@ from contextlib import contextmanager
 from pydantic import BaseModel, ConfigDict
 
 from jackin.errors import SpecError
-from jackin.lab.lab import Lab, LabHost, LabStatus
+from jackin.lab.lab import Lab
+from jackin.lab.models import LabHost, LabStatus
 from jackin.paths import private_dir, state_dir
 from jackin.spec import Inventory, LabSpec
 from jackin.store.ledger import Ledger

@@ -1,7 +1,7 @@
 """What a ``fleet.rollback`` applies where, chosen from the fleet's history of runs (pure: the ledger's rows in).
 
 Every ``fleet.up`` (and every rollback) records the spec it applies against its run id, with
-the hosts it ran on; each host's result is its audit entry (jackin/plan/applied.py, jackin/store/ledger.py).
+the hosts it ran on; each host's result is its audit entry (jackin/plan/applied.py, jackin/store/runs.py).
 What a rollback applies, decided from that history (``choose``):
 
     --to RUN          RUN's spec, on every host of the fleet (with --host H: on H only). RUN must be a

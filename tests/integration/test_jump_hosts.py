@@ -28,7 +28,7 @@ from jackin.engine import EngineRequest, run
 from jackin.errors import ConnectError
 from jackin.lab import Lab, LabHost
 from jackin.lab import docker as dk
-from jackin.lab.lab import _write_keypair
+from jackin.lab.keys import write_keypair
 from jackin.paths import state_dir
 from jackin.transport.ssh import SshTarget, connect, wait_ready
 
@@ -279,7 +279,7 @@ def test_operator_ssh_config_changes_nothing(jump_lab: JumpLab, tmp_path: Path, 
     with its own key, accept-anything host keys, agent forwarding and a ``Match exec``."""
     ssh = home / ".ssh"
     ssh.mkdir(mode=0o700)
-    _write_keypair(ssh / "id_mallory", comment="not authorized anywhere")
+    write_keypair(ssh / "id_mallory", comment="not authorized anywhere")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed = sock.getsockname()[1]

@@ -16,10 +16,12 @@ import paramiko
 import pytest
 
 from jackin.errors import EXIT_SPEC, LabError, SpecError
+from jackin.lab import Lab, LabHost, LabService, keys
 from jackin.lab import docker as dk
 from jackin.lab.image import image_tag
-from jackin.lab.lab import HOSTKEY_LABEL, SERVICE_PORTS, Lab, LabHost, LabService, _write_keypair, fingerprint
+from jackin.lab.keys import HOSTKEY_LABEL, fingerprint, write_keypair
 from jackin.lab.limits import ensure_inotify, inotify_in_use, inotify_needed
+from jackin.lab.service import SERVICE_PORTS
 
 # --- names ---------------------------------------------------------------------
 
@@ -261,7 +263,7 @@ def test_injection_tar(tmp_path: Path) -> None:
     host_key.write_bytes(b"PRIVATE HOST KEY\n")
     (host_key.parent / "ssh_host_ed25519_key.pub").write_bytes(b"ssh-ed25519 AAAAhost demo-1 host key\n")
 
-    with tarfile.open(fileobj=io.BytesIO(lab._injection(host_key))) as tar:
+    with tarfile.open(fileobj=io.BytesIO(keys.injection(lab.key_file.with_suffix(".pub"), host_key))) as tar:
         members = tar.getmembers()
         contents = {m.name: tar.extractfile(m).read() for m in members if m.isfile()}  # type: ignore[union-attr]
 
@@ -286,7 +288,7 @@ def test_injection_without_lab_key_fails(tmp_path: Path) -> None:
     host_key.write_bytes(b"x")
     host_key.with_suffix(".pub").write_bytes(b"y")
     with pytest.raises(FileNotFoundError):
-        lab._injection(host_key)
+        keys.injection(lab.key_file.with_suffix(".pub"), host_key)
 
 
 # --- generated keys -------------------------------------------------------------
@@ -294,7 +296,7 @@ def test_injection_without_lab_key_fails(tmp_path: Path) -> None:
 
 def test_write_keypair(tmp_path: Path) -> None:
     path = tmp_path / "id_ed25519"
-    _write_keypair(path, comment="jackin lab demo")
+    write_keypair(path, comment="jackin lab demo")
 
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.read_bytes().startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----\n")
@@ -312,7 +314,7 @@ def test_write_keypair_tightens_an_existing_file(tmp_path: Path) -> None:
     path = tmp_path / "ssh_host_ed25519_key"
     path.write_text("old")
     path.chmod(0o644)
-    _write_keypair(path, comment="demo-1 host key")
+    write_keypair(path, comment="demo-1 host key")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert (tmp_path / "ssh_host_ed25519_key.pub").read_text().endswith(" demo-1 host key\n")
     paramiko.Ed25519Key.from_private_key_file(str(path))
@@ -320,8 +322,8 @@ def test_write_keypair_tightens_an_existing_file(tmp_path: Path) -> None:
 
 def test_write_keypair_makes_a_new_key_each_time(tmp_path: Path) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
-    _write_keypair(one, comment="c")
-    _write_keypair(two, comment="c")
+    write_keypair(one, comment="c")
+    write_keypair(two, comment="c")
     assert one.with_suffix(".pub").read_text() != two.with_suffix(".pub").read_text()
 
 
@@ -329,7 +331,7 @@ def test_write_keypair_makes_a_new_key_each_time(tmp_path: Path) -> None:
 
 
 def test_fingerprint_matches_ssh_keygen(tmp_path: Path) -> None:
-    _write_keypair(tmp_path / "k", comment="c")
+    write_keypair(tmp_path / "k", comment="c")
     line = (tmp_path / "k.pub").read_text()
     key = paramiko.Ed25519Key(data=base64.b64decode(line.split()[1]))
     expected = "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
@@ -340,7 +342,7 @@ def pinned_lab(tmp_path: Path) -> tuple[Lab, str]:
     lab = Lab("demo", root=tmp_path)
     key = lab._host_key("demo-1")
     key.parent.mkdir(parents=True)
-    _write_keypair(key, comment="demo-1 host key")
+    write_keypair(key, comment="demo-1 host key")
     return lab, fingerprint(key.with_suffix(".pub").read_text())
 
 
@@ -491,7 +493,7 @@ def test_ensure_inotify_says_what_to_run_when_it_cannot(tmp_path: Path, monkeypa
 
 def test_wait_reports_every_host_that_is_not_ready(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from jackin.errors import ConnectError
-    from jackin.lab import lab as lab_module
+    from jackin.lab import boot
 
     answers = {40001: "running", 40002: ConnectError("cannot reach root@127.0.0.1:40002", host="demo-2"),
                40003: "starting"}  # fmt: skip
@@ -502,16 +504,16 @@ def test_wait_reports_every_host_that_is_not_ready(tmp_path: Path, monkeypatch: 
             raise answer
         return answer
 
-    monkeypatch.setattr(lab_module, "wait_ready", wait_ready)
+    monkeypatch.setattr(boot, "wait_ready", wait_ready)
     lab = Lab("demo", root=tmp_path)
     hosts = [LabHost(name=f"demo-{i}", container=f"c{i}", state="running", port=40000 + i,
                      key_file=lab.key_file, known_hosts=lab.known_hosts) for i in (1, 2, 3)]  # fmt: skip
     with pytest.raises(LabError) as caught:
-        lab._wait(hosts, 1, lambda _: None)
+        boot.wait_booted(hosts, 1, lambda _: None)
     assert caught.value.message == ("2 of 3 lab hosts are not ready: demo-2: cannot reach root@127.0.0.1:40002; "
                                     "demo-3: systemd says 'starting'")  # fmt: skip
     with pytest.raises(ConnectError):
-        lab._wait(hosts[:2], 1, lambda _: None)  # one host: its own error, as it was
+        boot.wait_booted(hosts[:2], 1, lambda _: None)  # one host: its own error, as it was
 
 
 @pytest.mark.parametrize(("state", "code", "out"), [
@@ -525,7 +527,7 @@ def test_a_lab_host_counts_as_booted_when_systemd_is_running_or_degraded(tmp_pat
     import os
     import subprocess
 
-    from jackin.lab.lab import BOOTED
+    from jackin.lab.boot import BOOTED
 
     fake = tmp_path / "systemctl"
     fake.write_text(f"#!/bin/sh\ncase \"$1\" in is-system-running) echo {state!r}; exit 1;; "
