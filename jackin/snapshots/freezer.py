@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 import shlex
 
+PAUSE_TRIES = 3  # docker pause attempts when runc says "unable to freeze" (it left the container thawed)
+
 
 def functions(container: str, *, limit: int) -> str:
     """``FC``, ``freeze`` and ``thaw`` (see the module docstring); ``froze_how`` is set by ``freeze`` to
@@ -35,7 +37,11 @@ freeze() {{
     "true false")
       setsid /bin/sh -c {shlex.quote(unpause)} </dev/null >/dev/null 2>&1 4>&- & W=$!
       froze=$(date +%s%N)  # before the pause: a signal during it still thaws on the way out
-      docker pause -- "$FC" >/dev/null || {{ thaw; echo "jackin: cannot freeze container $FC (docker pause failed)" >&2; return 1; }}
+      tries=1
+      until pe=$(docker pause -- "$FC" 2>&1 >/dev/null); do
+        case "$pe" in *"unable to freeze"*) [ "$tries" -lt {PAUSE_TRIES} ] && tries=$((tries + 1)) && continue ;; esac
+        echo "$pe" >&2; thaw; echo "jackin: cannot freeze container $FC (docker pause failed)" >&2; return 1
+      done
       froze_how=frozen ;;
     "true true") froze_how=paused ;;
     *) froze_how=stopped ;;

@@ -8,9 +8,14 @@ that, and a repository read mid-commit can fail ``git fsck``.
 Twenty ``snapshot.create`` runs in a row, through the CLI, on each tier (one fleet each on one
 1-host lab): the restic-only tier (the container frozen for the backup) and the btrfs tier (restic
 reads the checkpoint, taken with the agent frozen for it). All must succeed and say how the home was held; each
-snapshot is then restored (restic, on the host) and checked: ``git fsck --strict`` (in the agent's
-own image: the lab host has no git) and the counter against the log. The writer must have advanced
-across the snapshots (it really ran) and be running after them (thawed).
+snapshot is then restored and checked, all twenty in one container of the agent's own image (it has
+git, the lab host has none): the host's restic restores each from the host's repository into a tmpfs,
+then ``git fsck --strict`` and the counter against the log. The writer must have advanced across the
+snapshots (it really ran) and be running after them (thawed); then it is told to stop (it ends after
+a whole round), so it does not load the machine for the rest of the module.
+
+The fleets are torn down with ``--discard-snapshots``: their final snapshot and pull are
+``test_final_pull``'s proof, not this module's (here they cost about 40 s of reading every snapshot back).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import time
 import pytest
 
 from jackin.lab import Lab
-from jackin.lab.workloads import BUSY_WRITER, CHECK
+from jackin.lab.workloads import BUSY_WRITER, CHECK_COPY, STOP_WRITER
 from jackin.snapshots import restic
 
 from .conftest import ROOT, at_a_terminal, inv, module_lab, sh
@@ -65,7 +70,7 @@ def frozen_fleet(plab, tmp_path_factory):
     try:
         yield name, spec
     finally:
-        inv("fleet.down", "-i", spec, "--yes", "--keep-lab")
+        inv("fleet.down", "-i", spec, "--yes", "--keep-lab", "--discard-snapshots")
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +79,7 @@ def checkpoint_fleet(plab, tmp_path_factory):
     try:
         yield name, spec
     finally:
-        inv("fleet.down", "-i", spec, "--yes", "--keep-lab")
+        inv("fleet.down", "-i", spec, "--yes", "--keep-lab", "--discard-snapshots")
 
 
 def counter(lab: Lab, name: str) -> int:
@@ -89,6 +94,12 @@ def await_counter(lab: Lab, name: str, above: int, seconds: float = 60) -> None:
         time.sleep(0.5)
 
 
+def stop_writer(lab: Lab, name: str) -> None:
+    """Tell the busy writer to end (after its round): nothing of it loads the machine for the other tests."""
+    uid = sh(lab, f"id -u jk-{name}--coder-1").stdout.strip()
+    sh(lab, f"docker exec --user {uid}:{uid} jk-{name}--coder-1 {STOP_WRITER}")
+
+
 def twenty_snapshots(lab: Lab, name: str, spec: str) -> list[dict]:
     """``snapshot.create`` ROUNDS times through the CLI; every run must succeed. The agents' JSON rows."""
     await_counter(lab, name, 5)  # the writer is under way (it commits every few tens of ms)
@@ -101,17 +112,19 @@ def twenty_snapshots(lab: Lab, name: str, spec: str) -> list[dict]:
 
 
 def restore_and_check(lab: Lab, name: str, ids: list[str]) -> list[str]:
-    """Restore every restic snapshot of ``ids`` into a scratch dir on the host, check each in the agent's
-    image; the OK/BAD lines."""
-    scratch = f"/var/tmp/pit-{name}"
-    options = restic.q(*restic.repo_options(restic.repo_path(name), restic.password_path(name), restic.cache_path(name)))
+    """Restore every restic snapshot of ``ids`` and check it, in ONE container of the agent's image: the
+    host's restic, its repository and password mounted read-only, restores each into a tmpfs (``--no-lock``,
+    ``--no-cache``: nothing is written to the repository), ``check`` reads it, and it is removed before the
+    next. The OK/BAD lines, in the order of ``ids``."""
     include = f"/srv/jackin/{name}/coder-1/workspace/churn"
-    restores = "; ".join(f"\"$R\" {options} --quiet restore {i} --target {scratch}/{n:02d} --include {include} "
-                         f"|| echo 'BAD restore {i}'" for n, i in enumerate(ids))  # fmt: skip
+    each = (CHECK_COPY + 'n=0; for i in "$@"; do n=$((n + 1)); d=/r/$(printf %02d "$n"); '
+            'restic --repo /repo --password-file /password --no-cache --no-lock --quiet restore "$i" --target "$d" '
+            f'--include {include} || echo "BAD restore $i"; check "$d"; rm -rf "$d" "$d.fsck"; done')  # fmt: skip
     image = sh(lab, f"docker inspect -f '{{{{.Config.Image}}}}' jk-{name}--coder-1").stdout.strip()
-    script = (f"R=$(command -v restic || echo {restic.UPLOADED_RESTIC}); rm -rf {scratch}; mkdir -p {scratch}; "
-              f"{restores}; docker run --rm --network none --user 0 --entrypoint /bin/sh -v {scratch}:/r {image} -c {shlex.quote(CHECK)}; "
-              f"rm -rf {scratch}")  # fmt: skip
+    mounts = (f'-v "$R":/usr/local/bin/restic:ro -v {restic.repo_path(name)}:/repo:ro '
+              f"-v {restic.password_path(name)}:/password:ro")  # fmt: skip
+    script = (f"R=$(command -v restic || echo {restic.UPLOADED_RESTIC}); docker run --rm --network none --user 0 "
+              f"--tmpfs /r --entrypoint /bin/sh {mounts} {image} -c {shlex.quote(each)} sh {' '.join(ids)}")  # fmt: skip
     return sh(lab, script, timeout=600).stdout.splitlines()
 
 
@@ -132,6 +145,7 @@ def test_twenty_frozen_snapshots_of_a_busy_agent_all_succeed_and_each_is_one_ins
     state = sh(plab, f"docker inspect -f '{{{{.State.Status}}}}' jk-{name}--coder-1").stdout.strip()
     assert state == "running"
     await_counter(plab, name, counter(plab, name))  # thawed: it writes on
+    stop_writer(plab, name)
 
 
 def test_twenty_checkpoint_snapshots_of_a_busy_agent_all_succeed_and_each_is_one_instant(plab, checkpoint_fleet) -> None:
@@ -140,6 +154,7 @@ def test_twenty_checkpoint_snapshots_of_a_busy_agent_all_succeed_and_each_is_one
     assert all(r["tiers"] == ["checkpoint", "restic"] for r in rows), rows
     assert all(r["frozen_ms"] and r["frozen_ms"] < 5000 for r in rows), [r["frozen_ms"] for r in rows]  # the checkpoint's freeze
     assert_one_instant_each(plab, name, rows, "checkpoint")
+    stop_writer(plab, name)
 
 
 def test_ctrl_c_during_a_frozen_backup_thaws_the_agent_at_once(plab, frozen_fleet) -> None:

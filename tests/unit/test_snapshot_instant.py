@@ -187,6 +187,25 @@ def test_a_failed_freeze_stops_before_restic_reads_anything(box: Path) -> None:
     assert not list(box.glob("tmp.*"))  # the FIFO's dir is gone too
 
 
+@pytest.mark.parametrize("refusals", [1, 2, 3])
+def test_a_freezer_that_gives_up_on_a_busy_agent_is_tried_again_up_to_three_times(box: Path, refusals: int) -> None:
+    """runc's "unable to freeze" (a busy agent forking all the time) leaves the container thawed: another
+    ``docker pause`` is tried, three in all; the third refusal fails the backup before restic reads."""
+    refuse = (f'pause) n=$(cat "$JK/refused" 2>/dev/null || echo 0); if [ "$n" -lt {refusals} ]; then '
+              'echo $((n + 1)) > "$JK/refused"; echo "OCI runtime pause failed: unable to freeze: unknown" >&2; '
+              'exit 1; fi; [')  # fmt: skip
+    (box / "bin" / "docker").write_text(FAKE_DOCKER.replace("pause) [", refuse, 1))
+    code, out, err = finish(start(box))
+    pauses = docker_calls(box).count("pause")
+    if refusals < 3:
+        assert code == 0 and pauses == refusals + 1 and (box / "seen").read_text().strip() == "true true"
+        assert instant.held(out)[0] == "frozen" and (box / "state").read_text().strip() == "true false"
+    else:
+        assert code == 1 and pauses == 3 and "unable to freeze" in err
+        assert "cannot freeze container jk-f--coder-1" in err
+        assert not (box / "seen").exists() or (box / "seen").read_text().strip() != "true true"
+
+
 def test_restic_failing_before_it_reads_its_exclude_file_ends_the_script_without_a_freeze(box: Path) -> None:
     """A wrong password, a locked repository: restic ends before the FIFO; the script must not hang."""
     code, out, _ = finish(start(box, DIE_EARLY="1"))

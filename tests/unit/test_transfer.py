@@ -249,3 +249,51 @@ def test_a_pull_from_a_repository_made_anew_moves_the_old_copy_aside_and_pulls_w
     assert transfer.list_local(aside).files == transfer.list_local(first).files  # the older copy, whole
     assert transfer.list_local(dest).files == transfer.list_local(second).files  # the new one, not mixed
     assert (dest / "config").read_bytes() == b"config two" and stat.S_IMODE(dest.stat().st_mode) == 0o700
+
+
+def _probe(tmp_path: Path) -> list[str]:
+    """``restic_probe`` run here with sh, on a PATH without restic (links to the few tools it uses)."""
+    import subprocess
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    for tool in ("stat", "tr", "uname", "sha256sum", "cut", "cat", "mv"):
+        link = bin_ / tool
+        if not link.exists():
+            link.symlink_to(subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True, text=True,
+                                           check=True).stdout.strip())  # fmt: skip
+    script = transfer.restic_probe(str(tmp_path / "restic"))
+    done = subprocess.run(["/bin/sh", "-c", script], env={"PATH": str(bin_)}, capture_output=True, text=True, check=True)
+    return done.stdout.split()
+
+
+def test_the_restic_probe_hashes_an_uploaded_restic_once_and_again_only_when_the_file_changed(tmp_path: Path) -> None:
+    import hashlib
+
+    machine = os.uname().machine
+    assert _probe(tmp_path) == ["upload", machine]  # nothing uploaded yet: no sha256, no stamp
+    assert not (tmp_path / "restic.sha256").exists()
+    binary = tmp_path / "restic"
+    binary.write_bytes(b"one")
+    assert _probe(tmp_path) == ["upload", machine, hashlib.sha256(b"one").hexdigest()]
+    stamp = (tmp_path / "restic.sha256").read_text().split()
+    assert stamp[0] == hashlib.sha256(b"one").hexdigest()
+    (tmp_path / "restic.sha256").write_text(f"{'f' * 64} {stamp[1]}\n")  # the stamp is what is read now
+    assert _probe(tmp_path)[2] == "f" * 64
+    binary.write_bytes(b"two")  # a changed file (its size, its ctime): hashed again
+    assert _probe(tmp_path)[2] == hashlib.sha256(b"two").hexdigest()
+    assert (tmp_path / "restic.sha256").read_text().split()[0] == hashlib.sha256(b"two").hexdigest()
+
+
+def test_this_machines_restic_is_hashed_once_until_it_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+
+    monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path / "state"))
+    binary = tmp_path / "restic"
+    binary.write_bytes(b"one")
+    assert transfer.local_sha256(binary) == hashlib.sha256(b"one").hexdigest()
+    cache = tmp_path / "state" / "restic.sha256"
+    cache.write_text(cache.read_text().rsplit(" ", 1)[0] + " " + "f" * 64 + "\n")
+    assert transfer.local_sha256(binary) == "f" * 64  # remembered
+    binary.write_bytes(b"three")
+    assert transfer.local_sha256(binary) == hashlib.sha256(b"three").hexdigest()
