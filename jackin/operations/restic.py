@@ -21,7 +21,7 @@ def teardown_commands(fleet: str) -> list[str]:
 def binary_teardown_commands() -> list[str]:
     """Decided on the host, in the same script: when ``/var/lib/jackin/snapshots`` is empty (removed)
     or absent, no fleet needs the restic jackin uploaded: remove it, its temporary uploads, its sha256
-    stamp (``jackin.snapshots.transfer.restic_probe``), and
+    stamp (``jackin.snapshots.binary.restic_probe``), and
     ``/usr/local/lib/jackin`` when that is empty. restic the host has on PATH is never touched."""
     parent = UPLOADED_RESTIC.rsplit("/", 1)[0]
     return [f"rmdir {SNAPSHOTS_ROOT} 2>/dev/null || true",

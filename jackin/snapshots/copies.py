@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jackin.errors import JackinError
-from jackin.snapshots import api, transfer
+from jackin.snapshots import api, binary, transfer
 from jackin.store.ledger import Ledger
 from jackin.transport.target import SshTarget
 
@@ -48,7 +48,7 @@ def _among(restic_id: str, ids: set[str]) -> bool:
 
 def restic_ids(repo: Path, password_file: Path) -> set[str]:
     """The restic snapshot ids in the local repository ``repo`` (``restic snapshots --json``)."""
-    argv = [transfer.local_restic(), "--repo", str(repo), "--password-file", str(password_file), "--no-cache",
+    argv = [binary.local_restic(), "--repo", str(repo), "--password-file", str(password_file), "--no-cache",
             "snapshots", "--json"]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
@@ -71,7 +71,7 @@ def pull_hosts(ledger: Ledger, fleet: str,
             ledger.move_copy(fleet, name, OPERATOR, str(repo), result.moved_aside)
         try:
             password = transfer.fleet_password_file(fleet)
-            transfer.verify_local(repo, password)
+            binary.verify_local(repo, password)
             held = held_by(ledger, fleet, name, restic_ids(repo, password))
         except JackinError as error:
             error.host = error.host or name

@@ -25,7 +25,7 @@ from fabric import Connection
 
 from jackin.errors import ConnectError, RemoteCommandError
 from jackin.hostpaths import UPLOADED_RESTIC
-from jackin.snapshots import freezer, instant, restic, transfer
+from jackin.snapshots import binary, freezer, instant, restic
 from jackin.snapshots.models import AgentDiff, AgentManifest, BackupSummary
 from jackin.transport import channel as reader
 
@@ -62,8 +62,8 @@ def put(conn: Connection, path: str, data: bytes, *, mode: int) -> None:
 
 def ensure_restic(conn: Connection, *, host: str) -> str:
     """The path of restic on the host: its own on PATH, else the operator's, uploaded by SFTP
-    (one implementation: ``jackin.snapshots.transfer.ensure_restic``, which also runs it once there)."""
-    return transfer.ensure_restic(conn, host=host)
+    (one implementation: ``jackin.snapshots.binary.ensure_restic``, which also runs it once there)."""
+    return binary.ensure_restic(conn, host=host)
 
 
 def ensure_repo(conn: Connection, restic_bin: str, fleet: str, password: bytes, *, host: str) -> None:

@@ -3,7 +3,8 @@ to another host.
 
     pull_repo   host  -> ``state_dir()/snapshots/<fleet>/pulled/<host>/repo``  (snapshot.pull, fleet.down)
     push_repo   local -> ``/var/lib/jackin/snapshots/<fleet>/imported/<origin>`` on another host (snapshot.push)
-    verify_local        ``restic check`` of a local mirror with the fleet's password
+
+(restic itself, uploaded to a host that lacks it and run here to check a mirror: ``jackin.snapshots.binary``.)
 
 What is copied, skipped, deleted and kept, and in which order, is decided by ``jackin.snapshots.mirror``
 from the two sides' listings before anything is written; this module lists the sides and carries the
@@ -20,8 +21,6 @@ import io
 import os
 import secrets
 import shlex
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -32,7 +31,7 @@ import paramiko
 from fabric import Connection
 
 from jackin.errors import ConnectError, JackinError, RemoteCommandError
-from jackin.hostpaths import SNAPSHOTS_ROOT, UPLOADED_RESTIC
+from jackin.hostpaths import SNAPSHOTS_ROOT
 from jackin.paths import private_dir, state_dir
 from jackin.snapshots.mirror import (  # noqa: F401
     KINDS,
@@ -99,7 +98,7 @@ def fleet_password_file(fleet: str) -> Path:
 # --- the remote side ------------------------------------------------------------------------------
 
 
-def _run(conn: Connection, command: str, *, host: str, what: str, timeout: float | None = 300,
+def remote_run(conn: Connection, command: str, *, host: str, what: str, timeout: float | None = 300,
          stdin: str | None = None) -> str:  # fmt: skip
     try:
         extra = {"in_stream": io.StringIO(stdin)} if stdin is not None else {}
@@ -115,7 +114,7 @@ def _run(conn: Connection, command: str, *, host: str, what: str, timeout: float
 def remote_listing(conn: Connection, directory: str, *, host: str) -> Listing | None:
     """The classified tree under ``directory`` on the host (as root), or None when it is not there."""
     q = shlex.quote(directory)
-    out = _run(conn, f"if [ -d {q} ] && [ ! -L {q} ]; then echo yes; find {q} -mindepth 1 -printf '%y %s %P\\0'; "
+    out = remote_run(conn, f"if [ -d {q} ] && [ ! -L {q} ]; then echo yes; find {q} -mindepth 1 -printf '%y %s %P\\0'; "
                      f"elif [ -e {q} ] || [ -L {q} ]; then echo other; else echo no; fi",
                host=host, what=f"listing {directory}")  # fmt: skip
     head, _, body = out.partition("\n")
@@ -124,7 +123,7 @@ def remote_listing(conn: Connection, directory: str, *, host: str) -> Listing | 
     return parse_listing(body, where=f"{host}:{directory}") if head == "yes" else None
 
 
-def _lost(error: BaseException, conn: Connection, *, host: str, what: str) -> JackinError:
+def sftp_failure(error: BaseException, conn: Connection, *, host: str, what: str) -> JackinError:
     """A failure of SFTP: the connection dropped (ConnectError), else the host refused (TransferError)."""
     transport = conn.client.get_transport()
     detail = f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
@@ -134,7 +133,7 @@ def _lost(error: BaseException, conn: Connection, *, host: str, what: str) -> Ja
     return TransferError(f"{what}: {detail}", host=host)
 
 
-_REMOTE_FAULTS = (paramiko.SSHException, EOFError, OSError)
+REMOTE_FAULTS = (paramiko.SSHException, EOFError, OSError)
 
 
 def _quiet_prefetch(previous: Callable[[threading.ExceptHookArgs], Any] = threading.excepthook) -> None:
@@ -142,86 +141,13 @@ def _quiet_prefetch(previous: Callable[[threading.ExceptHookArgs], Any] = thread
     read in our thread fails too and is reported, with context, so that thread's death is not printed."""
 
     def hook(args: threading.ExceptHookArgs) -> None:
-        if not (args.thread and "_prefetch_thread" in args.thread.name and isinstance(args.exc_value, _REMOTE_FAULTS)):
+        if not (args.thread and "_prefetch_thread" in args.thread.name and isinstance(args.exc_value, REMOTE_FAULTS)):
             previous(args)
 
     threading.excepthook = hook
 
 
 _quiet_prefetch()
-
-
-def restic_probe(uploaded: str = UPLOADED_RESTIC) -> str:
-    """Prints restic's path when the host has its own, else ``upload``, the machine and the sha256 of the
-    restic jackin uploaded there (none when there is none). Every snapshot command asks, so the sha256
-    (0.2 to 0.4 s for restic's 25 MB on a busy host) is stamped beside the file (``<uploaded>.sha256``),
-    with the file's identity (device, inode, size, ctime: any change of the file changes its ctime, and
-    only root can write there), and read from the stamp while that identity holds."""
-    b, stamp = shlex.quote(uploaded), shlex.quote(uploaded + ".sha256")
-    ident = f"stat -c '%d:%i:%s:%Z:%z' -- {b} 2>/dev/null | tr -d ' '"
-    return (f"command -v restic || {{ echo upload; uname -m; i=$({ident}); [ -n \"$i\" ] || exit 0\n"
-            f"set -- $(cat {stamp} 2>/dev/null); if [ \"${{2:-}}\" = \"$i\" ]; then echo \"$1\"; exit 0; fi\n"
-            f"h=$(sha256sum -- {b} | cut -d' ' -f1) && echo \"$h\" && [ \"$({ident})\" = \"$i\" ] && "
-            f"printf '%s %s\\n' \"$h\" \"$i\" > {stamp}.tmp && mv -f -- {stamp}.tmp {stamp} || true; }}")  # fmt: skip
-
-
-def local_sha256(path: Path) -> str:
-    """The sha256 of this machine's restic at ``path``, remembered in the operator's state dir with the
-    file's identity (device, inode, size, mtime, ctime): hashing 20 MB costs 0.1 to 0.2 s per command."""
-    st = path.stat()
-    ident = f"{path}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
-    cache = private_dir(state_dir()) / "restic.sha256"
-    try:
-        known, _, digest = cache.read_text().strip().rpartition(" ")
-        if known == ident and len(digest) == 64:
-            return digest
-    except OSError:
-        pass
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    temp = cache.with_name(f"{cache.name}.{secrets.token_hex(4)}")
-    temp.write_text(f"{ident} {digest}\n")
-    temp.replace(cache)
-    return digest
-
-
-def ensure_restic(conn: Connection, *, host: str = "") -> str:
-    """The path of restic on the host: its own on PATH, else the operator's (``shutil.which``), uploaded
-    by SFTP to ``/usr/local/lib/jackin/restic`` (0755 root) unless the same bytes are already there
-    (their sha256s: ``restic_probe``, ``local_sha256``)."""
-    words = _run(conn, restic_probe(), host=host, what="looking for restic").split()
-    if words and words[0] != "upload":
-        return words[0]
-    found = shutil.which("restic")
-    if not found:
-        raise TransferError("the host has no restic and neither has this machine", host=host,
-                            hint="install restic here (apt-get install restic): jackin uploads it to hosts without it")  # fmt: skip
-    arch = words[1] if len(words) > 1 else "unknown"
-    if arch != os.uname().machine:
-        raise TransferError(f"the host has no restic and is {arch}; this machine's restic is {os.uname().machine}",
-                            host=host, hint="install restic on the host")  # fmt: skip
-    if len(words) > 2 and words[2] == local_sha256(Path(found).resolve()):
-        return UPLOADED_RESTIC
-    data = Path(found).resolve().read_bytes()
-    parent = UPLOADED_RESTIC.rsplit("/", 1)[0]
-    _run(conn, f"install -d -m 0755 -o root -g root {parent}", host=host, what=f"creating {parent}")
-    temp = temp_name(UPLOADED_RESTIC)
-    try:
-        sftp = conn.sftp()
-        with sftp.open(temp, "wb") as handle:
-            handle.chmod(0o700)
-            handle.set_pipelined(True)
-            handle.write(data)
-        sftp.chmod(temp, 0o755)
-        if _run(conn, f"{temp} version; echo $?", host=host, what="running the uploaded restic").split()[-1] != "0":
-            sftp.remove(temp)
-            raise TransferError(f"this machine's restic ({found}) does not run on the host",
-                                host=host, hint="install restic on the host, or a static restic build here")  # fmt: skip
-        sftp.posix_rename(temp, UPLOADED_RESTIC)
-    except JackinError:
-        raise
-    except _REMOTE_FAULTS as error:
-        raise _lost(error, conn, host=host, what=f"uploading restic to {UPLOADED_RESTIC}") from None
-    return UPLOADED_RESTIC
 
 
 # --- pull -------------------------------------------------------------------------------------------
@@ -250,8 +176,8 @@ def pull_with(conn: Connection, host: str, fleet: str, dest: Path) -> TransferRe
         sftp = conn.sftp()
         with sftp.open(f"{source}/config", "rb") as handle:
             theirs = handle.read()
-    except _REMOTE_FAULTS as error:
-        raise _lost(error, conn, host=host, what=f"reading {source}/config") from None
+    except REMOTE_FAULTS as error:
+        raise sftp_failure(error, conn, host=host, what=f"reading {source}/config") from None
     aside = _move_aside_local(dest, theirs)
     private_dir(dest)
     local = list_local(dest)
@@ -309,8 +235,8 @@ def _download(conn: Connection, sftp: paramiko.SFTPClient, remote: str, final: P
                     while chunk := handle.read(CHUNK):
                         digest.update(chunk)
                         _write(out, chunk, temp)
-            except _REMOTE_FAULTS as error:
-                raise _lost(error, conn, host=host, what=f"copying {remote}") from None
+            except REMOTE_FAULTS as error:
+                raise sftp_failure(error, conn, host=host, what=f"copying {remote}") from None
             out.flush()
             os.fsync(out.fileno())
         if temp.stat().st_size != size or not content_ok(final.name, digest.hexdigest()):
@@ -364,7 +290,7 @@ def push_with(conn: Connection, host: str, fleet: str, src: Path, origin: str) -
     local = list_local(src)
     plan = plan_transfer(local, Listing(), where=str(src))  # refuses a source that is not a repository
     dirs = [SNAPSHOTS_ROOT, fleet_dir(fleet), f"{fleet_dir(fleet)}/imported", dest]
-    _run(conn, "install -d -m 0700 -o root -g root " + " ".join(map(shlex.quote, dirs)), host=host,
+    remote_run(conn, "install -d -m 0700 -o root -g root " + " ".join(map(shlex.quote, dirs)), host=host,
          what=f"creating {dest}")  # fmt: skip
     remote = remote_listing(conn, dest, host=host) or Listing()
     aside = None
@@ -388,9 +314,9 @@ def push_with(conn: Connection, host: str, fleet: str, src: Path, origin: str) -
             sftp.remove(f"{dest}/{path}")
     except JackinError:
         raise  # ConnectError is also an OSError (a ConnectionError)
-    except _REMOTE_FAULTS as error:
-        raise _lost(error, conn, host=host, what=f"copying {src} to {dest}") from None
-    _run(conn, f"sync -f {shlex.quote(dest)}", host=host, what=f"syncing {dest}")
+    except REMOTE_FAULTS as error:
+        raise sftp_failure(error, conn, host=host, what=f"copying {src} to {dest}") from None
+    remote_run(conn, f"sync -f {shlex.quote(dest)}", host=host, what=f"syncing {dest}")
     result = result_of(
         plan, local, direction="push", host=host, fleet=fleet, source=str(src), destination=f"{host}:{dest}"
     )
@@ -402,7 +328,7 @@ def _move_aside_remote(conn: Connection, dest: str, config: bytes, *, host: str)
     like its parent) and create ``dest`` anew, empty; the path it was moved to."""
     aside = f"{dest.rsplit('/', 1)[0]}/{aside_name(dest.rsplit('/', 1)[1], config)}"
     q, a = shlex.quote(dest), shlex.quote(aside)
-    out = _run(conn, f"A={a}; [ ! -e \"$A\" ] || A=\"$A-$(date -u +%Y%m%d-%H%M%S)\"; mv -T -- {q} \"$A\" && "
+    out = remote_run(conn, f"A={a}; [ ! -e \"$A\" ] || A=\"$A-$(date -u +%Y%m%d-%H%M%S)\"; mv -T -- {q} \"$A\" && "
                      f"install -d -m 0700 -o root -g root {q} && echo \"$A\"",
                host=host, what=f"moving {dest} aside")  # fmt: skip
     return out.strip().splitlines()[-1]
@@ -421,7 +347,7 @@ def _push_stage(conn: Connection, sftp: paramiko.SFTPClient, paths: list[str], s
                 raise TransferError(f"{src / path} is damaged: its sha256 is not its name",
                                     hint=f"run restic check on {src}; nothing was renamed into place on {host}")  # fmt: skip
         listed = "".join(f"{temp}\0" for temp, _ in temps.values())
-        out = _run(conn, f"cd {shlex.quote(dest)} && xargs -0 -r sha256sum --", host=host,
+        out = remote_run(conn, f"cd {shlex.quote(dest)} && xargs -0 -r sha256sum --", host=host,
                    what="checking the uploaded files", stdin=listed)  # fmt: skip
         theirs = {name: digest for digest, _, name in (line.partition("  ") for line in out.splitlines())}
         for path, (temp, digest) in temps.items():
@@ -435,7 +361,7 @@ def _push_stage(conn: Connection, sftp: paramiko.SFTPClient, paths: list[str], s
         for temp, _ in temps.values():
             try:
                 sftp.remove(f"{dest}/{temp}")
-            except _REMOTE_FAULTS:
+            except REMOTE_FAULTS:
                 pass  # the connection is gone: the next run removes it
 
 
@@ -450,26 +376,3 @@ def _upload(sftp: paramiko.SFTPClient, local: Path, remote: str) -> str:
             digest.update(chunk)
             handle.write(chunk)
     return digest.hexdigest()
-
-
-# --- verification -----------------------------------------------------------------------------------
-
-
-def local_restic() -> str:
-    found = shutil.which("restic")
-    if not found:
-        raise TransferError("restic is not installed on this machine",
-                            hint="install restic here (apt-get install restic)")  # fmt: skip
-    return found
-
-
-def verify_local(repo: Path, password_file: Path, *, read_data: bool = False) -> str:
-    """``restic check`` of a local repository (``--read-data`` also reads every pack); restic's report,
-    or a TransferError with restic's words when the repository is not whole."""
-    argv = [local_restic(), "--repo", str(repo), "--password-file", str(password_file), "--no-cache", "check"]
-    done = subprocess.run([*argv, *(["--read-data"] if read_data else [])], capture_output=True, text=True)
-    if done.returncode != 0:
-        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-4:]) or "no message"
-        raise TransferError(f"restic check of {repo} failed (exit {done.returncode}): {tail}",
-                            hint="pull again; a file that does not match its name is never kept")  # fmt: skip
-    return done.stdout

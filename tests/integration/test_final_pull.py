@@ -25,7 +25,7 @@ import pytest
 from jackin.store.ledger import Ledger
 from jackin.operations import agent_paths
 from jackin.paths import state_dir
-from jackin.snapshots import transfer
+from jackin.snapshots import binary, transfer
 from jackin.transport.ssh import connect
 from jackin.facts.state import parse_state
 from jackin.facts.state_read import state_command
@@ -163,13 +163,13 @@ def test_down_pulls_a_final_snapshot_that_restores_here_and_leaves_the_host_clea
     assert (final["label"], final["agents"], final["hosts"]) == ("final, before fleet.down", ["coder-1"], [host])
     # the pulled copy checks here, is recorded with the snapshot it holds, and restores the same bytes
     repo, password = transfer.pulled_repo(name, host), transfer.fleet_password_file(name)
-    transfer.verify_local(repo, password)
+    binary.verify_local(repo, password)
     with Ledger() as ledger:
         [copy] = ledger.copies(name, origin=host, place="operator")
     assert copy["path"] == str(repo) and final["id"] in copy["snapshots"]
     shown = json.loads(inv("snapshot.show", "-i", spec, final["id"], "--json", check=True).stdout)
     [agent] = shown["agents"]
-    subprocess.run([transfer.local_restic(), "--repo", str(repo), "--password-file", str(password), "--no-cache",
+    subprocess.run([binary.local_restic(), "--repo", str(repo), "--password-file", str(password), "--no-cache",
                     "--quiet", "restore", agent["restic_id"], "--target", str(tmp_path)], check=True)  # fmt: skip
     assert local_files(tmp_path / f"srv/jackin/{name}/coder-1/workspace") == shared["files"]
     # the host: no snapshot dir of the fleet, no uploaded restic (no other fleet), nothing left at all
@@ -197,7 +197,7 @@ def restore_here(spec: str, fleet: str, host: str, snapshot: str, instance: str,
     shown = json.loads(inv("snapshot.show", "-i", spec, snapshot, "--json", check=True).stdout)
     [agent] = [a for a in shown["agents"] if a["instance"] == instance]
     repo, password = transfer.pulled_repo(fleet, host), transfer.fleet_password_file(fleet)
-    subprocess.run([transfer.local_restic(), "--repo", str(repo), "--password-file", str(password), "--no-cache",
+    subprocess.run([binary.local_restic(), "--repo", str(repo), "--password-file", str(password), "--no-cache",
                     "--quiet", "restore", agent["restic_id"], "--target", str(target)], check=True)  # fmt: skip
     return agent
 
@@ -248,7 +248,7 @@ def test_no_final_snapshot_still_pulls_the_hosts_earlier_snapshots(dlab, tmp_pat
         with Ledger() as ledger:
             [copy] = ledger.copies(name, origin=host, place="operator")
         assert created["id"] in copy["snapshots"]
-        transfer.verify_local(transfer.pulled_repo(name, host), transfer.fleet_password_file(name))
+        binary.verify_local(transfer.pulled_repo(name, host), transfer.fleet_password_file(name))
         restore_here(spec, name, host, created["id"], "coder-1", tmp_path / "r")
         assert local_files(tmp_path / f"r/srv/jackin/{name}/coder-1/workspace") == want
         assert leftovers(dlab, name) == {}

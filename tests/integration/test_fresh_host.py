@@ -22,7 +22,7 @@ from jackin.lab import docker as dk
 from jackin.operations import agent_paths
 from jackin.paths import state_dir
 from jackin.lab.providers import provider_for
-from jackin.snapshots import transfer
+from jackin.snapshots import binary, transfer
 from jackin.transport.ssh import connect
 
 from .conftest import _engine_or_skip, inv, new_lab_name
@@ -108,7 +108,7 @@ def test_pull_copies_each_origin_and_the_copy_checks(world) -> None:
     assert {h["host"]: h["status"] for h in pulled["hosts"]} == {h0.name: "pulled", h1.name: "pulled"}
     assert all(h["copied"] > 0 for h in pulled["hosts"])
     for host in (h0, h1):  # the copies on this machine check with the fleet's password
-        transfer.verify_local(transfer.pulled_repo(world["fleet"], host.name), transfer.fleet_password_file(world["fleet"]))
+        binary.verify_local(transfer.pulled_repo(world["fleet"], host.name), transfer.fleet_password_file(world["fleet"]))
     again = as_json(cli(world, "snapshot.pull", sid, "--json"))  # incremental: nothing new to copy
     assert [(h["status"], h["copied"]) for h in again["hosts"]] == [("pulled", 0), ("pulled", 0)]
     listed = {s["id"]: s["copies"] for s in as_json(cli(world, "snapshot.list", "--json"))}

@@ -21,7 +21,7 @@ import pytest
 
 from jackin.errors import ConnectError
 from jackin.lab import Lab
-from jackin.snapshots import transfer
+from jackin.snapshots import binary, transfer
 from jackin.snapshots.transfer import TransferError, list_local
 from jackin.transport.ssh import connect
 
@@ -98,7 +98,7 @@ def local_tree(root: Path) -> dict:
 
 def restic(world, target, repo: str, *args: str) -> str:
     password = f"{transfer.fleet_dir(world['fleet'])}/password"
-    return sh(target, " ".join(shlex.quote(a) for a in (transfer.UPLOADED_RESTIC, "--repo", repo, "--password-file",
+    return sh(target, " ".join(shlex.quote(a) for a in (binary.UPLOADED_RESTIC, "--repo", repo, "--password-file",
                                                       password, "--no-cache", *args))).stdout
 
 
@@ -123,7 +123,7 @@ def repo_files(world, target, repo: str) -> set[str]:
 
 
 def restore_locally(world, into: Path) -> dict:
-    subprocess.run([transfer.local_restic(), "--repo", str(world["mirror"]), "--password-file", str(world["password"]),
+    subprocess.run([binary.local_restic(), "--repo", str(world["mirror"]), "--password-file", str(world["password"]),
                     "--no-cache", "--quiet", "restore", "latest", "--target", str(into)], check=True)
     return local_tree(into / "root" / "work")
 
@@ -132,19 +132,19 @@ def test_restic_reaches_a_host_without_it_once(world) -> None:
     h1 = world["h1"]
     assert sh(h1, "command -v restic", warn=True).exited != 0  # the lab image has none
     with connect(h1) as conn:
-        assert transfer.ensure_restic(conn, host=h1.name) == transfer.UPLOADED_RESTIC
-        before = sh(h1, f"stat -c '%U %G %a %Y %i' {transfer.UPLOADED_RESTIC}").stdout
+        assert binary.ensure_restic(conn, host=h1.name) == binary.UPLOADED_RESTIC
+        before = sh(h1, f"stat -c '%U %G %a %Y %i' {binary.UPLOADED_RESTIC}").stdout
         assert before.split()[:3] == ["root", "root", "755"]
-        assert transfer.ensure_restic(conn, host=h1.name) == transfer.UPLOADED_RESTIC
-    assert sh(h1, f"stat -c '%U %G %a %Y %i' {transfer.UPLOADED_RESTIC}").stdout == before  # same bytes: no upload
-    assert "restic" in sh(h1, f"{transfer.UPLOADED_RESTIC} version").stdout
+        assert binary.ensure_restic(conn, host=h1.name) == binary.UPLOADED_RESTIC
+    assert sh(h1, f"stat -c '%U %G %a %Y %i' {binary.UPLOADED_RESTIC}").stdout == before  # same bytes: no upload
+    assert "restic" in sh(h1, f"{binary.UPLOADED_RESTIC} version").stdout
 
 
 def test_a_pulled_repository_checks_and_restores_the_hosts_files(world, tmp_path) -> None:
     h1, fleet = world["h1"], world["fleet"]
     install_password(world, h1)
     repo = transfer.repo_path(fleet)
-    sh(h1, f"{transfer.UPLOADED_RESTIC} --repo {repo} --password-file {transfer.fleet_dir(fleet)}/password "
+    sh(h1, f"{binary.UPLOADED_RESTIC} --repo {repo} --password-file {transfer.fleet_dir(fleet)}/password "
            "--no-cache --quiet init")  # fmt: skip
     backup(world, 0, 40)
     result = transfer.pull_repo(h1, fleet, world["mirror"])
@@ -154,7 +154,7 @@ def test_a_pulled_repository_checks_and_restores_the_hosts_files(world, tmp_path
     assert result.copied_bytes == sum(p.stat().st_size for p in world["mirror"].rglob("*") if p.is_file())
     for path in [world["mirror"], *world["mirror"].rglob("*")]:
         assert stat.S_IMODE(path.stat().st_mode) == (0o700 if path.is_dir() else 0o600), path
-    assert "no errors were found" in transfer.verify_local(world["mirror"], world["password"])
+    assert "no errors were found" in binary.verify_local(world["mirror"], world["password"])
     assert restore_locally(world, tmp_path) == remote_tree(h1, "/root/work")
 
 
@@ -174,7 +174,7 @@ def test_a_second_pull_copies_only_the_new_files(world, tmp_path) -> None:
     assert result.copied_bytes == new_bytes < whole
     again = transfer.pull_repo(h1, fleet, world["mirror"])
     assert (again.copied, again.skipped) == (0, len(after))
-    transfer.verify_local(world["mirror"], world["password"])
+    binary.verify_local(world["mirror"], world["password"])
     assert restore_locally(world, tmp_path) == remote_tree(h1, "/root/work")
 
 
@@ -207,7 +207,7 @@ def test_a_dropped_connection_leaves_no_partial_file_and_the_next_pull_finishes(
     result = transfer.pull_repo(h1, fleet, mirror)
     assert result.cleaned == 1 and not leftover.exists()
     assert set(list_local(mirror).files) == repo_files(world, h1, transfer.repo_path(fleet))
-    transfer.verify_local(mirror, world["password"])
+    binary.verify_local(mirror, world["password"])
 
 
 def test_after_a_prune_on_the_host_the_pull_drops_its_stale_index_and_snapshots_but_keeps_data(world, tmp_path):
@@ -224,8 +224,8 @@ def test_after_a_prune_on_the_host_the_pull_drops_its_stale_index_and_snapshots_
     assert f"snapshots/{first}" in result.deleted
     assert result.kept == len([p for p in gone if p.startswith("data/")]) > 0  # repacked: the old packs stay here
     assert set(list_local(mirror).files) == now | {p for p in gone if p.startswith("data/")}
-    transfer.verify_local(mirror, world["password"])  # the packs kept are "additional files", not errors
-    ours = subprocess.run([transfer.local_restic(), "--repo", str(mirror), "--password-file", str(world["password"]),
+    binary.verify_local(mirror, world["password"])  # the packs kept are "additional files", not errors
+    ours = subprocess.run([binary.local_restic(), "--repo", str(mirror), "--password-file", str(world["password"]),
                            "--no-cache", "snapshots", "--json"], check=True, capture_output=True, text=True).stdout
     assert {s["id"] for s in json.loads(ours)} == {s["id"] for s in json.loads(restic(world, h1, repo, "snapshots",
                                                                                         "--json"))}
@@ -277,7 +277,7 @@ def test_a_pushed_repository_is_root_only_and_restores_on_the_other_host(world, 
     again = transfer.push_repo(h2, fleet, world["mirror"], h1.name)
     assert (again.copied, again.skipped) == (0, result.copied)
     with connect(h2) as conn:
-        transfer.ensure_restic(conn, host=h2.name)
+        binary.ensure_restic(conn, host=h2.name)
     install_password(world, h2)
     restic(world, h2, imported, "--quiet", "restore", "latest", "--target", "/root/restored")
     assert remote_tree(h2, "/root/restored/root/work") == remote_tree(h1, "/root/work")
@@ -308,10 +308,10 @@ def test_a_mirror_of_another_repository_is_moved_aside_never_mixed(world, tmp_pa
     aside = mirror.with_name(transfer.aside_name(mirror.name, config))
     assert pulled.moved_aside == str(aside)
     assert list_local(aside) == before  # the older copy, whole, under its new name
-    transfer.verify_local(aside, world["password"])
+    binary.verify_local(aside, world["password"])
     assert pulled.copied == len(repo_files(world, h2, transfer.repo_path(fleet)))
     assert (mirror / "config").read_bytes() != config
-    transfer.verify_local(mirror, world["password"])
+    binary.verify_local(mirror, world["password"])
     # the same on a host: an older copy of the origin pushed there is moved aside, then the new one pushed
     imported = transfer.imported_path(fleet, world["h1"].name)
     old_files = sorted(repo_files(world, h2, imported))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jackin.errors import SpecError
-from jackin.snapshots import transfer
+from jackin.snapshots import binary, transfer
 from jackin.snapshots.transfer import Listing, TransferError, parse_listing, plan_transfer
 
 A, B, C = "a" * 64, "b" * 64, "c" * 64
@@ -262,7 +262,7 @@ def _probe(tmp_path: Path) -> list[str]:
         if not link.exists():
             link.symlink_to(subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True, text=True,
                                            check=True).stdout.strip())  # fmt: skip
-    script = transfer.restic_probe(str(tmp_path / "restic"))
+    script = binary.restic_probe(str(tmp_path / "restic"))
     done = subprocess.run(["/bin/sh", "-c", script], env={"PATH": str(bin_)}, capture_output=True, text=True, check=True)
     return done.stdout.split()
 
@@ -289,11 +289,11 @@ def test_this_machines_restic_is_hashed_once_until_it_changes(tmp_path: Path, mo
     import hashlib
 
     monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path / "state"))
-    binary = tmp_path / "restic"
-    binary.write_bytes(b"one")
-    assert transfer.local_sha256(binary) == hashlib.sha256(b"one").hexdigest()
+    exe = tmp_path / "restic"
+    exe.write_bytes(b"one")
+    assert binary.local_sha256(exe) == hashlib.sha256(b"one").hexdigest()
     cache = tmp_path / "state" / "restic.sha256"
     cache.write_text(cache.read_text().rsplit(" ", 1)[0] + " " + "f" * 64 + "\n")
-    assert transfer.local_sha256(binary) == "f" * 64  # remembered
-    binary.write_bytes(b"three")
-    assert transfer.local_sha256(binary) == hashlib.sha256(b"three").hexdigest()
+    assert binary.local_sha256(exe) == "f" * 64  # remembered
+    exe.write_bytes(b"three")
+    assert binary.local_sha256(exe) == hashlib.sha256(b"three").hexdigest()
