@@ -202,7 +202,13 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
             raise unprepared  # no tier of any agent here: the host's error, as before the checkpoint tier
         return done, failed
 
-    results = in_parallel(targets, work)
+    return _recorded(ledger, run, record, in_parallel(targets, work))
+
+
+def _recorded(ledger: Ledger, run: int, record: SnapshotRecord,
+              results: Mapping[str, tuple[list[AgentSnapshot], list[str]] | JackinError]) -> CreateResult:  # fmt: skip
+    """``take``'s outcome per host, audited, and the snapshot recorded with the agents it holds."""
+    fleet = record.fleet
     out = CreateResult(snapshot=record)
     for name, result in results.items():
         if isinstance(result, JackinError):
