@@ -8,7 +8,8 @@ What to do is decided by ``jackin.lifecycle.hostplan.steps`` (pure, and the very
 and ``fleet.up``'s fast path call): in order, the bootstrap (Docker engine, nftables, dnsmasq),
 the Docker daemon's settings, the agent image, the fleet's root, the checkpoint filesystem, the
 egress policy (before any agent container starts: fail closed), the credentials (before the
-containers that mount them), then each agent's user, directories, network and container.
+containers that mount them), then each agent's user, directories, network and container (a few
+agents a round trip, their containers created side by side: ``hostplan.batched``).
 """
 
 from pyinfra import host
@@ -22,5 +23,5 @@ plan = FleetPlan.model_validate(host.data.jackin)
 state = ops.fleet_state(plan, bootstrap=True)  # what fleet.up planned from (handed over), else read once
 report.facts(host, **{k: state.host.get(k) for k in ("hostname", "distro", "kernel", "arch")}, agents=len(plan.agents))
 
-for step in hostplan.steps(plan, state, secrets.get()):
+for step in hostplan.batched(hostplan.steps(plan, state, secrets.get())):
     ops.apply(step)

@@ -100,7 +100,8 @@ def write_files(
 class Step:
     """One operation of the deploy: a pyinfra ``apt.packages`` (``packages``), ``systemd.service``
     (``service``: Docker running and enabled) or our script of ``commands``; ``refused``: the
-    builder's refusal (the deploy fails the host on it)."""
+    builder's refusal (the deploy fails the host on it). ``docker_from``: an agent's step, whose
+    commands from that index on (its network and container) may run beside other agents'."""
 
     category: str
     name: str
@@ -109,6 +110,7 @@ class Step:
     service: bool = False
     noop: str = ""
     refused: str | None = None
+    docker_from: int | None = None
 
     @property
     def changes(self) -> bool:

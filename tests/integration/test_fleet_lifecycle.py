@@ -177,7 +177,7 @@ def test_a_host_stopped_mid_run_fails_alone_and_a_rerun_converges(flab, fleet):
 
     def on_event(event):
         if event.host == victim.name and event.event == "op_start" and not stopped.is_set():
-            if event.op and event.op.startswith("agent "):
+            if event.op and event.op.startswith(("agent ", "agents ")):  # one agent, or a batch (hostplan.batched)
                 stopped.set()
                 dk.docker("stop", "-t", "0", victim.container)
 

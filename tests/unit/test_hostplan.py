@@ -87,7 +87,8 @@ def test_the_checkpoint_filesystem_is_its_own_category() -> None:
 def test_a_refusal_is_shown_and_makes_the_host_not_empty() -> None:
     other = User(name="someone", uid=CODER.uid, gid=CODER.uid, comment="", home="/home/x", shell="/bin/sh")
     state = without(provisioned(), "users", CODER.user).model_copy(
-        update={"users": {**without(provisioned(), "users", CODER.user).users, "someone": other}})
+        update={"users": {**without(provisioned(), "users", CODER.user).users, "someone": other}}
+    )
     changes = host_changes(PLAN, state, NONE)
     assert not changes.empty
     assert changes.refused == ["agent coder-1: uid 60000 belongs to user 'someone', not 'jk-demo--coder-1'; "
@@ -108,7 +109,9 @@ def test_credentials_show_name_and_agent_only(tmp_path: Path) -> None:
     text = changes.model_dump_json()
     assert VALUE_A not in text and VALUE_B.decode().strip() not in text
     done = _delivered(plan, values)
-    delivered = state.model_copy(update={"credentials": done.credentials, "credential_digests": done.credential_digests})
+    delivered = state.model_copy(
+        update={"credentials": done.credentials, "credential_digests": done.credential_digests}
+    )
     assert host_changes(plan, delivered, values).empty  # delivered and unchanged: nothing
 
 
@@ -120,9 +123,46 @@ def test_the_fleet_deploy_runs_exactly_the_hostplan_steps() -> None:
     ``hostplan.steps`` in order (so the in-process plan is the engine's)."""
     tree = ast.parse((Path(__file__).resolve().parents[2] / "deploys" / "fleet.py").read_text())
     calls = sorted({ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)})
-    assert calls == ["FleetPlan.model_validate", "hostplan.steps", "len", "ops.apply", "ops.fleet_state",
+    assert calls == ["FleetPlan.model_validate", "hostplan.batched", "hostplan.steps", "len", "ops.apply", "ops.fleet_state",
                      "report.facts", "secrets.get", "state.host.get"]  # fmt: skip
     assert not any(isinstance(node, ast.If) for node in ast.walk(tree))
+
+
+def test_the_deploy_runs_changed_agents_a_batch_at_a_time_their_files_first() -> None:
+    """``batched``: agents with changes, AGENTS_AT_ONCE a step, users and directories one after another,
+    then the Docker parts side by side; a batch's commands are every agent's, none lost or added."""
+    plan = build(parse_inventory(INVENTORY_SIX, "f.yaml").fleet, {f"coder-{n}": 60000 + n for n in range(1, 7)})
+    state = provisioned(plan).model_copy(update={"users": {}, "groups": {}, "paths": {}, "networks": {},
+                                                 "containers": {}})  # fmt: skip
+    planned = steps(plan, state, NONE)
+    agents = [s for s in planned if s.docker_from is not None]
+    run = hostplan.batched(planned)
+    assert [s.name for s in run if s.category == "containers"] == [
+        "agents coder-1, coder-2, coder-3, coder-4", "agents coder-5, coder-6"]  # fmt: skip
+    assert [s.name for s in run if s.category != "containers"] == [s.name for s in planned if s.category != "containers"]
+    first = next(s for s in run if s.name.startswith("agents coder-1"))
+    heads = [c for s in agents[:4] for c in s.commands[: s.docker_from]]
+    assert first.commands[:-1] == heads and all(str(c).startswith(("groupadd", "useradd", "{", "if", "[", "chown",
+                                                                     "chmod")) for c in heads)  # fmt: skip
+    for step in agents[:4]:
+        assert all(str(c) in first.commands[-1] for c in step.commands[step.docker_from :])
+    one = hostplan.batched([agents[0], planned[0]])
+    assert one[0] is agents[0]  # a batch of one is the agent's own step
+
+
+def test_agents_in_place_are_not_batched() -> None:
+    done = hostplan.batched(steps(PLAN, provisioned(), NONE))
+    assert [s.name for s in done] == [s.name for s in steps(PLAN, provisioned(), NONE)]
+
+
+INVENTORY_SIX = """\
+fleet:
+  name: demo
+  provider: lab
+  agents:
+    - name: coder
+      count: 6
+"""
 
 
 STATES = {
@@ -147,7 +187,9 @@ def test_empty_plan_means_every_operation_is_a_noop(name: str) -> None:
 
     saved, module.host = module.host, _Host()
     try:
-        yielding = [s for s in steps(PLAN, STATES[name], NONE) if s.packages or s.service or script(s.commands, noop="")]
+        yielding = [
+            s for s in steps(PLAN, STATES[name], NONE) if s.packages or s.service or script(s.commands, noop="")
+        ]
     finally:
         module.host = saved
     assert host_changes(PLAN, STATES[name], NONE).empty == (not yielding)
@@ -322,6 +364,7 @@ def test_plan_checks_credentials_before_it_opens_the_ledger(tmp_path: Path, monk
 ], ids=["unchanged", "refused", "read failed", "unreachable"])  # fmt: skip
 def test_fleet_plan_exit_codes_and_json(monkeypatch, capsys, tmp_path, hosts, code: int) -> None:
     from jackin.cli import fleet as cli
+
     monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))  # the contract's ledger read: a fresh, empty ledger
     result = fleet_api.PlanResult(fleet="demo", plan=PLAN, hosts=hosts)
     monkeypatch.setattr(cli.fleet_api, "load", lambda _: parse_inventory(INVENTORY, "f.yaml"))

@@ -15,7 +15,7 @@ from jackin.operations.files import Refused as OperationError
 
 from jackin.facts.fleet import Container, HostState, Network, PathInfo, User
 from jackin.operations.agent_paths import as_agent, home_commands, workspace_commands
-from jackin.operations.fleet import agent_commands, fleet_commands, teardown_commands
+from jackin.operations.fleet import agent_commands, agent_parts, concurrently, fleet_commands, teardown_commands
 from jackin.operations.script import Upload, write_files
 from jackin.plan.fleet import BRIDGE_GATEWAY, AgentPlan, FleetPlan, build
 from jackin.spec import parse_inventory
@@ -480,3 +480,24 @@ def test_the_create_finds_a_foreign_network_and_stops_the_script(tmp_path, creat
     assert done.returncode == code and ("after" in done.stdout) == create_ok
     assert ("is not labelled jackin.fleet=demo" in done.stderr) == says_foreign
     assert log.read_text().splitlines() == (["network create"] if create_ok else ["network create", "network inspect"])
+
+
+def test_concurrently_runs_every_job_and_names_each_that_failed(tmp_path) -> None:
+    """Each job is a ``set -e`` script of its own, all running at once: a failed job stops itself
+    alone, the others finish, and the whole command fails naming the failed jobs."""
+    out = tmp_path / "out"
+    jobs = [("a-1", [f"echo a1 >> {out}", "false", f"echo never >> {out}"]),
+            ("a-2", ["sleep 0.3", f"echo a2 >> {out}"]), ("a-3", ["exit 3"]), ("a-4", [f"echo a4 >> {out}"])]  # fmt: skip
+    done = run_sh(concurrently(jobs) + "\necho after")
+    assert done.returncode == 1 and "after" not in done.stdout
+    assert done.stderr.strip() == "failed: a-1 a-3"
+    assert sorted(out.read_text().split()) == ["a1", "a2", "a4"]
+    ok = run_sh(concurrently([(n, [f"echo {n} >> {out}.ok"]) for n in ("b-1", "b-2")]) + "\necho after")
+    assert ok.returncode == 0 and ok.stdout == "after\n" and sorted(Path(f"{out}.ok").read_text().split()) == ["b-1", "b-2"]
+
+
+def test_agent_parts_split_the_commands_at_the_network() -> None:
+    host, docker = agent_parts(CODER, HostState())
+    assert host + docker == agent_commands(CODER, HostState())
+    assert host[0].startswith("groupadd") and docker[0].startswith("docker network create")
+    assert not any(c.startswith("docker") for c in host)
