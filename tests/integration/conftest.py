@@ -88,6 +88,8 @@ class _Labs:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lab")
         self._ahead: Future | None = None
         self._removals: list[tuple[Lab, Future]] = []
+        self._shared: Lab | None = None
+        self._baseline: dict[str, list[str]] = {}
 
     @staticmethod
     def _boot(prefix: str, hosts: int) -> Lab:
@@ -111,11 +113,32 @@ class _Labs:
             self._ahead = self._pool.submit(self._boot, "q", self.AHEAD_HOSTS)
         return lab
 
+    def take_shared(self) -> Lab:
+        """The worker's warm 1-host lab: the first module that takes it pays the boot and the cold up
+        (images, hardening); later ones find the host as a real one after an earlier fleet's down."""
+        if self._shared is None:
+            self._shared = self.take("w", 1)
+            self._baseline = host_leftovers(self._shared)  # what the lab's own image has (its units)
+        return self._shared
+
     def give_back(self, lab: Lab) -> None:
         forget(lab)
         self._removals.append((lab, self._pool.submit(lab.down)))
 
+    def give_back_shared(self, lab: Lab) -> None:
+        """After a module: the shared host must hold nothing of any fleet (its fleet's down left it clean),
+        else it is replaced for the next module and the module fails with what was left."""
+        left = {kind: new for kind, lines in host_leftovers(lab).items()
+                if (new := sorted(set(lines) - set(self._baseline.get(kind, []))))}  # fmt: skip
+        if left:
+            self._shared = None
+            self.give_back(lab)
+            raise AssertionError(f"the module left this on the shared lab host {lab.name}: {left}")
+
     def close(self) -> None:
+        if self._shared is not None:
+            self.give_back(self._shared)
+            self._shared = None
         if self._ahead is not None:
             with contextlib.suppress(Exception):  # a failed boot removed its lab itself
                 self.give_back(self._ahead.result())
@@ -144,19 +167,52 @@ def _lab_pool():
     drain()
 
 
-def module_lab(prefix: str, hosts: int = 1):
+def module_lab(prefix: str, hosts: int = 1, *, shared: bool = False):
     """The body of a module-scoped lab fixture (``yield from module_lab("p", 1)``): a brand-new lab of its
     own (booted ahead while the previous module ran, when it has one host), removed afterwards whatever
-    happens."""
+    happens. ``shared``: the worker's warm 1-host lab instead, for a module that leaves its host as it found
+    it (its fleets' downs); afterwards the host must hold nothing of any fleet (``host_leftovers``)."""
     global _labs
     _engine_or_skip()
     if _labs is None:
         _labs = _Labs()
+    if shared:
+        assert hosts == 1, "the shared lab has one host"
+        lab = _labs.take_shared()
+        yield lab
+        _labs.give_back_shared(lab)
+        return
     lab = _labs.take(prefix, hosts)
     try:
         yield lab
     finally:
         _labs.give_back(lab)
+
+
+# What a fleet leaves on a host, read independently of the product's own clean check: any of it after
+# every fleet's down fails the module that left it. Warm things stay (role images, Docker's hardened
+# daemon.json): a real host keeps them between fleets too.
+_LEFTOVERS = {
+    "users": "getent passwd | cut -d: -f1 | grep '^jk-' || true",
+    "containers": "docker ps -aq --filter label=jackin.fleet",
+    "networks": "docker network ls -q --filter label=jackin.fleet",
+    "tables": "nft list tables | grep jackin || true",
+    "units": "systemctl list-units --all --plain --no-legend 'jackin*' | awk '{print $1}'",
+    "unit files": "ls /etc/systemd/system | grep '^jackin' || true",
+    "files": "find /srv/jackin /var/lib/jackin /etc/jackin /usr/local/lib/jackin -mindepth 1 2>/dev/null | head -20",
+    "mounts": "findmnt -rn -o TARGET | grep jackin || true",
+}  # (not loop devices: the kernel's list holds every lab's and every other test's)
+
+
+def host_leftovers(lab: Lab, host: int = 0) -> dict[str, list[str]]:
+    """Per kind (``_LEFTOVERS``), the lines found of it on the host."""
+    out = sh(lab, "; ".join(f"echo '@@{name}'; {command}" for name, command in _LEFTOVERS.items()), host=host).stdout
+    found: dict[str, list[str]] = {}
+    for part in out.split("@@")[1:]:
+        name, _, text = part.partition("\n")
+        if lines := [line for line in text.splitlines() if line.strip()]:
+            found[name] = lines
+    return found
 
 
 # One open connection per lab host, reused by every ``sh`` call until it breaks (a reboot, a restarted

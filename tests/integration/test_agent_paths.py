@@ -25,7 +25,7 @@ STAT = "stat -c '%F %a %u %g %Y'"  # type, mode, owner, group, mtime
 
 @pytest.fixture(scope="module")
 def plab():
-    yield from module_lab("p", 1)
+    yield from module_lab("p", 1, shared=True)
 
 
 
@@ -67,8 +67,8 @@ def fleet(plab, tmp_path):
 """)
     try:
         yield name, str(spec)
-    finally:
-        down(str(spec))
+    finally:  # a cleanup (a no-op after a test's own down): its final snapshot would prove nothing here
+        down(str(spec), "--no-final-snapshot")
 
 
 def test_up_makes_the_home_roots_and_the_workspace_the_agents_so_the_agent_cannot_swap_it(plab, fleet):

@@ -41,7 +41,7 @@ SICK_SLEEP = UNHEALTHY_AFTER + 35  # seconds the sick agent keeps working after 
 
 @pytest.fixture(scope="module")
 def alab():
-    yield from module_lab("as", 1)
+    yield from module_lab("as", 1, shared=True)
 
 
 class Fleet:

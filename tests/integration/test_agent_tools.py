@@ -29,7 +29,7 @@ from .conftest import ROOT, at_a_terminal, inv, module_lab, sh
 
 @pytest.fixture(scope="module")
 def olab():
-    yield from module_lab("ops", 1)
+    yield from module_lab("ops", 1, shared=True)
 
 
 class Fleet:

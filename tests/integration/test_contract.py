@@ -27,7 +27,7 @@ FIRST, ADDED = "93.184.216.34/32:443", "1.1.1.1/32:443"
 
 @pytest.fixture(scope="module")
 def klab():
-    yield from module_lab("k", 1)
+    yield from module_lab("k", 1, shared=True)
 
 
 class Fleet:

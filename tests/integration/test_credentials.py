@@ -28,7 +28,7 @@ STAT = "stat -c '%a %u %g %F %i %Y'"  # mode, owner, group, type, inode, mtime
 
 @pytest.fixture(scope="module")
 def clab():
-    yield from module_lab("c", 1)
+    yield from module_lab("c", 1, shared=True)
 
 
 class Fleet:

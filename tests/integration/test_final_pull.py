@@ -38,7 +38,7 @@ shared: dict = {}  # what the first test saw, for the second
 
 @pytest.fixture(scope="module")
 def dlab():
-    yield from module_lab("d", 1)
+    yield from module_lab("d", 1, shared=True)
 
 
 CODER = "    - {name: coder, role: demo, count: 1}\n"

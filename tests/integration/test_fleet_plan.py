@@ -24,7 +24,7 @@ from .conftest import inv, module_lab, sh
 
 @pytest.fixture(scope="module")
 def plab():
-    yield from module_lab("p", 1)
+    yield from module_lab("p", 1, shared=True)
 
 
 class Fleet:

@@ -23,7 +23,7 @@ OTHER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9o
 
 @pytest.fixture(scope="module")
 def olab():
-    yield from module_lab("o", 1)
+    yield from module_lab("o", 1, shared=True)
 
 
 @pytest.fixture

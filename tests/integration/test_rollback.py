@@ -25,7 +25,7 @@ RESOURCES = {"memory": "128m", "cpus": 0.5, "pids": 64}
 
 @pytest.fixture(scope="module")
 def rlab():
-    yield from module_lab("r", 1)
+    yield from module_lab("r", 1, shared=True)
 
 
 

@@ -26,7 +26,7 @@ RESOURCES = {"memory": "128m", "cpus": 0.5, "pids": 64}
 
 @pytest.fixture(scope="module")
 def wlab():
-    yield from module_lab("w", 1)
+    yield from module_lab("w", 1, shared=True)
 
 
 

@@ -38,7 +38,7 @@ DAMAGE = ("rm a && echo changed >> src/deep/b && chmod 0644 blob && chmod 0700 s
 
 @pytest.fixture(scope="module")
 def tlab():
-    yield from module_lab("k", 1)
+    yield from module_lab("k", 1, shared=True)
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +59,8 @@ def fleet(tlab, tmp_path_factory):
     assert done.returncode == 0, done.stdout + done.stderr
     try:
         yield name, str(spec)
-    finally:
-        inv("fleet.down", "-i", str(spec), "--yes", "--keep-lab")
+    finally:  # a cleanup: the final snapshot and pull are proven in test_final_pull, not here
+        inv("fleet.down", "-i", str(spec), "--yes", "--keep-lab", "--discard-snapshots")
 
 
 

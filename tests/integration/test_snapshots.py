@@ -37,7 +37,7 @@ done"""
 
 @pytest.fixture(scope="module")
 def slab():
-    yield from module_lab("s", 1)
+    yield from module_lab("s", 1, shared=True)
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +58,8 @@ def fleet(slab, tmp_path_factory):
     assert done.returncode == 0, done.stdout + done.stderr
     try:
         yield name, str(spec)
-    finally:
-        inv("fleet.down", "-i", str(spec), "--yes", "--keep-lab")
+    finally:  # a cleanup: the final snapshot and pull are proven in test_final_pull, not here
+        inv("fleet.down", "-i", str(spec), "--yes", "--keep-lab", "--discard-snapshots")
 
 
 

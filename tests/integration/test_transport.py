@@ -228,7 +228,7 @@ def test_150_agents_on_one_host_come_up_with_their_policy_and_no_process_carries
 
         again = up(spec)
         assert (again["changed"], again["failed"]) == (0, 0)
-    finally:
-        down = inv("fleet.down", "-i", spec, "--yes", "--keep-lab")
+    finally:  # no final snapshot: 150 restic backups (170 s) prove nothing of the large-table path
+        down = inv("fleet.down", "-i", spec, "--yes", "--keep-lab", "--no-final-snapshot")
     assert down.returncode == 0, down.stdout + down.stderr
     assert "jackin-xport" not in sh(tlab, "nft list tables").stdout

@@ -24,7 +24,7 @@ TTL = 30  # seconds: the fixture's up without it loads the images, so the ttl's 
 
 @pytest.fixture(scope="module")
 def tlab():
-    yield from module_lab("ttl", 1)
+    yield from module_lab("ttl", 1, shared=True)
 
 
 class Fleet:

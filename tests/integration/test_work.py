@@ -33,7 +33,7 @@ def git(*args: str) -> str:
 
 @pytest.fixture(scope="module")
 def wlab():
-    yield from module_lab("w", 1)
+    yield from module_lab("w", 1, shared=True)
 
 
 class Fleet:
