@@ -348,10 +348,10 @@ def _host_plans(hosts: list[SshTarget], split: HostSplit) -> list[HostPlan]:
 
 
 def _planned(changes: HostChanges) -> HostResult:
-    """A dry run's host with changes: how many of the deploy's steps would change something; a step
-    the deploy would refuse fails the host, as the deploy would while preparing."""
+    """A dry run's host with changes: how many of the deploy's operations would change something (as the
+    engine counts them); a step the deploy would refuse fails the host, as the deploy would while preparing."""
     refused = "; ".join(changes.refused)
-    return HostResult(host=changes.host, connected=True, changed=len({c.step for c in changes.changes}),
+    return HostResult(host=changes.host, connected=True, changed=changes.operations,
                       failed=1 if refused else 0, error=f"fleet.up would refuse: {refused}" if refused else None)  # fmt: skip
 
 

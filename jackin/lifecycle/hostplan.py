@@ -173,6 +173,7 @@ class HostChanges(BaseModel):
     host: str
     changes: list[Change] = Field(default_factory=list)
     refused: list[str] = Field(default_factory=list)
+    operations: int = 0  # how many operations of the deploy would change something (agents batched: ``batched``)
 
     @property
     def empty(self) -> bool:
@@ -254,9 +255,11 @@ def host_changes(plan: FleetPlan, state: HostState, values: Secrets, *, host: st
     """What ``fleet.up`` of ``plan`` would do to a host in ``state``: empty when nothing (the fast
     path then leaves the host out of the engine run)."""
     result = HostChanges(host=host)
-    for step in steps(plan, state, values):
+    planned = steps(plan, state, values)
+    for step in planned:
         if step.refused:
             result.refused.append(f"{step.name}: {step.refused}")
         elif step.changes:
             result.changes += _split(step, plan)
+    result.operations = sum(1 for step in batched(planned) if step.changes and not step.refused)
     return result

@@ -80,13 +80,13 @@ class Phases(BaseModel):
 
 
 def default_wait() -> Callable[..., Any]:
-    from jackin.agents.wait import wait  # lazy: looked up when fleet.run reaches its wait
+    from jackin.agents.wait import wait  # lazy: the agents' wait loop, needed by fleet.run alone
 
     return wait
 
 
 def default_collect() -> Callable[..., Any]:
-    from jackin.work.collect import collect  # lazy: Fabric and paramiko, only when fleet.run reaches collect
+    from jackin.work.collect import collect  # lazy: Fabric and paramiko, needed by fleet.run alone
 
     return collect
 

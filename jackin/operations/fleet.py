@@ -45,7 +45,8 @@ def _dirs(agent: AgentPlan, state: HostState) -> tuple[list[str], bool]:
 
 
 def agent_commands(agent: AgentPlan, state: HostState, pools: Sequence[AddressPool] = ()) -> list[str]:
-    """Commands that bring one agent's user, home, workspace, network and container to the plan."""
+    """Commands that bring one agent's user, home, workspace, network and container to the plan
+    (``agent_parts`` as one list: what the deploy runs for an agent not batched with others)."""
     host, docker = agent_parts(agent, state, pools)
     return host + docker
 
@@ -78,12 +79,20 @@ def agent_parts(agent: AgentPlan, state: HostState, pools: Sequence[AddressPool]
 
 def concurrently(jobs: Sequence[tuple[str, Sequence[str]]]) -> str:
     """One shell command that runs each job's commands (a ``set -e`` subshell each, as a script of its
-    own) at the same time and waits for all of them; it fails, naming each job that failed, when any did.
+    own) at the same time and waits for all of them. Each job's stderr goes to a file of a root-only
+    temporary directory and is passed on afterwards, each line under the job's name; when any job
+    failed, the last line names each failed job with its own last line, else its exit status (the
+    host's error).
     Docker creates and starts containers side by side about twice as fast as one after another."""
-    lines = ["( set -e\n" + "\n".join(commands) + f"\n) & p{n}=$!" for n, (_, commands) in enumerate(jobs)]
+    lines = ["d=$(mktemp -d)"]
+    lines += ["( set -e\n" + "\n".join(commands) + f'\n) 2>"$d/{n}" & p{n}=$!' for n, (_, commands) in enumerate(jobs)]
     lines.append("failed=")
-    lines += [f'wait "$p{n}" || failed="$failed "{shlex.quote(name)}' for n, (name, _) in enumerate(jobs)]
-    lines.append('[ -z "$failed" ] || { echo "failed:$failed" >&2; exit 1; }')
+    for n, (name, _) in enumerate(jobs):
+        q = shlex.quote(name)
+        lines.append(f'wait "$p{n}" || {{ s=$?; m=$(tail -n 1 "$d/{n}"); failed="$failed; "{q}": ${{m:-exit $s}}"; }}')
+        lines.append(f'while IFS= read -r line; do printf \'%s: %s\\n\' {q} "$line"; done < "$d/{n}" >&2')
+    lines.append('rm -rf -- "$d"')
+    lines.append('[ -z "$failed" ] || { printf \'failed: %s\\n\' "${failed#; }" >&2; exit 1; }')
     return "\n".join(lines)
 
 

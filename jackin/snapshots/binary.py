@@ -25,10 +25,12 @@ def restic_probe(uploaded: str = UPLOADED_RESTIC) -> str:
     restic jackin uploaded there (none when there is none). Every snapshot command asks, so the sha256
     (0.2 to 0.4 s for restic's 25 MB on a busy host) is stamped beside the file (``<uploaded>.sha256``),
     with the file's identity (device, inode, size, ctime: any change of the file changes its ctime, and
-    only root can write there), and read from the stamp while that identity holds."""
+    only root can write there), and read from the stamp while that identity holds. Anything but a
+    regular file there (a symbolic link's identity is not its target's) reads as absent: uploaded anew."""
     b, stamp = shlex.quote(uploaded), shlex.quote(uploaded + ".sha256")
     ident = f"stat -c '%d:%i:%s:%Z:%z' -- {b} 2>/dev/null | tr -d ' '"
-    return (f"command -v restic || {{ echo upload; uname -m; i=$({ident}); [ -n \"$i\" ] || exit 0\n"
+    return (f"command -v restic || {{ echo upload; uname -m; [ -f {b} ] && [ ! -L {b} ] || exit 0\n"
+            f"i=$({ident}); [ -n \"$i\" ] || exit 0\n"
             f"set -- $(cat {stamp} 2>/dev/null); if [ \"${{2:-}}\" = \"$i\" ]; then echo \"$1\"; exit 0; fi\n"
             f"h=$(sha256sum -- {b} | cut -d' ' -f1) && echo \"$h\" && [ \"$({ident})\" = \"$i\" ] && "
             f"printf '%s %s\\n' \"$h\" \"$i\" > {stamp}.tmp && mv -f -- {stamp}.tmp {stamp} || true; }}")  # fmt: skip

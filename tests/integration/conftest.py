@@ -92,8 +92,9 @@ class _Labs:
         self._baseline: dict[str, list[str]] = {}
 
     @staticmethod
-    def _boot(prefix: str, hosts: int) -> Lab:
-        lab = Lab(new_lab_name(prefix))
+    def _boot(lab: Lab, hosts: int) -> Lab:
+        """``lab`` brought up (made on the calling thread: a Lab reads JACKIN_STATE_DIR when made, which a
+        test may point elsewhere for a while), removed again when its boot fails."""
         try:
             lab.up(hosts)
         except BaseException:
@@ -108,9 +109,9 @@ class _Labs:
             with contextlib.suppress(Exception):  # its boot failed (and removed it): one is booted here instead
                 lab = ahead.result()
         if lab is None:
-            lab = self._boot(prefix, hosts)  # failing loudly
+            lab = self._boot(Lab(new_lab_name(prefix)), hosts)  # failing loudly
         if self._ahead is None:
-            self._ahead = self._pool.submit(self._boot, "q", self.AHEAD_HOSTS)
+            self._ahead = self._pool.submit(self._boot, Lab(new_lab_name("q")), self.AHEAD_HOSTS)
         return lab
 
     def take_shared(self) -> Lab:
@@ -134,6 +135,12 @@ class _Labs:
             self._shared = None
             self.give_back(lab)
             raise AssertionError(f"the module left this on the shared lab host {lab.name}: {left}")
+
+    def settle(self) -> None:
+        """Wait until no background work runs (the boot ahead done, every removal done)."""
+        for future in [*(f for _, f in self._removals), *([self._ahead] if self._ahead else [])]:
+            with contextlib.suppress(Exception):  # their failures are reported by close()
+                future.result()
 
     def close(self) -> None:
         if self._shared is not None:
@@ -159,6 +166,12 @@ def drain() -> None:
     labs, _labs = _labs, None
     if labs is not None:
         labs.close()
+
+
+def settle() -> None:
+    """Wait for the labs booted and removed in the background, for a test that patches what they use."""
+    if _labs is not None:
+        _labs.settle()
 
 
 @pytest.fixture(scope="session", autouse=True)

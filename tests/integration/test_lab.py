@@ -12,7 +12,7 @@ from jackin.lab import docker as dk
 from jackin.lab.image import image_tag
 from jackin.transport.ssh import connect
 
-from .conftest import inv
+from .conftest import inv, settle
 
 
 def test_hosts_behave_like_fresh_debian_servers(lab):
@@ -100,6 +100,7 @@ def test_the_lab_lookup_from_the_engines_socket_is_what_the_docker_cli_gives(lab
     for key, doc in from_socket.items():  # the same documents (the CLI prints the engine's own JSON)
         for field in ("Name", "Config", "HostConfig", "NetworkSettings"):
             assert doc[field] == cli[key][field], field
+    settle()  # no lab is booted or removed in the background while the docker CLI is patched
     calls = []
     real = dk.docker
     monkeypatch.setattr(dk, "docker", lambda *a, **k: (calls.append(a[0]), real(*a, **k))[1])

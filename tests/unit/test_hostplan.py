@@ -148,6 +148,9 @@ def test_the_deploy_runs_changed_agents_a_batch_at_a_time_their_files_first() ->
         assert all(str(c) in first.commands[-1] for c in step.commands[step.docker_from :])
     one = hostplan.batched([agents[0], planned[0]])
     assert one[0] is agents[0]  # a batch of one is the agent's own step
+    # The preview counts what the engine will: the batched operations with changes, not one per agent.
+    changes = hostplan.host_changes(plan, state, NONE)
+    assert changes.operations == sum(1 for step in run if step.changes) < sum(1 for step in planned if step.changes)
 
 
 def test_agents_in_place_are_not_batched() -> None:

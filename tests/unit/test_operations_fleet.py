@@ -490,8 +490,13 @@ def test_concurrently_runs_every_job_and_names_each_that_failed(tmp_path) -> Non
             ("a-2", ["sleep 0.3", f"echo a2 >> {out}"]), ("a-3", ["exit 3"]), ("a-4", [f"echo a4 >> {out}"])]  # fmt: skip
     done = run_sh(concurrently(jobs) + "\necho after")
     assert done.returncode == 1 and "after" not in done.stdout
-    assert done.stderr.strip() == "failed: a-1 a-3"
+    assert done.stderr.strip() == "failed: a-1: exit 1; a-3: exit 3"
     assert sorted(out.read_text().split()) == ["a1", "a2", "a4"]
+    # Each job's stderr is passed on under its name, and a failed job's last line is its reason, last.
+    said = run_sh(concurrently([("c-1", ["echo note >&2"]), ("c-2", ["echo 'network n is not on bridge b' >&2", "exit 1"])]))
+    assert said.returncode == 1
+    assert said.stderr.splitlines() == ["c-1: note", "c-2: network n is not on bridge b",
+                                        "failed: c-2: network n is not on bridge b"]  # fmt: skip
     ok = run_sh(concurrently([(n, [f"echo {n} >> {out}.ok"]) for n in ("b-1", "b-2")]) + "\necho after")
     assert ok.returncode == 0 and ok.stdout == "after\n" and sorted(Path(f"{out}.ok").read_text().split()) == ["b-1", "b-2"]
 

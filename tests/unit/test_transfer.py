@@ -283,6 +283,10 @@ def test_the_restic_probe_hashes_an_uploaded_restic_once_and_again_only_when_the
     binary.write_bytes(b"two")  # a changed file (its size, its ctime): hashed again
     assert _probe(tmp_path)[2] == hashlib.sha256(b"two").hexdigest()
     assert (tmp_path / "restic.sha256").read_text().split()[0] == hashlib.sha256(b"two").hexdigest()
+    # A link there is not trusted, even with a stamp matching the link itself: no sha256, so it is uploaded anew.
+    binary.rename(tmp_path / "target")
+    binary.symlink_to(tmp_path / "target")
+    assert _probe(tmp_path) == ["upload", machine]
 
 
 def test_this_machines_restic_is_hashed_once_until_it_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
