@@ -32,7 +32,7 @@ from jackin.facts.state_read import state_command
 
 from .conftest import inv, module_lab
 
-pytestmark = pytest.mark.skipif(not transfer.shutil.which("restic"), reason="restic is not installed here")
+pytestmark = pytest.mark.skipif(not shutil.which("restic"), reason="restic is not installed here")
 shared: dict = {}  # what the first test saw, for the second
 
 
@@ -149,7 +149,7 @@ def test_a_host_whose_final_snapshot_fails_is_not_torn_down(dlab, fleet):
     assert before["nft"].strip() == "yes" and "true" in before["container"]
     assert not [s for s in snapshots(spec) if s["kind"] == "final"]
     # what the next test checks is gone exists now: the fleet's snapshot dir and the uploaded restic
-    assert sh(dlab, f"test -d {base} && test -x {transfer.UPLOADED_RESTIC} && echo both").stdout.strip() == "both"
+    assert sh(dlab, f"test -d {base} && test -x {binary.UPLOADED_RESTIC} && echo both").stdout.strip() == "both"
     shared["files"] = files(dlab, ws)
 
 
@@ -173,7 +173,7 @@ def test_down_pulls_a_final_snapshot_that_restores_here_and_leaves_the_host_clea
                     "--quiet", "restore", agent["restic_id"], "--target", str(tmp_path)], check=True)  # fmt: skip
     assert local_files(tmp_path / f"srv/jackin/{name}/coder-1/workspace") == shared["files"]
     # the host: no snapshot dir of the fleet, no uploaded restic (no other fleet), nothing left at all
-    gone = sh(dlab, f"ls -d /var/lib/jackin/snapshots/{name} {transfer.UPLOADED_RESTIC} 2>&1", warn=True)
+    gone = sh(dlab, f"ls -d /var/lib/jackin/snapshots/{name} {binary.UPLOADED_RESTIC} 2>&1", warn=True)
     assert gone.failed and gone.stdout.count("No such file or directory") == 2
     assert leftovers(dlab, name) == {}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import secrets
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from jackin.transport.ssh import connect
 
 from .conftest import _engine_or_skip, new_lab_name
 
-pytestmark = pytest.mark.skipif(not transfer.shutil.which("restic"), reason="restic is not installed here")
+pytestmark = pytest.mark.skipif(not shutil.which("restic"), reason="restic is not installed here")
 
 TREE = r"""
 import hashlib, json, os, sys

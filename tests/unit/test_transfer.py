@@ -273,19 +273,19 @@ def test_the_restic_probe_hashes_an_uploaded_restic_once_and_again_only_when_the
     machine = os.uname().machine
     assert _probe(tmp_path) == ["upload", machine]  # nothing uploaded yet: no sha256, no stamp
     assert not (tmp_path / "restic.sha256").exists()
-    binary = tmp_path / "restic"
-    binary.write_bytes(b"one")
+    exe = tmp_path / "restic"
+    exe.write_bytes(b"one")
     assert _probe(tmp_path) == ["upload", machine, hashlib.sha256(b"one").hexdigest()]
     stamp = (tmp_path / "restic.sha256").read_text().split()
     assert stamp[0] == hashlib.sha256(b"one").hexdigest()
     (tmp_path / "restic.sha256").write_text(f"{'f' * 64} {stamp[1]}\n")  # the stamp is what is read now
     assert _probe(tmp_path)[2] == "f" * 64
-    binary.write_bytes(b"two")  # a changed file (its size, its ctime): hashed again
+    exe.write_bytes(b"two")  # a changed file (its size, its ctime): hashed again
     assert _probe(tmp_path)[2] == hashlib.sha256(b"two").hexdigest()
     assert (tmp_path / "restic.sha256").read_text().split()[0] == hashlib.sha256(b"two").hexdigest()
     # A link there is not trusted, even with a stamp matching the link itself: no sha256, so it is uploaded anew.
-    binary.rename(tmp_path / "target")
-    binary.symlink_to(tmp_path / "target")
+    exe.rename(tmp_path / "target")
+    exe.symlink_to(tmp_path / "target")
     assert _probe(tmp_path) == ["upload", machine]
 
 
