@@ -6,15 +6,28 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from jackin.errors import LabError
 from jackin.lab import docker as dk
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
-    from jackin.lab.lab import Lab
+class LabNames(Protocol):
+    """What the networks and the service need of a ``jackin.lab.lab.Lab``: its names (no import of it,
+    which imports this module)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def network(self) -> str: ...
+    @property
+    def public_network(self) -> str: ...
+    @property
+    def service_container(self) -> str: ...
+
 
 SERVICE_PORTS = (8080, 8081)
 SERVICE_PUBLIC_HOST = 200  # the service's host number on the public network, outside the hosts' range
@@ -38,7 +51,7 @@ servers[0].serve_forever()
 """.replace("PORTS", repr(SERVICE_PORTS))
 
 
-def ensure_networks(lab: Lab) -> None:
+def ensure_networks(lab: LabNames) -> None:
     """The lab's network, and its public one on the first free /24 of ``PUBLIC_RANGE``, searched from a
     start drawn from the lab's name."""
     if not dk.exists("network", lab.network):
@@ -65,7 +78,7 @@ def public_ip(network: str, last: int) -> str:
     return str(subnet.network_address + last)
 
 
-def ensure_service(lab: Lab, tag: str, log: Callable[[str], None]) -> None:
+def ensure_service(lab: LabNames, tag: str, log: Callable[[str], None]) -> None:
     """The test service, running on the lab's image and both networks; made anew when outdated."""
     name = lab.service_container
     if dk.exists("container", name):
