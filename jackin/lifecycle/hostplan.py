@@ -101,13 +101,16 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
 
 
 def _agent_step(agent: AgentPlan, state: HostState, plan: FleetPlan) -> Step:
-    """One agent's user, directories, network and container; its Docker part marked (``batched``)."""
+    """One agent's user, directories, network and container; its Docker part marked (``batched``), unless
+    the agent publishes a host port: ports are the host's, and two agents asking for one must meet in
+    the spec's order (the first gets it, the second fails), never in a race."""
     noop = f"agent {agent.instance} is up to date"
     try:
         host, docker = fleet.agent_parts(agent, state, plan.address_pools)
     except Refused as error:
         return Step("containers", f"agent {agent.instance}", noop=noop, refused=error.message)
-    return Step("containers", f"agent {agent.instance}", commands=[*host, *docker], noop=noop, docker_from=len(host))
+    side_by_side = None if agent.policy.publish else len(host)
+    return Step("containers", f"agent {agent.instance}", commands=[*host, *docker], noop=noop, docker_from=side_by_side)
 
 
 def batched(steps: Sequence[Step], size: int = AGENTS_AT_ONCE) -> list[Step]:

@@ -153,6 +153,20 @@ def test_the_deploy_runs_changed_agents_a_batch_at_a_time_their_files_first() ->
     assert changes.operations == sum(1 for step in run if step.changes) < sum(1 for step in planned if step.changes)
 
 
+def test_agents_publishing_a_host_port_run_alone_in_the_specs_order() -> None:
+    """Two instances asking for one host port: the first gets it and the second fails, as in the spec's
+    order; side by side, which one won would be a race (seen: clash-2 up, clash-1 not)."""
+    text = INVENTORY_SIX + ("    - name: clash\n      count: 2\n      network: {mode: none, publish: "
+                            "[{port: 8080, host_port: 18081}]}\n")  # fmt: skip
+    uids = {**{f"coder-{n}": 60000 + n for n in range(1, 7)}, "clash-1": 60011, "clash-2": 60012}
+    plan = build(parse_inventory(text, "f.yaml").fleet, uids)
+    state = provisioned(plan).model_copy(update={"users": {}, "groups": {}, "paths": {}, "networks": {},
+                                                 "containers": {}})  # fmt: skip
+    run = [s.name for s in hostplan.batched(steps(plan, state, NONE)) if s.category == "containers"]
+    assert run == ["agents coder-1, coder-2, coder-3, coder-4", "agents coder-5, coder-6", "agent clash-1",
+                   "agent clash-2"]  # fmt: skip
+
+
 def test_agents_in_place_are_not_batched() -> None:
     done = hostplan.batched(steps(PLAN, provisioned(), NONE))
     assert [s.name for s in done] == [s.name for s in steps(PLAN, provisioned(), NONE)]
