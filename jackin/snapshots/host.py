@@ -25,7 +25,7 @@ from fabric import Connection
 
 from jackin.errors import ConnectError, RemoteCommandError
 from jackin.hostpaths import UPLOADED_RESTIC
-from jackin.snapshots import binary, freezer, instant, restic
+from jackin.snapshots import binary, freezer, instant, repokey, restic
 from jackin.snapshots.models import AgentDiff, AgentManifest, BackupSummary
 from jackin.transport import channel as reader
 
@@ -70,7 +70,37 @@ def ensure_repo(conn: Connection, restic_bin: str, fleet: str, password: bytes, 
     """The fleet's root-only directories, its password file (by SFTP, 0600) and its repository."""
     run(conn, " && ".join(restic.layout_commands(fleet)), host=host, what="creating the snapshot directories")
     put(conn, restic.password_path(fleet), password, mode=0o600)
-    run(conn, restic.init_command(restic_bin, fleet), host=host, what="restic init", timeout=300)
+    made = run(conn, restic.init_command(restic_bin, fleet), host=host, what="restic init", timeout=300)
+    if restic.INIT_DONE in made:
+        cheapen_key(conn, fleet, password, host=host)
+
+
+KEY_FILE_CAP = 64 * 1024  # a restic key file is about 450 bytes
+
+
+def cheapen_key(conn: Connection, fleet: str, password: bytes, *, host: str) -> None:
+    """The new repository's one key, re-sealed with cheap scrypt parameters (``jackin.snapshots.repokey``:
+    why that is safe for a fleet's random password, and what it saves): the new key file is written
+    (SFTP, 0400 as restic writes it) before the old one goes, so the repository opens at every moment."""
+    keys = restic.keys_path(fleet)
+    try:
+        sftp = conn.sftp()
+        names = sftp.listdir(keys)
+        if len(names) != 1:  # not the one key restic init made: leave the keys as they are
+            return
+        with sftp.open(f"{keys}/{names[0]}", "rb") as handle:
+            old = handle.read(KEY_FILE_CAP)
+        if repokey.is_cheap(old):
+            return
+        try:
+            sealed = repokey.reseal(old, password)
+        except repokey.KeyError_ as error:
+            raise RemoteCommandError(f"the new repository's key: {error}", host=host,
+                                     hint=f"restic init made {restic.repo_path(fleet)}; check it by hand") from None  # fmt: skip
+        put(conn, f"{keys}/{sealed.name}", sealed.data, mode=0o400)
+        sftp.remove(f"{keys}/{names[0]}")
+    except OSError as error:
+        raise ConnectError(f"re-sealing the new repository's key: {error}", host=host) from None
 
 
 def write_manifest(conn: Connection, manifest: AgentManifest, *, host: str) -> None:

@@ -103,9 +103,18 @@ def layout_commands(fleet: str) -> list[str]:
               f"{fleet_dir(fleet)}/manifests")]  # fmt: skip
 
 
+INIT_DONE = "jackin: repository created"  # init_command's last line when it made the repository just now
+
+
 def init_command(restic: str, fleet: str) -> str:
-    """``restic init`` once: a repository that already has a config is left alone."""
-    return f"[ -f {shlex.quote(repo_path(fleet) + '/config')} ] || {q(*base(restic, fleet), '--quiet', 'init')}"
+    """``restic init`` once: a repository that already has a config is left alone; one made now
+    says so (``INIT_DONE``), and its key is then re-sealed cheaply (``jackin.snapshots.repokey``)."""
+    init = q(*base(restic, fleet), "--quiet", "init")
+    return f"[ -f {shlex.quote(repo_path(fleet) + '/config')} ] || {{ {init} && echo {shlex.quote(INIT_DONE)}; }}"
+
+
+def keys_path(fleet: str) -> str:
+    return f"{repo_path(fleet)}/keys"
 
 
 def tags(snapshot: str, instance: str, *, tmp: bool = False) -> list[str]:

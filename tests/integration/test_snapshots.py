@@ -20,6 +20,7 @@ import pytest
 
 from jackin.lab import Lab
 from jackin.operations import agent_paths
+from jackin.snapshots import repokey
 
 from .conftest import inv, module_lab, sh
 
@@ -123,6 +124,11 @@ def test_round_trip_restores_bytes_modes_owners_links_and_mtimes(slab, fleet):
     uid = int(sh(slab, f"id -u jk-{name}--coder-1").stdout)
     peek = sh(slab, agent_paths.as_agent(uid, uid, "cat", f"{base}/password"), warn=True)
     assert peek.failed and "Permission denied" in peek.stderr
+    # its one key is sealed with cheap scrypt parameters (jackin.snapshots.repokey), restic's 0400 kept;
+    # every restic command below and in this module opens the repository with it
+    key = sh(slab, f"stat -c '%a %U' {base}/repo/keys/*; cat {base}/repo/keys/*").stdout.split("\n", 1)
+    assert key[0].split() == ["400", "root"]
+    assert {k: json.loads(key[1])[k] for k in ("N", "r", "p")} == repokey.CHEAP
     # damage: delete, modify, change modes, replace a file with a symlink, plant a link to /etc
     as_agent(slab, f"cd {w} && rm a && echo changed >> src/deep/b && chmod 0644 blob && chmod 0700 src && "
                    "rm run.sh && ln -s /etc/shadow run.sh && ln -s /etc escape && rm -f link && mkdir link")  # fmt: skip

@@ -1,0 +1,126 @@
+"""A fleet repository's key, re-sealed with cheap scrypt parameters: restic itself opens it.
+
+Against the restic on this machine (as .ci/setup installs it): ``restic init`` makes a repository,
+``repokey.reseal`` seals its master key again, and restic opens, writes, checks and lists it with the new
+key alone, at a fraction of the CPU. A wrong password or a changed byte is refused, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import resource
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jackin.snapshots import repokey, restic
+
+RESTIC = shutil.which("restic")
+needs_restic = pytest.mark.skipif(RESTIC is None, reason="restic is not installed here")
+PASSWORD = b"tFZ2uSx2t7Wq4m2-1_nU0Jb0oZ3Vt7bqS9o6Qm3vC8s"  # the shape of secrets.token_urlsafe(32)
+
+
+def run(repo: Path, password: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    argv = [RESTIC or "restic", "--repo", str(repo), "--password-file", str(password), "--no-cache", *args]
+    return subprocess.run(argv, capture_output=True, text=True, check=check)
+
+
+def cpu_of(call) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    call()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> tuple[Path, Path]:
+    """A repository as restic init makes it, with restic's calibrated (costly) key."""
+    if RESTIC is None:
+        pytest.skip("restic is not installed here")
+    base = tmp_path_factory.mktemp("repokey")
+    password = base / "password"
+    password.write_bytes(PASSWORD)  # as jackin writes it: no newline
+    subprocess.run([RESTIC, "--repo", str(base / "repo"), "--password-file", str(password), "--quiet", "init"],
+                   check=True, capture_output=True)  # fmt: skip
+    return base / "repo", password
+
+
+def only_key(repo: Path) -> Path:
+    keys = list((repo / "keys").iterdir())
+    assert len(keys) == 1, keys
+    return keys[0]
+
+
+@needs_restic
+def test_restic_opens_the_resealed_key_alone_and_it_costs_a_fraction(made, tmp_path) -> None:
+    repo, password = made
+    work = tmp_path / "repo"
+    shutil.copytree(repo, work)
+    old = only_key(work)
+    costly = json.loads(old.read_bytes())
+    assert not repokey.is_cheap(old.read_bytes())  # restic's calibration: far above CHEAP
+    before = cpu_of(lambda: run(work, password, "cat", "config"))
+
+    sealed = repokey.reseal(old.read_bytes(), PASSWORD)
+    (work / "keys" / sealed.name).write_bytes(sealed.data)
+    old.unlink()
+    key = only_key(work)
+    fields = json.loads(key.read_bytes())
+    assert (fields["N"], fields["r"], fields["p"]) == (repokey.CHEAP["N"], repokey.CHEAP["r"], repokey.CHEAP["p"])
+    assert fields["created"] == costly["created"] and fields["salt"] != costly["salt"]
+    assert repokey.is_cheap(key.read_bytes())
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "f").write_text("kept\n")
+    run(work, password, "--quiet", "backup", str(data))
+    assert "no errors were found" in run(work, password, "check").stdout
+    listed = run(work, password, "key", "list", "--json").stdout
+    assert len(json.loads(listed)) == 1
+    assert "kept\n" == run(work, password, "dump", "latest", str(data / "f")).stdout
+    after = cpu_of(lambda: run(work, password, "cat", "config"))
+    assert after < before / 3, (before, after)  # restic's KDF was most of what it cost to open
+
+
+@needs_restic
+def test_the_same_master_key_is_sealed_again(made) -> None:
+    repo, _ = made
+    old = only_key(repo).read_bytes()
+    master, _ = repokey.open_master(old, PASSWORD)
+    assert set(json.loads(master)) == {"mac", "encrypt"}
+    again, _ = repokey.open_master(repokey.reseal(old, PASSWORD).data, PASSWORD)
+    assert again == master
+    assert repokey.reseal(old, PASSWORD + b"\n").data  # restic trims the password file: so does reseal
+
+
+@needs_restic
+def test_a_wrong_password_or_a_changed_byte_is_refused(made) -> None:
+    repo, password = made
+    old = only_key(repo).read_bytes()
+    with pytest.raises(repokey.KeyError_, match="password does not open"):
+        repokey.reseal(old, b"not-the-password")
+    fields = json.loads(old)
+    data = bytearray(base64.b64decode(fields["data"]))
+    data[20] ^= 1
+    changed = json.dumps({**fields, "data": base64.b64encode(bytes(data)).decode()}).encode()
+    with pytest.raises(repokey.KeyError_, match="password does not open"):
+        repokey.reseal(changed, PASSWORD)
+    assert run(repo, password, "cat", "config", check=False).returncode == 0  # positive control: it opens
+
+
+def test_what_is_not_a_restic_scrypt_key_is_refused() -> None:
+    for bad in (b"{", b"[]", json.dumps({"kdf": "argon2", "N": 2, "r": 1, "p": 1, "salt": "", "data": ""}).encode(),
+                json.dumps({"kdf": "scrypt", "N": 3, "r": 8, "p": 1, "salt": "AA==", "data": "A" * 64}).encode()):  # fmt: skip
+        with pytest.raises(repokey.KeyError_):
+            repokey.reseal(bad, PASSWORD)
+    assert not repokey.is_cheap(b"not json")
+
+
+def test_init_says_when_it_made_the_repository() -> None:
+    command = restic.init_command("/usr/bin/restic", "f1")
+    assert command.startswith("[ -f /var/lib/jackin/snapshots/f1/repo/config ] || { ")
+    assert command.endswith(f"init && echo '{restic.INIT_DONE}'; }}")
+    assert restic.keys_path("f1") == "/var/lib/jackin/snapshots/f1/repo/keys"
