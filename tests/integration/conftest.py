@@ -20,6 +20,8 @@ from jackin.errors import LabError
 from jackin.lab import Lab
 from jackin.lab import docker as dk
 
+from ..zygote import Zygote
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -62,16 +64,19 @@ def fresh_lab():
         lab.down()
 
 
+_ZYGOTE = None if os.environ.get("JACKIN_TEST_INV") == "exec" else Zygote()
+
+
 def inv(*args: str, check: bool = False) -> subprocess.CompletedProcess:
-    """Run the real CLI (`inv ...`) from the repo root, as an operator would."""
-    done = subprocess.run(
-        [sys.executable, "-m", "invoke", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "200"},
-        timeout=600,
-    )
+    """Run the real CLI (`inv ...`) from the repo root, as an operator would: a process of its own, forked
+    from one that has loaded the CLI's libraries already (tests/zygote.py; ``JACKIN_TEST_INV=exec``: a new
+    interpreter each time)."""
+    env = {**os.environ, "COLUMNS": "200"}
+    if _ZYGOTE is not None:
+        done = _ZYGOTE.run(list(args), cwd=ROOT, env=env, timeout=600)
+    else:
+        done = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
+                              env=env, timeout=600)  # fmt: skip
     if check and done.returncode != 0:
         raise AssertionError(f"inv {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     return done

@@ -1,0 +1,74 @@
+"""The suite's CLI runs forked from a zygote (tests/zygote.py) give what a new interpreter gives.
+
+The same argv, run both ways, prints the same bytes and exits with the same status; the zygote
+hands each run its own environment and working directory, kills a run past its timeout, reports a
+run ended by a signal as subprocess does, and never loads gevent or pyinfra.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.zygote import ROOT, Zygote
+
+CASES = [
+    ["--list"],
+    ["fleet.validate", "-i", "inventory/lab.yaml"],
+    ["fleet.validate", "-i", "tests/fixtures/bad/01-unknown-key.yaml"],
+    ["fleet.validate", "-i", "/nonexistent/inventory.yaml"],
+    ["fleet.validate"],
+    ["no.such-task"],
+]
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    made = Zygote()
+    yield made
+    made.stop()
+
+
+def env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "COLUMNS": "200", **extra}
+
+
+@pytest.mark.parametrize("argv", CASES, ids=" ".join)
+def test_a_forked_run_prints_and_exits_as_a_new_interpreter_does(zygote, argv) -> None:
+    fresh = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=ROOT, capture_output=True, text=True,
+                           env=env(), timeout=60)  # fmt: skip
+    forked = zygote.run(argv, cwd=ROOT, env=env(), timeout=60)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert fresh.stdout or fresh.stderr  # positive control: the case says something
+
+
+def test_each_run_gets_its_own_environment_and_directory(zygote, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    done = zygote.run(["fleet.status", "-i", str(ROOT / "inventory/lab.yaml"), "--json"], cwd=ROOT,
+                      env=env(JACKIN_STATE_DIR=str(state)), timeout=60)  # fmt: skip
+    assert state.is_dir(), done.stdout + done.stderr  # the ledger went where this run's environment said
+    elsewhere = zygote.run(["--list"], cwd=tmp_path, env=env(), timeout=60)
+    assert elsewhere.returncode == 1 and "Can't find any collection" in elsewhere.stderr  # no tasks.py here
+
+
+def test_a_run_past_its_timeout_is_killed_and_a_signal_is_a_negative_status(zygote, tmp_path: Path) -> None:
+    (tmp_path / "tasks.py").write_text(
+        "import os, signal, time\nfrom invoke import task\n\n"
+        "@task\ndef hang(c):\n    time.sleep(60)\n\n"
+        "@task\ndef die(c):\n    os.kill(os.getpid(), signal.SIGTERM)\n"
+    )
+    with pytest.raises(subprocess.TimeoutExpired):
+        zygote.run(["hang"], cwd=tmp_path, env=env(), timeout=1)
+    assert zygote.run(["die"], cwd=tmp_path, env=env(), timeout=30).returncode == -15
+    assert zygote.run(["--list"], cwd=ROOT, env=env(), timeout=30).returncode == 0  # it serves on
+
+
+def test_the_zygote_never_loads_gevent_or_pyinfra() -> None:
+    probe = subprocess.run([sys.executable, "-c", "import sys; from tests import zygote; zygote._preload(); "
+                            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('gevent', 'pyinfra')))"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert probe.returncode == 0 and probe.stdout.strip() == "[]", probe.stdout + probe.stderr
