@@ -12,7 +12,8 @@ after), signals and exit status; only the imports are shared, and they are copy-
 What it leaves out, and where that is still tested the old way: a fresh interpreter's start
 (``tests/unit/test_cli_imports.py`` runs ``inv`` as a new process and checks what a command
 imports), and the preloading itself (nothing of ``gevent`` or ``pyinfra`` is preloaded: those
-stay in the engine child, which every run still starts as its own interpreter). Set
+stay in the engine child, which every run still starts as its own interpreter; nor ``jackin.cli``
+and ``tasks.py``, which each run loads with its own environment and terminal). Set
 ``JACKIN_TEST_INV=exec`` to run every CLI call as a new interpreter instead.
 
 Protocol, over a Unix socket: the client sends one JSON line (argv, cwd, env) with its stdin,
@@ -27,7 +28,7 @@ import atexit
 import importlib
 import json
 import os
-import pkgutil
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,9 +39,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Loaded once in the zygote: the CLI's libraries, never gevent or pyinfra (the engine child's).
+# Loaded once in the zygote: the CLI's libraries, never gevent or pyinfra (the engine child's), and not
+# jackin.cli, whose modules read the environment and the terminal as they load (jackin.cli.render makes its
+# consoles then, as wide as COLUMNS says): each run loads those itself, with its own environment. The
+# library below jackin.cli never imports it (import-linter's contract), so nothing else loads it early.
 PRELOAD = ["invoke", "invoke.main", "fabric", "paramiko", "pydantic", "rich.console", "rich.table", "yaml"]
 NEVER = ("gevent", "pyinfra")
+NOT_PRELOADED = ("jackin.cli", "tasks")
 MESSAGE_CAP = 1 << 22
 
 
@@ -48,17 +53,16 @@ def _preload() -> list[str]:
     """Import PRELOAD and every jackin module whose import pulls in nothing of NEVER; the ones skipped."""
     for name in PRELOAD:
         importlib.import_module(name)
-    import jackin
-
     skipped = []
-    for info in pkgutil.walk_packages(jackin.__path__, "jackin."):
-        source = Path(importlib.util.find_spec(info.name).origin or "")  # type: ignore[union-attr]
-        text = source.read_text() if source.suffix == ".py" else ""
-        if any(f"import {n}" in text or f"from {n}" in text for n in NEVER) or info.name.endswith("__main__"):
-            skipped.append(info.name)
+    for source in sorted((ROOT / "jackin").rglob("*.py")):  # by path: pkgutil would import jackin.cli to walk it
+        name = ".".join(source.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        text = source.read_text()
+        cli = name.startswith(tuple(f"{n}." for n in NOT_PRELOADED)) or name in NOT_PRELOADED
+        if cli or any(f"import {n}" in text or f"from {n}" in text for n in NEVER) or name.endswith("__main__"):
+            skipped.append(name)
             continue
-        importlib.import_module(info.name)
-    leaked = [m for m in sys.modules if m.split(".")[0] in NEVER]
+        importlib.import_module(name)
+    leaked = [m for m in sys.modules if m.split(".")[0] in NEVER or m.startswith(NOT_PRELOADED)]
     assert not leaked, f"the zygote must not load {leaked}"
     return skipped
 
@@ -181,6 +185,7 @@ class Zygote:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
     def run(self, argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
         """``python -m invoke *argv`` as subprocess.run(capture_output=True, text=True) would return it."""

@@ -18,6 +18,7 @@ from tests.zygote import ROOT, Zygote
 
 CASES = [
     ["--list"],
+    ["role.list"],  # a wide table: as wide as the run's COLUMNS says, not the zygote's
     ["fleet.validate", "-i", "inventory/lab.yaml"],
     ["fleet.validate", "-i", "tests/fixtures/bad/01-unknown-key.yaml"],
     ["fleet.validate", "-i", "/nonexistent/inventory.yaml"],
@@ -28,7 +29,17 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def zygote():
-    made = Zygote()
+    """A zygote started with another terminal width than its runs get (as the suite's is)."""
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "77"
+    try:
+        made = Zygote()
+        made.run(["--list"], cwd=ROOT, env=dict(os.environ), timeout=60)  # started now, with COLUMNS=77
+    finally:
+        if saved is None:
+            os.environ.pop("COLUMNS")
+        else:
+            os.environ["COLUMNS"] = saved
     yield made
     made.stop()
 
@@ -37,11 +48,13 @@ def env(**extra: str) -> dict[str, str]:
     return {**os.environ, "COLUMNS": "200", **extra}
 
 
+@pytest.mark.parametrize("columns", ["200", None])
 @pytest.mark.parametrize("argv", CASES, ids=" ".join)
-def test_a_forked_run_prints_and_exits_as_a_new_interpreter_does(zygote, argv) -> None:
+def test_a_forked_run_prints_and_exits_as_a_new_interpreter_does(zygote, argv, columns) -> None:
+    environment = {k: v for k, v in env(COLUMNS=columns or "").items() if k != "COLUMNS" or columns}
     fresh = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=ROOT, capture_output=True, text=True,
-                           env=env(), timeout=60)  # fmt: skip
-    forked = zygote.run(argv, cwd=ROOT, env=env(), timeout=60)
+                           env=environment, timeout=60)  # fmt: skip
+    forked = zygote.run(argv, cwd=ROOT, env=environment, timeout=60)
     assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
     assert fresh.stdout or fresh.stderr  # positive control: the case says something
 
