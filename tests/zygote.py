@@ -19,7 +19,8 @@ and ``tasks.py``, which each run loads with its own environment and terminal). S
 Protocol, over a Unix socket: the client sends one JSON line (argv, cwd, env) with its stdin,
 stdout and stderr descriptors attached (SCM_RIGHTS). The zygote forks a waiter, which forks the
 run and reports ``pid N`` and then ``exit N`` (the run's status as subprocess reports it: -N for a
-signal). The zygote holds no thread and no connection when it forks.
+signal). The zygote holds no thread and no connection when it forks, and ends when the test process that
+started it does (its stdin, a pipe from that process, reads end-of-file).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import atexit
 import importlib
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -134,6 +136,9 @@ def serve(path: str) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped by the kernel
     print("ready", flush=True)
     while True:
+        ready, _, _ = select.select([server, sys.stdin], [], [])
+        if sys.stdin in ready:  # the test process that started it has gone (its pipe's end-of-file): so do we
+            return
         conn, _ = server.accept()
         try:
             data, fds, _, _ = socket.recv_fds(conn, MESSAGE_CAP, 3)
@@ -165,15 +170,17 @@ class Zygote:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
-        self._dir = tempfile.mkdtemp(prefix="jackin-zygote-")
-        self.path = os.path.join(self._dir, "socket")
+        self._dir = ""
+        self.path = ""
 
     def _start(self) -> None:
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
                 return
+            self._dir = self._dir or tempfile.mkdtemp(prefix="jackin-zygote-")
+            self.path = os.path.join(self._dir, f"socket-{time.time_ns()}")
             log = open(os.path.join(self._dir, "log"), "ab")  # noqa: SIM115 - the zygote's own output
-            self._proc = subprocess.Popen([sys.executable, __file__, self.path], cwd=ROOT, stdin=subprocess.DEVNULL,
+            self._proc = subprocess.Popen([sys.executable, __file__, self.path], cwd=ROOT, stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, stderr=log)  # fmt: skip
             assert self._proc.stdout is not None
             line = self._proc.stdout.readline()
@@ -185,7 +192,8 @@ class Zygote:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     def run(self, argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
         """``python -m invoke *argv`` as subprocess.run(capture_output=True, text=True) would return it."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,15 @@ def test_the_zygote_never_loads_gevent_or_pyinfra() -> None:
                             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('gevent', 'pyinfra')))"],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert probe.returncode == 0 and probe.stdout.strip() == "[]", probe.stdout + probe.stderr
+
+
+def test_the_zygote_ends_when_the_test_process_that_started_it_dies() -> None:
+    starter = ("import os, sys; from tests.zygote import ROOT, Zygote; z = Zygote(); "
+               "z.run(['--list'], cwd=ROOT, env=dict(os.environ), timeout=60); print(z._proc.pid, flush=True); "
+               "os._exit(0)")  # fmt: skip  # killed as by SIGKILL: no atexit, no stop()
+    done = subprocess.run([sys.executable, "-c", starter], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    pid = int(done.stdout.split()[-1])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, f"the zygote {pid} outlived its test process"
+        time.sleep(0.1)
