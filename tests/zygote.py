@@ -26,6 +26,7 @@ started it does (its stdin, a pipe from that process, reads end-of-file).
 from __future__ import annotations
 
 import atexit
+import gc
 import importlib
 import json
 import os
@@ -129,7 +130,9 @@ def _waiter(conn: socket.socket, request: dict, fds: list[int]) -> None:
 
 
 def serve(path: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the terminal is the runs' (they reset it)
     _preload()
+    gc.freeze()  # the preloaded objects stay out of the runs' collections: their pages stay shared
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(64)
@@ -183,7 +186,8 @@ class Zygote:
             self._proc = subprocess.Popen([sys.executable, __file__, self.path], cwd=ROOT, stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, stderr=log)  # fmt: skip
             assert self._proc.stdout is not None
-            line = self._proc.stdout.readline()
+            ready, _, _ = select.select([self._proc.stdout], [], [], 120)
+            line = self._proc.stdout.readline() if ready else b""
             if line.strip() != b"ready":
                 raise RuntimeError(f"the zygote did not start: {Path(self._dir, 'log').read_text()[-2000:]}")
             atexit.register(self.stop)
@@ -194,45 +198,59 @@ class Zygote:
             self._proc.wait()
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = ""
 
     def run(self, argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-        """``python -m invoke *argv`` as subprocess.run(capture_output=True, text=True) would return it."""
+        """``python -m invoke *argv`` as subprocess.run(capture_output=True, text=True, timeout=...) returns it:
+        stdout and stderr are pipes read to their end (a background process that keeps one open is waited
+        for, and what it writes is kept), then decoded strictly with universal newlines."""
         self._start()
-        with (
-            open(os.devnull, "rb") as stdin,
-            tempfile.TemporaryFile() as out,
-            tempfile.TemporaryFile() as err,
-            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn,
-        ):
-            conn.connect(self.path)
-            message = json.dumps({"argv": argv, "cwd": str(cwd), "env": env}).encode() + b"\n"
-            socket.send_fds(conn, [message], [stdin.fileno(), out.fileno(), err.fileno()])
-            reader = conn.makefile("rb")
-            deadline = time.monotonic() + timeout
-            pid, code = None, None
-            while code is None:
-                conn.settimeout(max(0.01, deadline - time.monotonic()))
-                try:
-                    line = reader.readline().decode()
-                except TimeoutError:
-                    if pid:
-                        os.kill(pid, signal.SIGKILL)
-                    raise subprocess.TimeoutExpired(["inv", *argv], timeout) from None
-                if not line:
-                    raise RuntimeError(f"the zygote's waiter went away running inv {' '.join(argv)}")
-                kind, _, value = line.strip().partition(" ")
-                if kind == "pid":
-                    pid = int(value)
-                elif kind == "exit":
-                    code = int(value)
-            out.seek(0)
-            err.seek(0)
-            return subprocess.CompletedProcess(["inv", *argv], code, _text(out.read()), _text(err.read()))
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+        pid = code = None
+        with open(os.devnull, "rb") as stdin, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            try:
+                conn.connect(self.path)
+                message = json.dumps({"argv": argv, "cwd": str(cwd), "env": env}).encode() + b"\n"
+                socket.send_fds(conn, [message], [stdin.fileno(), out_w, err_w])
+            finally:
+                os.close(out_w)
+                os.close(err_w)
+            deadline, status, open_fds = time.monotonic() + timeout, b"", {out_r, err_r, conn.fileno()}
+            try:
+                while open_fds:
+                    left = deadline - time.monotonic()
+                    ready, _, _ = select.select(list(open_fds), [], [], max(0.0, left))
+                    if not ready:
+                        if pid:
+                            os.kill(pid, signal.SIGKILL)
+                        raise subprocess.TimeoutExpired(["inv", *argv], timeout, output=b"".join(chunks[out_r]),
+                                                        stderr=b"".join(chunks[err_r]))  # fmt: skip
+                    for fd in ready:
+                        data = os.read(fd, 65536)
+                        if not data:
+                            open_fds.discard(fd)
+                        elif fd == conn.fileno():
+                            status += data
+                        else:
+                            chunks[fd].append(data)
+                    for line in status.decode().split("\n")[:-1]:  # whole lines only
+                        kind, _, value = line.partition(" ")
+                        pid = int(value) if kind == "pid" else pid
+                        code = int(value) if kind == "exit" else code
+            finally:
+                os.close(out_r)
+                os.close(err_r)
+        if code is None:
+            raise RuntimeError(f"the zygote's waiter went away running inv {' '.join(argv)}")
+        return subprocess.CompletedProcess(["inv", *argv], code, _text(b"".join(chunks[out_r])),
+                                           _text(b"".join(chunks[err_r])))  # fmt: skip
 
 
 def _text(data: bytes) -> str:
-    """As subprocess's ``text=True`` reads it: decoded, universal newlines."""
-    return data.decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+    """As subprocess's ``text=True`` reads it: decoded (strictly: bad bytes raise), universal newlines."""
+    return data.decode().replace("\r\n", "\n").replace("\r", "\n")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets as random
 import shlex
 
@@ -24,6 +25,14 @@ from jackin.plan.fleet import AgentPlan, FleetPlan
 from jackin.spec.credentials import DIR_MODE, FILE_MODE, Secrets
 
 _KEY = random.token_bytes(16)  # staging names: stable within this process (pyinfra runs a generator twice)
+
+
+def _new_key() -> None:  # a forked process is another run: its own key
+    global _KEY
+    _KEY = random.token_bytes(16)
+
+
+os.register_at_fork(after_in_child=_new_key)
 
 
 def q(*args: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
 import shlex
 from collections.abc import Mapping
@@ -24,6 +25,14 @@ from jackin.hostpaths import UPLOAD_DIR
 # Staging names are keyed hashes of the content: the same within one process (pyinfra runs an operation's
 # generator twice), different across runs, and no clue to a secret's content when shown in a preview.
 _KEY = secrets.token_bytes(16)
+
+
+def _new_key() -> None:  # a forked process is another run: its own key
+    global _KEY
+    _KEY = secrets.token_bytes(16)
+
+
+os.register_at_fork(after_in_child=_new_key)
 
 
 class Refused(JackinError, ValueError):

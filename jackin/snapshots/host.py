@@ -72,35 +72,40 @@ def ensure_repo(conn: Connection, restic_bin: str, fleet: str, password: bytes, 
     put(conn, restic.password_path(fleet), password, mode=0o600)
     made = run(conn, restic.init_command(restic_bin, fleet), host=host, what="restic init", timeout=300)
     if restic.INIT_DONE in made:
-        cheapen_key(conn, fleet, password, host=host)
+        cheapen_key(conn, restic_bin, fleet, password, host=host)
 
 
 KEY_FILE_CAP = 64 * 1024  # a restic key file is about 450 bytes
 
 
-def cheapen_key(conn: Connection, fleet: str, password: bytes, *, host: str) -> None:
+def cheapen_key(conn: Connection, restic_bin: str, fleet: str, password: bytes, *, host: str) -> bool:
     """The new repository's one key, re-sealed with cheap scrypt parameters (``jackin.snapshots.repokey``:
-    why that is safe for a fleet's random password, and what it saves): the new key file is written
-    (SFTP, 0400 as restic writes it) before the old one goes, so the repository opens at every moment."""
+    why that is safe for a fleet's random password, and what it saves). Whether it was.
+
+    The new key file is written (SFTP, 0400 as restic writes it) and synced before anything else; the old
+    one is then moved aside (restic ignores a name that is not an id) while the host's own restic opens
+    the repository with the new key alone; only then is the old one deleted, else it is put back and the
+    new one removed. So at every moment, a crash included, the repository opens. Best effort: a key that
+    cannot be re-sealed (or a password jackin did not generate) leaves restic's own, which works."""
     keys = restic.keys_path(fleet)
+    if not repokey.generated(password):
+        return False
     try:
         sftp = conn.sftp()
         names = sftp.listdir(keys)
         if len(names) != 1:  # not the one key restic init made: leave the keys as they are
-            return
+            return False
         with sftp.open(f"{keys}/{names[0]}", "rb") as handle:
             old = handle.read(KEY_FILE_CAP)
         if repokey.is_cheap(old):
-            return
-        try:
-            sealed = repokey.reseal(old, password)
-        except repokey.KeyError_ as error:
-            raise RemoteCommandError(f"the new repository's key: {error}", host=host,
-                                     hint=f"restic init made {restic.repo_path(fleet)}; check it by hand") from None  # fmt: skip
+            return False
+        sealed = repokey.reseal(old, password)
         put(conn, f"{keys}/{sealed.name}", sealed.data, mode=0o400)
-        sftp.remove(f"{keys}/{names[0]}")
-    except OSError as error:
-        raise ConnectError(f"re-sealing the new repository's key: {error}", host=host) from None
+        run(conn, restic.swap_key_command(restic_bin, fleet, old=names[0], new=sealed.name), host=host,
+            what="checking the re-sealed key", timeout=120)  # fmt: skip
+    except (OSError, repokey.KeyError_, ConnectError, RemoteCommandError):
+        return False
+    return True
 
 
 def write_manifest(conn: Connection, manifest: AgentManifest, *, host: str) -> None:

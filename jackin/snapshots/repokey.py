@@ -23,6 +23,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -73,7 +74,10 @@ def open_master(key_file: bytes, password: bytes) -> tuple[bytes, dict]:
         raise KeyError_(f"not a restic key file: {error}") from None
     if len(data) < 32 or n < 2 or n & (n - 1):
         raise KeyError_("not a restic key file: its data or its parameters are malformed")
-    enc, k, mac_r = _derive(password.strip(), salt, n, r, p)  # restic trims the password file's whitespace
+    try:
+        enc, k, mac_r = _derive(password.strip(), salt, n, r, p)  # restic trims the password file's whitespace
+    except ValueError as error:  # parameters scrypt refuses (r=0, memory past its cap)
+        raise KeyError_(f"the key's scrypt parameters cannot be used: {error}") from None
     nonce, ciphertext, tag = data[:16], data[16:-16], data[-16:]
     if not hmac.compare_digest(_mac(k, mac_r, nonce, ciphertext), tag):
         raise KeyError_("the password does not open this key (or the key file was changed)")
@@ -96,6 +100,15 @@ def reseal(key_file: bytes, password: bytes, *, params: dict | None = None) -> S
     }  # fmt: skip
     body = json.dumps(new).encode()
     return Sealed(name=hashlib.sha256(body).hexdigest(), data=body)
+
+
+GENERATED = re.compile(rb"[A-Za-z0-9_-]{43,}")  # secrets.token_urlsafe(32): 43 characters of its alphabet
+
+
+def generated(password: bytes) -> bool:
+    """Whether ``password`` has the shape of one jackin generated (``secrets.token_urlsafe(32)``): only such
+    a password may have its repository's key made cheap; a person's own password keeps restic's KDF."""
+    return GENERATED.fullmatch(password.strip()) is not None
 
 
 def is_cheap(key_file: bytes) -> bool:

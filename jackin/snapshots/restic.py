@@ -117,6 +117,19 @@ def keys_path(fleet: str) -> str:
     return f"{repo_path(fleet)}/keys"
 
 
+def swap_key_command(restic: str, fleet: str, *, old: str, new: str) -> str:
+    """With key ``new`` written beside ``old`` in the repository's keys: sync it, move ``old`` aside (not an
+    id: restic does not read it) and let restic open the repository; then delete ``old``, or, if restic
+    could not open it with ``new`` alone, put ``old`` back and remove ``new`` (exit 1)."""
+    keys, aside = keys_path(fleet), f"{old}.jk-aside"
+    opens = q(*base(restic, fleet), "--no-cache", "--quiet", "cat", "config")
+    return (
+        f"cd {shlex.quote(keys)} && sync -- {q(new)} . && mv -- {q(old, aside)} && "
+        f"if {opens} >/dev/null; then rm -f -- {q(aside)} && sync -- .; "
+        f"else mv -- {q(aside, old)}; rm -f -- {q(new)}; sync -- .; exit 1; fi"
+    )
+
+
 def tags(snapshot: str, instance: str, *, tmp: bool = False) -> list[str]:
     return ["jackin", f"snap={snapshot}", f"instance={instance}", *(["tmp"] if tmp else [])]
 

@@ -124,3 +124,48 @@ def test_init_says_when_it_made_the_repository() -> None:
     assert command.startswith("[ -f /var/lib/jackin/snapshots/f1/repo/config ] || { ")
     assert command.endswith(f"init && echo '{restic.INIT_DONE}'; }}")
     assert restic.keys_path("f1") == "/var/lib/jackin/snapshots/f1/repo/keys"
+
+
+def swap_here(repo: Path, password: Path, old: str, new: str) -> subprocess.CompletedProcess:
+    """``restic.swap_key_command`` as a host runs it, with the host's fleet directory mapped to ``repo``'s."""
+    command = restic.swap_key_command(RESTIC or "restic", "f1", old=old, new=new)
+    command = command.replace(restic.repo_path("f1"), str(repo)).replace(restic.password_path("f1"), str(password))
+    return subprocess.run(["sh", "-c", command.replace(restic.cache_path("f1"), str(repo.parent / "cache"))],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+@needs_restic
+def test_the_swap_keeps_the_new_key_only_once_restic_opens_the_repository_with_it(made, tmp_path) -> None:
+    repo, password = made
+    work = tmp_path / "repo"
+    shutil.copytree(repo, work)
+    old = only_key(work)
+    sealed = repokey.reseal(old.read_bytes(), PASSWORD)
+    (work / "keys" / sealed.name).write_bytes(sealed.data)
+    done = swap_here(work, password, old.name, sealed.name)
+    assert done.returncode == 0, done.stderr
+    assert only_key(work).name == sealed.name
+    assert run(work, password, "cat", "config").returncode == 0
+
+
+@needs_restic
+def test_a_new_key_restic_cannot_open_is_removed_and_the_old_one_put_back(made, tmp_path) -> None:
+    repo, password = made
+    work = tmp_path / "repo"
+    shutil.copytree(repo, work)
+    old = only_key(work)
+    before = old.read_bytes()
+    sealed = json.loads(repokey.reseal(before, PASSWORD).data)  # its sealed master key zeroed: a MAC failure
+    (work / "keys" / ("f" * 64)).write_text(json.dumps({**sealed, "data": base64.b64encode(b"\0" * 80).decode()}))
+    done = swap_here(work, password, old.name, "f" * 64)
+    assert done.returncode == 1
+    assert only_key(work).read_bytes() == before  # restic's own key, back in place; the bad one gone
+    assert run(work, password, "cat", "config").returncode == 0
+
+
+def test_only_a_password_jackin_generated_gets_a_cheap_key() -> None:
+    import secrets
+
+    assert repokey.generated(secrets.token_urlsafe(32).encode()) and repokey.generated(PASSWORD + b"\n")
+    assert not repokey.generated(b"correct horse battery staple")
+    assert not repokey.generated(b"short-but-urlsafe_123")

@@ -69,12 +69,45 @@ def test_each_run_gets_its_own_environment_and_directory(zygote, tmp_path: Path)
     assert elsewhere.returncode == 1 and "Can't find any collection" in elsewhere.stderr  # no tasks.py here
 
 
+TASKS = """import os, signal, subprocess, sys, time
+from invoke import task
+
+@task
+def hang(c):
+    time.sleep(60)
+
+@task
+def die(c):
+    os.kill(os.getpid(), signal.SIGTERM)
+
+@task
+def late(c):  # a background process keeps stdout open after the task ends: its output is waited for
+    print("early", flush=True)
+    subprocess.Popen(["sh", "-c", "sleep 1; echo late"])
+
+@task
+def keys(c):  # per-process secrets drawn at import: each run its own
+    from jackin.operations import credentials, files
+    print(files._KEY.hex(), credentials._KEY.hex())
+"""
+
+
+def test_output_a_background_process_writes_after_the_run_is_kept_as_subprocess_keeps_it(zygote, tmp_path) -> None:
+    (tmp_path / "tasks.py").write_text(TASKS)
+    fresh = subprocess.run([sys.executable, "-m", "invoke", "late"], cwd=tmp_path, capture_output=True, text=True,
+                           env=env(), timeout=60)  # fmt: skip
+    forked = zygote.run(["late"], cwd=tmp_path, env=env(), timeout=60)
+    assert forked.stdout == fresh.stdout == "early\nlate\n"
+
+
+def test_keys_drawn_at_import_differ_from_run_to_run(zygote, tmp_path) -> None:
+    (tmp_path / "tasks.py").write_text(TASKS)
+    first, second = (zygote.run(["keys"], cwd=tmp_path, env=env(), timeout=60).stdout.split() for _ in range(2))
+    assert len(first) == len(second) == 2 and first[0] != second[0] and first[1] != second[1]
+
+
 def test_a_run_past_its_timeout_is_killed_and_a_signal_is_a_negative_status(zygote, tmp_path: Path) -> None:
-    (tmp_path / "tasks.py").write_text(
-        "import os, signal, time\nfrom invoke import task\n\n"
-        "@task\ndef hang(c):\n    time.sleep(60)\n\n"
-        "@task\ndef die(c):\n    os.kill(os.getpid(), signal.SIGTERM)\n"
-    )
+    (tmp_path / "tasks.py").write_text(TASKS)
     with pytest.raises(subprocess.TimeoutExpired):
         zygote.run(["hang"], cwd=tmp_path, env=env(), timeout=1)
     assert zygote.run(["die"], cwd=tmp_path, env=env(), timeout=30).returncode == -15
