@@ -17,33 +17,45 @@ def _state_dir(tmp_path_factory):
         os.environ["JACKIN_STATE_DIR"] = old
 
 
-# What each integration module costs one worker, in seconds (measured with --durations; rough is enough):
+# What each integration module costs one worker, in seconds (measured with --durations=0 in a four-worker run,
+# setup, call and teardown summed; rough is enough):
 # the modules run longest first, so parallel workers (pytest-xdist, --dist loadscope) end together.
 # A module missing here counts as COST_UNKNOWN.
 COST = {
-    "test_transport.py": 600,
-    "test_fresh_host.py": 400,
-    "test_agent_state.py": 300,
-    "test_snapshots.py": 300,
-    "test_transfer.py": 300,
-    "test_fleet_lifecycle.py": 300,
-    "test_work.py": 250,
-    "test_guard.py": 250,
-    "test_point_in_time.py": 250,
-    "test_ttl.py": 200,
-    "test_checkpoints.py": 200,
-    "test_jump_hosts.py": 200,
-    "test_network_policy.py": 200,
-    "test_dns_filter.py": 200,
-    "test_final_pull.py": 200,
-    "test_snapshot_tiers.py": 200,
-    "test_agent_tools.py": 150,
-    "test_credentials.py": 150,
-    "test_auto_snapshots.py": 150,
-    "test_ownership.py": 150,
-    "test_fleet_run.py": 150,
+    "test_transport.py": 246,
+    "test_fresh_host.py": 227,
+    "test_point_in_time.py": 210,
+    "test_snapshots.py": 185,
+    "test_fleet_lifecycle.py": 156,
+    "test_network_policy.py": 149,
+    "test_ownership.py": 114,
+    "test_guard.py": 97,
+    "test_agent_paths.py": 96,
+    "test_agent_state.py": 94,
+    "test_jump_hosts.py": 89,
+    "test_dns_filter.py": 80,
+    "test_final_pull.py": 71,
+    "test_transfer.py": 69,
+    "test_exit_codes.py": 58,
+    "test_checkpoints.py": 57,
+    "test_snapshot_tiers.py": 56,
+    "test_rollback.py": 50,
+    "test_fleet_run.py": 50,
+    "test_always_denied.py": 47,
+    "test_ttl.py": 47,
+    "test_own_bridge.py": 46,
+    "test_work.py": 43,
+    "test_auto_snapshots.py": 40,
+    "test_credentials.py": 39,
+    "test_lab.py": 38,
+    "test_rollback_snapshots.py": 33,
+    "test_agent_tools.py": 31,
+    "test_fleet_up.py": 27,
+    "test_fleet_plan.py": 20,
+    "test_roles.py": 18,
+    "test_contract.py": 17,
 }
-COST_UNKNOWN = 100
+COST_UNKNOWN = 10
 # Modules that share a session fixture share a worker, so that one worker makes it once.
 TOGETHER = {"tests/integration/test_fleet_up.py": "tests/integration/test_lab.py"}
 

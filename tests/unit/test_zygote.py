@@ -49,8 +49,8 @@ def env(**extra: str) -> dict[str, str]:
     return {**os.environ, "COLUMNS": "200", **extra}
 
 
-@pytest.mark.parametrize("columns", ["200", None])
-@pytest.mark.parametrize("argv", CASES, ids=" ".join)
+@pytest.mark.parametrize(("argv", "columns"), [(argv, "200") for argv in CASES] + [(["role.list"], None)],
+                         ids=lambda v: " ".join(v) if isinstance(v, list) else f"COLUMNS={v}")  # fmt: skip
 def test_a_forked_run_prints_and_exits_as_a_new_interpreter_does(zygote, argv, columns) -> None:
     environment = {k: v for k, v in env(COLUMNS=columns or "").items() if k != "COLUMNS" or columns}
     fresh = subprocess.run([sys.executable, "-m", "invoke", *argv], cwd=ROOT, capture_output=True, text=True,
