@@ -54,12 +54,16 @@ def only_key(repo: Path) -> Path:
     return keys[0]
 
 
+def copy_of(made: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A copy of the module's repository to change: (repository, password file, its one key file)."""
+    repo, password = made
+    shutil.copytree(repo, tmp_path / "repo")
+    return tmp_path / "repo", password, only_key(tmp_path / "repo")
+
+
 @needs_restic
 def test_restic_opens_the_resealed_key_alone_and_it_costs_a_fraction(made, tmp_path) -> None:
-    repo, password = made
-    work = tmp_path / "repo"
-    shutil.copytree(repo, work)
-    old = only_key(work)
+    work, password, old = copy_of(made, tmp_path)
     costly = json.loads(old.read_bytes())
     assert not repokey.is_cheap(old.read_bytes())  # restic's calibration: far above CHEAP
     before = cpu_of(lambda: run(work, password, "cat", "config"))
@@ -136,10 +140,7 @@ def swap_here(repo: Path, password: Path, old: str, new: str) -> subprocess.Comp
 
 @needs_restic
 def test_the_swap_keeps_the_new_key_only_once_restic_opens_the_repository_with_it(made, tmp_path) -> None:
-    repo, password = made
-    work = tmp_path / "repo"
-    shutil.copytree(repo, work)
-    old = only_key(work)
+    work, password, old = copy_of(made, tmp_path)
     sealed = repokey.reseal(old.read_bytes(), PASSWORD)
     (work / "keys" / sealed.name).write_bytes(sealed.data)
     done = swap_here(work, password, old.name, sealed.name)
@@ -150,10 +151,7 @@ def test_the_swap_keeps_the_new_key_only_once_restic_opens_the_repository_with_i
 
 @needs_restic
 def test_a_new_key_restic_cannot_open_is_removed_and_the_old_one_put_back(made, tmp_path) -> None:
-    repo, password = made
-    work = tmp_path / "repo"
-    shutil.copytree(repo, work)
-    old = only_key(work)
+    work, password, old = copy_of(made, tmp_path)
     before = old.read_bytes()
     sealed = json.loads(repokey.reseal(before, PASSWORD).data)  # its sealed master key zeroed: a MAC failure
     (work / "keys" / ("f" * 64)).write_text(json.dumps({**sealed, "data": base64.b64encode(b"\0" * 80).decode()}))
