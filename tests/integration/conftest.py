@@ -11,6 +11,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -65,6 +66,20 @@ def fresh_lab():
 
 
 _ZYGOTE = None if os.environ.get("JACKIN_TEST_INV") == "exec" else Zygote()
+
+
+def pause(container: str, *, tries: int = 5) -> None:
+    """``docker pause`` of a lab host's container (a hung server). Under load, runc's cgroup freeze can
+    time out ("unable to freeze") and leave the container running: it is tried again, as the product's
+    freezer does (``jackin.snapshots.freezer.PAUSE_TRIES``)."""
+    for attempt in range(1, tries + 1):
+        try:
+            dk.docker("pause", container)
+            return
+        except LabError as error:
+            if "unable to freeze" not in str(error) or attempt == tries:
+                raise
+            time.sleep(0.5)
 
 
 def inv(*args: str, check: bool = False) -> subprocess.CompletedProcess:

@@ -22,7 +22,7 @@ from jackin.store.ledger import Ledger
 from jackin.spec import parse_inventory
 from jackin.transport.ssh import connect
 
-from .conftest import _engine_or_skip, inv, module_lab, new_lab_name
+from .conftest import _engine_or_skip, inv, module_lab, new_lab_name, pause
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +211,7 @@ def test_status_shows_every_agent_and_an_unreachable_host_without_hanging(flab, 
             assert agent["memory"] and agent["memory_limit"]
 
     victim = flab.status().hosts[1]
-    dk.docker("pause", victim.container)  # answers nothing at all, like a hung server
+    pause(victim.container)  # answers nothing at all, like a hung server
     try:
         started = time.monotonic()
         done = inv("fleet.status", "-i", spec, "--json")
