@@ -9,18 +9,28 @@ which loads ``tasks.py`` afresh and runs the task. So each run is still its own 
 own argv, environment, working directory, stdin (/dev/null), stdout and stderr (files, read back
 after), signals and exit status; only the imports are shared, and they are copy-on-write.
 
+The engine child each CLI run starts (pyinfra and gevent, ``jackin.engine.runner``) costs the same
+again: a second zygote, of kind ``engine``, has that module loaded (gevent's monkey-patching applied,
+as in a fresh child), and each engine is a fork of it. The CLI run finds it through
+``JACKIN_ENGINE_COMMAND`` (``jackin.engine.client.command``), which names ``tests/forked_engine.py``: a
+bare interpreter that hands its stdin, stdout and stderr to this zygote and stands for the engine. The
+engine zygote's own loop and its waiters make plain blocking calls (the standard library's functions,
+from before the patching), so none of them enters gevent's hub; each engine re-initialises gevent's
+loop after its fork, as gevent's own fork does.
+
 What it leaves out, and where that is still tested the old way: a fresh interpreter's start
 (``tests/unit/test_cli_imports.py`` runs ``inv`` as a new process and checks what a command
-imports), and the preloading itself (nothing of ``gevent`` or ``pyinfra`` is preloaded: those
-stay in the engine child, which every run still starts as its own interpreter; nor ``jackin.cli``
-and ``tasks.py``, which each run loads with its own environment and terminal). Set
-``JACKIN_TEST_INV=exec`` to run every CLI call as a new interpreter instead.
+imports; ``tests/unit/test_engine_started.py`` starts engines as new processes), and the preloading
+itself (the CLI zygote loads nothing of ``gevent`` or ``pyinfra``; neither zygote loads ``jackin.cli``
+or ``tasks.py``, which each run loads with its own environment and terminal). Set
+``JACKIN_TEST_INV=exec`` to run every CLI call and engine as a new interpreter instead.
 
 Protocol, over a Unix socket: the client sends one JSON line (argv, cwd, env) with its stdin,
 stdout and stderr descriptors attached (SCM_RIGHTS). The zygote forks a waiter, which forks the
 run and reports ``pid N`` and then ``exit N`` (the run's status as subprocess reports it: -N for a
-signal). The zygote holds no thread and no connection when it forks, and ends when the test process that
-started it does (its stdin, a pipe from that process, reads end-of-file).
+signal); a client whose connection closes first (killed) has its run killed. The zygote holds no
+thread and no connection when it forks, and ends when the test process that started it does (its
+stdin, a pipe from that process, reads end-of-file).
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ import importlib
 import json
 import os
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -52,50 +63,92 @@ NOT_PRELOADED = ("jackin.cli", "tasks")
 MESSAGE_CAP = 1 << 22
 
 
-def _preload() -> list[str]:
-    """Import PRELOAD and every jackin module whose import pulls in nothing of NEVER; the ones skipped."""
-    for name in PRELOAD:
-        importlib.import_module(name)
+def _preload(kind: str) -> list[str]:
+    """Import what a run of ``kind`` needs, once; the jackin modules skipped.
+
+    ``inv``: PRELOAD and every jackin module whose import pulls in nothing of NEVER. ``engine``: the
+    engine child's module (which applies gevent's monkey-patching first, as it does in a fresh child)
+    and every jackin module but the CLI's."""
+    if kind == "engine":
+        importlib.import_module("jackin.engine.runner")
+    else:
+        for name in PRELOAD:
+            importlib.import_module(name)
     skipped = []
     for source in sorted((ROOT / "jackin").rglob("*.py")):  # by path: pkgutil would import jackin.cli to walk it
         name = ".".join(source.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         text = source.read_text()
         cli = name.startswith(tuple(f"{n}." for n in NOT_PRELOADED)) or name in NOT_PRELOADED
-        if cli or any(f"import {n}" in text or f"from {n}" in text for n in NEVER) or name.endswith("__main__"):
+        engine_only = any(f"import {n}" in text or f"from {n}" in text for n in NEVER) and kind != "engine"
+        if cli or engine_only or name.endswith("__main__"):
             skipped.append(name)
             continue
         importlib.import_module(name)
-    leaked = [m for m in sys.modules if m.split(".")[0] in NEVER or m.startswith(NOT_PRELOADED)]
-    assert not leaked, f"the zygote must not load {leaked}"
+    never = () if kind == "engine" else NEVER
+    leaked = [m for m in sys.modules if m.split(".")[0] in never or m.startswith(NOT_PRELOADED)]
+    assert not leaked, f"the {kind} zygote must not load {leaked}"
     return skipped
 
 
-def _run(request: dict, fds: list[int]) -> None:
-    """In the forked run: become ``python -m invoke ARGV`` in ``cwd`` with ``env``; never returns."""
+def _original(module: str, name: str):  # noqa: ANN202 - a function or a class, as the module has it
+    """``module.name`` as the standard library has it: the engine zygote has gevent's monkey-patching
+    applied, and its own loop (and each waiter) must make plain blocking calls, never enter gevent's hub
+    (whose state a fork would share with the parent)."""
+    if "gevent.monkey" in sys.modules:
+        from gevent.monkey import get_original
+
+        return get_original(module, name)
+    return getattr(importlib.import_module(module), name)
+
+
+def _invoke(argv: list[str], cwd: str) -> int:
+    """What ``python -m invoke ARGV`` does in ``cwd``, up to its exit status."""
+    import invoke.main
+
+    sys.argv = [str(Path(invoke.main.__file__).with_name("__main__.py")), *argv]
+    sys.path[0] = cwd  # as ``python -m`` sets it: the working directory
+    try:
+        invoke.main.program.run()
+    except SystemExit as done:
+        if not isinstance(done.code, int | None):
+            print(done.code, file=sys.stderr)
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _engine() -> int:
+    """What ``python -m jackin.engine.runner`` does, up to its exit status."""
+    from jackin.engine import runner
+
+    sys.argv = [runner.__file__]
+    return runner.entry()
+
+
+def _run(kind: str, request: dict, fds: list[int]) -> None:
+    """In the forked run: become ``python -m invoke ARGV`` (``engine``: ``python -m jackin.engine.runner``)
+    in ``cwd`` with ``env``; never returns."""
     code = 1
     try:
+        if kind == "engine":
+            import gevent
+
+            gevent.reinit()  # as gevent's own fork does: the child's loop is its own
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
+        setsignal = _original("signal", "signal")
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+            setsignal(sig, signal.SIG_DFL)
+        setsignal(signal.SIGINT, signal.default_int_handler)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        import invoke.main
-
-        sys.argv = [str(Path(invoke.main.__file__).with_name("__main__.py")), *request["argv"]]
-        sys.path[0] = request["cwd"]  # as ``python -m`` sets it: the working directory
-        try:
-            invoke.main.program.run()
-            code = 0
-        except SystemExit as done:
-            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-            if not isinstance(done.code, int | None):
-                print(done.code, file=sys.stderr)
-        except KeyboardInterrupt:
-            code = 130
+        if kind == "engine":
+            code = _engine()
+        else:
+            code = _invoke(request["argv"], request["cwd"])
         threading._shutdown()  # type: ignore[attr-defined] # as the interpreter's exit: wait for non-daemon threads
         atexit._run_exitfuncs()
     except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback on stderr, exit 1
@@ -112,37 +165,46 @@ def _run(request: dict, fds: list[int]) -> None:
         os._exit(code)
 
 
-def _waiter(conn: socket.socket, request: dict, fds: list[int]) -> None:
-    """In the forked waiter: fork the run, say its pid, wait for it, say its status; never returns."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    pid = os.fork()
+def _waiter(kind: str, conn: socket.socket, request: dict, fds: list[int]) -> None:
+    """In the forked waiter: fork the run, say its pid, wait for it, say its status; never returns.
+    A client that goes away (its end of ``conn`` closed, or it was killed) takes its run with it."""
+    fork, waitpid, wait_for = _original("os", "fork"), _original("os", "waitpid"), _original("select", "select")
+    _original("signal", "signal")(signal.SIGCHLD, signal.SIG_DFL)
+    pid = fork()
     if pid == 0:
         conn.close()
-        _run(request, fds)
+        _run(kind, request, fds)
     for fd in fds:
         os.close(fd)
     try:
         conn.sendall(f"pid {pid}\n".encode())
-        _, status = os.waitpid(pid, 0)
+        ended = os.pidfd_open(pid)
+        while ended not in wait_for([conn, ended], [], [])[0]:
+            if not conn.recv(1):  # the client sends nothing more: this is its end
+                os.kill(pid, signal.SIGKILL)
+        _, status = waitpid(pid, 0)
         conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
     finally:
         os._exit(0)
 
 
-def serve(path: str) -> None:
+def serve(kind: str, path: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the terminal is the runs' (they reset it)
-    _preload()
+    _preload(kind)
+    setsignal, fork, wait_for = _original("signal", "signal"), _original("os", "fork"), _original("select", "select")
     gc.freeze()  # the preloaded objects stay out of the runs' collections: their pages stay shared
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    plain_socket = _original("socket", "socket")
+    server = plain_socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(64)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped by the kernel
+    setsignal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped by the kernel
     print("ready", flush=True)
     while True:
-        ready, _, _ = select.select([server, sys.stdin], [], [])
+        ready, _, _ = wait_for([server, sys.stdin], [], [])
         if sys.stdin in ready:  # the test process that started it has gone (its pipe's end-of-file): so do we
             return
-        conn, _ = server.accept()
+        fd, _ = server._accept()  # not accept(): under gevent's patching it would make one of gevent's sockets
+        conn = plain_socket(fileno=fd)
         try:
             data, fds, _, _ = socket.recv_fds(conn, MESSAGE_CAP, 3)
             while not data.endswith(b"\n"):
@@ -159,18 +221,20 @@ def serve(path: str) -> None:
             continue
         sys.stdout.flush()
         sys.stderr.flush()
-        if os.fork() == 0:
+        if fork() == 0:
             server.close()
-            _waiter(conn, request, fds)
+            _waiter(kind, conn, request, fds)
         for fd in fds:
             os.close(fd)
         conn.close()
 
 
 class Zygote:
-    """The client side: one zygote per test process, started on first use, ended at exit."""
+    """The client side: one zygote per test process and ``kind`` (``inv``, ``engine``), started on first
+    use, ended at exit."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "inv") -> None:
+        self.kind = kind
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._dir = ""
@@ -183,8 +247,8 @@ class Zygote:
             self._dir = self._dir or tempfile.mkdtemp(prefix="jackin-zygote-")
             self.path = os.path.join(self._dir, f"socket-{time.time_ns()}")
             log = open(os.path.join(self._dir, "log"), "ab")  # noqa: SIM115 - the zygote's own output
-            self._proc = subprocess.Popen([sys.executable, __file__, self.path], cwd=ROOT, stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, stderr=log)  # fmt: skip
+            self._proc = subprocess.Popen([sys.executable, __file__, self.kind, self.path], cwd=ROOT,
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)  # fmt: skip
             assert self._proc.stdout is not None
             ready, _, _ = select.select([self._proc.stdout], [], [], 120)
             line = self._proc.stdout.readline() if ready else b""
@@ -199,6 +263,12 @@ class Zygote:
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = ""
+
+    def engine_command(self) -> str:
+        """``JACKIN_ENGINE_COMMAND`` for an engine forked from this (an ``engine``) zygote: a small
+        interpreter that hands it its stdin, stdout and stderr and stands for the run (tests/forked_engine.py)."""
+        self._start()
+        return shlex.join([sys.executable, "-I", "-S", str(ROOT / "tests" / "forked_engine.py"), self.path])
 
     def run(self, argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
         """``python -m invoke *argv`` as subprocess.run(capture_output=True, text=True, timeout=...) returns it:
@@ -254,4 +324,4 @@ def _text(data: bytes) -> str:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(*sys.argv[1:]) if len(sys.argv) == 3 else serve("inv", sys.argv[1])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -17,6 +19,16 @@ from jackin.engine.protocol import EngineRequest, Event, HostResult, RunResult
 from jackin.errors import JackinError
 
 OnEvent = Callable[[Event], None]
+# The engine child's command, for the test suite alone: it runs several hundred engines, and starts each
+# from a process that has loaded pyinfra already (tests/zygote.py) instead of paying those imports again.
+COMMAND_ENV = "JACKIN_ENGINE_COMMAND"
+
+
+def command() -> list[str]:
+    """How the engine child is started: this interpreter running ``jackin.engine.runner``, or the
+    command ``JACKIN_ENGINE_COMMAND`` names (split as a shell would, never run by one)."""
+    custom = os.environ.get(COMMAND_ENV, "").strip()
+    return shlex.split(custom) if custom else [sys.executable, "-m", "jackin.engine.runner"]
 
 
 class Engine:
@@ -28,8 +40,9 @@ class Engine:
     def __init__(self) -> None:
         self.stderr = tempfile.TemporaryFile()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "jackin.engine.runner"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=self.stderr, text=True)  # fmt: skip
+            self.proc = subprocess.Popen(
+                command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True
+            )
         except BaseException:
             self.stderr.close()
             raise

@@ -265,12 +265,17 @@ def main() -> int:
     return 0
 
 
-if __name__ == "__main__":
+def entry() -> int:
+    """``main``'s exit status, an engine bug reported as an event (the traceback on stderr) and 70."""
     try:
-        sys.exit(main())
+        return main()
     except Exception as error:  # noqa: BLE001 - report engine bugs as an event, with the traceback on stderr
         traceback.print_exc()
         if _out is not None:
             emit("error", error=f"engine crashed: {type(error).__name__}: {_one_line(error)}")
             emit("done")
-        sys.exit(70)
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(entry())

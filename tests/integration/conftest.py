@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from jackin.engine.client import COMMAND_ENV
 from jackin.errors import LabError
 from jackin.lab import Lab
 from jackin.lab import docker as dk
@@ -66,6 +67,7 @@ def fresh_lab():
 
 
 _ZYGOTE = None if os.environ.get("JACKIN_TEST_INV") == "exec" else Zygote()
+_ENGINES = None if os.environ.get("JACKIN_TEST_INV") == "exec" else Zygote("engine")
 
 
 def pause(container: str, *, tries: int = 5) -> None:
@@ -84,9 +86,11 @@ def pause(container: str, *, tries: int = 5) -> None:
 
 def inv(*args: str, check: bool = False) -> subprocess.CompletedProcess:
     """Run the real CLI (`inv ...`) from the repo root, as an operator would: a process of its own, forked
-    from one that has loaded the CLI's libraries already (tests/zygote.py; ``JACKIN_TEST_INV=exec``: a new
-    interpreter each time)."""
+    from one that has loaded the CLI's libraries already, and its engine child forked from one that has
+    loaded pyinfra (tests/zygote.py; ``JACKIN_TEST_INV=exec``: a new interpreter each time, for both)."""
     env = {**os.environ, "COLUMNS": "200"}
+    if _ENGINES is not None:  # its engine children forked too, with pyinfra loaded (tests/forked_engine.py)
+        env[COMMAND_ENV] = _ENGINES.engine_command()
     if _ZYGOTE is not None:
         done = _ZYGOTE.run(list(args), cwd=ROOT, env=env, timeout=600)
     else:

@@ -167,7 +167,7 @@ while not os.path.exists(stop):
             apply_seen = max(apply_seen, len(data))
         if len(data) > largest:
             largest, command = len(data), data[:120].decode(errors="replace")
-    time.sleep(0.01)
+    time.sleep(0.03)  # the apply runs in one shell through both nft runs: it stays in sight for several samples
 with open(out, "w") as f:
     json.dump({"largest": largest, "command": command, "apply_seen": apply_seen, "samples": samples}, f)
 """

@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from jackin.engine import client
+from jackin.engine.protocol import EngineRequest
+from jackin.lifecycle.runs import deploys_dir
 from tests.zygote import ROOT, Zygote
+
+REQUEST = EngineRequest(deploy=str(deploys_dir() / "fleet.py"), targets=[])
 
 CASES = [
     ["--list"],
@@ -115,7 +120,7 @@ def test_a_run_past_its_timeout_is_killed_and_a_signal_is_a_negative_status(zygo
 
 
 def test_the_zygote_never_loads_gevent_or_pyinfra() -> None:
-    probe = subprocess.run([sys.executable, "-c", "import sys; from tests import zygote; zygote._preload(); "
+    probe = subprocess.run([sys.executable, "-c", "import sys; from tests import zygote; zygote._preload('inv'); "
                             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('gevent', 'pyinfra')))"],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert probe.returncode == 0 and probe.stdout.strip() == "[]", probe.stdout + probe.stderr
@@ -131,3 +136,86 @@ def test_the_zygote_ends_when_the_test_process_that_started_it_dies() -> None:
     while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
         assert time.monotonic() < deadline, f"the zygote {pid} outlived its test process"
         time.sleep(0.1)
+
+
+# --- the engine zygote: engine children forked with pyinfra loaded --------------------------------
+
+
+@pytest.fixture(scope="module")
+def engines():
+    made = Zygote("engine")
+    yield made
+    made.stop()
+
+
+def forked_engine(engines: Zygote, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(client.COMMAND_ENV, engines.engine_command())
+
+
+def test_the_engine_command_is_this_interpreter_unless_the_environment_names_one(monkeypatch) -> None:
+    monkeypatch.delenv(client.COMMAND_ENV, raising=False)
+    assert client.command() == [sys.executable, "-m", "jackin.engine.runner"]
+    monkeypatch.setenv(client.COMMAND_ENV, "/opt/py -I 'a b.py' sock")
+    assert client.command() == ["/opt/py", "-I", "a b.py", "sock"]
+
+
+def test_a_forked_engine_runs_a_request_as_a_new_one_does(engines, monkeypatch) -> None:
+    runs = []
+    for forked in (False, True):
+        if forked:
+            forked_engine(engines, monkeypatch)
+        events: list[str] = []
+        result = client.run(REQUEST, lambda e, into=events: into.append(e.event))
+        runs.append((events, result.hosts, result.error))
+    assert runs[0] == runs[1] == (["start", "done"], [], None)
+
+
+def test_a_forked_engine_that_crashes_reports_it_as_a_new_one_does(engines, monkeypatch) -> None:
+    def crash() -> tuple[int, str]:
+        done = subprocess.run(client.command(), input="not a request\n", capture_output=True, text=True, timeout=60)
+        return done.returncode, done.stdout.splitlines()[0].split('"error": ')[1]
+
+    fresh = crash()
+    forked_engine(engines, monkeypatch)
+    assert crash() == fresh and fresh[0] == 70
+
+
+def test_an_unused_forked_engine_is_ended_and_a_killed_stand_in_takes_its_engine_with_it(engines, monkeypatch) -> None:
+    forked_engine(engines, monkeypatch)
+    with client.started(True) as engine:
+        assert engine is not None
+    assert engine.proc.returncode is not None  # ended, with nothing run
+    stand_in = subprocess.Popen(client.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert stand_in.stdout is not None
+    before = engine_children(engines)
+    deadline = time.monotonic() + 10
+    while len(engine_children(engines)) <= len(before) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the zygote has forked its waiter and its engine
+    assert len(engine_children(engines)) > len(before)
+    stand_in.kill()  # as the client's watchdog does
+    stand_in.wait()
+    assert stand_in.stdout.read() == b""  # the engine's copy of stdout is closed: it is gone
+    while len(engine_children(engines)) > len(before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine_children(engines) == before
+
+
+def engine_children(engines: Zygote) -> set[int]:
+    """The pids below the engine zygote (its waiters and their engines)."""
+    assert engines._proc is not None
+    found, todo = set(), [engines._proc.pid]
+    while todo:
+        pid = todo.pop()
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                found.add(int(child))
+                todo.append(int(child))
+    return found
+
+
+def test_the_engine_zygote_loads_pyinfra_but_not_the_cli() -> None:
+    probe = subprocess.run([sys.executable, "-c", "import sys; from tests import zygote; zygote._preload('engine'); "
+                            "print(sorted({m.split('.')[0] for m in sys.modules} & {'gevent', 'pyinfra', 'tasks'}), "
+                            "[m for m in sys.modules if m.startswith('jackin.cli')])"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert probe.returncode == 0 and probe.stdout.strip() == "['gevent', 'pyinfra'] []", probe.stdout + probe.stderr
