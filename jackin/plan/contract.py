@@ -170,6 +170,8 @@ def _risks(mounts: list[MountTerm], network: NetworkTerm, docker: DockerTerm, ho
     if network.dns_filter:
         risks.append("domain entries allow every service at the addresses their names resolve to (shared CDN "
                      "addresses)")  # fmt: skip
+        risks.append("the policy guard checks the table's rules and static sets, not the addresses the agent's "
+                     "resolver adds to its domain sets as it resolves: root on the host can add one there unseen")  # fmt: skip
     for port in network.publish:
         risks.append(f"accepts inbound connections on {port.bind}:{port.host_port}/{port.protocol}")
     for mount in (m for m in mounts if m.kind == "spec"):

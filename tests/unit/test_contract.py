@@ -98,6 +98,8 @@ def test_host_effects_recovery_teardown_and_risks() -> None:
     risks = " | ".join(c.agent("coder-1").residual_risks)
     assert "kernel" in risks and "shared CDN" in risks and "127.0.0.1:8080/tcp" in risks and "AppArmor not checked" in risks
     assert "CDN" not in " ".join(c.agent("other-1").residual_risks)
+    assert "root on the host can add one there unseen" in risks  # the guard's digest leaves the domain sets out
+    assert "domain sets" not in " ".join(c.agent("other-1").residual_risks)  # no domain entries: no such set
 
 
 def test_host_facts_name_a_host_without_apparmor() -> None:
