@@ -272,11 +272,45 @@ def remap_commands(owner: tuple[int, int, int, int] | None) -> str:
             f'echo "remapped {ou}:{og} {nu}:{ng}"\n')  # fmt: skip
 
 
+MIN_FREE = 256 << 20  # the spec's default (snapshots.min_free)
+
+
+def room_commands(restic_bin: str, fleet: str, restic_id: str, repo: str | None, min_free: int) -> str:
+    """Refuse the restore, before anything changes, unless the home's filesystem has room for every
+    byte of the snapshot (restic 0.14 has no ``restore --sparse``: a hole is written as zeros, so a
+    sparse file takes its whole size until ``dig_commands``) and ``min_free`` bytes beside."""
+    stats = restic.q(*restic.base(restic_bin, fleet, repo=repo), "--quiet", "stats", "--mode", "restore-size",
+                     "--json", restic_id)  # fmt: skip
+    kept = "the workspace was not touched"
+    return (f"need=$({stats} | sed -n 's/.*\"total_size\":\\([0-9]*\\).*/\\1/p')\n"
+            f'[ -n "$need" ] || {{ cleanup; fail "cannot read the size of snapshot {restic_id} (restic stats); {kept}"; }}\n'
+            f'free=$(df -B1 --output=avail -- "$H" | tail -n 1 | tr -dc 0-9)\n'
+            f'[ -n "$free" ] || {{ cleanup; fail "cannot read the free space of the home\'s filesystem (df); {kept}"; }}\n'
+            f'if [ "$((free - need))" -lt {int(min_free)} ]; then cleanup; fail "snapshot {restic_id} needs '
+            f'$need bytes to restore and the home\'s filesystem has $free free: that would leave less than '
+            f'{int(min_free)} (snapshots.min_free); {kept}"; fi\n')  # fmt: skip
+
+
+DIG_FROM = 64 * 1024  # files larger than this in a restored tree have their runs of zeros made holes again
+
+
+def dig_commands() -> str:
+    """Make the zeros restic 0.14 wrote for a sparse file's holes holes again (``fallocate --dig-holes``)
+    in the staged tree ``$N``: root's 0700 staging dir, which nothing of the agent's reaches yet; ``find``
+    follows no link and stays on the filesystem, and NUL-separated names carry any byte. Best effort: a
+    filesystem that cannot punch holes keeps the zeros (the room was checked before), and says so."""
+    return (
+        f'find "$N" -xdev -type f -size +{DIG_FROM // 1024}k -print0 | xargs -0 -r -n 1 fallocate --dig-holes -- '
+        f'|| echo "note: some restored files could not be made sparse again" >&2\n'
+    )
+
+
 def restore_script(restic_bin: str, fleet: str, instance: str, restic_id: str, *, repo: str | None = None,
-                   owner: tuple[int, int, int, int] | None = None) -> str:  # fmt: skip
+                   owner: tuple[int, int, int, int] | None = None, min_free: int = MIN_FREE) -> str:  # fmt: skip
     """The whole restore of one agent's workspace, as one bash script (see the module docstring);
     ``repo``: restore from another repository of the fleet on this host (one pushed here); ``owner``:
-    (snapshot uid, gid, current uid, gid) when the agent's uid changed since (``remap_commands``)."""
+    (snapshot uid, gid, current uid, gid) when the agent's uid changed since (``remap_commands``);
+    ``min_free``: bytes the restore must leave free on the home's filesystem (``room_commands``)."""
     home = restic.home_path(fleet, instance)
     stage, inside = restic.staging_path(fleet, instance), in_home_staging(fleet, instance)
     check = restic.q(*restic.check_argv(restic_bin, fleet, repo=repo))
@@ -304,10 +338,10 @@ clear_stage || fail "cannot remove the stale staging dir $S"
 mkdir -m 0700 -- "$S" || fail "cannot create the staging dir $S"
 cleanup() {{ clear_stage; }}
 {check} >&2 || {{ cleanup; fail "restic check found the repository damaged; the workspace was not touched"; }}
-if [ "$S" = {shlex.quote(inside)} ]; then {within}; else {beside}; fi >&2 || {{ cleanup; fail "restoring snapshot {restic_id} failed (a damaged repository or a full disk?): the verified copy is incomplete; the workspace was not touched"; }}
+{room_commands(restic_bin, fleet, restic_id, repo, min_free)}if [ "$S" = {shlex.quote(inside)} ]; then {within}; else {beside}; fi >&2 || {{ cleanup; fail "restoring snapshot {restic_id} failed (a damaged repository or a full disk?): the verified copy is incomplete; the workspace was not touched"; }}
 {{ [ -d "$N" ] && [ ! -L "$N" ]; }} || {{ cleanup; fail "snapshot {restic_id} holds no workspace for {instance}"; }}
 [ "$(dev "$N")" = "$(dev "$H")" ] || {{ cleanup; fail "the staged tree is not on the home's filesystem (a swap would copy, not rename); the workspace was not touched"; }}
-{remap_commands(owner)}echo staged
+{dig_commands()}{remap_commands(owner)}echo staged
 IFS= read -r go || go=
 [ "$go" = swap ] || {{ cleanup; fail "not swapped: no go-ahead from the operator (connection lost?)"; }}
 if [ -e "$W" ] || [ -L "$W" ]; then mv -T -- "$W" "$S/old" || fail "cannot move the old workspace aside"; fi
@@ -324,7 +358,8 @@ def in_home_staging(fleet: str, instance: str) -> str:
 
 
 def restore(conn: Connection, restic_bin: str, fleet: str, instance: str, restic_id: str, *, host: str,
-            timeout: float = LONG, repo: str | None = None, owner: tuple[int, int, int, int] | None = None) -> bool:  # fmt: skip
+            timeout: float = LONG, repo: str | None = None, owner: tuple[int, int, int, int] | None = None,
+            min_free: int = MIN_FREE) -> bool:  # fmt: skip
     """Restore ``instance``'s workspace from ``restic_id`` (see ``restore_script``); raises with the
     script's own message when it stopped before the swap (the old workspace is then intact). True
     when the files' owner was remapped (``owner``)."""
@@ -334,7 +369,7 @@ def restore(conn: Connection, restic_bin: str, fleet: str, instance: str, restic
     channel = transport.open_session()
     channel.settimeout(timeout)
     try:
-        script = restore_script(restic_bin, fleet, instance, restic_id, repo=repo, owner=owner)
+        script = restore_script(restic_bin, fleet, instance, restic_id, repo=repo, owner=owner, min_free=min_free)
         channel.exec_command("bash -c " + shlex.quote(script))
         out, err = io.BytesIO(), io.BytesIO()
         staged = reader.pump(channel, out=out.write, err=err.write, until=lambda: b"staged\n" in out.getvalue())

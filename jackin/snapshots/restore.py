@@ -104,7 +104,8 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
             return prepared[0]
 
         return [restore_one(conn, fleet, record.id, a, host=target.name, restic_bin=restic_bin,
-                            repo=(repos or {}).get((target.name, a.instance)), uid=uids.get(a.instance))
+                            repo=(repos or {}).get((target.name, a.instance)), uid=uids.get(a.instance),
+                            min_free=inventory.fleet.snapshots.min_free)
                 for a in items if a.host == target.name]  # fmt: skip
 
     for name, found in api.in_parallel(targets, work).items():
@@ -129,7 +130,8 @@ def owner_change(item: AgentSnapshot, uid: int | None) -> tuple[int, int, int, i
 
 
 def restore_one(conn: Connection, fleet: str, snapshot: str, item: AgentSnapshot, *, host: str,
-                restic_bin: Callable[[], str], repo: str | None = None, uid: int | None = None) -> AgentRestore:  # fmt: skip
+                restic_bin: Callable[[], str], repo: str | None = None, uid: int | None = None,
+                min_free: int = remote.MIN_FREE) -> AgentRestore:  # fmt: skip
     """One agent back as ``snapshot`` had it: from its checkpoint when the snapshot has that tier and the
     checkpoint is still on the host, else from restic (``repo``: a repository pushed there from another host,
     snapshot.push). A checkpoint restore that fails changed nothing
@@ -150,7 +152,7 @@ def restore_one(conn: Connection, fleet: str, snapshot: str, item: AgentSnapshot
     owner = owner_change(item, uid)
     try:
         remapped = remote.restore(conn, restic_bin(), fleet, item.instance, item.restic_id, host=host, repo=repo,
-                                  owner=owner)  # fmt: skip
+                                  owner=owner, min_free=min_free)  # fmt: skip
     except JackinError as error:
         return done.model_copy(update={"error": error.message})
     if remapped and owner:

@@ -231,6 +231,14 @@ class SnapshotPolicy(Model):
     # ``checkpoint_size`` (a sparse file: space is used as written) so each home is a subvolume.
     checkpoints: Literal["off", "btrfs"] = "off"
     checkpoint_size: int = parse_size("10g")
+    # A restic restore is refused, before anything changes, when it would leave less than this free on
+    # the homes' filesystem (restic 0.14 writes a sparse file's holes as zeros until jackin digs them again).
+    min_free: int = parse_size("256m")
+
+    @field_validator("min_free", mode="before")
+    @classmethod
+    def _min_free(cls, value: Any) -> int:
+        return parse_size(value)
 
     @field_validator("checkpoint_size", mode="before")
     @classmethod

@@ -150,6 +150,39 @@ def test_round_trip_restores_bytes_modes_owners_links_and_mtimes(slab, fleet):
     assert listing(slab, w) == before
 
 
+def test_a_sparse_file_comes_back_sparse_and_a_restore_without_room_is_refused(slab, fleet, tmp_path):
+    name, spec = fleet
+    w = ws(name)
+    as_agent(slab, f"mkdir -p {w}/sparse && truncate -s 64M {w}/sparse/disk.img && echo tail >> {w}/sparse/disk.img")
+    allocated = f"stat -c '%s %b %B' {w}/sparse/disk.img"
+    size, blocks, unit = (int(n) for n in sh(slab, allocated).stdout.split())
+    assert size == 64 * 2**20 + 5 and blocks * unit < 2**20  # sparse in the workspace
+    taken = snap(spec, "--agent", "coder-1")
+    restic_id = taken["agents"][0]["restic_id"]
+    # Control: this restic (0.14, no restore --sparse) writes the holes as zeros
+    base = f"/var/lib/jackin/snapshots/{name}"
+    plain = sh(slab, f"R=$(command -v restic || echo /usr/local/lib/jackin/restic); d=$(mktemp -d); "
+                     f"$R --repo {base}/repo --password-file {base}/password --no-cache -q restore {restic_id} "
+                     f"--target $d --include {w}/sparse && stat -c '%b %B' $d{w}/sparse/disk.img; rm -rf $d").stdout.split()
+    assert int(plain[0]) * int(plain[1]) >= 64 * 2**20
+    as_agent(slab, f"echo changed > {w}/sparse/disk.img")
+    before = listing(slab, w)
+    # A restore that would leave less than snapshots.min_free is refused, the workspace untouched
+    tight = tmp_path / f"{name}.yaml"
+    tight.write_text(open(spec).read().replace("snapshots: {keep: 3}", "snapshots: {keep: 3, min_free: 100t}"))
+    refused = restore(str(tight), taken["id"], "--agent", "coder-1", "--stop")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "snapshots.min_free" in refused.stdout + refused.stderr and "needs" in refused.stdout + refused.stderr
+    assert listing(slab, w) == before
+    # With room, the file comes back whole, and sparse again
+    done = restore(spec, taken["id"], "--agent", "coder-1", "--stop")
+    assert done.returncode == 0, done.stdout + done.stderr
+    size, blocks, unit = (int(n) for n in sh(slab, allocated).stdout.split())
+    assert size == 64 * 2**20 + 5 and blocks * unit < 2**20
+    assert sh(slab, f"cmp -n {64 * 2**20} {w}/sparse/disk.img /dev/zero && tail -c 5 {w}/sparse/disk.img").stdout == "tail\n"
+    as_agent(slab, f"rm -rf {w}/sparse")
+
+
 def test_restore_is_refused_while_the_agent_runs_and_works_with_stop(slab, fleet):
     name, spec = fleet
     w, c = ws(name, "coder-2"), f"jk-{name}--coder-2"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 from jackin.errors import RemoteCommandError, SpecError
 from jackin.store.ledger import Ledger
 from jackin.snapshots import api, restic
+from jackin.snapshots import host
 from jackin.snapshots.host import restore_script
 from jackin.snapshots.models import AgentSnapshot, SnapshotRecord, new_id
 from jackin.spec.models import Inventory
@@ -181,3 +184,46 @@ def test_restore_can_read_another_repository_of_the_fleet() -> None:
     argv = restic.restore_argv(R, "f1", "abc", "/t", repo=pushed)
     assert argv[1:3] == ["--repo", pushed] and argv[3:5] == ["--password-file", "/var/lib/jackin/snapshots/f1/password"]
     assert f"--repo {pushed}" in restore_script(R, "f1", "coder-1", "abc", repo=pushed)
+
+
+def test_restore_script_checks_the_room_before_restoring_and_digs_holes_before_the_swap() -> None:
+    script = restore_script(R, "f1", "coder-1", "abc123", min_free=5 << 20)
+    order = [script.index(x) for x in ("--quiet check", "stats --mode restore-size --json abc123", "-lt 5242880",
+                                       "--quiet restore", "fallocate --dig-holes", "echo staged")]  # fmt: skip
+    assert order == sorted(order)
+
+
+def _run_part(part: str, tmp_path, total: int) -> subprocess.CompletedProcess:
+    """``part`` of the restore script in bash, with a stand-in restic that reports ``total`` bytes."""
+    fake = tmp_path / "restic"
+    fake.write_text(f'#!/bin/sh\necho \'{{"total_size":{total},"total_file_count":3,"snapshots_count":1}}\'\n')
+    fake.chmod(0o755)
+    (tmp_path / "home").mkdir(exist_ok=True)
+    prelude = f'fail() {{ echo "$*" >&2; exit 1; }}; cleanup() {{ echo cleaned; }}; H={tmp_path}/home; N={tmp_path}/home\n'
+    return subprocess.run(["bash", "-c", prelude + part + "echo through"], capture_output=True, text=True, timeout=60)
+
+
+def test_a_restore_that_would_leave_too_little_free_is_refused_with_the_numbers(tmp_path) -> None:
+    free = shutil.disk_usage(tmp_path).free
+    ok = _run_part(host.room_commands(str(tmp_path / "restic"), "f1", "abc", None, 1 << 20), tmp_path, 1000)
+    assert ok.returncode == 0 and ok.stdout == "through\n", ok.stderr  # control: room enough
+    refused = _run_part(host.room_commands(str(tmp_path / "restic"), "f1", "abc", None, 1 << 20), tmp_path, free)
+    assert refused.returncode == 1 and refused.stdout == "cleaned\n"
+    assert f"needs {free} bytes" in refused.stderr and "less than 1048576 (snapshots.min_free)" in refused.stderr
+
+
+def test_restored_zeros_become_holes_again_and_small_files_and_links_are_left_alone(tmp_path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "zeros").write_bytes(b"\0" * (1 << 20) + b"end")
+    (home / "small").write_bytes(b"\0" * 4096)
+    (home / "odd\nname").write_bytes(b"\0" * (1 << 20))
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"\0" * (1 << 20))
+    (home / "link").symlink_to(outside)
+    blocks = {p: p.stat().st_blocks for p in (home / "small", outside)}
+    done = _run_part(host.dig_commands(), tmp_path, 0)
+    assert done.returncode == 0 and done.stdout == "through\n", done.stderr
+    assert (home / "zeros").read_bytes() == b"\0" * (1 << 20) + b"end" and (home / "zeros").stat().st_blocks * 512 < 1 << 16
+    assert (home / "odd\nname").stat().st_blocks * 512 < 1 << 16  # NUL-separated names: any byte
+    assert {p: p.stat().st_blocks for p in (home / "small", outside)} == blocks  # not followed, not touched
