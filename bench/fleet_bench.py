@@ -49,7 +49,8 @@ atexit.register(shutil.rmtree, STATE, True)  # also after --help or an error
 os.environ["JACKIN_STATE_DIR"] = STATE  # before jackin is imported
 
 from jackin.net import dns
-from jackin.net import firewall
+from jackin import hostpaths
+from jackin.net import policy
 from jackin.images import build as images
 from jackin.lifecycle import fleet as fleet_api
 from jackin.plan import fleet as planning
@@ -178,20 +179,20 @@ def plain_scripts(plan: planning.FleetPlan, daemon_json: str | None = None) -> d
              f"[ ! -d {plan.fleet_dir} ] || find {plan.fleet_dir} -maxdepth 2 -printf '%m %U %G %p\\n'\n"
              f"docker ps -a --filter {label} --format '{{{{.Names}}}} {{{{.State}}}} {{{{.Label \"jackin.config\"}}}}'\n"
              f"docker network ls --filter {label} --format '{{{{.Name}}}}'\n"
-             f"test -e {plan.marker} || true\ncat {firewall.NFT_DIR}/{plan.fleet}.sha 2>/dev/null || true\n"
+             f"test -e {plan.marker} || true\ncat {hostpaths.NFT_DIR}/{plan.fleet}.sha 2>/dev/null || true\n"
              f"nft list table inet jackin-{plan.fleet} >/dev/null 2>&1 || true\n")  # fmt: skip
     hardened = host_ops.daemon_config(daemon_json, plan.address_pools) if daemon_json is not None else None
     daemon = [f"printf '%s' {shlex.quote(hardened)} > {host_ops.DAEMON_JSON}", *host_ops.RESTART] if hardened else []
     cold = ["set -e", bootstrap.rstrip(), *daemon,
-            q("install", "-d", "-m", "0755", "-o", "root", "-g", "root", planning.ROOT),
+            q("install", "-d", "-m", "0755", "-o", "root", "-g", "root", hostpaths.ROOT),
             q("install", "-d", "-m", "0711", "-o", "root", "-g", "root", plan.fleet_dir)]  # fmt: skip
-    f, nft = plan.fleet, f"{firewall.NFT_DIR}/{plan.fleet}"  # the egress policy, before any agent starts
+    f, nft = plan.fleet, f"{hostpaths.NFT_DIR}/{plan.fleet}"  # the egress policy, before any agent starts
     cold += [f"install -d -m 0755 {path.rsplit('/', 1)[0]} && printf '%s' {shlex.quote(text)} > {path}"
-             for path, text in sorted(firewall.bundle(plan).items())]  # fmt: skip
+             for path, text in sorted(policy.bundle(plan).items())]  # fmt: skip
     cold += [f"nft -c -f {nft}.nft && nft -f {nft}.nft",  # enabled for boot, then one reload (as fleet.up does)
-             f"systemctl enable --no-reload --quiet jackin-nft-{f}.service {dns.target(f)}",
+             f"systemctl enable --no-reload --quiet jackin-nft-{f}.service {hostpaths.dns_target(f)}",
              "systemctl daemon-reload", *dns.apply_commands(plan, []),
-             f"echo {firewall.bundle_hash(plan)} > {nft}.sha"]  # fmt: skip
+             f"echo {policy.bundle_hash(plan)} > {nft}.sha"]  # fmt: skip
     for a in plan.agents:
         uid = str(a.uid)
         cold += [q("groupadd", "--gid", uid, a.user),
@@ -204,17 +205,17 @@ def plain_scripts(plan: planning.FleetPlan, daemon_json: str | None = None) -> d
                    "--opt", "com.docker.network.bridge.enable_icc=false",
                    "--label", f"jackin.fleet={a.fleet}", "--label", f"jackin.agent={a.instance}", a.network),
                  q("docker", "run", "-d", *a.run_args()) + " >/dev/null"]  # fmt: skip
-    cold.append(f"install -d -m 0700 {planning.STATE_DIR} && echo '{{}}' > {plan.marker}")
+    cold.append(f"install -d -m 0700 {hostpaths.STATE_DIR} && echo '{{}}' > {plan.marker}")
     down = ["set -e", q("docker", "rm", "-f", *users) + " >/dev/null", q("docker", "network", "rm", *users) + " >/dev/null",
             *(q("userdel", u) for u in users), *(f"! getent group {u} >/dev/null || groupdel {u}" for u in users),
-            q("rm", "-rf", "--one-file-system", plan.fleet_dir), f"rmdir {planning.ROOT} 2>/dev/null || true",
+            q("rm", "-rf", "--one-file-system", plan.fleet_dir), f"rmdir {hostpaths.ROOT} 2>/dev/null || true",
             q("rm", "-f", plan.marker),
             f"systemctl disable --now --quiet jackin-nft-{f}.service jackin-nft-resolve-{f}.timer "
-            f"jackin-nft-resolve-{f}.service 2>/dev/null || true", *dns.remove_commands(f, dns.owned_paths(f)),
+            f"jackin-nft-resolve-{f}.service 2>/dev/null || true", *dns.remove_commands(f, hostpaths.dns_paths(f)),
             f"nft delete table inet jackin-{f}",
-            q("rm", "-f", *firewall.owned_paths(f)), "systemctl daemon-reload",
-            f"ls {firewall.NFT_DIR}/*.nft >/dev/null 2>&1 || {{ rm -f {firewall.RESOLVER}; "
-            f"rmdir {firewall.NFT_DIR} /etc/jackin /usr/local/lib/jackin 2>/dev/null || true; }}", check]  # fmt: skip
+            q("rm", "-f", *hostpaths.firewall_paths(f)), "systemctl daemon-reload",
+            f"ls {hostpaths.NFT_DIR}/*.nft >/dev/null 2>&1 || {{ rm -f {hostpaths.RESOLVER}; "
+            f"rmdir {hostpaths.NFT_DIR} /etc/jackin /usr/local/lib/jackin 2>/dev/null || true; }}", check]  # fmt: skip
     return {"cold": "\n".join(cold) + "\n", "warm": bootstrap + check, "down": "\n".join(down) + "\n",
             "cold without daemon": "\n".join(c for c in cold if c not in daemon) + "\n"}
 

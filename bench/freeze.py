@@ -95,10 +95,10 @@ def report(title: str, results: list[tuple[float | None, float, str]]) -> None:
     for i, (frozen, floor, held) in enumerate(results, 1):
         ratio = f"{frozen / floor:7.1f}" if frozen else "      -"
         print(f"{i:>3} {held:<11} {frozen or 0:>10.0f} {floor:>9.0f} {ratio}")
-    frozen = [f for f, _, _ in results if f]
-    if frozen:
+    times = [f for f, _, _ in results if f]
+    if times:
         ratios = [f / fl for f, fl, _ in results if f]
-        print(f"freeze: median {statistics.median(frozen):.0f} ms, largest {max(frozen):.0f} ms; "
+        print(f"freeze: median {statistics.median(times):.0f} ms, largest {max(times):.0f} ms; "
               f"floor (pause+unpause alone): median {statistics.median([fl for _, fl, _ in results]):.0f} ms; "
               f"median ratio {statistics.median(ratios):.1f}x")  # fmt: skip
     else:
