@@ -2,7 +2,9 @@
 jackin/cli/ (which calls jackin, renders the result and returns the exit code) inside `guard()`, which
 turns our errors into one message and a documented exit code (jackin/cli/edge.py). No logic here.
 A command with no exit code of its own (lab.*, fleet.validate: 0, or its error's) returns None and its
-task ends normally, so a chain such as `inv lab.up fleet.up` goes on to the next task."""
+task ends normally, so a chain such as `inv lab.up fleet.up` goes on to the next task.
+An option that takes a number is a string here, parsed by its command (``jackin.cli.edge.count``, exit 2
+naming the option): Invoke casts an ``int`` option itself and shows a traceback for a value such as 80;id."""
 
 from jackin.transport import interrupts
 
@@ -185,9 +187,9 @@ def fleet_run(
 
 
 @task(help={"agent": "instance (coder-1) or agent (coder: every instance)", "target": "IP address or host name",
-            "port": "TCP port (default 443)", "inventory": INVENTORY, "json": "print JSON"})  # fmt: skip
+            "port": "TCP port, 1 to 65535 (default 443)", "inventory": INVENTORY, "json": "print JSON"})  # fmt: skip
 def agent_netcheck(
-    c: Context, agent: str, target: str, port: int = 443, inventory: str | None = None, json: bool = False
+    c: Context, agent: str, target: str, port: str | None = None, inventory: str | None = None, json: bool = False
 ) -> None:
     """Probe TARGET:PORT from inside the agent's container on every host: reachable or blocked."""
     with guard():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import shlex
+from typing import BinaryIO
 
 from pydantic import BaseModel, ConfigDict
 
@@ -21,6 +22,7 @@ from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecErr
 from jackin.lab import providers
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory
+from jackin.spec.values import decode_utf8
 from jackin.transport.remote import gather
 from jackin.transport.ssh import SshTarget, connect
 
@@ -41,6 +43,23 @@ class Answered(BaseModel):
     container: str
     question: str | None
     size: int  # bytes delivered
+
+
+def read_text(stream: BinaryIO) -> str:
+    """The answer read from ``stream`` (``-``: stdin) as bytes, at most ``MAX_ANSWER`` of them, then decoded."""
+    data = stream.read(MAX_ANSWER + 1)
+    if len(data) > MAX_ANSWER:
+        raise SpecError(f"stdin holds more than {MAX_ANSWER} bytes (at most {MAX_ANSWER} are sent); nothing was sent")
+    return decoded(data, what="stdin")
+
+
+def decoded(data: bytes, *, what: str) -> str:
+    """``data`` (stdin's, or an argument's as the command line gave it) as text; SpecError (exit 2, before
+    anything is read or sent anywhere) naming the first byte that is not UTF-8 and its offset."""
+    try:
+        return decode_utf8(data)
+    except ValueError as error:
+        raise SpecError(f"{what} is not UTF-8 text: {error}; nothing was sent") from None
 
 
 def check_text(text: str) -> bytes:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -25,10 +26,12 @@ else:  # loaded by the first command that uses them (jackin.lazy)
     fleet_api = lazy.module("jackin.lifecycle.fleet")
 
 
-def agent_netcheck(inventory: str | None, agent: str, target: str, port: str | int, *, json: bool) -> int:
+def agent_netcheck(inventory: str | None, agent: str, target: str, port: str | int | None, *, json: bool) -> int:
+    """Every argument (the port, the target, the agent) is checked before any host is looked up (exit 2)."""
+    number = count("--port", port, high=65535) or 443
     spec = fleet_api.load(inventory)
-    probes = agent_api.netcheck(spec, fleet_api.targets(spec, bring_up=False), agent, target,
-                                count("--port", port, high=65535) or 443)  # fmt: skip
+    agent_api.check_probe(spec, agent, target, number)
+    probes = agent_api.netcheck(spec, fleet_api.targets(spec, bring_up=False), agent, target, number)
     if json:
         ui.print_json([p.model_dump() for p in probes])
     else:
@@ -47,9 +50,12 @@ def agent_denials(inventory: str | None, agent: str, *, json: bool) -> int:
 
 
 def agent_answer(inventory: str | None, agent: str, text: str, *, host: str | None) -> int:
-    """Write TEXT (``-``: stdin) to the blocked agent's answer file; refused unless it is blocked."""
+    """Write TEXT (``-``: stdin) to the blocked agent's answer file; refused unless it is blocked. Text
+    that is not UTF-8 (stdin's, or the argument's bytes) is refused first (exit 2), naming its offset."""
     if text == "-":
-        text = sys.stdin.read()
+        text = answering.read_text(sys.stdin.buffer)
+    else:
+        text = answering.decoded(os.fsencode(text), what="the answer")
     result = answering.answer(fleet_api.load(inventory), agent, text, host=host or None)
     ui.out.print(view.answered_line(result), soft_wrap=True)
     return EXIT_OK

@@ -17,5 +17,11 @@ def require_terminal_or(flag: str, *, when: bool = True) -> None:
 
 
 def confirm(question: str) -> None:
-    if not Confirm.ask(question, console=ui.err, default=False):
+    """Ask on the terminal; anything but yes, an end of input (Ctrl-D) or bytes that are not UTF-8 included,
+    changes nothing."""
+    try:
+        answered = Confirm.ask(question, console=ui.err, default=False)
+    except (EOFError, UnicodeDecodeError):
+        answered = False
+    if not answered:
         raise JackinError("nothing changed: not confirmed")

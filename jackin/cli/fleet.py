@@ -45,9 +45,11 @@ else:  # loaded by the first command that uses them (jackin.lazy): fleet.status 
 
 
 def fleet_validate(inventory: str | None) -> None:
-    """Check the inventory and, on this machine, its repositories, refs and task files (exit 2); no host
-    touched. No exit code of its own (0, or its error's): its task ends normally, as ``lab.*``'s do."""
+    """Check the inventory, what ``fleet.up`` refuses from the spec alone (``fleet_api.check``: credential-like
+    mounts, address pools too small) and, on this machine, its repositories, refs and task files (exit 2);
+    no host touched. No exit code of its own (0, or its error's): its task ends normally, as ``lab.*``'s do."""
     spec = fleet_api.load(inventory)
+    fleet_api.check(spec)
     work.check(spec.fleet)
     agents = sum(a.count for a in spec.fleet.agents)
     ui.out.print(f"{inventory or DEFAULT_INVENTORY}: ok (fleet {spec.fleet.name!r}, "

@@ -124,11 +124,7 @@ class StaticProvider(Provider):
 def static_targets(inventory: Inventory) -> list[SshTarget]:
     fleet = inventory.fleet
     by_name = {h.name: h for h in inventory.hosts}
-    selected: list[str] = []
-    for entry in fleet.hosts or list(by_name):
-        for name in inventory.groups.get(entry, [entry]):
-            if name not in selected:
-                selected.append(name)
+    selected = inventory.fleet_host_names()
     needed = list(selected)  # the selected hosts and every jump host on their way: each hop is pinned
     for name in needed:
         jump = by_name[name].jump

@@ -27,6 +27,7 @@ from jackin.lifecycle.runs import deploys_dir, recorded_run, states_for_deploy
 from jackin.lifecycle.status import FleetStatus
 from jackin.lifecycle.status import read as read_status
 from jackin.plan import fleet as planning
+from jackin.plan import pools
 from jackin.plan.applied import applied
 from jackin.plan.make import make_plan
 from jackin.snapshots.auto import AutoSnapshot, States, read_states, snapshot_before_up
@@ -45,6 +46,18 @@ else:  # loaded by fleet.up and fleet.plan, not by fleet.status (jackin.lazy)
 
 Log = Callable[[str], None]
 OnEvent = Callable[[Event], None]
+
+
+# --- the spec's checks ------------------------------------------------------
+
+
+def check(inventory: Inventory) -> None:
+    """What ``fleet.validate``, ``fleet.plan`` and ``fleet.up`` refuse (exit 2) from the spec alone, before
+    any host is touched, beyond the file's own validation: credential-like mounts and credential names
+    given twice (``jackin.spec.credentials.check``), and agents whose networks a host's address pools cannot
+    hold (``jackin.plan.pools.check``)."""
+    credentials.check(inventory.fleet)
+    pools.check(inventory)
 
 
 # --- up ----------------------------------------------------------------------
@@ -97,7 +110,7 @@ def up(
     load of pyinfra overlaps the read and the plan; it ends unused if no host turns out to need it.
     """
     fleet = inventory.fleet
-    credentials.check(fleet)  # refused (exit 2) before anything: credential-like mounts, duplicate names
+    check(inventory)  # refused (exit 2) before anything: credential-like mounts, duplicate names, address pools
     values = credentials.read(fleet)  # every value read here, before any host is touched; never in the plan
     ready = work.prepare(fleet)  # every repository checked and bundled here, before any host is touched
     with (
@@ -316,9 +329,9 @@ UpResult.model_rebuild()
 def plan(inventory: Inventory, *, log: Log = lambda _: None) -> PlanResult:
     """Per host what ``fleet.up`` would change, from one parallel state read; changes nothing on any
     host or in the ledger (preview uids, no lock, no lab bring-up). The same checks as ``fleet.up``
-    come first: the credential-deny check, then every credential readable (exit 2)."""
+    come first: ``check``, then every credential readable (exit 2)."""
     fleet = inventory.fleet
-    credentials.check(fleet)
+    check(inventory)
     values = credentials.read(fleet)
     ready = work.prepare(fleet)
     with Ledger() as ledger:
@@ -377,6 +390,7 @@ def status(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
 __all__ = [
     "GC_COMMAND",
     "HostResult",
+    "check",
     "deploys_dir",
     "gc",
     "load",

@@ -64,9 +64,17 @@ def instances(inventory: Inventory, agent: str) -> list[str]:
     return matches
 
 
+def check_probe(inventory: Inventory, agent: str, target: str, port: int) -> list[str]:
+    """Every argument of a probe checked before any host is looked up (SpecError, exit 2): the port
+    (1 to 65535), the target (an IP address or a host name: it is part of the probe's command line)
+    and the agent; the instances it names."""
+    _check_target(target, port)
+    return instances(inventory, agent)
+
+
 def _check_target(target: str, port: int) -> None:
     if not 1 <= port <= 65535:
-        raise SpecError(f"--port expects 1 to 65535, got {port}")
+        raise SpecError(f"--port expects a whole number from 1 to 65535, got {port}")
     if "%" in target:
         raise SpecError(f"target {target!r}: scoped IPv6 addresses are not supported")
     try:
@@ -79,8 +87,7 @@ def _check_target(target: str, port: int) -> None:
 def netcheck(inventory: Inventory, hosts: list[SshTarget], agent: str, target: str, port: int,
              *, timeout: int = 3) -> list[Probe]:  # fmt: skip
     """Probe ``target:port`` with TCP from inside each instance's container, on every host."""
-    _check_target(target, port)
-    names = instances(inventory, agent)
+    names = check_probe(inventory, agent, target, port)
     fleet = inventory.fleet.name
     script = (
         "; ".join(

@@ -1,9 +1,12 @@
 """The launch contract: what each agent will be able to reach, and what jackin does to each host.
 
 ``build(inventory, plan, host_facts)`` resolves it (the models of ``jackin.plan.terms``) from the
-spec and its plan (and, when they were read, the hosts' facts), pure: nothing here touches a host.
-Per agent: identity, every host path it sees, credentials (names and how they are delivered, never
-a value), network, Docker access, resources and residual risks; for the fleet: the host-side
+spec and its plan (and, when they were read, the hosts' facts), pure: nothing here touches a host
+(the operator's credential and task files are resolved on this machine, ``jackin.spec.sources``, none
+opened). Per agent: identity, every host path it sees, credentials (names, how they are delivered
+and, for a file, where it is read from; never a value), its work, network, Docker access, resources
+and residual risks (a credential or task file read from outside the inventory's directory and the
+operator's home among them); for the fleet: the host-side
 effects, the recovery and teardown posture. ``diff(old, new)`` gives the differences as human
 lines, in a stable order, so ``fleet.up`` can show what changed since the last contract it applied
 (kept in the ledger per run, ``run_contracts``) and ask before it goes on
@@ -35,9 +38,10 @@ from jackin.plan.terms import (
     RecoveryTerm,
     ResourcesTerm,
     TeardownTerm,
+    WorkTerm,
 )
-from jackin.spec import Inventory
-from jackin.spec.models import SnapshotPolicy, _role, _role_names, enforcement
+from jackin.spec import Inventory, sources
+from jackin.spec.models import AgentSpec, Credential, SnapshotPolicy, WorkSpec, _role, _role_names, enforcement
 
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock",
                   "/var/run/containerd/containerd.sock")  # fmt: skip
@@ -67,7 +71,8 @@ def build(inventory: Inventory, plan: FleetPlan, host_facts: Mapping[str, Any] |
     hosts = [_facts(name, facts) for name, facts in sorted((host_facts or {}).items())]
     spec = inventory.fleet
     by_name = {a.name: a for a in spec.agents}
-    agents = [_agent(a, by_name[a.agent].credentials, hosts) for a in plan.agents]
+    trusted = sources.trusted(inventory.source_dir)  # where a from_file or task_file is no risk
+    agents = [_agent(a, by_name[a.agent], hosts, trusted) for a in plan.agents]
     return FleetContract(fleet=plan.fleet, hosts=hosts, agents=agents, host_effects=_effects(plan),
                          recovery=_recovery(inventory, last_snapshot), teardown=_teardown(inventory),
                          residual_risks=FLEET_RISKS)  # fmt: skip
@@ -88,20 +93,43 @@ def _facts(name: str, facts: Any) -> HostFacts:
                      apparmor=None if apparmor is None else apparmor.strip().upper().startswith("Y"))  # fmt: skip
 
 
-def _agent(agent: AgentPlan, credentials: list, hosts: list[HostFacts]) -> AgentContract:
+def _agent(agent: AgentPlan, spec: AgentSpec, hosts: list[HostFacts], trusted: list[str]) -> AgentContract:
     identity = Identity(user=agent.user, uid=agent.uid, gid=agent.uid, home=agent.home, workspace=agent.workspace,
                         container=agent.container)  # fmt: skip
+    given = sorted(spec.credentials, key=lambda c: c.name)
     creds = [CredentialTerm(name=c.name, host_path=f"{agent.credentials_dir}/{c.name}",
                             container_path=f"{CREDENTIALS_TARGET}/{c.name}", owner=agent.user,
-                            source="env" if c.from_env else "file") for c in sorted(credentials, key=lambda c: c.name)]  # fmt: skip
+                            source="env" if c.from_env else "file",
+                            source_path=sources.resolved(c.from_file) if c.from_file else None) for c in given]  # fmt: skip
+    work = _work(agent, spec.work)
     mounts = _mounts(agent)
     docker = _docker(mounts).model_copy(update={"apparmor": [h.apparmor_line() for h in hosts] or
                                                 ["AppArmor not checked (no host facts read)"]})  # fmt: skip
     network = _network(agent)
     return AgentContract(instance=agent.instance, agent=agent.agent, role=agent.role, image=agent.image,
                          identity=identity, mounts=mounts, credentials=creds, network=network, docker=docker,
-                         resources=_resources(agent),
-                         residual_risks=_risks(mounts, network, docker, hosts) + _role_risks(agent, creds))  # fmt: skip
+                         resources=_resources(agent), work=work,
+                         residual_risks=_risks(mounts, network, docker, hosts) + _role_risks(agent, creds)
+                         + _source_risks(given, creds, spec.work, work, trusted))  # fmt: skip
+
+
+def _work(agent: AgentPlan, spec: WorkSpec | None) -> WorkTerm | None:
+    if agent.work is None or spec is None:
+        return None
+    return WorkTerm(repo=agent.work.repo, ref=agent.work.ref, branch=agent.work.branch,
+                    task="file" if spec.task_file else "text",
+                    task_path=sources.resolved(spec.task_file) if spec.task_file else None)  # fmt: skip
+
+
+def _source_risks(given: list[Credential], creds: list[CredentialTerm], spec: WorkSpec | None, work: WorkTerm | None,
+                  trusted: list[str]) -> list[str]:  # fmt: skip
+    """A credential's file or the task's file read from outside the inventory's directory and the operator's
+    home (``jackin.spec.sources``): the agent receives that file's content."""
+    found = [sources.risk(f"credential {c.name}'s from_file", str(c.from_file), term.source_path, trusted)
+             for c, term in zip(given, creds, strict=True) if c.from_file and term.source_path]  # fmt: skip
+    if spec is not None and spec.task_file and work is not None and work.task_path:
+        found.append(sources.risk("its task_file", spec.task_file, work.task_path, trusted))
+    return [risk for risk in found if risk]
 
 
 def _mounts(agent: AgentPlan) -> list[MountTerm]:
@@ -346,6 +374,8 @@ def _walk(prefix: str, path: str, old: Any, new: Any, lines: list[str]) -> None:
     if old == new:
         return
     where = f"{prefix}: {LABELS.get(path.split('.')[-1], path)} " if path else f"{prefix}: "
+    if (isinstance(old, dict) and new is None) or (old is None and isinstance(new, dict)):  # a term added or removed
+        old, new = old or {}, new or {}  # (an agent's work): one line per field
     if isinstance(old, dict) and isinstance(new, dict):
         for key in [*new, *(k for k in old if k not in new)]:
             _walk(prefix, f"{path}.{key}" if path else key, old.get(key), new.get(key), lines)

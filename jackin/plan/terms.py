@@ -55,6 +55,18 @@ class CredentialTerm(_Model):
     mode: str = FILE_MODE
     owner: str  # the agent's user
     source: Literal["env", "file"]  # where the operator's machine keeps it
+    # source "file": the file it is read from on the operator's machine, resolved (~ expanded, symlinks followed)
+    source_path: str | None = None
+
+
+class WorkTerm(_Model):
+    """What the agent is given to work on (jackin/work/bundles.py); never the task's text."""
+
+    repo: str  # the spec's repository: an absolute local path or a git URL
+    ref: str
+    branch: str  # jackin/<instance>: the agent's own branch
+    task: Literal["text", "file"]  # the spec gives the task as text, or as a file (task_file)
+    task_path: str | None = None  # task "file": the file it is read from on the operator's machine, resolved
 
 
 class PublishTerm(_Model):
@@ -104,6 +116,7 @@ class AgentContract(_Model):
     docker: DockerTerm
     resources: ResourcesTerm
     residual_risks: list[str]
+    work: WorkTerm | None = None  # None: the agent has no work in the spec
 
 
 # --- per fleet --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from jackin.errors import SpecError
 from jackin.spec.models import Inventory
 from jackin.spec.reader import Path_, Problem, format_path, from_validation, line_for, parse_yaml
+from jackin.spec.values import decode_utf8
 
 DEFAULT_INVENTORY = Path("inventory/lab.yaml")  # what commands read without -i
 
@@ -30,14 +31,18 @@ def load_inventory(path: str | Path) -> Inventory:
     path = Path(path)
     filename = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise SpecError(
             f"{filename}: no such inventory file",
             hint="pass an existing file with -i, e.g. -i inventory/lab.yaml",
         ) from None
-    except (OSError, UnicodeDecodeError) as error:
+    except OSError as error:
         raise SpecError(f"{filename}: cannot read inventory: {error}") from None
+    try:
+        text = decode_utf8(data)
+    except ValueError as error:
+        raise SpecError(f"{filename}: the inventory is not UTF-8 text: {error}") from None
     return parse_inventory(text, filename)
 
 

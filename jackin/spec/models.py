@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     Field,
+    PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -250,8 +251,19 @@ class SnapshotPolicy(Model):
 
 
 class AddressPool(Model):
+    """A Docker address pool (daemon.json ``default-address-pools``): ``base`` split into networks of
+    prefix ``size``, one per agent network (jackin/plan/pools.py counts them against the agents)."""
+
     base: Annotated[str, AfterValidator(lambda v: str(ipaddress.ip_network(v, strict=True)))]
     size: int = Field(24, ge=16, le=29)
+
+    @model_validator(mode="after")
+    def _size_within_base(self) -> AddressPool:
+        prefix = ipaddress.ip_network(self.base).prefixlen
+        if self.size < prefix:
+            raise ValueError(f"size {self.size} is shorter than the base's prefix /{prefix}: the base is split into "
+                             f"networks of /size, so size must be at least {prefix}")  # fmt: skip
+        return self
 
 
 class LabSpec(Model):
@@ -259,6 +271,12 @@ class LabSpec(Model):
 
     name: Slug = "jackin"
     hosts: int = Field(2, ge=1, le=64)
+
+
+def lab_host_name(lab: str, index: int) -> str:
+    """The name of a lab's ``index``-th host (from 1), ``<lab>-<index>``, as ``jackin.lab.lab.Lab.host_name``
+    names it (that module stays light for ``inv --list``: a unit test keeps the two equal)."""
+    return f"{lab}-{index}"
 
 
 class FleetSpec(Model):
@@ -297,6 +315,33 @@ class Inventory(Model):
     hosts: list[HostSpec] = Field(default_factory=list)
     groups: dict[HostName, list[HostName]] = Field(default_factory=dict)
     fleet: FleetSpec
+    _source_dir: str | None = PrivateAttr(default=None)  # the file's directory (the loader's ``base_dir``)
+
+    @model_validator(mode="after")
+    def _remember_source_dir(self, info: ValidationInfo) -> Inventory:
+        base = (info.context or {}).get("base_dir")
+        self._source_dir = os.path.abspath(base) if base else None
+        return self
+
+    @property
+    def source_dir(self) -> str:
+        """The inventory file's directory, absolute; the working directory when it was not read from a
+        file. Relative paths of the spec (work's ``repo`` and ``task_file``) are its neighbours."""
+        return self._source_dir or os.getcwd()
+
+    def fleet_host_names(self) -> list[str]:
+        """The hosts the fleet runs on, by name, in order, touching nothing: provider ``static``, the
+        ``fleet.hosts`` entries with groups expanded (none: every host of the file); provider ``lab``,
+        the lab's first ``lab.hosts`` hosts."""
+        if self.fleet.provider == "lab":
+            lab = self.fleet.lab or LabSpec()
+            return [lab_host_name(lab.name, i) for i in range(1, lab.hosts + 1)]
+        selected: list[str] = []
+        for entry in self.fleet.hosts or [h.name for h in self.hosts]:
+            for name in self.groups.get(entry, [entry]):
+                if name not in selected:
+                    selected.append(name)
+        return selected
 
 
 # --- roles (jackin/spec/roles.py): the spec's ``role:``, its credentials and egress ---------------------

@@ -138,6 +138,15 @@ Address = Annotated[str, AfterValidator(_check_address)]
 IpAddress = Annotated[str, AfterValidator(_ip)]
 
 
+def decode_utf8(data: bytes) -> str:
+    """``data`` as UTF-8 text, or ValueError naming the first byte that is not UTF-8 and its offset (from 0):
+    ``byte 0xff at byte offset 4 (invalid start byte)``, for the caller to say what was not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"byte 0x{data[error.start]:02x} at byte offset {error.start} ({error.reason})") from None
+
+
 # --- allow entries (the egress policy's ``allow``) ------------------------------------------------
 
 

@@ -53,6 +53,12 @@ def pin(client: paramiko.SSHClient, hop: SshTarget, *, target: SshTarget) -> Non
             f"{error.strerror}: {hop.known_hosts}",
             host=target.name,
         ) from None
+    except paramiko.hostkeys.InvalidHostKey as error:  # a pinned key whose base64 does not decode
+        raise HostKeyError(
+            f"{_via(hop, target)}a pinned host key in {hop.known_hosts} is not a valid key: {error.line.strip()[:120]}",
+            host=target.name,
+            hint="copy the host's key again from /etc/ssh/ssh_host_ed25519_key.pub (the whole base64 part)",
+        ) from None
 
 
 def _via(hop: SshTarget, target: SshTarget) -> str:

@@ -47,6 +47,7 @@ from jackin.operations.work import digest, store, work_json
 from jackin.paths import private_dir, state_dir
 from jackin.plan.fleet import FleetPlan
 from jackin.spec.models import AgentSpec, FleetSpec, WorkSpec, is_git_url
+from jackin.spec.values import decode_utf8
 
 MAX_TASK = 256 * 1024
 SOURCE_BRANCH = "refs/heads/jackin/source"  # the one branch a delivered bundle holds
@@ -149,9 +150,9 @@ def read_task(agent: str, work: WorkSpec) -> bytes:
         raise WorkError(f"agent {agent}: work.task_file {work.task_file} is larger than {MAX_TASK // 1024} KiB",
                         hint="a task is instructions; put data in the repository")  # fmt: skip
     try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise WorkError(f"agent {agent}: work.task_file {work.task_file} is not UTF-8 text") from None
+        decode_utf8(data)
+    except ValueError as error:
+        raise WorkError(f"agent {agent}: work.task_file {work.task_file} is not UTF-8 text: {error}") from None
     return data
 
 

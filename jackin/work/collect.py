@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 import tempfile
 import time
@@ -101,6 +102,48 @@ def ref_name(fleet: str, host: str, instance: str) -> str:
     if git("check-ref-format", ref, check=False).returncode != 0:
         raise SpecError(f"host name {host!r} cannot be part of a git ref ({ref})")
     return ref
+
+
+PSEUDO_FILESYSTEMS = ("/proc", "/sys")  # the kernel's: nothing can be created there, whatever access() says to root
+INTO_HINT = "give a git repository you can write to, or a path that does not exist yet in a directory you can write to"
+
+
+def check_into(into: str) -> str:
+    """``--into`` checked before any host is touched (SpecError, exit 2), its real path (symlinks resolved):
+    an existing git repository whose git directory this user can write in, or a path where ``git init``
+    can make one (its nearest existing parent a directory this user can create in). Never under /proc or
+    /sys. Writing is tried, not inferred from permission bits (root passes those): a file is made and
+    removed. Nothing else is created here."""
+    where = f"--into {into}"
+    real = Path(os.path.realpath(Path(into).expanduser()))
+    pseudo = next((p for p in PSEUDO_FILESYSTEMS if real == Path(p) or Path(p) in real.parents), None)
+    if pseudo:
+        raise SpecError(f"{where}: {real} is under {pseudo}, a filesystem of the kernel's: no git repository "
+                        "can be made there", hint=INTO_HINT)  # fmt: skip
+    if real.exists():
+        if not real.is_dir():
+            raise SpecError(f"{where}: {real} exists and is not a directory", hint=INTO_HINT)
+        found = git("-C", str(real), "rev-parse", "--absolute-git-dir", check=False)
+        if found.returncode != 0:
+            raise SpecError(f"{where}: {real} is not a git repository", hint=INTO_HINT)
+        _writable(Path(found.stdout.decode(errors="replace").strip()), where)
+        return str(real)
+    parent = next(p for p in real.parents if p.exists())  # "/" exists
+    if not parent.is_dir():
+        raise SpecError(f"{where}: {real} cannot be made: {parent} is not a directory", hint=INTO_HINT)
+    _writable(parent, where)
+    return str(real)
+
+
+def _writable(directory: Path, where: str) -> None:
+    """Make and remove a file in ``directory``; SpecError when that fails (read-only, no permission...)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".jackin-check-", dir=directory)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as error:
+        raise SpecError(f"{where}: cannot write in {directory} ({error.strerror or type(error).__name__})",
+                        hint=INTO_HINT) from None  # fmt: skip
 
 
 def local_repo(inventory: Inventory, agent: str, into: str | None) -> str:
@@ -291,7 +334,9 @@ def select(plan: planning.FleetPlan, names: Sequence[str] | None) -> list[planni
 
 
 def collect(inventory: Inventory, *, agents: Sequence[str] | None = None, into: str | None = None) -> CollectReport:
-    """Collect the fleet's finished agents (``agents``: these, in any state) from every host; recorded."""
+    """Collect the fleet's finished agents (``agents``: these, in any state) from every host; recorded.
+    ``into`` and ``agents`` are checked first (exit 2): no host is touched when either is wrong."""
+    into = check_into(into) if into else None
     with Ledger() as ledger:
         plan = make_plan(inventory, ledger, store=False)
     chosen = select(plan, agents)

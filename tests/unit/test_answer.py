@@ -3,10 +3,23 @@ is written, and the command it runs (the text never in it). No host."""
 
 from __future__ import annotations
 
+import io
+import os
+
 import pytest
 
 from jackin.agents.state import AgentFacts, AgentState
-from jackin.agents.answer import MAX_ANSWER, WRITE, NotBlocked, _user, check_instance, check_text, choose
+from jackin.agents.answer import (
+    MAX_ANSWER,
+    WRITE,
+    NotBlocked,
+    _user,
+    check_instance,
+    check_text,
+    choose,
+    decoded,
+    read_text,
+)
 from jackin.errors import ConnectError, SpecError
 from jackin.spec import Inventory
 
@@ -50,6 +63,33 @@ def test_text_gets_a_final_newline_and_is_capped() -> None:
         check_text("x" * MAX_ANSWER)
     with pytest.raises(SpecError, match="the answer is empty"):
         check_text(" \n")
+
+
+@pytest.mark.parametrize("data, where", [
+    (b"\xff", "byte 0xff at byte offset 0 (invalid start byte)"),
+    ("café ".encode() + b"\xe9t\xe9", "byte 0xe9 at byte offset 6 (invalid continuation byte)"),
+    ("ok ✓".encode()[:-1], "byte 0xe2 at byte offset 3 (unexpected end of data)"),
+])  # fmt: skip
+def test_stdin_that_is_not_utf8_is_refused_naming_the_byte_and_its_offset(data: bytes, where: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        read_text(io.BytesIO(data))
+    assert caught.value.message == f"stdin is not UTF-8 text: {where}; nothing was sent"
+    assert caught.value.exit_code == 2
+
+
+def test_stdin_is_read_as_bytes_and_capped() -> None:
+    assert read_text(io.BytesIO("use postgres ✓\n".encode())) == "use postgres ✓\n"
+    stream = io.BytesIO(b"x" * (MAX_ANSWER * 4))
+    with pytest.raises(SpecError, match=f"stdin holds more than {MAX_ANSWER} bytes"):
+        read_text(stream)
+    assert stream.tell() == MAX_ANSWER + 1  # read no further than the cap
+
+
+def test_an_argument_whose_bytes_are_not_utf8_is_refused_too() -> None:
+    argument = os.fsdecode(b"use p\xffstgres")  # how the interpreter keeps argv bytes that do not decode
+    with pytest.raises(SpecError, match=r"^the answer is not UTF-8 text: byte 0xff at byte offset 5 "):
+        decoded(os.fsencode(argument), what="the answer")
+    assert decoded(os.fsencode("use postgres ✓"), what="the answer") == "use postgres ✓"
 
 
 def test_the_instance_must_be_one_of_the_fleets() -> None:

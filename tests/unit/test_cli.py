@@ -189,3 +189,24 @@ def test_host_errors_prints_every_host_and_adds_up(err: io.StringIO) -> None:
     assert err.getvalue().splitlines() == ["error: web-1: unreachable: cannot reach",
                                            "error: web-2: failed: command failed (exit 1)"]  # fmt: skip
     assert cli.host_errors(errors[:1]) == 3 and cli.host_errors([]) == 0
+
+
+# --- the one question: anything but yes changes nothing ---------------------------------
+
+
+@pytest.mark.parametrize("typed", [EOFError(), UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), "n"])
+def test_confirm_takes_an_end_of_input_or_undecodable_bytes_as_no(typed: object, err: io.StringIO,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from jackin.cli import ask
+
+    def answer(*_: object, **__: object) -> str:
+        if isinstance(typed, BaseException):
+            raise typed
+        return str(typed)
+
+    monkeypatch.setattr("builtins.input", answer)
+    with pytest.raises(JackinError, match="nothing changed: not confirmed") as caught:
+        ask.confirm("Apply these changes?")
+    assert caught.value.exit_code == 1
+    monkeypatch.setattr("builtins.input", lambda *_: "y")  # the positive control
+    ask.confirm("Apply these changes?")

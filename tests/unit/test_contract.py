@@ -17,7 +17,7 @@ from jackin.plan import fleet as planning
 from jackin.plan.contract import build, diff
 from jackin.plan.terms import FleetContract
 from jackin.store.ledger import Ledger
-from jackin.spec import parse_inventory
+from jackin.spec import load_inventory, parse_inventory
 
 SPEC = """
 fleet:
@@ -183,6 +183,83 @@ def test_a_docker_socket_mount_and_an_acknowledged_credential_mount_are_stated()
     assert any("/root/.aws, a credential-like path the spec acknowledged" in r for r in coder.residual_risks)
 
 
+# --- where a credential's file and a task's file are read from (jackin/spec/sources.py) ------------------
+
+
+def sourced(tmp_path: Path, *, key: str, task: str):
+    """An inventory file in ``tmp_path/inv`` with a from_file credential, an env one and a task_file."""
+    folder = tmp_path / "inv"
+    folder.mkdir(exist_ok=True)
+    path = folder / "f.yaml"
+    path.write_text(f"""\
+fleet:
+  name: src
+  provider: lab
+  agents:
+    - name: coder
+      credentials:
+        - {{name: TOKEN, from_file: {key}}}
+        - {{name: API_KEY, from_env: JK_SOURCE_KEY}}
+      work: {{repo: repo, ref: main, task_file: {task}}}
+    - name: other
+""")
+    return load_inventory(path)
+
+
+def test_credentials_and_the_task_show_where_they_are_read_from_resolved(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "inv").mkdir()
+    (tmp_path / "inv" / "key").symlink_to("/etc/shadow")  # resolved, never read: the contract opens no file
+    (tmp_path / "elsewhere.md").write_text("do it\n")
+    (tmp_path / "inv" / "task.md").symlink_to(tmp_path / "elsewhere.md")
+    coder = contract_of(sourced(tmp_path, key=str(tmp_path / "inv" / "key"), task="task.md")).agent("coder-1")
+    assert [(c.name, c.source, c.source_path) for c in coder.credentials] == [
+        ("API_KEY", "env", None), ("TOKEN", "file", "/etc/shadow")]  # fmt: skip
+    assert coder.work is not None and coder.work.model_dump() == {
+        "repo": str(tmp_path / "inv" / "repo"), "ref": "main", "branch": "jackin/coder-1", "task": "file",
+        "task_path": str(tmp_path / "elsewhere.md")}  # fmt: skip
+    trusted = f"{tmp_path / 'inv'}, {tmp_path / 'home'}"
+    assert [r for r in coder.residual_risks if "is read from" in r] == [
+        f"credential TOKEN's from_file is read from /etc/shadow ({tmp_path / 'inv' / 'key'} resolves there), outside "
+        f"the inventory's directory and the operator's home ({trusted}): the agent receives that file's content",
+        f"its task_file is read from {tmp_path / 'elsewhere.md'} ({tmp_path / 'inv' / 'task.md'} resolves there), "
+        f"outside the inventory's directory and the operator's home ({trusted}): the agent receives that file's "
+        "content"]  # fmt: skip
+    assert "JK_SOURCE_KEY" not in coder.model_dump_json()  # an environment variable's name stays out, as before
+
+
+def test_sources_in_the_inventorys_directory_or_the_home_are_no_risk(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / ".config").mkdir(parents=True)
+    (tmp_path / "home" / ".config" / "token").write_text("t\n")
+    c = contract_of(sourced(tmp_path, key="~/.config/token", task="tasks/t.md"))  # the task need not exist yet
+    coder = c.agent("coder-1")
+    assert coder.credentials[1].source_path == str(tmp_path / "home" / ".config" / "token")
+    assert coder.work is not None and coder.work.task_path == str(tmp_path / "inv" / "tasks" / "t.md")
+    assert not [r for r in coder.residual_risks if "is read from" in r]
+    assert c.agent("other-1").work is None
+
+
+def test_a_contract_stored_before_the_source_fields_still_loads_and_shows_them_once(tmp_path: Path) -> None:
+    (tmp_path / "inv").mkdir()
+    (tmp_path / "inv" / "key").write_text("k\n")
+    new = contract_of(sourced(tmp_path, key=str(tmp_path / "inv" / "key"), task="t.md"))
+    document = new.model_dump(mode="json")
+    for agent in document["agents"]:
+        del agent["work"]
+        for credential in agent["credentials"]:
+            del credential["source_path"]
+    old = FleetContract.model_validate(document)
+    path = tmp_path / "inv" / "t.md"
+    assert diff(old, new) == [f"coder-1 credentials: TOKEN.source_path none -> {tmp_path / 'inv' / 'key'}",
+                              f"coder-1 work: repo none -> {tmp_path / 'inv' / 'repo'}", "coder-1 work: ref none -> main",
+                              "coder-1 work: branch none -> jackin/coder-1", "coder-1 work: task none -> file",
+                              f"coder-1 work: task_path none -> {path}"]  # fmt: skip
+    assert diff(new, new) == []
+
+
 def test_committed_schema_is_the_generated_one() -> None:
     committed = json.loads(terms.SCHEMA_FILE.read_text())
     assert committed == terms.schema(), "regenerate docs/contract.schema.json (see README: Launch contract)"
@@ -196,6 +273,8 @@ def test_the_json_document_validates_against_the_committed_schema() -> None:
     document = json.loads(contract_of(inventory()).model_dump_json())
     schema = json.loads(terms.SCHEMA_FILE.read_text())
     jsonschema.validate(document, schema)
+    with_sources = contract_of(inventory(more_credentials="        - {name: GH_TOKEN, from_file: ~/gh}\n"))
+    jsonschema.validate(json.loads(with_sources.model_dump_json()), schema)
     # control: the schema does reject a document it does not describe
     for broken in ({**document, "schema_version": 2}, {k: v for k, v in document.items() if k != "agents"}):
         with pytest.raises(jsonschema.ValidationError):
@@ -359,5 +438,10 @@ def test_renderers_show_each_term_and_the_summary() -> None:
                  "packages", "services", "firewall", "files", "directories", "recovery", "teardown"):
         assert f"│ {term} " in text, term
     assert "API_KEY: file /run/jackin/credentials/API_KEY, mode 0400, owner jk-demo--coder-1" in text
+    sourced = contract_of(inventory(more_credentials="        - {name: GH_TOKEN, from_file: /srv/gh}\n"))
+    console = Console(file=io.StringIO(), width=300)
+    console.print(ui.contract_tables(sourced)[0])
+    assert "GH_TOKEN: file /run/jackin/credentials/GH_TOKEN, mode 0400, owner jk-demo--coder-1; read from /srv/gh" in (
+        console.file.getvalue())
     assert "launch contract of fleet demo (schema 1)" in text
     assert "  coder-1 network: allowlist gained pypi.org:443" in text

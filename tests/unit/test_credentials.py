@@ -225,6 +225,17 @@ def test_a_credential_like_mount_is_refused_with_exit_2(tmp_path: Path) -> None:
     assert caught.value.exit_code == EXIT_SPEC
 
 
+def test_fleet_validate_refuses_a_credential_like_mount_as_fleet_plan_does(tmp_path: Path) -> None:
+    from jackin.cli import fleet as fleet_cli
+
+    path = tmp_path / "f.yaml"
+    path.write_text(spec_text(mounts=MOUNTS))
+    with pytest.raises(SpecError, match="mount of /home/me/.aws is refused"):
+        fleet_cli.fleet_validate(str(path))
+    path.write_text(spec_text(mounts=MOUNTS.replace("target: /aws}", "target: /aws, acknowledge_credentials: true}")))
+    fleet_cli.fleet_validate(str(path))  # the positive control: acknowledged, it passes
+
+
 def test_an_acknowledged_mount_and_a_plain_one_pass(tmp_path: Path) -> None:
     acknowledged = MOUNTS.replace("target: /aws}", "target: /aws, acknowledge_credentials: true}")
     check(fleet(tmp_path, credentials="", mounts=acknowledged))

@@ -3,6 +3,7 @@ parsers, defaults, YAML 1.2 semantics and immutability."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pydantic
@@ -211,6 +212,27 @@ def test_missing_file_is_a_spec_error(tmp_path):
     assert caught.value.exit_code == 2
     assert str(caught.value) == f"{missing}: no such inventory file"
     assert caught.value.hint
+
+
+def test_an_inventory_that_is_not_utf8_names_the_byte_and_its_offset(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("fleet:\n  name: caf".encode() + b"\xe9\n")
+    with pytest.raises(SpecError) as caught:
+        load_inventory(path)
+    assert caught.value.message == (f"{path}: the inventory is not UTF-8 text: byte 0xe9 at byte offset 18 "
+                                    "(invalid continuation byte)")  # fmt: skip
+
+
+def test_the_inventory_knows_its_directory_and_the_fleets_hosts(tmp_path):
+    path = tmp_path / "conf" / "f.yaml"
+    path.parent.mkdir()
+    path.write_text(STATIC.read_text())
+    inv = load_inventory(path)
+    assert inv.source_dir == str(tmp_path / "conf")
+    assert inv.fleet_host_names() == ["builder-1", "builder-2"]  # the group builders; not the bastion
+    assert Inventory.model_validate(inv.model_dump()).source_dir == os.getcwd()  # not read from a file
+    renamed = inv.model_copy(update={"fleet": inv.fleet.model_copy(update={"name": "other"})})
+    assert renamed.source_dir == str(tmp_path / "conf")  # a rollback's stored fleet keeps the file's directory
 
 
 # --- the example inventories -------------------------------------------------

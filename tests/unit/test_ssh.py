@@ -135,3 +135,13 @@ def test_auth_uses_only_the_inventory_key(known_hosts: Path) -> None:
         "look_for_keys": False, "allow_agent": False, "banner_timeout": 3, "auth_timeout": 3,
         "key_filename": str(Path("~/k").expanduser()),
     }  # fmt: skip
+
+
+def test_a_pinned_key_that_does_not_decode_is_a_host_key_error_not_a_traceback(tmp_path: Path) -> None:
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text(f"[127.0.0.1]:{closed_port()} ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDocumentationOnly0\n")
+    target = SshTarget(name="web-1", address="127.0.0.1", port=closed_port(), known_hosts=known_hosts)
+    with pytest.raises(HostKeyError) as caught:
+        connect(target, timeout=2)
+    assert caught.value.host == "web-1" and caught.value.exit_code == 3
+    assert caught.value.message.startswith(f"a pinned host key in {known_hosts} is not a valid key: [127.0.0.1]:")

@@ -124,6 +124,15 @@ def test_fleet_validate_exits_2_on_a_missing_repository(tmp_path: Path, capsys) 
     assert f"agent coder: work.repo {tmp_path}/nowhere does not exist" in " ".join(capsys.readouterr().err.split())
 
 
+def test_a_task_file_that_is_not_utf8_names_the_byte_and_its_offset(tmp_path: Path) -> None:
+    make_repo(tmp_path / "src")
+    (tmp_path / "t.md").write_bytes(b"fix the \xc3(bug\n")
+    with pytest.raises(work.WorkError) as caught:
+        work.check(inventory(tmp_path, "{repo: src, task_file: t.md}").fleet)
+    assert caught.value.message == (f"agent coder: work.task_file {tmp_path}/t.md is not UTF-8 text: byte 0xc3 at "
+                                    "byte offset 8 (invalid continuation byte)")  # fmt: skip
+
+
 def test_fleet_up_checks_work_before_it_opens_the_ledger(tmp_path: Path, monkeypatch) -> None:
     import jackin.lifecycle.fleet as fleet_api
 

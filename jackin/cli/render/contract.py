@@ -29,7 +29,12 @@ def _agent_contract(contract: FleetContract, agent: AgentContract) -> Table:
                                       f"{', acknowledged credential-like' if m.acknowledged_credentials else ''})"
                                       for m in agent.mounts))  # fmt: skip
     table.add_row("credentials", "\n".join(f"{c.name}: file {c.container_path}, mode {c.mode}, owner {c.owner}"
+                                           + (f"; read from {c.source_path}" if c.source_path else "")
                                            for c in agent.credentials) or "none")  # fmt: skip
+    if agent.work is not None:
+        w = agent.work
+        task = f"the file {w.task_path}" if w.task_path else "text in the spec"
+        table.add_row("work", f"{w.repo} at {w.ref}, on branch {w.branch}; task: {task}")
     table.add_row("network", Text(_network_line(agent.network)))
     table.add_row("docker", f"{agent.docker.access}: {agent.docker.detail}"
                             + "".join(f"\n{line}" for line in agent.docker.apparmor))  # fmt: skip
