@@ -16,6 +16,7 @@
     ├── StateError (ValueError)  exit 1   a host's state read is malformed (facts.state)
     ├── TransferError            exit 1   a snapshot repository could not be copied (snapshots.mirror)
     ├── NotBlocked               exit 1   agent.answer: the agent is not waiting for an answer (agents.answer)
+    ├── BundleRefused            exit 1   an agent's bundle failed git fsck --strict; nothing fetched (work.quarantine)
     └── RollbackStopped          exit 1   a later step of fleet.rollback could not run (lifecycle.rollback)
 
 Anything else escaping to the CLI is a bug and may show its traceback.

@@ -39,6 +39,7 @@ import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 from pydantic import BaseModel, ConfigDict
 
@@ -76,19 +77,26 @@ class Prepared(BaseModel):
 
 
 def git(*args: str, cwd: str | Path | None = None, check: bool = True, input: bytes | None = None,
-        timeout: float = GIT_TIMEOUT) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+        timeout: float = GIT_TIMEOUT, isolated: bool = False,
+        output: BinaryIO | None = None) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
     """Run git on this machine with no terminal prompt and no pager, bounded by ``timeout``; raises
-    WorkError with git's own message unless ``check=False``."""
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "LC_ALL": "C"}
+    WorkError with git's own message unless ``check=False``. ``isolated``: no git configuration but the
+    repository's own and no ``GIT_*`` variable of this process (the operator's settings cannot turn a
+    check off); ``output``: git's stdout and stderr go there (a file), not into memory."""
+    env = {k: v for k, v in os.environ.items() if not (isolated and k.startswith("GIT_"))}
+    env |= {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "LC_ALL": "C"}
+    if isolated:
+        env |= {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+    streams: dict = {"capture_output": True} if output is None else {"stdout": output, "stderr": subprocess.STDOUT}
     try:
-        done = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True, env=env,
-                              timeout=timeout, check=False)  # fmt: skip
+        done = subprocess.run(["git", *args], cwd=cwd, input=input, env=env, timeout=timeout, check=False,
+                              **streams)  # fmt: skip
     except FileNotFoundError:
         raise WorkError("git is not installed on this machine", hint="install git: work is bundled here") from None
     except subprocess.TimeoutExpired:
         raise WorkError(f"git {args[0]} took longer than {timeout:.0f}s") from None
     if check and done.returncode != 0:
-        raise WorkError(f"git {' '.join(args[:2])} failed: {_tail(done.stderr)}")
+        raise WorkError(f"git {' '.join(args[:2])} failed: {_tail(done.stderr or b'')}")
     return done
 
 

@@ -7,10 +7,12 @@ and its branch as a git bundle. Every read runs *inside the agent's container as
 (``docker exec --user UID:GID``), capped in size (``head -c``, a byte cap on the bundle stream):
 root never follows a path the agent controls, and every name in those commands (container,
 uid, the branch ``jackin/<instance>``) is jackin's own, quoted. On this machine the bundle is
-checked (``git bundle verify``) and fetched, with ``transfer.fsckObjects``, under
+streamed into a file of a quarantine repository (never held whole in memory), checked there with
+``git fsck --strict`` and only then fetched (``jackin.work.quarantine``) under
 ``refs/jackin/<fleet>/<host>/<instance>`` into the local repository: the agent's source
 repository when it is a local path (refs only: its branches, index and worktree are never
-touched), else a bare repository under the state dir; ``into`` overrides. The handoff is kept
+touched), else a bare repository under the state dir; ``into`` overrides. A bundle that fails the
+check fails that agent's collection alone, naming fsck's message ids. The handoff is kept
 at ``<state dir>/work/<fleet>/handoffs/<host>/<instance>.md`` and checked for evidence
 (``jackin.work.handoffs``). Each collection is recorded in the ledger (``collections``).
 
@@ -23,11 +25,10 @@ import json
 import math
 import os
 import shlex
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,7 +44,7 @@ from jackin.store.ledger import Ledger
 from jackin.transport import channel as reader
 from jackin.transport import fanout
 from jackin.transport.ssh import SshTarget, connect
-from jackin.work import handoffs
+from jackin.work import handoffs, quarantine
 from jackin.work.bundles import WorkError, git
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class AgentCollect(BaseModel):
     source_commit: str | None = None  # the commit the agent started from (its work.json)
     handoff: str | None = None  # where the handoff was kept on this machine
     evidence: handoffs.Evidence | None = None
+    checks: list[str] = Field(default_factory=list)  # git fsck's message ids that refused its bundle
 
 
 class CollectReport(BaseModel):
@@ -165,24 +167,6 @@ def local_repo(inventory: Inventory, agent: str, into: str | None) -> str:
     return str(path)
 
 
-def fetch(repo: str, bundle: bytes, branch: str, ref: str) -> str:
-    """Verify ``bundle`` and fetch its ``branch`` into ``repo`` as ``ref`` (only that ref changes); the commit."""
-    with tempfile.TemporaryDirectory(prefix="jackin-collect-") as scratch:
-        path = Path(scratch) / "agent.bundle"
-        path.write_bytes(bundle)
-        verify = git("-C", repo, "bundle", "verify", "--quiet", str(path), check=False)
-        if verify.returncode != 0:
-            raise WorkError(f"the agent's bundle does not verify: {verify.stderr.decode(errors='replace')[-300:]}")
-        fetched = git("-C", repo, "-c", "transfer.fsckObjects=true", "-c", "fetch.fsckObjects=true", "-c",
-                      "gc.auto=0", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
-                      str(path), f"+refs/heads/{branch}:{ref}", check=False)  # fmt: skip
-        if fetched.returncode != 0:
-            raise WorkError(f"the agent's bundle cannot be fetched into {repo}: "
-                            f"{' '.join(fetched.stderr.decode(errors='replace').split())[-300:]}")  # fmt: skip
-    commit = git("-C", repo, "rev-parse", "--verify", f"{ref}^{{commit}}").stdout.decode().strip()
-    return commit
-
-
 def on_branch(repo: str, ref: str, since: str | None = None) -> Callable[[str], str | None]:
     """``handoffs.check``'s lookup: a word naming a commit reachable from ``ref`` -> its full id.
     ``since``: the commit the agent started from; a commit already in it is not the agent's work."""
@@ -208,21 +192,31 @@ def handoff_path(fleet: str, host: str, instance: str) -> Path:
 # --- the remote side ----------------------------------------------------------------------
 
 
-def _exec(
-    conn: Connection, command: str, *, cap: int, host: str, timeout: float = READ_TIMEOUT
-) -> tuple[int, bytes, bytes]:
-    """Run ``command`` on the host; its stdout as bytes (more than ``cap`` is an error), stderr, exit."""
+def _exec(conn: Connection, command: str, *, cap: int, host: str, timeout: float = READ_TIMEOUT,
+          into: BinaryIO | None = None) -> tuple[int, bytes, bytes]:  # fmt: skip
+    """Run ``command`` on the host; its exit, stdout as bytes (or, with ``into``, written there as it
+    comes and never held whole: b""), stderr. More than ``cap`` bytes of stdout is an error, found
+    before they are kept."""
     transport = conn.client.get_transport()
     if transport is None or not transport.is_active():
         raise ConnectError("the SSH connection is closed", host=host)
     channel = transport.open_session()
     channel.settimeout(timeout)
     out, err = bytearray(), bytearray()
+    size = 0
 
     def stdout(data: bytes) -> None:
-        out.extend(data)
-        if len(out) > cap:
+        nonlocal size
+        size += len(data)
+        if size > cap:
             raise RemoteCommandError(f"output larger than {cap} bytes: refused", host=host)
+        if into is None:
+            out.extend(data)
+            return
+        try:
+            into.write(data)
+        except OSError as error:  # this machine's disk, not the connection
+            raise WorkError(f"the output cannot be written here: {error.strerror or error}") from None
 
     def stderr(data: bytes) -> None:
         err.extend(data[: max(0, 65536 - len(err))])
@@ -292,14 +286,9 @@ def _one(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, h
     try:
         result.source_commit = _started_from(read_file(conn, agent, f"{planning.WORK_TARGET}/work.json", 4096,
                                                        host=host))  # fmt: skip
-        code, bundle, err = _exec(conn, as_agent(agent, "git", "-C", REPO_DIR, "bundle", "create", "--quiet", "-",
-                                                 f"refs/heads/{agent.work.branch}"), cap=MAX_BUNDLE, host=host)  # fmt: skip
-        if code != 0:
-            raise RemoteCommandError(f"git bundle create failed in the container (exit {code}): "
-                                     f"{err.decode(errors='replace').strip()[:300]}", host=host)  # fmt: skip
         result.repo = local_repo(inventory, agent.agent, into)
         result.ref = ref_name(fleet, host, agent.instance)
-        result.commit = fetch(result.repo, bundle, agent.work.branch, result.ref)
+        result.commit = _bring_branch(conn, agent, agent.work.branch, result.repo, result.ref, host=host)
         text = read_file(conn, agent, HANDOFF_FILE, handoffs.MAX_HANDOFF, host=host)
         path = handoff_path(fleet, host, agent.instance)
         if text is not None:
@@ -310,9 +299,25 @@ def _one(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, h
         result.evidence = handoffs.check(None if text is None else text.decode(errors="replace"),
                                          on_branch(result.repo, result.ref, result.source_commit))  # fmt: skip
         result.result = "collected"
+    except quarantine.BundleRefused as error:
+        result.result, result.reason, result.checks = "failed", clean(error.message, 500), error.checks
     except JackinError as error:
         result.result, result.reason = "failed", clean(error.message, 500)  # it may carry the container's stderr
     return result
+
+
+def _bring_branch(conn: Connection, agent: planning.AgentPlan, branch: str, repo: str, ref: str, *,
+                  host: str) -> str:  # fmt: skip
+    """The agent's ``branch`` streamed as a bundle into a quarantine of ``repo``, checked there, then
+    fetched into ``repo`` as ``ref`` (``jackin.work.quarantine``); its commit."""
+    with quarantine.opened(repo) as place:
+        with place.bundle.open("wb") as handle:
+            code, _, err = _exec(conn, as_agent(agent, "git", "-C", REPO_DIR, "bundle", "create", "--quiet", "-",
+                                                f"refs/heads/{branch}"), cap=MAX_BUNDLE, host=host, into=handle)  # fmt: skip
+        if code != 0:
+            raise RemoteCommandError(f"git bundle create failed in the container (exit {code}): "
+                                     f"{err.decode(errors='replace').strip()[:300]}", host=host)  # fmt: skip
+        return place.land(branch, ref)
 
 
 def _host(target: SshTarget, inventory: Inventory, agents: list[planning.AgentPlan], *, into: str | None,
@@ -357,7 +362,8 @@ def collect(inventory: Inventory, *, agents: Sequence[str] | None = None, into: 
                                          repo=item.repo, ref=item.ref, commit_id=item.commit,
                                          source_commit=item.source_commit, handoff=item.handoff,
                                          evidence=item.evidence.label if item.evidence else None,
-                                         detail={"reason": item.reason} if item.reason else None)  # fmt: skip
+                                         detail={"reason": item.reason, **({"checks": item.checks} if item.checks else {})}
+                                         if item.reason else None)  # fmt: skip
     return report
 
 

@@ -5,6 +5,10 @@ own refs in the operator's repository with their handoffs, and fleet.review list
 Also the edge of the spec: a repository path that does not exist, or a task file that is missing,
 fails fleet.validate and fleet.up (exit 2) before anything is touched: lab, hosts and ledger.
 
+And the quarantine of collection: an agent whose branch holds objects ``git fsck --strict`` refuses (a
+``.git/hooks/post-checkout`` tree, a ``.gitmodules`` url ``--upload-pack=...``) is refused by fleet.collect
+naming both checks, the operator's repository unchanged, while the other agent's new commit lands.
+
 One 1-host lab and one fleet (2 demo agents) for the module; the tests run in order.
 """
 
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 import sqlite3
 import subprocess
 import time
@@ -206,6 +211,59 @@ def test_a_handoff_without_evidence_is_flagged_and_shown_in_review(wfleet: Fleet
                                             "the Commit section names no commit id"]  # fmt: skip
     rows = {r["instance"]: r for r in json.loads(inv("fleet.review", "-i", str(wfleet.spec), "--json").stdout)["rows"]}
     assert rows["coder-1"]["evidence"].startswith("without evidence: ") and rows["reviewer-1"]["evidence"] == "ok"
+
+
+# Run by the agent in its repository: a commit on its branch whose tree holds .git/hooks/post-checkout
+# (fsck's hasDotgit) and a .gitmodules whose url is an option (gitmodulesUrl), made with git plumbing.
+PLANT = r"""set -e
+cd /workspace/repo
+export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=agent@x GIT_COMMITTER_NAME=agent GIT_COMMITTER_EMAIL=agent@x
+hook=$(printf '#!/bin/sh\ntouch /tmp/pwned\n' | git hash-object -w --stdin)
+hooks=$(printf '100755 blob %s\tpost-checkout\n' "$hook" | git mktree)
+dotgit=$(printf '040000 tree %s\thooks\n' "$hooks" | git mktree)
+modules=$(printf '[submodule "x"]\n\tpath = x\n\turl = --upload-pack=touch /tmp/pwned\n' | git hash-object -w --stdin)
+tree=$({ git ls-tree HEAD; printf '040000 tree %s\t.git\n100644 blob %s\t.gitmodules\n' "$dotgit" "$modules"; } | git mktree)
+commit=$(git commit-tree "$tree" -p refs/heads/jackin/coder-1 -m planted </dev/null)
+git update-ref refs/heads/jackin/coder-1 "$commit"
+echo "$commit $tree $dotgit $hooks $hook $modules"
+"""
+MORE = """set -e
+cd /workspace/repo
+echo 'one more look' >> REVIEW.md
+git -c user.name=agent -c user.email=agent@x commit -qam 'one more look'
+git rev-parse HEAD
+"""
+
+
+def as_agent(fleet: Fleet, container: str, script: str) -> str:
+    uid = fleet.uid(container)
+    return sh(fleet.lab, f"docker exec --user {uid}:{uid} {container} sh -c {shlex.quote(script)}").stdout.strip()
+
+
+def test_collect_refuses_a_branch_that_fails_fsck_and_collects_the_other_agent(wfleet: Fleet) -> None:
+    repo = str(wfleet.repo)
+    planted = as_agent(wfleet, wfleet.coder, PLANT).split()
+    newer = as_agent(wfleet, wfleet.reviewer, MORE)  # the positive control: a clean new commit
+    before = (git("-C", repo, "for-each-ref"), git("-C", repo, "count-objects", "-v"))
+    done = inv("fleet.collect", "-i", str(wfleet.spec), "--agent", "coder-1", "--json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    (item,) = json.loads(done.stdout)["agents"]
+    assert (item["instance"], item["result"], item["checks"]) == ("coder-1", "failed", ["gitmodulesUrl", "hasDotgit"])
+    assert "fails git fsck --strict (gitmodulesUrl, hasDotgit): refused" in item["reason"]
+    assert (git("-C", repo, "for-each-ref"), git("-C", repo, "count-objects", "-v")) == before
+    # The same run over both agents: the reviewer's new commit lands, the coder's ref keeps its clean commit.
+    done = inv("fleet.collect", "-i", str(wfleet.spec), "--json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    by = {a["instance"]: a for a in json.loads(done.stdout)["agents"]}
+    assert (by["coder-1"]["result"], by["coder-1"]["checks"]) == ("failed", ["gitmodulesUrl", "hasDotgit"])
+    assert (by["reviewer-1"]["result"], by["reviewer-1"]["commit"]) == ("collected", newer)
+    reviewer_ref = by["reviewer-1"]["ref"]
+    old = {line.split()[2]: line.split()[0] for line in before[0].splitlines()}
+    now = {line.split()[2]: line.split()[0] for line in git("-C", repo, "for-each-ref").splitlines()}
+    assert now == {**old, reviewer_ref: newer} and old[reviewer_ref] != newer
+    for oid in planted:
+        assert subprocess.run(["git", "-C", repo, "cat-file", "-e", oid]).returncode != 0, oid
+    assert list((wfleet.repo / ".git").glob("jackin-quarantine-*")) == []
 
 
 def files_seen(fleet: Fleet) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Handoffs: the evidence check, and fetching an agent's bundle under its own ref (refs only)."""
+"""Handoffs: the evidence check, and fetching an agent's bundle under its own ref (refs only) through its
+quarantine (tests/unit/test_collect_quarantine.py: what the quarantine refuses)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from jackin.work import collect
 from jackin.work import handoffs
 from jackin.errors import SpecError
 from jackin.work.bundles import WorkError
+
+from .test_collect_quarantine import land as fetch  # through a quarantine, as fleet.collect does
 
 GOOD = """# Handoff from coder-1
 
@@ -101,7 +104,7 @@ def test_fetch_adds_only_the_agents_ref_and_the_evidence_check_finds_the_commit(
     (src / "dirty").write_text("uncommitted\n")  # the operator's worktree, index and branches stay as they are
     before = (git("-C", str(src), "status", "--porcelain"), git("-C", str(src), "branch", "--list"))
     ref = collect.ref_name("demo", "host-1", "coder-1")
-    assert collect.fetch(str(src), data, "jackin/coder-1", ref) == head
+    assert fetch(src, data, "jackin/coder-1", ref) == head
     assert git("-C", str(src), "for-each-ref", "--format=%(refname) %(objectname)") == (
         f"refs/heads/main {base}\n{ref} {head}")
     assert (git("-C", str(src), "status", "--porcelain"), git("-C", str(src), "branch", "--list")) == before
@@ -115,7 +118,7 @@ def test_fetch_adds_only_the_agents_ref_and_the_evidence_check_finds_the_commit(
 def test_a_commit_not_on_the_branch_is_flagged(tmp_path: Path) -> None:
     src, base, head, data = _agent_bundle(tmp_path)
     ref = collect.ref_name("demo", "host-1", "coder-1")
-    collect.fetch(str(src), data, "jackin/coder-1", ref)
+    fetch(src, data, "jackin/coder-1", ref)
     (src / "c").write_text("c\n")
     git("-C", str(src), "add", "-A")
     git("-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "elsewhere")
@@ -126,8 +129,8 @@ def test_a_commit_not_on_the_branch_is_flagged(tmp_path: Path) -> None:
 
 def test_a_bundle_that_does_not_verify_is_refused(tmp_path: Path) -> None:
     src, _, _, data = _agent_bundle(tmp_path)
-    with pytest.raises(WorkError, match="does not verify|cannot be fetched"):
-        collect.fetch(str(src), data[:-200], "jackin/coder-1", "refs/jackin/demo/h/coder-1")
+    with pytest.raises(WorkError, match="does not verify|cannot be read"):
+        fetch(src, data[:-200], "jackin/coder-1", "refs/jackin/demo/h/coder-1")
     assert "refs/jackin" not in git("-C", str(src), "for-each-ref")
 
 
