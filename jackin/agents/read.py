@@ -126,7 +126,7 @@ def read_sections(output: str) -> dict[str, list[str]]:
 
 STATUS_FILE = ".jackin/status.json"  # the status file, under the agent's workspace (/workspace in its container)
 READ_WAIT = 2  # seconds one status file's read may take before its reader is killed (it never blocks: a backstop)
-READ_BUDGET = 3  # seconds all of a host's status-file reads may take (then 3 more at most): fleet.status's whole read has 8
+READ_BUDGET = 3  # seconds for all of a host's status files (+ the last one's READ_WAIT + 1): the read has 8
 
 
 def agents_command(fleet: str, *, root: str = ROOT) -> str:
