@@ -1,15 +1,17 @@
 """``agent.answer``: unblock a blocked agent by writing the operator's answer into its workspace.
 
-The answer is written AS THE AGENT, inside its container (``docker exec --user UID:GID``, the text on
-stdin, never in a command line), to ``/workspace/.jackin/answer.tmp`` and renamed over ``answer``: the
-agent's entrypoint consumes (removes) it and goes on. Refused, with nothing written, unless the agent's
-state (read in the same way as fleet.status) is ``blocked``.
+The answer is written AS THE AGENT, on its host, into its workspace (``jackin.facts.agent_files``'
+``WRITE``: switched to the container's uid:gid, the text on stdin, never in a command line): into
+``.jackin`` (checked to be inside the workspace), a file of a new name created exclusively, renamed
+over ``answer``, so nothing the agent planted (a FIFO at ``answer.tmp``, a link) is opened or
+followed; the agent's entrypoint consumes (removes) ``answer`` and goes on. Refused, with nothing
+written, unless the agent's state (read in the same way as fleet.status) is ``blocked``; a write the
+host refuses is that agent's error (exit 1), said in the host's words.
 """
 
 from __future__ import annotations
 
 import io
-import shlex
 from typing import BinaryIO
 
 from pydantic import BaseModel, ConfigDict
@@ -19,6 +21,7 @@ from jackin.agents import state as derivation
 from jackin.agents.read import agents_command, parse_agents
 from jackin.agents.state import AgentFacts
 from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecError
+from jackin.facts import agent_files
 from jackin.lab import providers
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory
@@ -27,8 +30,7 @@ from jackin.transport.remote import gather
 from jackin.transport.ssh import SshTarget, connect
 
 MAX_ANSWER = 16384  # bytes (UTF-8) of an answer
-ANSWER = "/workspace/.jackin/answer"
-WRITE = f"umask 077; mkdir -p /workspace/.jackin && cat > {ANSWER}.tmp && mv -f {ANSWER}.tmp {ANSWER}"
+ANSWER_DIR, ANSWER_NAME = ".jackin", "answer"  # /workspace/.jackin/answer in the agent's container
 
 
 class NotBlocked(JackinError):
@@ -124,7 +126,8 @@ def answer(spec: Inventory, instance: str, text: str, *, host: str | None = None
     state = found[chosen]
     assert not isinstance(state, JackinError)
     container = hostpaths.user_name(spec.fleet.name, instance)
-    deliver(next(t for t in targets if t.name == chosen), container, _user(facts[chosen], chosen), data)
+    workspace = f"{hostpaths.fleet_dir(spec.fleet.name)}/{instance}/workspace"
+    deliver(next(t for t in targets if t.name == chosen), workspace, _user(facts[chosen], chosen), data)
     return Answered(host=chosen, instance=instance, container=container, question=state.question, size=len(data))
 
 
@@ -137,9 +140,10 @@ def _user(facts: AgentFacts, host: str) -> str:
     return f"{int(uid)}:{int(gid)}"
 
 
-def deliver(target: SshTarget, container: str, user: str, data: bytes) -> None:
-    """Write ``data`` to the agent's answer file as ``user``, inside ``container`` (stdin, tmp + mv)."""
-    command = f"docker exec -i --user {shlex.quote(user)} {shlex.quote(container)} sh -c {shlex.quote(WRITE)}"
+def deliver(target: SshTarget, workspace: str, user: str, data: bytes) -> None:
+    """Write ``data`` to the agent's answer file as ``user`` (``uid:gid``), in ``workspace`` on the host."""
+    uid, _, gid = user.partition(":")
+    command = agent_files.write_command(int(uid), int(gid), workspace, ANSWER_DIR, ANSWER_NAME, cap=MAX_ANSWER)
     try:
         with connect(target) as conn:
             result = conn.run(command, hide=True, warn=True, timeout=30, in_stream=io.StringIO(data.decode("utf-8")))

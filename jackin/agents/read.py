@@ -7,8 +7,6 @@ file the role's entrypoint keeps, read as the agent. What the facts mean is ``ja
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import shlex
 from collections.abc import Mapping
@@ -19,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from jackin.agents import state as derivation
 from jackin.agents.state import AgentFacts, AgentState
 from jackin.errors import JackinError
+from jackin.facts import agent_files as files
 from jackin.facts import dockerapi
 from jackin.hostpaths import ROOT
 
@@ -120,18 +119,22 @@ def read_sections(output: str) -> dict[str, list[str]]:
 #
 # Inside the status read's CPU window (one round trip per host, the same docker inspect lines) and
 # read alone by fleet.wait each poll. Per container: its INSPECT_FORMAT line (state, exit code,
-# restarts, health with its last output), and the status file read AS THE
-# AGENT (setpriv to the container's uid:gid, never root following the agent's path), capped, base64
-# so that NULs, newlines or a "##" line in it cannot reach the section parser. Derivation: jackin/agents/state.py.
+# restarts, health with its last output), and the status file read AS THE AGENT, never blocking and
+# under a deadline (``jackin.facts.agent_files``: one perl process for the host's agents, a child
+# switched to each container's uid:gid), capped and hex-encoded so that NULs, newlines or a "##" line
+# in it cannot reach the section parser. Derivation: jackin/agents/state.py.
 
 STATUS_FILE = ".jackin/status.json"  # the status file, under the agent's workspace (/workspace in its container)
+READ_WAIT = 2  # seconds one status file's read may take before its reader is killed (it never blocks: a backstop)
+READ_BUDGET = 3  # seconds for all of a host's status files (+ the last one's READ_WAIT + 1): the read has 8
 
 
 def agents_command(fleet: str, *, root: str = ROOT) -> str:
     """The agent-state read of ``fleet``'s containers on one host: sections ``##agents-now`` (the
     host's clock), ``##agents`` (one INSPECT_FORMAT line per container) and ``##agent-files`` (``<id>
-    <base64 of the status file's first MAX_STATUS+1 bytes>`` or ``<id> -``). A uid or gid below 1000,
-    or an instance label that is not a plain name, is never read (``-``)."""
+    <answer>``, ``jackin.facts.agent_files``: ``+HEX`` of the status file's first MAX_STATUS+1 bytes,
+    ``-`` none, ``!PROBLEM`` not read). A uid or gid below 1000, or an instance label that is not a
+    plain name, is never read (``-``)."""
     return (f"echo '##agents-now'; date +%s; {inspect_command(fleet)}[ -n \"$info\" ] || exit 0; "
             f"echo '##agents'; printf '%s\\n' \"$info\"; {agent_files(fleet, root=root)}")  # fmt: skip
 
@@ -139,10 +142,11 @@ def agents_command(fleet: str, *, root: str = ROOT) -> str:
 def agent_files(fleet: str, *, root: str = ROOT) -> str:
     """Shell: ``##agent-files`` for the containers in ``$info`` (INSPECT_FORMAT lines): each status
     file read as its agent (uid and gid from the container's user, both numeric and >= 1000; the
-    instance from its label, a plain name), never as root."""
-    path = f'{shlex.quote(f"{root}/{fleet}")}/"$inst"/workspace/{STATUS_FILE}'
+    instance from its label, a plain name), never as root, all of them by one reader."""
+    top = shlex.quote(f"{root}/{fleet}")
+    reader = files.read_shell(cap=derivation.MAX_STATUS, wait=READ_WAIT, budget=READ_BUDGET)
     return (
-        "echo '##agent-files'; printf '%s\\n' \"$info\" | while IFS='\t' read -r id _r user inst rest; do "
+        "echo '##agent-files'; printf '%s\\n' \"$info\" | { set --; while IFS='\t' read -r id _r user inst rest; do "
         # user and inst are JSON strings: only "..." is taken, its quotes removed (anything escaped fails below)
         'case "$user" in \\"*\\") user=${user#\\"}; user=${user%\\"};; *) user=-;; esac; '
         'case "$inst" in \\"*\\") inst=${inst#\\"}; inst=${inst%\\"};; *) inst=-;; esac; '
@@ -150,8 +154,8 @@ def agent_files(fleet: str, *, root: str = ROOT) -> str:
         'case "$u" in ""|*[!0-9]*) ok=;; esac; case "$g" in ""|*[!0-9]*) ok=;; esac; '
         'case "$inst" in ""|-*|*[!a-z0-9-]*) ok=;; esac; '
         '{ [ -n "$ok" ] && [ "$u" -ge 1000 ] && [ "$g" -ge 1000 ]; } || { echo "$id -"; continue; }; '
-        f'b=$(setpriv --reuid="$u" --regid="$g" --clear-groups -- head -c {derivation.MAX_STATUS + 1} -- {path} '
-        '2>/dev/null | base64 -w0); echo "$id ${b:--}"; done; '
+        f'set -- "$@" "$id" "$u" "$g" {top}/"$inst"/workspace {STATUS_FILE}; done; '
+        f"[ $# -eq 0 ] || {{ {reader}; }}; }}; "
     )
 
 
@@ -164,31 +168,36 @@ def parse_agents(output: str, *, section: str = "agents") -> dict[str, AgentFact
     if len(now_lines) != 1 or not now_lines[0].isdigit():
         raise JackinError(f"agent state read: no host clock in the output ({now_lines[:1]!r})")
     now = float(now_lines[0])
-    files: dict[str, bytes | None] = {}
+    answers: dict[str, files.FileRead] = {}
     for line in sections.get("agent-files", []):
-        cid, _, data = line.partition(" ")
+        cid, _, answer = line.partition(" ")
         try:
-            files[cid] = None if data == "-" else base64.b64decode(data, validate=True) or None
-        except (binascii.Error, ValueError):
-            raise JackinError(f"agent state read: status file of container {cid[:12]} is not base64") from None
+            answers[cid] = files.parse_answer(answer)
+        except ValueError:
+            raise JackinError(f"agent state read: container {cid[:12]}'s status file answer does not parse") from None
+    # a container the section leaves out: its reader was cut short (none without the section: not read)
+    unanswered = files.FileRead(problem="not read: the host's read gave no answer for it")
+    missing = unanswered if "agent-files" in sections else files.FileRead()
     found: dict[str, AgentFacts] = {}
     for line in sections.get(section, []):
-        instance, facts = _agent_row(line, now, files)
+        instance, facts = _agent_row(line, now, answers, missing)
         if instance:
             found[instance] = facts
     return found
 
 
-def _agent_row(line: str, now: float, files: Mapping[str, bytes | None]) -> tuple[str | None, AgentFacts]:
+def _agent_row(line: str, now: float, answers: Mapping[str, files.FileRead], missing: files.FileRead
+               ) -> tuple[str | None, AgentFacts]:  # fmt: skip
     """(instance, facts) of one ``INSPECT_FORMAT`` line."""
     try:
         row = Inspected.of(line)
         state, health = row.state, row.state.get("Health") or {}
         log = health.get("Log") or []
+        read = answers.get(row.id, missing)
         facts = AgentFacts(
             container=str(state["Status"]), exit_code=int(state["ExitCode"]), restarts=row.restarts,
-            health=str(health.get("Status") or "none"), now=now, status=files.get(row.id), user=row.user or None,
-            health_output=str(log[-1].get("Output", "")) if log else None,
+            health=str(health.get("Status") or "none"), now=now, status=read.data, status_problem=read.problem,
+            user=row.user or None, health_output=str(log[-1].get("Output", "")) if log else None,
         )  # fmt: skip
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise JackinError(

@@ -12,7 +12,8 @@ agent, capped), and the host's clock. Output (``AgentState``): one of
     idle      the agent has no work
     stuck     not done/failed and: its heartbeat is older than the role's ``stale_after``, its
               healthcheck reports unhealthy, or its container is not running (stopped, restarting, paused)
-    unknown   no container, or no status file to read, or a malformed one (``message`` says which)
+    unknown   no container, or no status file, or one that could not be read (a FIFO, a link out of the
+              workspace...), or a malformed one (``message`` says which)
 
 The status file is the agent's (it controls every byte): it is parsed strictly (schema version 1, no
 unknown or duplicate keys, finite numbers, UTF-8) and its text is stripped of control characters
@@ -72,7 +73,8 @@ class AgentFacts(_Model):
     restarts: int = 0
     health: str = "none"  # healthy, unhealthy, starting; none (no healthcheck)
     health_output: str | None = None  # the last check's output
-    status: bytes | None = None  # the status file's bytes; None: missing, empty or unreadable
+    status: bytes | None = None  # the status file's bytes; None: missing, empty or not read
+    status_problem: str | None = None  # why it was not read ("is a FIFO, not a regular file"...); None: it was
     now: float  # the host's clock (epoch seconds)
 
 
@@ -136,7 +138,9 @@ def derive(facts: AgentFacts, *, stale_after: float = STALE_AFTER) -> AgentState
     health: dict[str, object] = {"health": facts.health, "health_output": clean(facts.health_output)}
     if facts.container == "missing":
         return AgentState(state="unknown", message="no container", **health)
-    document, problem = None, "no status file (missing, empty or unreadable)"
+    document, problem = None, "no status file (missing or empty)"
+    if facts.status_problem:
+        problem = f"status file {clean(facts.status_problem, 300)}"
     if facts.status is not None:
         try:
             document = parse_status_file(facts.status)

@@ -69,3 +69,25 @@ def as_agent(uid: int, gid: int, *argv: str) -> str:
     no capabilities are kept across the switch from root). For work inside the workspace:
     restoring a snapshot in place, delivering a repository."""
     return q("setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *argv)
+
+
+END_ROUNDS = 100  # rounds 0.1 s apart (10 s) before ``end_processes`` gives up
+
+
+def end_processes(uid: int) -> str:
+    """Shell: every process of ``uid`` ended (SIGKILL) and gone, or the command fails saying so.
+
+    While the kernel lists a process whose real, effective or saved uid is ``uid`` (``/proc/*/status``,
+    as ``userdel`` looks: zombies count until reaped), ``kill -1`` is sent AS THAT UID (``as_agent``):
+    it reaches exactly the processes the uid may signal, its own (in any pid namespace: a container's
+    too), never another user's, whatever pid was reused meanwhile. (``kill -1``'s own exit status
+    cannot say when none is left: Linux answers success while any other process exists.) For
+    teardown, before ``userdel``, which refuses a user with a live process: a process the agent left
+    on the host (before issue 18, a status read blocked on a FIFO) no longer keeps its user, home and
+    units there."""
+    u, sp = int(uid), "[[:space:]]"
+    listed = f"^Uid:{sp}+({u}|[0-9]+{sp}+{u}|[0-9]+{sp}+[0-9]+{sp}+{u}){sp}"
+    kill = as_agent(u, u, "sh", "-c", "kill -s KILL -- -1")
+    return (f"n=0; while grep -qE {shlex.quote(listed)} /proc/[0-9]*/status 2>/dev/null; do "
+            f"[ $n -lt {END_ROUNDS} ] || {{ echo 'processes of uid {u} do not end' >&2; exit 1; }}; "
+            f"{kill} 2>/dev/null; n=$((n + 1)); sleep 0.1; done")  # fmt: skip

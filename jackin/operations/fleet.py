@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from jackin.facts.state import HostState, PathInfo, User
 from jackin.hostpaths import ROOT, STATE_DIR
 from jackin.operations import changes, cow, credentials, restic, work
-from jackin.operations.agent_paths import home_commands, workspace_commands
+from jackin.operations.agent_paths import end_processes, home_commands, workspace_commands
 from jackin.operations.files import Command, Refused, write_files
 from jackin.operations.firewall import remove_commands
 from jackin.plan.fleet import BRIDGE_GATEWAY, AgentPlan, FleetPlan
@@ -198,8 +198,8 @@ def teardown_commands(plan: FleetPlan, state: HostState, *, keep_data: bool) -> 
     commands = [q("docker", "rm", "-f", *sorted(state.containers))] if state.containers else []
     if state.networks:
         commands.append(q("docker", "network", "rm", *sorted(state.networks)))
-    for user in _own_users(plan, state):
-        commands.append(q("userdel", user.name))
+    for user in _own_users(plan, state):  # its processes first: userdel refuses a user with one left
+        commands += [end_processes(user.uid), q("userdel", user.name)]
     # userdel removes a same-named primary group on most systems; make sure of it, and remove
     # a group whose useradd failed (it has no user).
     for group in state.fleet_groups(plan.fleet):  # a group whose useradd failed has no user

@@ -2,13 +2,16 @@
 (as data: the CLI renders it, jackin/cli/work.py).
 
 ``collect`` reads, over strict SSH (one Fabric connection per host, hosts in parallel), for each
-agent it collects: its status file, its ``work.json`` (the commit it started from), its handoff
-and its branch as a git bundle. Every read runs *inside the agent's container as the agent*
-(``docker exec --user UID:GID``), capped in size (``head -c``, a byte cap on the bundle stream):
-root never follows a path the agent controls, and every name in those commands (container,
-uid, the branch ``jackin/<instance>``) is jackin's own, quoted. On this machine the bundle is
-streamed into a file of a quarantine repository (never held whole in memory), checked there with
-``git fsck --strict`` and only then fetched (``jackin.work.quarantine``) under
+agent it collects: its status file, its handoff, its ``work.json`` (the commit it started from) and
+its branch as a git bundle. The status file and the handoff are read on the host *as the agent*,
+never blocking, checked to be regular files inside its workspace, capped and under a deadline
+(``jackin.facts.agent_files``): one that is a FIFO, a link out of the workspace or unreadable fails
+that agent's collection, saying so, before anything is fetched. ``work.json`` (root's, mounted
+read-only) and the bundle are read *inside the agent's container as the agent* (``docker exec --user
+UID:GID``, a byte cap on the stream): root never follows a path the agent controls, and every name
+in those commands (container, uid, the branch ``jackin/<instance>``) is jackin's own, quoted. On
+this machine the bundle is streamed into a file of a quarantine repository (never held whole in
+memory), checked there with ``git fsck --strict`` and only then fetched (``jackin.work.quarantine``) under
 ``refs/jackin/<fleet>/<host>/<instance>`` into the local repository: the agent's source
 repository when it is a local path (refs only: its branches, index and worktree are never
 touched), else a bare repository under the state dir; ``into`` overrides. A bundle that fails the
@@ -25,6 +28,7 @@ import json
 import math
 import os
 import shlex
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.agents.state import clean
 from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecError
+from jackin.facts import agent_files
 from jackin.lab.providers import targets
 from jackin.paths import private_dir, state_dir
 from jackin.plan import fleet as planning
@@ -52,8 +57,8 @@ if TYPE_CHECKING:
 
 MAX_BUNDLE = 512 * 1024 * 1024
 MAX_STATUS = 64 * 1024
-STATUS_FILE = "/workspace/.jackin/status.json"
-HANDOFF_FILE = "/workspace/.jackin/handoff.md"
+STATUS_FILE = ".jackin/status.json"  # in the agent's workspace (/workspace in its container)
+HANDOFF_FILE = ".jackin/handoff.md"
 REPO_DIR = "/workspace/repo"
 READ_TIMEOUT = 600
 _SSH_FAULTS = (Exception,)  # over SSH, any fault of a host (paramiko raises many kinds) is that host's error
@@ -240,14 +245,35 @@ def as_agent(agent: planning.AgentPlan, *argv: str) -> str:
 
 
 def read_file(conn: Connection, agent: planning.AgentPlan, path: str, cap: int, *, host: str) -> bytes | None:
-    """A file in the agent's container, read as the agent and capped; None when it cannot be read."""
+    """A file in the agent's container (jackin's own, read-only: ``work.json``), read as the agent and
+    capped; None when it cannot be read."""
     code, out, _ = _exec(conn, as_agent(agent, "head", "-c", str(cap), path), cap=cap, host=host, timeout=30)
     return out if code == 0 else None
 
 
+def read_workspace_file(conn: Connection, agent: planning.AgentPlan, relative: str, cap: int, *,
+                        host: str) -> bytes | None:  # fmt: skip
+    """A file of the agent's workspace (``relative`` to it), read on the host as the agent (see the
+    module's docstring): its first ``cap`` bytes, or None when there is no such file (or it is empty).
+    RemoteCommandError when it cannot be read: a FIFO, a link out of the workspace, a denied open..."""
+    command = agent_files.read_command([("file", agent.uid, agent.uid, agent.workspace, relative)], cap=cap)
+    code, out, err = _exec(conn, command, cap=2 * cap + 4096, host=host, timeout=60)
+    try:
+        read = agent_files.parse_answers(out.decode("ascii")).get("file") if code == 0 else None
+    except (ValueError, UnicodeDecodeError):
+        read = None
+    if read is None:
+        tail = " ".join(err.decode(errors="replace").split())[-200:] or "no message"
+        raise RemoteCommandError(f"/workspace/{relative}: the host's reader failed (exit {code}): {tail}", host=host)
+    if read.problem:
+        raise RemoteCommandError(f"/workspace/{relative} {read.problem}", host=host)
+    return read.data[:cap] if read.data else None
+
+
 def read_status(conn: Connection, agent: planning.AgentPlan, *, host: str) -> dict:
-    """The agent's status file as a dict ({} when absent or not JSON)."""
-    data = read_file(conn, agent, STATUS_FILE, MAX_STATUS, host=host)
+    """The agent's status file as a dict ({} when absent or not JSON); RemoteCommandError when it
+    cannot be read (``read_workspace_file``)."""
+    data = read_workspace_file(conn, agent, STATUS_FILE, MAX_STATUS, host=host)
     try:
         found = json.loads(data or b"")
     except ValueError:
@@ -275,7 +301,11 @@ def _one(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, h
          asked: bool) -> AgentCollect:  # fmt: skip
     fleet = inventory.fleet.name
     result = AgentCollect(host=host, instance=agent.instance, agent=agent.agent)
-    status = read_status(conn, agent, host=host)
+    try:
+        status = read_status(conn, agent, host=host)
+    except JackinError as error:  # not read (a FIFO...): that agent's failure, nothing fetched
+        result.result, result.reason = "failed", clean(error.message, 500)
+        return result
     result.state = state_of(status)
     if not asked and result.state != "done":
         result.reason = f"state {result.state} (not done; --agent collects any state)"
@@ -284,12 +314,12 @@ def _one(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, h
         result.result, result.reason = "skipped", "the agent has no work in the spec"
         return result
     try:
+        text = read_workspace_file(conn, agent, HANDOFF_FILE, handoffs.MAX_HANDOFF, host=host)  # before any fetch
         result.source_commit = _started_from(read_file(conn, agent, f"{planning.WORK_TARGET}/work.json", 4096,
                                                        host=host))  # fmt: skip
         result.repo = local_repo(inventory, agent.agent, into)
         result.ref = ref_name(fleet, host, agent.instance)
         result.commit = _bring_branch(conn, agent, agent.work.branch, result.repo, result.ref, host=host)
-        text = read_file(conn, agent, HANDOFF_FILE, handoffs.MAX_HANDOFF, host=host)
         path = handoff_path(fleet, host, agent.instance)
         if text is not None:
             path.write_bytes(text)
@@ -404,7 +434,14 @@ def diff_stat(repo: str | None, source: str | None, ref: str | None) -> str | No
 
 def _live(target: SshTarget, agents: list[planning.AgentPlan]) -> dict[str, str]:
     with connect(target, timeout=10) as conn:
-        return {a.instance: state_of(read_status(conn, a, host=target.name)) for a in agents}
+        return {a.instance: _live_state(conn, a, host=target.name) for a in agents}
+
+
+def _live_state(conn: Connection, agent: planning.AgentPlan, *, host: str) -> str:
+    try:
+        return state_of(read_status(conn, agent, host=host))
+    except RemoteCommandError:  # its status file cannot be read (fleet.status says why)
+        return "unknown"
 
 
 def review(inventory: Inventory) -> Review:

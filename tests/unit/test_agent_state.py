@@ -135,7 +135,7 @@ def test_created_never_started_is_unknown() -> None:
 
 def test_no_status_file_is_unknown() -> None:
     got = derive(facts(None))
-    assert (got.state, got.message) == ("unknown", "no status file (missing, empty or unreadable)")
+    assert (got.state, got.message) == ("unknown", "no status file (missing or empty)")
 
 
 @pytest.mark.parametrize("raw, why", [

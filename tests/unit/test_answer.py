@@ -8,10 +8,10 @@ import os
 
 import pytest
 
+from jackin.facts import agent_files
 from jackin.agents.state import AgentFacts, AgentState
 from jackin.agents.answer import (
     MAX_ANSWER,
-    WRITE,
     NotBlocked,
     _user,
     check_instance,
@@ -111,11 +111,6 @@ def test_a_root_or_system_user_is_refused(user: str | None) -> None:
         _user(AgentFacts(container="running", user=user, now=0), "h1")
 
 
-def test_the_write_is_atomic_and_private() -> None:
-    assert WRITE == ("umask 077; mkdir -p /workspace/.jackin && cat > /workspace/.jackin/answer.tmp && "
-                     "mv -f /workspace/.jackin/answer.tmp /workspace/.jackin/answer")  # fmt: skip
-
-
 def test_deliver_sends_the_text_on_stdin_never_in_the_command(monkeypatch) -> None:
     from contextlib import contextmanager
     from types import SimpleNamespace
@@ -134,10 +129,13 @@ def test_deliver_sends_the_text_on_stdin_never_in_the_command(monkeypatch) -> No
         yield Conn()
 
     monkeypatch.setattr(answer, "connect", connect)
-    answer.deliver(SimpleNamespace(name="h1"), "jk-f--coder-1", "60000:60000", b"secret plan\n")
+    answer.deliver(SimpleNamespace(name="h1"), "/srv/jackin/f/coder-1/workspace", "60000:60001", b"secret plan\n")
     [(command, stdin)] = calls
     assert stdin == "secret plan\n" and "secret" not in command
-    assert command == f"docker exec -i --user 60000:60000 jk-f--coder-1 sh -c '{WRITE}'"
+    # written on the host as the agent, never blocking (tests/unit/test_agent_files.py runs the writer)
+    assert command == agent_files.write_command(60000, 60001, "/srv/jackin/f/coder-1/workspace", ".jackin", "answer",
+                                                cap=MAX_ANSWER)  # fmt: skip
+    assert command.endswith(" 60000 60001 /srv/jackin/f/coder-1/workspace .jackin answer 16384 20")
 
 
 def test_a_failed_delivery_is_that_hosts_error(monkeypatch) -> None:
@@ -147,10 +145,12 @@ def test_a_failed_delivery_is_that_hosts_error(monkeypatch) -> None:
     from jackin.agents import answer
     from jackin.errors import RemoteCommandError
 
+    STDERR = "cannot rename .jackin/answer.0123456789ab.tmp to .jackin/answer: Is a directory\n"
+
     @contextmanager
     def connect(target):
-        yield SimpleNamespace(run=lambda *a, **k: SimpleNamespace(exited=1, stderr="Error: No such container\n"))
+        yield SimpleNamespace(run=lambda *a, **k: SimpleNamespace(exited=1, stderr=STDERR))
 
     monkeypatch.setattr(answer, "connect", connect)
-    with pytest.raises(RemoteCommandError, match="answer not delivered \\(exit 1\\): Error: No such container"):
-        answer.deliver(SimpleNamespace(name="h1"), "c", "60000:60000", b"x\n")
+    with pytest.raises(RemoteCommandError, match="answer not delivered \\(exit 1\\): cannot rename .* Is a directory"):
+        answer.deliver(SimpleNamespace(name="h1"), "/w", "60000:60000", b"x\n")

@@ -168,3 +168,42 @@ def test_agents_are_chosen_by_instance_or_agent_and_an_unknown_name_is_exit_2() 
         collect.select(plan, ["nobody"])
     assert collect.as_agent(plan.agents[0], "head", "-c", "10", "/workspace/.jackin/handoff.md") == (
         "docker exec --user 60000:60000 jk-demo--coder-1 head -c 10 /workspace/.jackin/handoff.md")
+
+
+@pytest.mark.parametrize(("code", "out", "expected"), [
+    (0, b"file +68616e646f6666\n", b"handoff"),
+    (0, b"file -\n", None),
+    (0, b"file +\n", None),
+    (0, b"file +" + (b"x" * 9).hex().encode() + b"\n", b"x" * 8),  # cap + 1 bytes come (to tell "larger"): cap kept
+    (0, b"file !is a FIFO, not a regular file\n", "/workspace/.jackin/handoff.md is a FIFO, not a regular file"),
+    (0, b"file !leads outside the workspace\n", "/workspace/.jackin/handoff.md leads outside the workspace"),
+    (0, b"file ?\n", "/workspace/.jackin/handoff.md: the host's reader failed (exit 0): boom"),
+    (137, b"", "/workspace/.jackin/handoff.md: the host's reader failed (exit 137): boom"),
+])  # fmt: skip
+def test_a_workspace_file_is_read_on_the_host_as_the_agent(monkeypatch, code, out, expected) -> None:
+    """fleet.collect's reads of the handoff and the status file: the host's reader of files an agent controls
+    (jackin/facts/agent_files.py, run for real in tests/unit/test_agent_files.py), as the agent's uid, in its
+    workspace; a file it does not read fails that agent's collection with the reason."""
+    from jackin.errors import RemoteCommandError
+    from jackin.facts import agent_files
+    from jackin.plan.fleet import build
+    from jackin.spec import parse_inventory
+
+    spec = parse_inventory("fleet:\n  name: demo\n  provider: lab\n  agents:\n    - {name: coder}\n", "f.yaml").fleet
+    [agent] = build(spec, {"coder-1": 60000}).agents
+    sent = []
+
+    def run(conn, command, *, cap, host, timeout):
+        sent.append((command, cap))
+        return code, out, b"boom\n"
+
+    monkeypatch.setattr(collect, "_exec", run)
+    if isinstance(expected, str):
+        with pytest.raises(RemoteCommandError) as caught:
+            collect.read_workspace_file(None, agent, collect.HANDOFF_FILE, 8, host="h1")  # type: ignore[arg-type]
+        assert caught.value.message == expected
+    else:
+        assert collect.read_workspace_file(None, agent, collect.HANDOFF_FILE, 8, host="h1") == expected  # type: ignore[arg-type]
+    record = ("file", 60000, 60000, "/srv/jackin/demo/coder-1/workspace", ".jackin/handoff.md")
+    assert sent == [(agent_files.read_command([record], cap=8), 2 * 8 + 4096)]
+
