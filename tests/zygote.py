@@ -324,4 +324,5 @@ def _text(data: bytes) -> str:
 
 
 if __name__ == "__main__":
+    sys.path[0] = str(ROOT)  # run as a script, its own directory came first: this checkout's jackin, not an installed one
     serve(*sys.argv[1:]) if len(sys.argv) == 3 else serve("inv", sys.argv[1])

@@ -12,7 +12,7 @@ from jackin import lazy
 from jackin.cli import render as ui
 from jackin.cli.edge import count, host_errors
 from jackin.cli.render import agent as view
-from jackin.errors import EXIT_OK, worst
+from jackin.errors import EXIT_OK, SpecError, worst
 
 if TYPE_CHECKING:
     from jackin.agents import answer as answering
@@ -28,6 +28,8 @@ else:  # loaded by the first command that uses them (jackin.lazy)
 
 def agent_netcheck(inventory: str | None, agent: str, target: str, port: str | int | None, *, json: bool) -> int:
     """Every argument (the port, the target, the agent) is checked before any host is looked up (exit 2)."""
+    if port is not None and not str(port).strip():  # given, and empty: not the default
+        raise SpecError(f"--port expects a whole number from 1 to 65535, got {port!r}")
     number = count("--port", port, high=65535) or 443
     spec = fleet_api.load(inventory)
     agent_api.check_probe(spec, agent, target, number)

@@ -342,12 +342,37 @@ def _bring_branch(conn: Connection, agent: planning.AgentPlan, branch: str, repo
     fetched into ``repo`` as ``ref`` (``jackin.work.quarantine``); its commit."""
     with quarantine.opened(repo) as place:
         with place.bundle.open("wb") as handle:
-            code, _, err = _exec(conn, as_agent(agent, "git", "-C", REPO_DIR, "bundle", "create", "--quiet", "-",
-                                                f"refs/heads/{branch}"), cap=MAX_BUNDLE, host=host, into=handle)  # fmt: skip
+            code, _, err = _exec(conn, as_agent(agent, "sh", "-c", bundle_script(branch)), cap=MAX_BUNDLE, host=host,
+                                 into=handle)  # fmt: skip
+        said = clean(err.decode(errors="replace"), 300)
+        if code == FIFO_FOUND:
+            raise RemoteCommandError(f"the agent's repository holds a FIFO ({said}): git would wait on it, "
+                                     "so its branch was not bundled", host=host)  # fmt: skip
+        if code in (124, 137):
+            raise RemoteCommandError(f"git bundle create did not finish within {BUNDLE_WAIT} s in the container "
+                                     "and was stopped (a FIFO or a file that never ends in the agent's repository?)",
+                                     host=host)  # fmt: skip
         if code != 0:
-            raise RemoteCommandError(f"git bundle create failed in the container (exit {code}): "
-                                     f"{err.decode(errors='replace').strip()[:300]}", host=host)  # fmt: skip
+            raise RemoteCommandError(f"git bundle create failed in the container (exit {code}): {said}", host=host)
         return place.land(branch, ref)
+
+
+BUNDLE_WAIT = 300  # seconds git bundle create may run in the container before it is stopped there
+FIFO_FOUND = 97  # bundle_script's exit status when the repository's git directory holds a FIFO
+
+
+def bundle_script(branch: str) -> str:
+    """Run in the agent's container as the agent: refuse a git directory that holds a FIFO (git would
+    block opening it: a ref or an object that is one), then ``git bundle create`` of ``branch`` under a
+    deadline that ends it *in the container* (a FIFO planted after the look, a file that never ends), so
+    that one agent holds up its host's other collections by at most BUNDLE_WAIT, and leaves no git behind."""
+    git_dir = shlex.quote(f"{REPO_DIR}/.git")
+    return (
+        f"f=$(timeout -k 2 30 find {git_dir} -xdev -type p -print -quit 2>/dev/null); "
+        f'if [ -n "$f" ]; then printf %s "$f" >&2; exit {FIFO_FOUND}; fi; '
+        f"exec timeout -k 5 {BUNDLE_WAIT} git -C {shlex.quote(REPO_DIR)} bundle create --quiet - "
+        f"{shlex.quote(f'refs/heads/{branch}')}"
+    )
 
 
 def _host(target: SshTarget, inventory: Inventory, agents: list[planning.AgentPlan], *, into: str | None,

@@ -42,6 +42,8 @@ def test_agent_answer_refuses_stdin_that_is_not_utf8_naming_the_offset(tmp_path:
 def test_agent_netcheck_refuses_a_port_that_is_not_one_before_any_host(tmp_path: Path) -> None:
     code, _, err = inv("agent.netcheck", "coder-1", "192.0.2.1", "--port", "80;id", "-i", static(tmp_path, "nc"))
     assert (code, err.strip()) == (2, "error: --port expects a whole number from 1 to 65535, got '80;id'")
+    code, _, err = inv("agent.netcheck", "coder-1", "192.0.2.1", "--port", "", "-i", static(tmp_path, "nc"))
+    assert (code, err.strip()) == (2, "error: --port expects a whole number from 1 to 65535, got ''")  # not 443
 
 
 def test_fleet_validate_and_plan_refuse_more_agents_than_the_default_pools_hold(tmp_path: Path) -> None:

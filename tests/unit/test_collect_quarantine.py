@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shlex
 import subprocess
+import time
 import tracemalloc
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -267,20 +270,18 @@ def test_the_byte_cap_is_enforced_while_streaming(tmp_path: Path) -> None:
 
 
 def host(clones: dict[str, Path], base: str) -> Callable[[str], Iterable[bytes]]:
-    """One host's agents as fleet.collect reads them (``docker exec --user U:G CONTAINER ...``): each
-    container's status, work.json and handoff, and its branch bundled by the real ``git bundle create``
-    of a local clone (``clones``: container -> clone)."""
+    """One host's agents as fleet.collect reads them in their containers (``docker exec --user U:G
+    CONTAINER ...``): each container's work.json, and its branch bundled by the real ``git bundle
+    create`` of a local clone (``clones``: container -> clone). The status file and the handoff are
+    read on the host (``collect.read_workspace_file``), stood in for by the test."""
 
     def answer(command: str) -> Iterable[bytes]:
-        argv = command.split()
+        argv = shlex.split(command)
         container, what = argv[4], argv[5:]
-        if what[0] == "git":  # git -C /workspace/repo bundle create --quiet - refs/heads/jackin/<instance>
-            return [bundle_of(clones[container], what[-1].removeprefix("refs/heads/"))]
-        if what[-1].endswith("status.json"):
-            return [b'{"state": "done"}']
-        if what[-1].endswith("work.json"):
-            return [json.dumps({"commit": base}).encode()]
-        return [b"## What I did\n\nwork\n"]  # the handoff
+        if what[:2] == ["sh", "-c"]:  # collect.bundle_script: ... git -C /workspace/repo bundle create ... BRANCH
+            return [bundle_of(clones[container], what[2].split()[-1].removeprefix("refs/heads/"))]
+        assert what[-1].endswith("work.json"), command
+        return [json.dumps({"commit": base}).encode()]
 
     return answer
 
@@ -316,6 +317,10 @@ def test_fleet_collect_refuses_the_agent_whose_bundle_fails_fsck_and_collects_th
     def connect(target, timeout):
         yield connection(agents)
 
+    def workspace_file(conn, agent, relative, cap, *, host):  # read on the host by the perl reader (tested apart)
+        return b'{"state": "done"}' if relative.endswith("status.json") else b"## What I did\n\nwork\n"
+
+    monkeypatch.setattr(collect, "read_workspace_file", workspace_file)
     monkeypatch.setattr(collect, "Ledger", Ledger)
     monkeypatch.setattr(collect, "make_plan", lambda inventory, ledger, store: plan)
     monkeypatch.setattr(collect, "targets", lambda inventory, bring_up: [SimpleNamespace(name="h1")])
@@ -336,3 +341,25 @@ def test_fleet_collect_refuses_the_agent_whose_bundle_fails_fsck_and_collects_th
     assert leftovers(src) == []
     failed = next(kw for args, kw in recorded if args[2] == "coder-1")
     assert failed["detail"]["checks"] == ["gitmodulesUrl", "hasDotgit"] and failed["ref"] is not None
+
+
+def run_bundle_script(repo: Path, branch: str) -> subprocess.CompletedProcess:
+    """collect.bundle_script as the container runs it, on a local repository in place of /workspace/repo."""
+    script = collect.bundle_script(branch).replace(collect.REPO_DIR, str(repo))
+    return subprocess.run(["sh", "-c", script], capture_output=True, timeout=60)
+
+
+def test_the_bundle_script_bundles_a_branch_and_refuses_a_git_dir_holding_a_fifo(src: Path, tmp_path: Path) -> None:
+    clone = tmp_path / "agent"
+    commit = agent_clone(src, clone, "jackin/coder-1")
+    done = run_bundle_script(clone, "jackin/coder-1")  # control: a plain repository is bundled
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "b.bundle").write_bytes(done.stdout)
+    listed = subprocess.run(["git", "bundle", "list-heads", str(tmp_path / "b.bundle")], capture_output=True, text=True)
+    assert listed.stdout.split() == [commit, "refs/heads/jackin/coder-1"]
+    fifo = clone / ".git" / "refs" / "heads" / "jackin" / "x"
+    os.mkfifo(fifo)  # git would block opening it (a ref that is a FIFO)
+    started = time.monotonic()
+    refused = run_bundle_script(clone, "jackin/coder-1")
+    assert refused.returncode == collect.FIFO_FOUND and refused.stdout == b""
+    assert refused.stderr.decode() == str(fifo) and time.monotonic() - started < 20
