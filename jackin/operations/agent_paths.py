@@ -25,6 +25,7 @@ Pure: command strings only (no pyinfra), for operations and later the snapshot t
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
 HOME_MODE = "0750"
 WORKSPACE_MODE = "0700"
@@ -74,20 +75,24 @@ def as_agent(uid: int, gid: int, *argv: str) -> str:
 END_ROUNDS = 100  # rounds 0.1 s apart (10 s) before ``end_processes`` gives up
 
 
-def end_processes(uid: int) -> str:
-    """Shell: every process of ``uid`` ended (SIGKILL) and gone, or the command fails saying so.
+def end_processes(uids: Sequence[int]) -> str:
+    """Shell: every process of these uids ended (SIGKILL) and gone, or the command fails saying so.
 
-    While the kernel lists a process whose real, effective or saved uid is ``uid`` (``/proc/*/status``,
-    as ``userdel`` looks: zombies count until reaped), ``kill -1`` is sent AS THAT UID (``as_agent``):
-    it reaches exactly the processes the uid may signal, its own (in any pid namespace: a container's
-    too), never another user's, whatever pid was reused meanwhile. (``kill -1``'s own exit status
-    cannot say when none is left: Linux answers success while any other process exists.) For
-    teardown, before ``userdel``, which refuses a user with a live process: a process the agent left
-    on the host (before issue 18, a status read blocked on a FIFO) no longer keeps its user, home and
-    units there."""
-    u, sp = int(uid), "[[:space:]]"
-    listed = f"^Uid:{sp}+({u}|[0-9]+{sp}+{u}|[0-9]+{sp}+[0-9]+{sp}+{u}){sp}"
-    kill = as_agent(u, u, "sh", "-c", "kill -s KILL -- -1")
+    While the kernel lists a process whose real, effective or saved uid is one of them
+    (``/proc/*/status``, as ``userdel`` looks: zombies count until reaped; one ``grep`` for all, the
+    whole cost when none is left), ``kill -1`` is sent AS EACH UID (``setpriv``, as ``as_agent``):
+    it reaches exactly the processes that uid may signal, its own (in any pid namespace: a
+    container's too), never another user's, whatever pid was reused meanwhile. (``kill -1``'s own
+    exit status cannot say when none is left: Linux answers success while any other process
+    exists.) For teardown, before ``userdel``, which refuses a user with a live process: a process an
+    agent left on the host (before issue 18, a status read blocked on a FIFO) no longer keeps its
+    user, home and units there."""
+    ids = sorted({int(u) for u in uids})
+    if not ids:
+        return "true"
+    words, one, sp = " ".join(map(str, ids)), "|".join(map(str, ids)), "[[:space:]]"
+    listed = f"^Uid:{sp}+(({one})|[0-9]+{sp}+({one})|[0-9]+{sp}+[0-9]+{sp}+({one})){sp}"
+    kill = 'setpriv --reuid="$u" --regid="$u" --clear-groups -- sh -c \'kill -s KILL -- -1\' 2>/dev/null'
     return (f"n=0; while grep -qE {shlex.quote(listed)} /proc/[0-9]*/status 2>/dev/null; do "
-            f"[ $n -lt {END_ROUNDS} ] || {{ echo 'processes of uid {u} do not end' >&2; exit 1; }}; "
-            f"{kill} 2>/dev/null; n=$((n + 1)); sleep 0.1; done")  # fmt: skip
+            f"[ $n -lt {END_ROUNDS} ] || {{ echo 'processes of uids {words} do not end' >&2; exit 1; }}; "
+            f"for u in {words}; do {kill}; done; n=$((n + 1)); sleep 0.1; done")  # fmt: skip

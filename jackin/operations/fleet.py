@@ -198,8 +198,10 @@ def teardown_commands(plan: FleetPlan, state: HostState, *, keep_data: bool) -> 
     commands = [q("docker", "rm", "-f", *sorted(state.containers))] if state.containers else []
     if state.networks:
         commands.append(q("docker", "network", "rm", *sorted(state.networks)))
-    for user in _own_users(plan, state):  # its processes first: userdel refuses a user with one left
-        commands += [end_processes(user.uid), q("userdel", user.name)]
+    users = _own_users(plan, state)
+    if users:  # their processes first: userdel refuses a user with one left
+        commands.append(end_processes([u.uid for u in users]))
+    commands += [q("userdel", user.name) for user in users]
     # userdel removes a same-named primary group on most systems; make sure of it, and remove
     # a group whose useradd failed (it has no user).
     for group in state.fleet_groups(plan.fleet):  # a group whose useradd failed has no user

@@ -322,13 +322,13 @@ def test_the_marker_goes_by_sftp() -> None:
 FULL = present(*PLAN.agents, nft_table=False)
 
 
-def userdel(name: str, uid: int) -> list[str]:
-    """A user's removal: every process of its uid ended first (``end_processes``), then ``userdel``."""
-    return [end_processes(uid), f"userdel {name}"]
+def userdel(*users: tuple[str, int]) -> list[str]:
+    """The users' removal: every process of their uids ended first (``end_processes``), then ``userdel``."""
+    return [end_processes([uid for _, uid in users]), *(f"userdel {name}" for name, _ in users)]
 
 
 USERS_GROUPS = [
-    *userdel("jk-demo--coder-1", 60000), *userdel("jk-demo--coder-2", 60001),
+    *userdel(("jk-demo--coder-1", 60000), ("jk-demo--coder-2", 60001)),
     "! getent group jk-demo--coder-1 >/dev/null || groupdel jk-demo--coder-1",
     "! getent group jk-demo--coder-2 >/dev/null || groupdel jk-demo--coder-2",
 ]  # fmt: skip
@@ -355,7 +355,7 @@ def test_teardown_keep_data_leaves_the_fleet_dir() -> None:
 
 def test_teardown_only_what_is_there() -> None:
     state = HostState(users={CODER.user: user(CODER)}, marker=False)
-    assert teardown_commands(PLAN, state, keep_data=False) == userdel("jk-demo--coder-1", 60000)
+    assert teardown_commands(PLAN, state, keep_data=False) == userdel(("jk-demo--coder-1", 60000))
 
 
 def test_teardown_removes_only_users_of_the_fleet_by_range_comment_and_name() -> None:
@@ -373,14 +373,14 @@ def test_teardown_removes_only_users_of_the_fleet_by_range_comment_and_name() ->
         "jk-demo--z": user(CODER, name="jk-demo--z", uid=60997, gid=60997, comment="jackin/demo/z/.."),
     }  # fmt: skip
     commands = teardown_commands(PLAN, HostState(users=users), keep_data=False)
-    assert commands == [*userdel("jk-demo--coder-1", 60000), *userdel("jk-demo--old-1", 60100)]
+    assert commands == userdel(("jk-demo--coder-1", 60000), ("jk-demo--old-1", 60100))
 
 
 def test_teardown_of_a_gc_plan_takes_any_non_system_uid_of_the_fleet() -> None:
     users = {"jk-demo--out-1": user(CODER, name="jk-demo--out-1", uid=59000, gid=59000, comment="jackin/demo/out-1"),
              "jk-demo--sys-1": user(CODER, name="jk-demo--sys-1", uid=999, gid=999, comment="jackin/demo/sys-1")}
     gc = FleetPlan(fleet="demo", uid_min=0, uid_max=-1, agents=[])
-    assert teardown_commands(gc, HostState(users=users), keep_data=False) == userdel("jk-demo--out-1", 59000)
+    assert teardown_commands(gc, HostState(users=users), keep_data=False) == userdel(("jk-demo--out-1", 59000))
 
 
 def test_teardown_removes_every_group_named_for_the_fleet() -> None:
@@ -394,7 +394,7 @@ def test_teardown_leaves_another_fleets_groups() -> None:
     state = HostState(groups={"jk-demo--coder-1": 60000, "jk-demo-2--coder-1": 60005},
                       users={CODER.user: user(CODER)})  # fmt: skip
     commands = teardown_commands(PLAN, state, keep_data=False)
-    assert commands == [*USERS_GROUPS[:2], USERS_GROUPS[4]]
+    assert commands == [*userdel(("jk-demo--coder-1", 60000)), USERS_GROUPS[3]]
 
 
 def test_teardown_removes_a_fleet_group_without_its_user() -> None:
@@ -418,8 +418,8 @@ def test_teardown_of_a_gc_plan_removes_by_state_alone() -> None:
     """fleet.gc tears down with an agentless plan and an empty uid range: the state says what to remove."""
     gc = FleetPlan(fleet="demo", uid_min=0, uid_max=-1, agents=[])
     commands = teardown_commands(gc, FULL.model_copy(update={"groups": {}}), keep_data=False)
-    assert commands == [CONTAINERS_RM, NETWORKS_RM, *userdel("jk-demo--coder-1", 60000),
-                        *userdel("jk-demo--coder-2", 60001), *DATA_RM, *MARKER_RM]  # fmt: skip
+    assert commands == [CONTAINERS_RM, NETWORKS_RM, *userdel(("jk-demo--coder-1", 60000), ("jk-demo--coder-2", 60001)),
+                        *DATA_RM, *MARKER_RM]  # fmt: skip
 
 
 # --- agent_paths -----------------------------------------------------------------
@@ -500,11 +500,11 @@ def test_end_processes_ends_every_process_of_the_uid_and_no_other() -> None:
         deadline = time.monotonic() + 10  # each switched to its uid (one not yet switched would be missed)
         while any(os.stat(f"/proc/{p.pid}").st_uid != 61911 for p in agents) and time.monotonic() < deadline:
             time.sleep(0.01)
-        ending = subprocess.Popen(["sh", "-c", end_processes(61911)], stderr=subprocess.PIPE, text=True)
+        ending = subprocess.Popen(["sh", "-c", end_processes([61911, 61913])], stderr=subprocess.PIPE, text=True)
         assert [p.wait(timeout=10) for p in agents] == [-9, -9, -9]  # reaped here: gone for good
         assert ending.wait(timeout=10) == 0, ending.stderr.read() if ending.stderr else ""
         assert other.poll() is None  # another uid's process is not touched
-        again = subprocess.run(["sh", "-c", end_processes(61911)], capture_output=True, timeout=5)
+        again = subprocess.run(["sh", "-c", end_processes([61911])], capture_output=True, timeout=5)
         assert again.returncode == 0 and not again.stderr  # none left: nothing to do
     finally:
         for process in (*agents, other):
