@@ -36,6 +36,7 @@ stdin, a pipe from that process, reads end-of-file).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import importlib
 import json
@@ -177,13 +178,28 @@ def _waiter(kind: str, conn: socket.socket, request: dict, fds: list[int]) -> No
     for fd in fds:
         os.close(fd)
     try:
-        conn.sendall(f"pid {pid}\n".encode())
+        watched = [conn]
+        try:
+            conn.sendall(f"pid {pid}\n".encode())
+        except OSError:  # the client is gone already
+            watched = []
+            os.kill(pid, signal.SIGKILL)
         ended = os.pidfd_open(pid)
-        while ended not in wait_for([conn, ended], [], [])[0]:
-            if not conn.recv(1):  # the client sends nothing more: this is its end
+        while ended not in wait_for([*watched, ended], [], [])[0]:
+            try:
+                gone = not conn.recv(1)  # the client sends nothing more: readable is its end
+            except OSError:  # ECONNRESET: it was killed before it read its "pid" line
+                gone = True
+            if gone:
+                watched = []
                 os.kill(pid, signal.SIGKILL)
         _, status = waitpid(pid, 0)
-        conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+        with contextlib.suppress(OSError):
+            conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)  # never leave a run behind: its client can no longer end it
+        raise
     finally:
         os._exit(0)
 

@@ -7,7 +7,10 @@ run ended by a signal as subprocess does, and never loads gevent or pyinfra.
 
 from __future__ import annotations
 
+import json
 import os
+import select
+import socket
 import subprocess
 import sys
 import time
@@ -117,6 +120,23 @@ def test_a_run_past_its_timeout_is_killed_and_a_signal_is_a_negative_status(zygo
         zygote.run(["hang"], cwd=tmp_path, env=env(), timeout=1)
     assert zygote.run(["die"], cwd=tmp_path, env=env(), timeout=30).returncode == -15
     assert zygote.run(["--list"], cwd=ROOT, env=env(), timeout=30).returncode == 0  # it serves on
+
+
+def test_a_client_killed_before_it_reads_its_runs_pid_takes_the_run_with_it(zygote, tmp_path: Path) -> None:
+    """A client gone with the waiter's "pid" line unread: the waiter's read gets ECONNRESET, not an end of
+    file, and once left the run behind (an engine holding its client's pipes open, reparented to init)."""
+    (tmp_path / "tasks.py").write_text(TASKS)
+    out_r, out_w = os.pipe()
+    with open(os.devnull, "rb") as stdin, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(zygote.path)
+        message = json.dumps({"argv": ["hang"], "cwd": str(tmp_path), "env": env()}).encode() + b"\n"
+        socket.send_fds(conn, [message], [stdin.fileno(), out_w, out_w])
+        os.close(out_w)
+        select.select([conn], [], [], 30)  # the "pid" line has come; it is never read
+    started = time.monotonic()
+    ready, _, _ = select.select([out_r], [], [], 30)  # the run's end closes its copy of the pipe
+    assert ready and os.read(out_r, 1) == b"" and time.monotonic() - started < 30
+    os.close(out_r)
 
 
 def test_the_zygote_never_loads_gevent_or_pyinfra() -> None:
