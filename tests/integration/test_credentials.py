@@ -227,7 +227,10 @@ def test_a_changed_value_is_redelivered_and_seen_by_the_running_container(cfleet
     control = f"CONTROL-{secrets.token_hex(8)}"
     watcher = start_watch(cfleet, [cfleet.api_key, old, cfleet.gh_token], control)
     try:
-        sh(cfleet.lab, f"sh -c 'sleep 1' {control}")  # the positive control: a value in an argv is seen
+        # The positive control: a value in an argv is seen. It lives as long as the watcher (one of whose
+        # samples can take over a second on a loaded machine: a one-second control was once missed).
+        sh(cfleet.lab, "nohup sh -c 'while [ ! -e /root/jk-watch/stop ]; do sleep 0.2; done' "
+                       f"{control} >/dev/null 2>&1 &")  # fmt: skip
         done = up(cfleet, monkeypatch)
     finally:
         samples, hits, control_hits = stop_watch(cfleet, watcher)
