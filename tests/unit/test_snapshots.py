@@ -204,12 +204,12 @@ def _run_part(part: str, tmp_path, total: int) -> subprocess.CompletedProcess:
 
 
 def test_a_restore_that_would_leave_too_little_free_is_refused_with_the_numbers(tmp_path) -> None:
-    free = shutil.disk_usage(tmp_path).free
+    need = shutil.disk_usage(tmp_path).free + (1 << 40)  # a terabyte more than is free, whatever others free meanwhile
     ok = _run_part(host.room_commands(str(tmp_path / "restic"), "f1", "abc", None, 1 << 20), tmp_path, 1000)
     assert ok.returncode == 0 and ok.stdout == "through\n", ok.stderr  # control: room enough
-    refused = _run_part(host.room_commands(str(tmp_path / "restic"), "f1", "abc", None, 1 << 20), tmp_path, free)
-    assert refused.returncode == 1 and refused.stdout == "cleaned\n"
-    assert f"needs {free} bytes" in refused.stderr and "less than 1048576 (snapshots.min_free)" in refused.stderr
+    refused = _run_part(host.room_commands(str(tmp_path / "restic"), "f1", "abc", None, 1 << 20), tmp_path, need)
+    assert refused.returncode == 1 and refused.stdout == "cleaned\n", refused.stderr
+    assert f"needs {need} bytes" in refused.stderr and "less than 1048576 (snapshots.min_free)" in refused.stderr
 
 
 def test_restored_zeros_become_holes_again_and_small_files_and_links_are_left_alone(tmp_path) -> None:
