@@ -21,13 +21,13 @@ from jackin.agents import state as derivation
 from jackin.agents.read import Inspected, agent_files, agent_states, inspect_command, parse_agents, read_sections
 from jackin.agents.state import AgentState
 from jackin.errors import ConnectError, JackinError
-from jackin.hostpaths import GUARD, ROOT, check_timer, guard_unit, table_name, ttl_unit
+from jackin.hostpaths import GUARD, ROOT, WALL_TABLE, WALL_UNIT, check_timer, guard_unit, table_name, ttl_unit
 from jackin.lab.providers import provider_for
 from jackin.net.firewall import ident
 from jackin.paths import private_dir, state_dir
 from jackin.plan import ttl
 from jackin.plan.applied import in_place
-from jackin.plan.fleet import instances
+from jackin.plan.fleet import bridge_name, instances
 from jackin.plan.ttl import TtlStatus
 from jackin.plan.ttl import line as ttl_text
 from jackin.spec import Inventory
@@ -72,6 +72,9 @@ class HostStatus(_Model):
     guard: str | None = None  # the guard service (systemctl is-active): active, inactive, failed...
     guard_timer: str | None = None  # its backstop timer
     not_enforced: str | None = None  # why the agents' egress policy is not enforced here; None if it is
+    wall: str | None = None  # the wall under every fleet's table (jackin/net/wall.py): held, missing; None: not read
+    nat_bridges: list[str] | None = None  # bridges Docker masquerades (its NAT); None: not read (no iptables)
+    egress_broken: str | None = None  # why allowed egress cannot work here (Docker's NAT is gone); None if it can
     ttl_timer: str | None = None  # the time-to-live's timer (systemctl is-active; inactive: none here)
     agents: list[AgentStatus] = Field(default_factory=list)
 
@@ -113,7 +116,11 @@ def status_command(fleet: str, *, inside: str = "") -> str:
     units = [guard_unit(fleet), check_timer(fleet), ttl_unit(fleet, "timer")]
     checks = (f"echo '##drops'; nft list counters table inet {table} 2>/dev/null && {{ echo '##table'; echo loaded; }}; "
               f"echo '##guard'; systemctl is-active {' '.join(map(shlex.quote, units))} 2>/dev/null; "
-              f"echo '##policy'; [ -x {GUARD} ] && {GUARD} verify {shlex.quote(fleet)} 2>/dev/null; ")  # fmt: skip
+              f"echo '##policy'; [ -x {GUARD} ] && {GUARD} verify {shlex.quote(fleet)} 2>/dev/null; "
+              f"echo '##wall'; [ -x {GUARD} ] && {GUARD} wall verify 2>/dev/null; "
+              # Docker's NAT, which a flush of the ruleset removes and nothing restores (see egress_broken).
+              "! command -v iptables >/dev/null || { echo '##nat'; "
+              "iptables -w 2 -t nat -S POSTROUTING 2>/dev/null | grep -e MASQUERADE || true; }; ")  # fmt: skip
     # The CPU window opens after the container rows and closes after the policy checks (and ``inside``),
     # which run inside it; only what is left of SAMPLE is slept. Each sample carries its clock (@ns):
     # CPU is over the real window.
@@ -150,6 +157,11 @@ def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, 
         "guard": guard[0] if guard else "unknown", "guard_timer": guard[1] if len(guard) > 1 else "unknown",
     }  # fmt: skip
     fields["ttl_timer"] = guard[2] if len(guard) > 2 else None  # the time-to-live's timer
+    wall = sections.get("wall", [])
+    fields["wall"] = wall[0] if wall and wall[0] in ("held", "missing") else "missing"
+    if "nat" in sections:  # "-A POSTROUTING -s 172.18.0.0/16 ! -o jk0123abcd -j MASQUERADE"
+        fields["nat_bridges"] = sorted({w[i + 2] for w in map(str.split, sections["nat"]) for i in range(len(w) - 2)
+                                        if w[i : i + 2] == ["!", "-o"] and "MASQUERADE" in w})  # fmt: skip
     if "docker" in sections:  # the host answered, its Docker engine did not: its agents are unknown, not absent
         fields["error"] = DOCKER_DOWN
     return now, agents, fields
@@ -166,6 +178,9 @@ def not_enforced(fleet: str, host: HostStatus) -> str | None:
         reasons.append(f"the guard (jackin-nft-guard-{fleet}) is {host.guard or 'unknown'}")
     if host.guard_timer != "active":
         reasons.append(f"the guard's backstop timer ({check_timer(fleet)}) is {host.guard_timer or 'unknown'}")
+    if host.wall != "held":
+        reasons.append(f"the wall under the policy (table {WALL_TABLE}, {WALL_UNIT}) is not held: a flush of the "
+                       "host's ruleset would let the agents' traffic through until the guard reloads the table")  # fmt: skip
     return "; ".join(reasons) + " (run fleet.up to restore it)" if reasons else None
 
 
@@ -299,9 +314,25 @@ def read(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
                 before = seen.get(host.host, {}).get(agent.instance, 0)
                 agent.drops_new = agent.drops - before if agent.drops >= before else agent.drops
                 seen.setdefault(host.host, {})[agent.instance] = agent.drops
+        host.egress_broken = egress_broken(spec.name, host, policies)
     seen_file.write_text(json.dumps(seen))
     result.ttl = ttl.status(spec)  # the time left (from the ledger; each host's timer is in its HostStatus)
     return result
+
+
+def egress_broken(fleet: str, host: HostStatus, policies: Mapping[str, NetworkPolicy]) -> str | None:
+    """Why the agents with egress cannot use it on this host: Docker's NAT (masquerade) for their
+    bridges is gone, as after an ``nft flush ruleset``, which removes Docker's rules with every
+    other table, and nothing but a restart of Docker puts back. None if it is there, or not read."""
+    if host.nat_bridges is None:
+        return None
+    lost = [a.instance for a in host.agents if a.state == "running" and a.instance in policies
+            and policies[a.instance].mode != "none" and bridge_name(fleet, a.instance) not in host.nat_bridges]  # fmt: skip
+    if not lost:
+        return None
+    return (f"Docker's NAT for the bridges of {', '.join(lost)} is gone (a flush of the host's ruleset removes it): "
+            "their allowed egress cannot leave the host; restart Docker there (systemctl restart docker), "
+            "which keeps the agents running under live-restore")  # fmt: skip
 
 
 def _policies(spec: FleetSpec) -> dict[str, NetworkPolicy]:

@@ -37,6 +37,10 @@ lies inside a private range (``10.1.0.0/16:5432``). An entry that covers private
 ranges only by being wider than them (``0.0.0.0/0:443``, ``8.0.0.0/6``) comes
 after the private deny, so it opens its public part and nothing private.
 
+Both base chains that see an agent's packets (forward, input) first mark them (``wall.MARK``): the
+wall under every fleet's table (``jackin.net.wall``), which no flush of the ruleset removes, drops
+any agent packet without the mark. While this table is missing, its agents have no network at all.
+
 A guard on each host keeps the table loaded (``jackin.net.guard``; ``jackin.net.policy`` bundles
 the table with the filters' and the guard's files):
 ``nft monitor`` wakes it within a moment of any change to the table, a timer
@@ -56,6 +60,7 @@ import ipaddress
 import re
 
 from jackin.hostpaths import GUARD, nft_unit, table_name
+from jackin.net import wall
 from jackin.plan.fleet import AgentPlan, FleetPlan
 from jackin.spec.values import Entry, parse_entry
 
@@ -187,6 +192,10 @@ def render(plan: FleetPlan) -> str:
             f"meta nfproto ipv4 meta l4proto {{ tcp, udp }} update @denied_{name} {{ ip daddr . th dport }}",
             f'counter name "drops_{name}" drop',
         ]))  # fmt: skip
+    if plan.agents:  # first: the wall (jackin/net/wall.py) drops agent packets that no fleet's table marked
+        marks = wall.mark_rule([agent.bridge for agent in plan.agents])
+        forward.insert(0, marks)
+        inp.insert(0, marks)
     for hook, rules in (("forward", forward), ("input", inp), ("output", output)):
         lines.append(f"\tchain {hook} {{")
         lines.append(f"\t\ttype filter hook {hook} priority {PRIORITY}; policy accept;")

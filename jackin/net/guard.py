@@ -26,11 +26,22 @@ POSIX sh, nft, coreutils and awk only: hosts may lack python3.
 
 from __future__ import annotations
 
-from jackin.hostpaths import GUARD, NFT_DIR, NFT_RUN_DIR, guard_paths, nft_unit, table_name
+from jackin.hostpaths import (
+    GUARD,
+    NFT_DIR,
+    NFT_RUN_DIR,
+    WALL_NFT,
+    WALL_TABLE,
+    WALL_UNIT,
+    guard_paths,
+    nft_unit,
+    table_name,
+)
 
 CHECK_EVERY = "10s"
 
-GUARD_SCRIPT = r"""#!/bin/sh
+GUARD_SCRIPT = (
+    r"""#!/bin/sh
 # Keep a fleet's egress policy (nftables table inet jackin-FLEET) loaded (jackin).
 # Usage: nft-guard watch|check|load|verify|record|stopped FLEET [policy|lockdown]
 #   watch    follow nft monitor: any change to the table wakes a check (the guard service)
@@ -41,7 +52,37 @@ GUARD_SCRIPT = r"""#!/bin/sh
 #   stopped  the guard service stopped: forget the applied hash so fleet.up restarts the guard
 # The digest leaves out counters and the elements of sets filled at runtime (the filtering
 # deny chains' denied_* sets); the static sets' elements (always_*, private_*) are part of it.
+#        nft-guard wall hold|ready|stop|verify   (the wall under every fleet: jackin/net/wall.py)
 set -u
+if [ "${1:-}" = wall ]; then
+    wall="inet @WALL_TABLE@"
+    held() { nft list table $wall 2>/dev/null | grep -q '^	flags owner$'; }
+    case ${2:-} in
+    hold)  # the service's main process becomes nft -i: it loads the wall and holds the socket that owns it.
+        # Its input, a FIFO whose writer never closes it: should either end, the service ends (and its
+        # stop stops every agent). The FIFO's name goes as soon as both ends are open.
+        fifo=@RUN_DIR@/wall.in
+        mkdir -p @RUN_DIR@ && rm -f "$fifo" && mkfifo -m 0600 "$fifo" || exit 1
+        { rm -f "$fifo"; echo 'include "@WALL_NFT@"'; exec sleep infinity; } > "$fifo" &
+        exec nft -i < "$fifo" > /dev/null ;;
+    ready)  # the service is started once the wall holds; else it fails, and Docker stays stopped
+        i=0
+        while [ $i -lt 100 ]; do held && exit 0; i=$((i + 1)); sleep 0.1; done
+        logger -t jackin-nft "the wall (table $wall) did not load: Docker, and so every agent, stays stopped"
+        exit 1 ;;
+    stop)  # before the wall goes: every agent container stops, or with Docker gone every agent process ends
+        if systemctl is-active --quiet docker.service; then
+            ids=$(docker ps -q --filter label=jackin.fleet 2>/dev/null)
+            [ -z "$ids" ] || docker stop -t 2 $ids >/dev/null 2>&1
+        fi
+        uids=$(awk -F: '$5 ~ /^jackin\// { printf "%s%s", s, $3; s = "," }' /etc/passwd)
+        [ -z "$uids" ] || pkill -KILL -U "$uids" 2>/dev/null
+        logger -t jackin-nft "the wall goes: every agent was stopped first" ;;
+    verify) if held; then echo held; else echo missing; fi ;;
+    *) echo "usage: nft-guard wall hold|ready|stop|verify" >&2; exit 2 ;;
+    esac
+    exit 0
+fi
 cmd=${1:-} fleet=${2:-}
 case $fleet in
 '' | *[!a-z0-9-]*) echo "usage: nft-guard watch|check|load|verify|record|stopped FLEET" >&2; exit 2 ;;
@@ -118,6 +159,10 @@ load() {  # load [quiet]
 }
 
 check() {
+    if [ "$(@GUARD@ wall verify)" != held ]; then  # its service ended (killed): start it again
+        log "the wall (table @WALL_TABLE@) is not held: starting @WALL_UNIT@"
+        systemctl start --no-block @WALL_UNIT@ || true
+    fi
     state=$(verify)
     case $state in enforced | lockdown) return 0 ;; esac
     recorded
@@ -178,7 +223,13 @@ stopped)
     rm -f "$pending" "$lock" ;;
 *) echo "usage: nft-guard watch|check|load|verify|record|stopped FLEET" >&2; exit 2 ;;
 esac
-""".replace("@NFT_DIR@", NFT_DIR).replace("@RUN_DIR@", NFT_RUN_DIR)
+""".replace("@NFT_DIR@", NFT_DIR)
+    .replace("@RUN_DIR@", NFT_RUN_DIR)
+    .replace("@WALL_NFT@", WALL_NFT)
+    .replace("@WALL_TABLE@", WALL_TABLE)
+    .replace("@WALL_UNIT@", WALL_UNIT)
+    .replace("@GUARD@", GUARD)
+)
 
 
 def guard_units(fleet: str) -> dict[str, str]:
@@ -222,10 +273,10 @@ AccuracySec=1s
 [Install]
 WantedBy=timers.target
 """
-    dropin = f"""# jackin fleet {fleet}: Docker starts (and so starts agent containers) only after the fleet's
-# egress policy, or its lockdown table, is loaded. If neither loads, Docker does not start.
+    dropin = f"""# jackin fleet {fleet}: Docker starts (and so starts agent containers) only after the wall holds
+# and the fleet's egress policy, or its lockdown table, is loaded. If either fails, Docker does not start.
 [Unit]
-Requires={load}
-After={load}
+Requires={WALL_UNIT} {load}
+After={WALL_UNIT} {load}
 """
     return dict(zip(guard_paths(fleet), (guard, check, timer, dropin), strict=True))

@@ -1,5 +1,6 @@
 """The egress policy as files on a host: the fleet's table and its lockdown table (``jackin.net.firewall``),
-the filtering resolvers (``jackin.net.dns``), the guard and its units (``jackin.net.guard``); and their hash,
+the filtering resolvers (``jackin.net.dns``), the guard and its units (``jackin.net.guard``), the wall under
+every fleet's table (``jackin.net.wall``); and their hash,
 which tells whether a host has this bundle applied (``jackin.operations.firewall``)."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import hashlib
 
 from jackin.hostpaths import GUARD, NFT_DIR, unit_path
-from jackin.net import dns
+from jackin.net import dns, wall
 from jackin.net.firewall import render, render_lockdown, units
 from jackin.net.guard import GUARD_SCRIPT, guard_units
 from jackin.plan.fleet import FleetPlan
@@ -23,6 +24,7 @@ def bundle(plan: FleetPlan) -> dict[str, str]:
     files.update(dns.files(plan))
     files[GUARD] = GUARD_SCRIPT
     files.update(guard_units(plan.fleet))
+    files.update(wall.files())  # shared by the host's fleets: the same text from each
     return files
 
 

@@ -21,6 +21,8 @@ from jackin.hostpaths import (
     NFT_RUN_DIR,
     RESOLVER,
     RUN_DIR,
+    WALL_NFT,
+    WALL_UNIT,
     check_service,
     check_timer,
     dns_paths,
@@ -30,6 +32,7 @@ from jackin.hostpaths import (
     resolve_service,
     resolve_timer,
     table_name,
+    unit_path,
 )
 from jackin.net import dns, policy
 from jackin.operations.files import Command, write_files
@@ -48,8 +51,11 @@ def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     commands += [
         # Their links for boot (--no-reload: every [Install] here is WantedBy= a boot target), then ONE
         # reload for the units just written and those links, before any of them is (re)started.
-        f"systemctl enable --no-reload --quiet {nft_unit(fleet)} {guard} {dns_target(fleet)}",
+        f"systemctl enable --no-reload --quiet {WALL_UNIT} {nft_unit(fleet)} {guard} {dns_target(fleet)}",
         "systemctl daemon-reload",
+        # The wall under every fleet's table (jackin/net/wall.py): started once, never restarted here
+        # (a restart would drop it for a moment); its start waits until it holds.
+        f"systemctl start {WALL_UNIT}",
         # The guard rests while the table is replaced (it would take our load for an alteration); restarted below.
         f"systemctl stop {guard} {check_service(fleet)} 2>/dev/null || true",
         # Check, then apply in one transaction; on any failure the lockdown table drops all agent traffic,
@@ -105,7 +111,11 @@ def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
         commands.append(f"nft delete table inet {table_name(fleet)}")
     if state.files:
         # The shared scripts and directories go with the last fleet on the host.
+        # The wall too, once no fleet's drop-in makes Docker require it (they went above): its stop
+        # would stop every agent, and no fleet has one left.
         commands.append(f"ls {NFT_DIR}/*.nft >/dev/null 2>&1 || "
-                        f"{{ rm -f {RESOLVER} {GUARD}; rmdir {NFT_DIR} {ETC_DIR} "
+                        f"{{ systemctl disable --now --quiet {WALL_UNIT} 2>/dev/null || true; "
+                        f"rm -f {RESOLVER} {GUARD} {WALL_NFT} {unit_path(WALL_UNIT)}; systemctl daemon-reload || true; "
+                        f"systemctl reset-failed {WALL_UNIT} 2>/dev/null || true; rmdir {NFT_DIR} {ETC_DIR} "
                         f"{LIB_DIR} {NFT_RUN_DIR} {RUN_DIR} {DROPIN_DIR} 2>/dev/null || true; }}")  # fmt: skip
     return commands

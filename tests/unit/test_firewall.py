@@ -14,7 +14,7 @@ import pytest
 
 from jackin import hostpaths
 from jackin.net import dns
-from jackin.net import firewall, policy
+from jackin.net import firewall, policy, wall
 from jackin.facts.state import HostState
 from jackin.net.firewall import render, render_lockdown
 from jackin.spec.models import enforcement
@@ -125,12 +125,14 @@ table inet jackin-demo {
 \tset denied_roam_1 { type ipv4_addr . inet_service; flags dynamic, timeout; timeout 1h; size 4096; }
 \tchain forward {
 \t\ttype filter hook forward priority filter - 5; policy accept;
+\t\tiifname { "jkd03d2047", "jkd3945584", "jkcbcfd268" } meta mark set meta mark | 0x40000000
 \t\tiifname "jkd03d2047" jump egress_quiet_1
 \t\tiifname "jkd3945584" jump egress_picky_1
 \t\tiifname "jkcbcfd268" jump egress_roam_1
 \t}
 \tchain input {
 \t\ttype filter hook input priority filter - 5; policy accept;
+\t\tiifname { "jkd03d2047", "jkd3945584", "jkcbcfd268" } meta mark set meta mark | 0x40000000
 \t\tiifname "jkd03d2047" ct direction reply accept
 \t\tiifname "jkd03d2047" goto deny_quiet_1
 \t\tiifname "jkd3945584" ct direction reply accept
@@ -372,6 +374,10 @@ def test_hooks_input_output_and_user_chains(key: str) -> None:
     found = chains(render(plan))
     for hook in ("forward", "input", "output"):
         assert found[hook][0] == f"type filter hook {hook} priority filter - 5; policy accept;"
+    if plan.agents:
+        marks = wall.mark_rule([a.bridge for a in plan.agents])  # first in both: what the wall lets through
+        assert found["forward"][1] == found["input"][1] == marks
+        del found["forward"][1], found["input"][1]
     names = [firewall.ident(a.instance) for a in plan.agents]
     assert found["forward"][1:] == [f'iifname "{a.bridge}" jump egress_{n}' for a, n in zip(plan.agents, names)]
     assert found["output"][1:] == [f"meta skuid {a.uid} jump user_{firewall.ident(a.instance)}" for a in plan.agents]
@@ -510,7 +516,9 @@ def test_bundle_paths() -> None:
         "/etc/systemd/system/jackin-nft-check-demo.timer",
         "/etc/systemd/system/jackin-nft-demo.service",
         "/etc/systemd/system/jackin-nft-guard-demo.service",
+        "/etc/systemd/system/jackin-wall.service",
         "/usr/local/lib/jackin/nft-guard",
+        "/usr/local/lib/jackin/wall.nft",
     ]
     bundle = policy.bundle(PLAN)
     assert bundle["/etc/jackin/nft/demo.nft"] == EXPECTED
@@ -519,7 +527,8 @@ def test_bundle_paths() -> None:
     # Everything a fleet writes is known to teardown (the filters' configurations as their directory;
     # the shared guard script goes with the last fleet), and so is what its guard keeps under /run.
     owned = hostpaths.firewall_paths("demo")
-    assert all(path in owned or path.rsplit("/", 1)[0] in owned for path in set(bundle) - {firewall.GUARD})
+    shared = {firewall.GUARD, *wall.files()}  # the guard script and the wall go with the last fleet
+    assert all(path in owned or path.rsplit("/", 1)[0] in owned for path in set(bundle) - shared)
     assert {"/run/jackin/nft/demo.loaded", "/run/jackin/nft/demo.pending",
             "/run/jackin/nft/demo.worker"} <= set(owned)  # fmt: skip
 
@@ -568,7 +577,14 @@ def test_load_unit_before_docker_not_part_of_nftables_loads_through_the_guard() 
 
 def test_docker_requires_the_load_unit() -> None:
     dropin = unit(policy.bundle(PLAN)["/etc/systemd/system/docker.service.d/jackin-nft-demo.conf"])
-    assert dict(dropin["Unit"]) == {"Requires": "jackin-nft-demo.service", "After": "jackin-nft-demo.service"}
+    both = "jackin-wall.service jackin-nft-demo.service"  # the wall under every fleet, and the fleet's table
+    assert dict(dropin["Unit"]) == {"Requires": both, "After": both}
+    held = unit(policy.bundle(PLAN)["/etc/systemd/system/jackin-wall.service"])
+    assert held["Unit"]["Before"].split()[0] == "docker.service" and held["Unit"]["Conflicts"] == "shutdown.target"
+    assert (held["Service"]["ExecStart"], held["Service"]["ExecStartPost"], held["Service"]["ExecStop"]) == (
+        "/usr/local/lib/jackin/nft-guard wall hold", "/usr/local/lib/jackin/nft-guard wall ready",
+        "/usr/local/lib/jackin/nft-guard wall stop")  # fmt: skip
+    assert "Restart" not in held["Service"]  # an automatic restart would restart Docker, which requires it
 
 
 def test_guard_service_and_its_backstop_timer() -> None:
@@ -621,9 +637,10 @@ def test_apply_writes_the_bundle_then_checks_applies_and_records_the_hash(state:
     uploads = {c.target: (c.data.decode(), c.mode) for c in writes if isinstance(c, Upload)}
     assert uploads == {p: (t, "0755" if t.startswith("#!") else "0644") for p, t in bundle.items()}
     assert rest == [
-        "systemctl enable --no-reload --quiet jackin-nft-demo.service jackin-nft-guard-demo.service "
-        "jackin-nft-check-demo.timer jackin-dns-demo.target",
+        "systemctl enable --no-reload --quiet jackin-wall.service jackin-nft-demo.service "
+        "jackin-nft-guard-demo.service jackin-nft-check-demo.timer jackin-dns-demo.target",
         "systemctl daemon-reload",  # the only reload
+        "systemctl start jackin-wall.service",  # before the table: a no-op when it runs (never restarted)
         "systemctl stop jackin-nft-guard-demo.service jackin-nft-check-demo.timer jackin-nft-check-demo.service "
         "2>/dev/null || true",
         APPLY,
@@ -678,8 +695,10 @@ def test_apply_checks_first_and_falls_back_to_lockdown(
 
 # --- remove_commands ---------------------------------------------------------------------------
 
-CLEANUP = ("ls /etc/jackin/nft/*.nft >/dev/null 2>&1 || { rm -f /usr/local/lib/jackin/nft-resolve "
-           "/usr/local/lib/jackin/nft-guard; rmdir /etc/jackin/nft /etc/jackin /usr/local/lib/jackin /run/jackin/nft "
+CLEANUP = ("ls /etc/jackin/nft/*.nft >/dev/null 2>&1 || { systemctl disable --now --quiet jackin-wall.service "
+           "2>/dev/null || true; rm -f /usr/local/lib/jackin/nft-resolve /usr/local/lib/jackin/nft-guard "
+           "/usr/local/lib/jackin/wall.nft /etc/systemd/system/jackin-wall.service; systemctl daemon-reload || true; "
+           "systemctl reset-failed jackin-wall.service 2>/dev/null || true; rmdir /etc/jackin/nft /etc/jackin /usr/local/lib/jackin /run/jackin/nft "
            "/run/jackin /etc/systemd/system/docker.service.d 2>/dev/null || true; }")  # fmt: skip
 
 
@@ -724,8 +743,11 @@ def test_remove_resets_every_failed_unit_of_the_fleet() -> None:
     the teardown resets each unit the fleet's firewall ever installs, after its last stop."""
     files = hostpaths.firewall_paths("demo")
     commands = remove_commands(PLAN, HostState(nft_table=True, files=files))
-    assert commands.index(RESET_FAILED) == commands.index("systemctl stop jackin-nft-demo.service 2>/dev/null || true") + 1
+    assert (
+        commands.index(RESET_FAILED) == commands.index("systemctl stop jackin-nft-demo.service 2>/dev/null || true") + 1
+    )
     installed = {p.rsplit("/", 1)[1] for p in policy.bundle(PLAN) if p.startswith("/etc/systemd/system/jackin-")}
+    installed.remove("jackin-wall.service")  # shared: reset with the last fleet (CLEANUP)
     named = set(RESET_FAILED.split()[2:-3])
     for unit in installed:  # the filters' template by its instances
         assert (unit if "@." not in unit else f"'{unit.split('@')[0]}@*'") in named, unit
@@ -733,7 +755,8 @@ def test_remove_resets_every_failed_unit_of_the_fleet() -> None:
     # Names not loaded are refused (systemctl exits 1) while the loaded ones are reset: never fatal under set -e.
     assert RESET_FAILED.endswith(" 2>/dev/null || true")
     # Only the fleet's files were there (no unit): nothing to reset.
-    assert not any("reset-failed" in c for c in remove_commands(PLAN, HostState(files=["/etc/jackin/nft/demo.nft"])))
+    only = remove_commands(PLAN, HostState(files=["/etc/jackin/nft/demo.nft"]))
+    assert not any("reset-failed" in c for c in only if c != CLEANUP)  # the cleanup resets the shared wall
 
 
 def test_remove_only_the_files_that_exist() -> None:
@@ -754,7 +777,9 @@ def run_cleanup(tmp_path: Path, files: list[str]) -> tuple[subprocess.CompletedP
         (etc / name).write_text("") if name != "-nft" else (etc / "nft").rmdir()
     command = (CLEANUP.replace("/etc/jackin", str(etc)).replace("/usr/local/lib/jackin", str(lib))
                .replace("/run/jackin", str(tmp_path / "run")).replace("/etc/systemd", str(tmp_path / "systemd")))  # fmt: skip
-    done = subprocess.run(["sh", "-c", f"set -e\n{command}\necho after"], capture_output=True, text=True, timeout=10)
+    stub(tmp_path, "systemctl", "exit 1")  # none here: every call fails, and the cleanup goes on
+    done = subprocess.run(["sh", "-c", f"set -e\n{command}\necho after"], capture_output=True, text=True, timeout=10,
+                          env={"PATH": f"{tmp_path}:/usr/sbin:/usr/bin:/sbin:/bin"})  # fmt: skip
     return done, etc, lib
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from jackin import hostpaths
-from jackin.net import firewall
+from jackin.net import firewall, wall
 from jackin.net.guard import GUARD_SCRIPT
 
 from .test_firewall import PLANS
@@ -60,14 +60,20 @@ def guard(tmp_path: Path, netns: None):
     stub(bin_dir, "logger", f'shift 2; echo "log: $*" >> {log}')
     stub(bin_dir, "systemctl", f'echo "systemctl $*" >> {log}')
     stub(bin_dir, "docker", f'echo "docker $*" >> {log}; [ "$1" = ps ] && printf "c1\\nc2\\n"; exit 0')
+    stub(bin_dir, "pkill", f'echo "pkill $*" >> {log}')
     script = tmp_path / "nft-guard"
-    script.write_text(GUARD_SCRIPT.replace("/etc/jackin/nft", str(nft_dir)).replace("/run/jackin/nft",
-                                                                                    str(tmp_path / "run")))  # fmt: skip
+    (tmp_path / "wall.nft").write_text(wall.render())
+    script.write_text(GUARD_SCRIPT.replace("/etc/jackin/nft", str(nft_dir))
+                      .replace("/run/jackin/nft", str(tmp_path / "run")).replace(hostpaths.WALL_NFT, str(tmp_path / "wall.nft"))
+                      .replace(hostpaths.GUARD, f"sh {script}"))  # fmt: skip
 
-    def run(body: str) -> tuple[list[str], list[str]]:
+    def run(body: str, *, walled: bool = True) -> tuple[list[str], list[str]]:
+        """``walled``: the wall is held (as on a host, where Docker requires it) while ``body`` runs."""
         env = {"PATH": f"{bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin", "G": f"sh {script}"}
-        done = subprocess.run(["unshare", "-n", "sh", "-ec", body], env=env, capture_output=True, text=True,
-                              timeout=60)  # fmt: skip
+        hold = "$G wall hold & $G wall ready\n" if walled else ""
+        # A private PID namespace too: the wall's holder ends with the script, and the namespace with it.
+        done = subprocess.run(["unshare", "-n", "-p", "-f", "sh", "-ec", hold + body], env=env, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
         assert done.returncode == 0, done.stderr
         return done.stdout.split(), log.read_text().splitlines()
 
@@ -125,11 +131,13 @@ def test_check_reloads_a_missing_or_altered_table_and_logs_it(guard) -> None:
 
 def test_a_policy_that_does_not_load_falls_back_to_lockdown(guard) -> None:
     (guard.nft_dir / f"{FLEET}.nft").write_text("table inet jackin-mixed { chain x { nonsense; } }\n")
-    states, log = guard(f"$G check {FLEET}; $G verify {FLEET}; nft list tables")
+    states, log = guard(f"$G check {FLEET}; $G verify {FLEET}; nft list tables | grep -v jackin--wall")
     assert states == ["lockdown", "table", "inet", "jackin-mixed"]
     assert log[0] == "log: fleet mixed: table jackin-mixed is missing: loading it again"
     assert log[1].startswith("log: fleet mixed: the egress policy does not load: ")
-    assert log[2:] == ["log: fleet mixed: lockdown table loaded instead: the fleet's agents have no network until fleet.up"]
+    assert log[2:] == [
+        "log: fleet mixed: lockdown table loaded instead: the fleet's agents have no network until fleet.up"
+    ]
 
 
 def test_when_nothing_loads_the_agents_are_stopped_and_retries_stay_quiet(guard) -> None:
@@ -156,10 +164,10 @@ def test_stopped_forgets_the_applied_hash_only_when_stopped_by_hand(guard, tmp_p
     sha = guard.nft_dir / f"{FLEET}.sha"
     sha.write_text("abc\n")
     bin_dir = tmp_path / "bin"
-    stub(bin_dir, "systemctl", 'echo stopping')
+    stub(bin_dir, "systemctl", "echo stopping")
     guard(f"$G stopped {FLEET}")
     assert sha.exists()  # a reboot: the table is loaded again at boot, the hash still holds
-    stub(bin_dir, "systemctl", 'echo running')
+    stub(bin_dir, "systemctl", "echo running")
     guard(f"SERVICE_RESULT=exit-code $G stopped {FLEET}")
     assert sha.exists()  # the watcher died: Restart=always brings it back, the hash still holds
     guard(f"SERVICE_RESULT=success $G stopped {FLEET}")
@@ -189,3 +197,56 @@ def test_a_check_stopped_mid_run_is_no_failure() -> None:
     assert "Type=simple" in guard  # SIGTERM is a clean end for it already
     # A real failure still fails the unit: load's status is check's (a policy and a lockdown that do not load).
     assert "load quiet  # still failing" in GUARD_SCRIPT and "\n    load\n}" in GUARD_SCRIPT
+
+
+# --- the wall (jackin/net/wall.py) ------------------------------------------------------------------------
+
+
+def test_the_wall_outlives_every_flush_and_refuses_every_change_but_its_holders(guard) -> None:
+    out, log = guard(f"""
+        nft -f {guard.nft_dir}/{FLEET}.nft
+        $G wall verify
+        nft flush ruleset; $G wall verify
+        printf 'flush ruleset\\ntable inet other {{ }}\\n' > /tmp/jk-conf.$$.nft; nft -f /tmp/jk-conf.$$.nft
+        rm -f /tmp/jk-conf.$$.nft; $G wall verify
+        nft delete table inet jackin--wall 2>/dev/null || echo refused-delete
+        nft add rule inet jackin--wall forward accept 2>/dev/null || echo refused-rule
+        nft list tables | tr ' ' '-'
+    """)
+    assert out == [
+        "held",
+        "held",
+        "held",
+        "refused-delete",
+        "refused-rule",
+        "table-inet-jackin--wall",
+        "table-inet-other",
+    ]  # the fleet's table went with the flush; the wall did not
+    assert log == []
+
+
+def test_the_wall_drops_only_unmarked_packets_from_agent_bridges() -> None:
+    text = wall.render()
+    assert "flags owner" in text and text.count(f"meta mark & {wall.MARK:#010x} == 0x00000000 counter drop") == 2
+    assert 'iifname "jk*"' in text and f"priority {wall.PRIORITY};" in text
+    assert wall.PRIORITY == "filter - 4" and firewall.PRIORITY == "filter - 5"  # the fleets' tables mark first
+    table = firewall.render(PLANS[FLEET])
+    for hook in ("forward", "input"):
+        chain = table.split(f"\tchain {hook} {{\n", 1)[1].split("\t}", 1)[0].splitlines()
+        assert chain[1].strip() == wall.mark_rule([a.bridge for a in PLANS[FLEET].agents]), chain
+    assert "mark" not in firewall.render_lockdown(PLANS[FLEET])  # the lockdown drops them all anyway
+
+
+def test_a_check_starts_the_wall_when_it_is_not_held(guard) -> None:
+    states, log = guard(f"$G wall verify; $G check {FLEET}; $G verify {FLEET}", walled=False)
+    assert states == ["missing", "enforced"]
+    assert log[:2] == [
+        f"log: fleet {FLEET}: the wall (table jackin--wall) is not held: starting jackin-wall.service",
+        "systemctl start --no-block jackin-wall.service",
+    ]
+
+
+def test_the_walls_stop_stops_every_agent_first(guard) -> None:
+    _, log = guard("$G wall stop")
+    assert log[:2] == ["systemctl is-active --quiet docker.service", "docker ps -q --filter label=jackin.fleet"]
+    assert log[2] == "docker stop -t 2 c1 c2" and log[-1] == "log: the wall goes: every agent was stopped first"

@@ -196,10 +196,10 @@ def test_parse_host_status_reads_the_policy_and_the_guard(output: str, fields: t
 
 
 def policy_host(policy: str = "enforced", guard: str = "active", *, agents: bool = True,
-                reachable: bool = True, timer: str = "active") -> HostStatus:  # fmt: skip
+                reachable: bool = True, timer: str = "active", wall: str = "held") -> HostStatus:  # fmt: skip
     listed = [AgentStatus(instance="a-1", container="c", state="running")] if agents else []
     return HostStatus(host="h", address="192.0.2.1", port=22, reachable=reachable, policy=policy, guard=guard,
-                      guard_timer=timer, agents=listed)  # fmt: skip
+                      guard_timer=timer, wall=wall, agents=listed)  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -221,9 +221,12 @@ def policy_host(policy: str = "enforced", guard: str = "active", *, agents: bool
          "(jackin-nft-check-demo.timer) is unknown (run fleet.up to restore it)"),
         (policy_host(timer="inactive"),
          "the guard's backstop timer (jackin-nft-check-demo.timer) is inactive (run fleet.up to restore it)"),
+        (policy_host(wall="missing"),
+         "the wall under the policy (table jackin--wall, jackin-wall.service) is not held: a flush of the host's "
+         "ruleset would let the agents' traffic through until the guard reloads the table (run fleet.up to restore it)"),
     ],
     ids=["enforced", "no-agents", "unreachable", "missing", "lockdown", "altered", "guard-stopped", "both",
-         "no-guard", "timer-gone"],
+         "no-guard", "timer-gone", "no-wall"],
 )  # fmt: skip
 def test_not_enforced(host: HostStatus, reason: str | None) -> None:
     assert not_enforced("demo", host) == reason
@@ -242,6 +245,37 @@ def test_status_exit_codes() -> None:
     assert status_exit(fleet(policy_host(), policy_host("missing"))) == 4
     assert status_exit(fleet(policy_host(guard="inactive"), policy_host(reachable=False))) == 4
     assert status_exit(fleet()) == 0
+    broken = policy_host().model_copy(update={"egress_broken": "Docker's NAT ... is gone"})
+    assert status_exit(fleet(broken, policy_host(reachable=False))) == 4  # allowed egress cannot work: as bad
+
+
+def test_egress_is_broken_when_dockers_nat_for_an_agent_with_egress_is_gone() -> None:
+    from jackin.lifecycle.status import egress_broken
+    from jackin.plan.fleet import bridge_name
+    from jackin.spec.models import NetworkPolicy
+
+    agents = [AgentStatus(instance=i, container=i, state=s) for i, s in
+              (("open-1", "running"), ("none-1", "running"), ("open-2", "exited"))]  # fmt: skip
+    policies = {"open-1": NetworkPolicy(mode="open"), "none-1": NetworkPolicy(mode="none"),
+                "open-2": NetworkPolicy(mode="open")}  # fmt: skip
+    host = policy_host().model_copy(update={"agents": agents, "nat_bridges": []})
+    reason = egress_broken("demo", host, policies)
+    assert reason is not None and reason.startswith("Docker's NAT for the bridges of open-1 is gone")
+    assert "systemctl restart docker" in reason  # a mode-none agent needs none; a stopped one is not counted
+    host.nat_bridges = [bridge_name("demo", "open-1")]
+    assert egress_broken("demo", host, policies) is None
+    host.nat_bridges = None  # not read (no iptables on the host): nothing said
+    assert egress_broken("demo", host, policies) is None
+
+
+def test_the_wall_and_dockers_nat_are_read_from_their_sections() -> None:
+    output = "\n".join(["100", "##drops", "##table", "loaded", "##guard", "active", "active", "##policy", "enforced",
+                        "##wall", "held", "##nat", "-A POSTROUTING -s 172.18.0.0/16 ! -o jk0123abcd -j MASQUERADE",
+                        "-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE", "##rows"])  # fmt: skip
+    _, _, found = parse_host_status(output)
+    assert (found["wall"], found["nat_bridges"]) == ("held", ["docker0", "jk0123abcd"])
+    _, _, found = parse_host_status(output.replace("held", "missing").replace("##nat", "##other"))
+    assert found["wall"] == "missing" and "nat_bridges" not in found  # no iptables: not read
 
 
 def test_status_table_shows_the_guard_per_host_and_what_is_not_enforced() -> None:

@@ -51,6 +51,8 @@ def status_table(status: FleetStatus) -> Table:
         table.caption += "\npolicy guard: " + ", ".join(guards)
     for host in (h for h in status.hosts if h.not_enforced):
         table.caption += f"\n{host.host}: egress policy NOT ENFORCED: {host.not_enforced}"
+    for host in (h for h in status.hosts if h.egress_broken):
+        table.caption += f"\n{host.host}: egress BROKEN: {host.egress_broken}"
     if ttl_line(status):
         table.caption += f"\n{ttl_line(status)}"
     return table
