@@ -55,7 +55,8 @@ def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
         "systemctl daemon-reload",
         # The wall under every fleet's table (jackin/net/wall.py): started once, never restarted here
         # (a restart would drop it for a moment); its start waits until it holds.
-        f"systemctl start {WALL_UNIT}",
+        f"systemctl start {WALL_UNIT} || {{ echo 'the wall under the egress policy ({WALL_UNIT}: an nftables "
+        "table with flags owner, Linux 5.12 or later) did not start; see journalctl -u jackin-wall' >&2; exit 1; }",
         # The guard rests while the table is replaced (it would take our load for an alteration); restarted below.
         f"systemctl stop {guard} {check_service(fleet)} 2>/dev/null || true",
         # Check, then apply in one transaction; on any failure the lockdown table drops all agent traffic,

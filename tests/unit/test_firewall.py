@@ -640,7 +640,9 @@ def test_apply_writes_the_bundle_then_checks_applies_and_records_the_hash(state:
         "systemctl enable --no-reload --quiet jackin-wall.service jackin-nft-demo.service "
         "jackin-nft-guard-demo.service jackin-nft-check-demo.timer jackin-dns-demo.target",
         "systemctl daemon-reload",  # the only reload
-        "systemctl start jackin-wall.service",  # before the table: a no-op when it runs (never restarted)
+        "systemctl start jackin-wall.service || { echo 'the wall under the egress policy (jackin-wall.service: an "
+        "nftables table with flags owner, Linux 5.12 or later) did not start; see journalctl -u jackin-wall' >&2; "
+        "exit 1; }",  # before the table: a no-op when it runs (never restarted)
         "systemctl stop jackin-nft-guard-demo.service jackin-nft-check-demo.timer jackin-nft-check-demo.service "
         "2>/dev/null || true",
         APPLY,
