@@ -3,9 +3,10 @@
 An agent resolves names only through its own filter, which listens on the agent's
 bridge and nowhere else. The filter answers for the agent's allowlisted names only,
 exactly those names and not their subdomains (``github.com`` allows ``github.com``,
-not ``<data>.github.com``), forwarding them to the spec's ``dns`` servers, or to the
-host's own resolvers when the spec names none (the ``nameserver`` lines of
-``/etc/resolv.conf``, read when the policy is applied: ``servers_command``). dnsmasq
+not ``<data>.github.com``), forwarding them to its query cleaner (``jackin.net.dnsclean``),
+which rebuilds each query (lower-cased, a fresh ID, no EDNS option of the agent's, A, AAAA
+and CNAME only) before it goes to the spec's ``dns`` servers, or to the host's own resolvers
+when the spec names none (the ``nameserver`` lines of ``/etc/resolv.conf``). dnsmasq
 never gets default servers (``no-resolv``): with them, it forwarded every name.
 Every other query is answered NXDOMAIN on the host and never forwarded, so
 nothing an agent writes into a name reaches any upstream.
@@ -19,7 +20,8 @@ TTL it hands out is at most ``MAX_TTL`` seconds so clients come back soon.
 Files (all from the plan, pure text here):
 
     /etc/jackin/dns/<fleet>/<instance>.conf            the agent's dnsmasq configuration
-    /etc/jackin/dns/<fleet>/<instance>.servers         its upstreams, from the host (no dns in the spec)
+    /etc/jackin/dns/<fleet>/<instance>.clean           its query cleaner's address, upstreams and names
+    /usr/local/lib/jackin/dns-clean                    the query cleaner (shared by the fleets)
     /etc/systemd/system/jackin-dns-<fleet>@.service    one filter per agent: @<instance>
     /etc/systemd/system/jackin-dns-<fleet>.target      wants every filter of the fleet; enabled
 
@@ -32,20 +34,15 @@ import shlex
 
 from jackin import hostpaths
 from jackin.hostpaths import DNS_DIR, LIB_DIR, NFT_DIR, RESOLVER, UNIT_DIR, dns_dir, dns_paths, dns_target, dns_template
-from jackin.net import firewall
+from jackin.net import dnsclean, firewall
 from jackin.plan.fleet import AgentPlan, FleetPlan
 
 DNSMASQ = "/usr/sbin/dnsmasq"
-HOST_RESOLV = "/etc/resolv.conf"
 MAX_TTL = 60
 
 
 def conf_path(agent: AgentPlan) -> str:
     return hostpaths.dns_conf(agent.fleet, agent.instance)
-
-
-def servers_path(agent: AgentPlan) -> str:
-    return f"{dns_dir(agent.fleet)}/{agent.instance}.servers"
 
 
 def instance_unit(agent: AgentPlan) -> str:
@@ -83,10 +80,9 @@ def config(agent: AgentPlan) -> str:
         "log-queries",
         "log-facility=-",
     ]
-    if not agent.policy.dns:
-        lines.append(f"servers-file={servers_path(agent)}")  # server=/<name>/<host resolver> lines
+    cleaner = dnsclean.listen_address(agent.uid)  # which forwards to the spec's servers, or the host's
     for name, set_names in sets.items():
-        lines += [f"server=/{name}/{upstream}" for upstream in agent.policy.dns]
+        lines.append(f"server=/{name}/{cleaner}")
         lines.append(f"local=/*.{name}/")  # subdomains are not the allowlisted name
         lines.append(f"nftset=/{name}/" + ",".join(f"4#inet#{table}#{s}" for s in set_names))
     lines.append("address=/#/")
@@ -103,7 +99,8 @@ Before=docker.service
 PartOf={dns_target(fleet)}
 
 [Service]
-ExecStart={DNSMASQ} --keep-in-foreground --conf-file={dns_dir(fleet)}/%i.conf --pid-file
+# The query cleaner binds its address, then runs dnsmasq as its child; either ending ends both.
+ExecStart={dnsclean.CLEANER} {dns_dir(fleet)}/%i.clean {DNSMASQ} --keep-in-foreground --conf-file={dns_dir(fleet)}/%i.conf --pid-file
 Restart=on-failure
 RestartSec=2
 SyslogIdentifier=jackin-dns-{fleet}-%i
@@ -119,19 +116,10 @@ WantedBy=multi-user.target
     return {f"{UNIT_DIR}/{dns_template(fleet)}": service, f"{UNIT_DIR}/{dns_target(fleet)}": fleet_target}
 
 
-def servers_command(agent: AgentPlan) -> str:
-    """Shell: write the agent's servers file from the host's resolv.conf (each allowlisted name to
-    each ``nameserver``), for an agent whose spec names no dns servers."""
-    program = ('FNR == NR { if ($1 == "nameserver") ns[++k] = $2; next } '
-               '{ for (i = 1; i <= k; i++) print "server=/" $0 "/" ns[i] }')  # fmt: skip
-    names = " ".join(shlex.quote(name) for name in _names(agent))
-    path = servers_path(agent)
-    return f"printf '%s\\n' {names} | awk {shlex.quote(program)} {HOST_RESOLV} - > {path}.tmp && mv {path}.tmp {path}"
-
-
 def files(plan: FleetPlan) -> dict[str, str]:
     """Every file of the fleet's filters, by path (part of the firewall bundle)."""
-    return {**{conf_path(a): config(a) for a in filtered(plan)}, **units(plan)}
+    cleaners = {dnsclean.conf_path(a): dnsclean.config(a, list(_names(a))) for a in filtered(plan)}
+    return {**{conf_path(a): config(a) for a in filtered(plan)}, **cleaners, **units(plan)}
 
 
 def legacy_units(fleet: str) -> list[str]:
@@ -163,14 +151,14 @@ def apply_commands(plan: FleetPlan, present: list[str]) -> list[str]:
             f"rmdir {LIB_DIR} 2>/dev/null || true",
             "systemctl daemon-reload",
         ]
-    stale = "".join(f" ! -name {shlex.quote(i + '.conf')} ! -name {shlex.quote(i + '.servers')}" for i in keep)
+    # Earlier versions' <instance>.servers files go too: the cleaner reads the host's resolvers itself.
+    stale = "".join(f" ! -name {shlex.quote(i + '.conf')} ! -name {shlex.quote(i + '.clean')}" for i in keep)
     running = "|".join(instance_unit(a) for a in filtered(plan))
     commands += [
         f"[ ! -d {dns_dir(fleet)} ] || find {dns_dir(fleet)} -maxdepth 1 -type f{stale} -delete",
         f"for u in $(systemctl list-units --all --plain --no-legend {pattern} | awk '{{print $1}}'); do "
         f'case "$u" in {running + ") ;; " if running else ""}*) systemctl stop "$u" ;; esac; done',
     ]
-    commands += [servers_command(a) for a in filtered(plan) if not a.policy.dns]
     if keep:
         commands.append("systemctl restart " + " ".join(instance_unit(a) for a in filtered(plan)))
     commands.append(f"systemctl start {dns_target(fleet)}")

