@@ -33,6 +33,22 @@ systemctl enable ssh.service docker.service nftables.service jackin-agent-image.
 # losetup and mount -o loop ask /dev/loop-control for a free index N, then open /dev/loopN, which must exist.
 # Loop devices are the kernel's, shared by every lab host: N may be any index, so make nodes for 0-255
 # at each boot. The lab's run flags allow block major 7 (see RUN_FLAGS in jackin/lab/lab.py).
+# One python3 for the 256 nodes, not a mknod and a chgrp each: every lab host boot paid for 512 processes.
+cat > /usr/local/sbin/jackin-loop-nodes <<'PY'
+#!/usr/bin/python3 -S
+import grp
+import os
+import stat
+
+disk = grp.getgrnam("disk").gr_gid
+for index in range(256):
+    node = f"/dev/loop{index}"
+    if not os.path.exists(node):
+        os.mknod(node, 0o660 | stat.S_IFBLK, os.makedev(7, index))
+    os.chown(node, -1, disk)
+    os.chmod(node, 0o660)
+PY
+chmod 0755 /usr/local/sbin/jackin-loop-nodes
 cat > /etc/systemd/system/jackin-loop-nodes.service <<'UNIT'
 [Unit]
 Description=Loop device nodes for loop mounts (a container has no udev)
@@ -43,7 +59,7 @@ Before=local-fs-pre.target
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-ExecStart=/bin/sh -c 'i=0; while [ $i -lt 256 ]; do [ -e /dev/loop$i ] || mknod -m 0660 /dev/loop$i b 7 $i; chgrp disk /dev/loop$i; i=$((i+1)); done'
+ExecStart=/usr/local/sbin/jackin-loop-nodes
 
 [Install]
 WantedBy=sysinit.target
