@@ -122,8 +122,12 @@ def _base(role: roles.Role, root: Path, base: str) -> None:
     _run(["debootstrap", "--variant=minbase", f"--include={packages}", suite(), str(root), apt_mirror()],
          "debootstrap")  # fmt: skip
     link_applets(root)
-    for part in TRIM:
-        shutil.rmtree(root / part, ignore_errors=True)
+    for part in (*TRIM, *role.image.drop):
+        path = root / part
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     for directory in ("workspace", RUN_DIR.lstrip("/")):  # the mount points of the workspace and /run/jackin/*
         (root / directory).mkdir(parents=True, exist_ok=True)
     tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
