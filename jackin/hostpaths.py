@@ -185,16 +185,21 @@ def dns_paths(fleet: str) -> list[str]:
 
 
 def dns_conf(fleet: str, instance: str) -> str:
-    """An agent's filter's dnsmasq configuration (and ``.servers`` beside it: its upstreams)."""
+    """An agent's filter's dnsmasq configuration (and ``.clean`` beside it: its query cleaner's)."""
     return f"{dns_dir(fleet)}/{instance}.conf"
+
+
+DNS_CLEANER = f"{LIB_DIR}/dns-clean"  # the filters' query cleaner (jackin/net/dnsclean.py), shared by the fleets
 
 
 def policy_files(fleet: str, filtered: list[str]) -> list[str]:
     """Every file of the fleet's egress policy as jackin/net/policy.py writes it, ``filtered``: the
-    instances with a filtering resolver: the tables, the load unit, the filters, the guard."""
+    instances with a filtering resolver: the tables, the load unit, the filters and their cleaners,
+    the guard, and the files the host's fleets share (the guard's and the cleaner's scripts, the wall)."""
     return [f"{NFT_DIR}/{fleet}.nft", f"{NFT_DIR}/{fleet}.lockdown.nft", unit_path(nft_unit(fleet)),
-            *(dns_conf(fleet, i) for i in filtered), unit_path(dns_template(fleet)), unit_path(dns_target(fleet)),
-            GUARD, *guard_paths(fleet)]  # fmt: skip
+            *(dns_conf(fleet, i) for i in filtered), *(f"{dns_dir(fleet)}/{i}.clean" for i in filtered),
+            unit_path(dns_template(fleet)), unit_path(dns_target(fleet)), GUARD, DNS_CLEANER, WALL_NFT,
+            unit_path(WALL_UNIT), *guard_paths(fleet)]  # fmt: skip
 
 
 def firewall_paths(fleet: str) -> list[str]:

@@ -122,6 +122,7 @@ class HostState(BaseModel):
     marker: bool = False
     nft_table: bool = False
     nft_hash: str | None = None
+    wall_held: bool = False  # the wall under every fleet's table (jackin/net/wall.py) is loaded, owned
     files: list[str] = Field(default_factory=list)  # the firewall's files that exist
     cow: CowState = Field(default_factory=CowState)  # the checkpoint tier's filesystem (jackin.snapshots.cow)
     snapshots: SnapshotDirs = Field(default_factory=SnapshotDirs)  # the restic tier's root-only paths
@@ -327,6 +328,7 @@ def _parse_state(lines: list[str]) -> HostState:
     data["marker"] = bool(sections.get("marker"))
     data["nft_table"] = bool(sections.get("nft"))
     data["nft_hash"] = next(iter(sections.get("nfthash", [])), None)
+    data["wall_held"] = bool(sections.get("wall"))
     data["files"] = sections.get("files", [])
     data["cow"] = parse_cow(sections.get("cow", []), sections.get("cowsubvols", []))
     if "systemd" in sections and data["cow"] is not None:

@@ -56,6 +56,7 @@ fi
 echo '##marker'; [ -e {hostpaths.marker(f)} ] && echo yes
 echo '##nft'; command -v nft >/dev/null 2>&1 && nft list table inet {shlex.quote(hostpaths.table_name(fleet))} >/dev/null 2>&1 && echo yes
 echo '##nfthash'; cat {NFT_DIR}/{f}.sha 2>/dev/null
+echo '##wall'; command -v nft >/dev/null 2>&1 && nft list table inet {hostpaths.WALL_TABLE} 2>/dev/null | grep -q '^	flags owner$' && echo held
 echo '##files'; for p in {" ".join(shlex.quote(p) for p in firewall_paths(fleet))}; do [ -e "$p" ] && echo "$p"; done
 {cow_section(fleet, systemd=False)}
 {snapshots_section(fleet)}

@@ -21,7 +21,17 @@ from jackin.agents import state as derivation
 from jackin.agents.read import Inspected, agent_files, agent_states, inspect_command, parse_agents, read_sections
 from jackin.agents.state import AgentState
 from jackin.errors import ConnectError, JackinError
-from jackin.hostpaths import GUARD, ROOT, WALL_TABLE, WALL_UNIT, check_timer, guard_unit, table_name, ttl_unit
+from jackin.hostpaths import (
+    DAEMON_JSON,
+    GUARD,
+    ROOT,
+    WALL_TABLE,
+    WALL_UNIT,
+    check_timer,
+    guard_unit,
+    table_name,
+    ttl_unit,
+)
 from jackin.lab.providers import provider_for
 from jackin.net.firewall import ident
 from jackin.paths import private_dir, state_dir
@@ -118,8 +128,10 @@ def status_command(fleet: str, *, inside: str = "") -> str:
               f"echo '##guard'; systemctl is-active {' '.join(map(shlex.quote, units))} 2>/dev/null; "
               f"echo '##policy'; [ -x {GUARD} ] && {GUARD} verify {shlex.quote(fleet)} 2>/dev/null; "
               f"echo '##wall'; [ -x {GUARD} ] && {GUARD} wall verify 2>/dev/null; "
-              # Docker's NAT, which a flush of the ruleset removes and nothing restores (see egress_broken).
-              "! command -v iptables >/dev/null || { echo '##nat'; "
+              # Docker's NAT, which a flush of the ruleset removes and nothing restores (see egress_broken);
+              # not read where Docker keeps no iptables rules (iptables or ip-masq off, its nftables backend).
+              "! command -v iptables >/dev/null || grep -Eqs '\"(iptables|ip-masq)\"[[:space:]]*:[[:space:]]*false"
+              f"|\"firewall-backend\"[[:space:]]*:[[:space:]]*\"nftables\"' {DAEMON_JSON} || {{ echo '##nat'; "
               "iptables -w 2 -t nat -S POSTROUTING 2>/dev/null | grep -e MASQUERADE || true; }; ")  # fmt: skip
     # The CPU window opens after the container rows and closes after the policy checks (and ``inside``),
     # which run inside it; only what is left of SAMPLE is slept. Each sample carries its clock (@ns):

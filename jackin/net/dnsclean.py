@@ -5,8 +5,10 @@ dnsmasq (``jackin.net.dns``) answers only the agent's allowlisted names, but wha
 is the agent's query: its letter case (``OK.rT.TeSt``), any query type (TXT, 255, 65000), its EDNS
 option bytes and its query ID all reached the upstream. dnsmasq 2.89 cannot rebuild a query, so each
 filter's dnsmasq forwards to its own cleaner instead, on a loopback address of its own (``listen``:
-127.x.y.z from the agent's uid, which no agent can reach: the kernel drops loopback destinations that
-arrive on a bridge). The cleaner answers locally, never forwarding:
+127.x.y.z from the agent's uid), which no agent can reach: the fleet's input chain lets an agent reach
+port 53 only on its own bridge's address, the wall drops what that chain has not seen, and the kernel
+drops loopback destinations arriving on a bridge unless ``route_localnet`` is set. The cleaner answers
+locally, never forwarding:
 
     REFUSED   a type other than A, AAAA and CNAME (what an allowlist needs), a class other than IN,
               a name not on the agent's list (dnsmasq never sends one: a second check)
@@ -28,10 +30,10 @@ filter's journal (``refused TYPE NAME: why``).
 
 from __future__ import annotations
 
-from jackin.hostpaths import LIB_DIR, dns_dir
+from jackin.hostpaths import DNS_CLEANER, dns_dir
 from jackin.plan.fleet import AgentPlan
 
-CLEANER = f"{LIB_DIR}/dns-clean"
+CLEANER = DNS_CLEANER
 TYPES = {"A": 1, "AAAA": 28, "CNAME": 5}  # the query types an allowlist needs
 
 
@@ -60,10 +62,9 @@ SCRIPT = r"""#!/usr/bin/perl
 # serves until the child ends. CONF: "listen ADDR[#PORT]", "upstream ADDR[#PORT]"..., "name NAME"...
 use strict;
 use warnings;
-use IO::Socket::INET;
+use IO::Socket::IP;  # IPv4 and IPv6 upstreams alike (perl-base has it)
 use IO::Select;
-use POSIX qw(WNOHANG _exit);
-use Socket qw(inet_ntoa unpack_sockaddr_in);
+use POSIX qw(WNOHANG _exit sigprocmask SIG_BLOCK SIG_SETMASK SIGCHLD);
 
 my %TYPES = (1 => 'A', 28 => 'AAAA', 5 => 'CNAME');
 my ($TRY, $MAXKIDS) = (2, 64);  # seconds per upstream; queries in flight at once
@@ -87,21 +88,37 @@ if (!@upstreams && open my $rc, '<', '/etc/resolv.conf') {
 die "dns-clean: no upstream (none in $conf, no nameserver in /etc/resolv.conf)\n" unless @upstreams;
 my ($laddr, $lport) = split /#/, $listen;
 $lport ||= 53;
-my $udp = IO::Socket::INET->new(LocalAddr => $laddr, LocalPort => $lport, Proto => 'udp', ReuseAddr => 1)
-    or die "dns-clean: cannot bind udp $laddr:$lport: $!\n";
-my $tcp = IO::Socket::INET->new(LocalAddr => $laddr, LocalPort => $lport, Proto => 'tcp', Listen => 16,
-                                ReuseAddr => 1) or die "dns-clean: cannot bind tcp $laddr:$lport: $!\n";
+my $udp = IO::Socket::IP->new(LocalHost => $laddr, LocalPort => $lport, Proto => 'udp', ReuseAddr => 1)
+    or die "dns-clean: cannot bind udp $laddr:$lport: $@\n";
+my $tcp = IO::Socket::IP->new(LocalHost => $laddr, LocalPort => $lport, Proto => 'tcp', Listen => 16,
+                              ReuseAddr => 1) or die "dns-clean: cannot bind tcp $laddr:$lport: $@\n";
 $| = 1;
-my %kids;
-my $child = fork // die "dns-clean: fork: $!\n";
-if (!$child) { exec @command or _exit(127) }
-$SIG{TERM} = $SIG{INT} = sub { kill 'TERM', $child; exit 0 };
+my (%kids, $child);
+# SIGCHLD is blocked around every fork until the child is recorded: a child that ended before it was
+# recorded would be reaped unrecorded, and its entry, made after, never removed.
+my ($chld, $old) = (POSIX::SigSet->new(SIGCHLD), POSIX::SigSet->new);
+sub spawn {
+    sigprocmask(SIG_BLOCK, $chld, $old);
+    my $pid = fork;
+    if (defined $pid && !$pid) { sigprocmask(SIG_SETMASK, $old); $SIG{TERM} = $SIG{CHLD} = 'DEFAULT'; return 0 }
+    $kids{$pid} = 1 if $pid && defined $child;
+    $child //= $pid;
+    sigprocmask(SIG_SETMASK, $old);
+    $pid;
+}
 $SIG{CHLD} = sub {
     while ((my $pid = waitpid(-1, WNOHANG)) > 0) {
-        if ($pid == $child) { print STDERR "dns-clean: $command[0] ended (status $?)\n"; kill 'TERM', keys %kids; exit 1 }
+        if (defined $child && $pid == $child) {
+            print STDERR "dns-clean: $command[0] ended (status $?)\n";
+            kill 'TERM', keys %kids;
+            exit 1;
+        }
         delete $kids{$pid};
     }
 };
+spawn() // die "dns-clean: fork: $!\n";
+if (!$child) { exec @command or _exit(127) }
+$SIG{TERM} = $SIG{INT} = sub { kill 'TERM', $child; exit 0 };
 
 sub random_id { open my $r, '<', '/dev/urandom' or return int rand 65536; read $r, my $b, 2; unpack 'n', $b }
 
@@ -142,7 +159,7 @@ sub wire { join('', map { chr(length) . $_ } split /\./, $_[0]) . "\0" }
 
 sub ask_tcp {
     my ($server, $port, $query) = @_;
-    my $s = IO::Socket::INET->new(PeerAddr => $server, PeerPort => $port, Proto => 'tcp', Timeout => $TRY) or return;
+    my $s = IO::Socket::IP->new(PeerHost => $server, PeerPort => $port, Proto => 'tcp', Timeout => $TRY) or return;
     my $out = pack('n', length $query) . $query;
     return unless defined syswrite $s, $out;
     my ($buf, $want) = ('', undef);
@@ -165,7 +182,7 @@ sub resolve {
     for my $up (@upstreams) {
         my ($server, $port) = split /#/, $up;
         $port ||= 53;
-        my $s = IO::Socket::INET->new(PeerAddr => $server, PeerPort => $port, Proto => 'udp') or next;
+        my $s = IO::Socket::IP->new(PeerHost => $server, PeerPort => $port, Proto => 'udp') or next;
         next unless defined send $s, $query, 0;
         my $sel = IO::Select->new($s);
         my $deadline = time + $TRY;
@@ -190,8 +207,9 @@ sub answer {
     my ($q) = @_;
     my ($rcode, $question, $name, $type, $why) = parse($q);
     if (defined $rcode) {
-        print STDERR "dns-clean: refused ", ($TYPES{$type // 0} // "type " . ($type // '?')), " ", ($name // '?'),
-            ": ", ($why // ($rcode == 4 ? 'opcode' : 'malformed')), "\n";
+        # One write per line: the children's lines never interleave.
+        syswrite STDERR, "dns-clean: refused " . ($TYPES{$type // 0} // "type " . ($type // '?')) . " "
+            . ($name // '?') . ": " . ($why // ($rcode == 4 ? 'opcode' : 'malformed')) . "\n";
         return local_answer($q, $rcode, $question);
     }
     my $r = resolve($name, $type);
@@ -209,16 +227,13 @@ while (1) {
             my $peer = recv $udp, my $q, 65535, 0;
             next unless defined $peer;
             if (keys %kids >= $MAXKIDS) { send $udp, local_answer($q, 2, ''), 0, $peer; next }
-            my $pid = fork;
-            next unless defined $pid;
-            if (!$pid) { $SIG{TERM} = 'DEFAULT'; send $udp, answer($q), 0, $peer; _exit(0) }
-            $kids{$pid} = 1;
+            my $pid = spawn();
+            if (defined $pid && !$pid) { send $udp, answer($q), 0, $peer; _exit(0) }
         } else {
             my $c = $tcp->accept or next;
             if (keys %kids >= $MAXKIDS) { close $c; next }
-            my $pid = fork;
+            my $pid = spawn();
             if (defined $pid && !$pid) {
-                $SIG{TERM} = 'DEFAULT';
                 my $csel = IO::Select->new($c);
                 my $buf = '';
                 while ($csel->can_read(10)) {
@@ -233,7 +248,6 @@ while (1) {
                 }
                 _exit(0);
             }
-            $kids{$pid} = 1 if $pid;
             close $c;
         }
     }

@@ -59,18 +59,22 @@ if [ "${1:-}" = wall ]; then
     held() { nft list table $wall 2>/dev/null | grep -q '^	flags owner$'; }
     case ${2:-} in
     hold)  # the service's main process becomes nft -i: it loads the wall and holds the socket that owns it.
-        # Its input, a FIFO whose writer never closes it: should either end, the service ends and each
-        # fleet's guard starts it again at its next check. The FIFO's name goes once both ends are open.
+        # Its input is a FIFO it opens for reading and writing: it never reads an end of file, so it
+        # never ends by itself. The line is written, and the FIFO's name removed, by a short-lived writer.
         fifo=@RUN_DIR@/wall.in
         mkdir -p @RUN_DIR@ && rm -f "$fifo" && mkfifo -m 0600 "$fifo" || exit 1
-        { rm -f "$fifo"; echo 'include "@WALL_NFT@"'; exec sleep infinity; } > "$fifo" &
-        exec nft -i < "$fifo" > /dev/null ;;
+        { echo 'include "@WALL_NFT@"'; rm -f "$fifo"; } > "$fifo" &
+        exec nft -i <> "$fifo" > /dev/null ;;
     ready)  # the service is started once the wall holds; else it fails, and Docker stays stopped
         i=0
         while [ $i -lt 100 ]; do held && exit 0; i=$((i + 1)); sleep 0.1; done
         logger -t jackin-nft "the wall (table $wall) did not load: Docker, and so every agent, stays stopped"
         exit 1 ;;
     stop)  # before the wall goes: every agent container stops, or with Docker gone every agent process ends
+        if [ -z "${MAINPID:-}" ]; then  # the holder ended by itself (killed): the wall is gone already
+            logger -t jackin-nft "the wall's holder ended: the agents run on under their fleets' tables"
+            exit 0
+        fi
         if systemctl is-active --quiet docker.service; then
             ids=$(docker ps -q --filter label=jackin.fleet 2>/dev/null)
             [ -z "$ids" ] || docker stop -t 2 $ids >/dev/null 2>&1

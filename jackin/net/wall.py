@@ -23,9 +23,14 @@ The wall is shared by every fleet on the host and never changes: ``fleet.up`` st
 when it is not running and the last fleet's ``fleet.down`` stops it. Stopping it (by hand, which
 also stops Docker, as it requires the wall; or at shutdown, where it stops after Docker) first stops
 every agent container, and with Docker already gone kills every process of every agent's Unix user,
-so no agent outlives the wall. Should its holder die instead (killed), the agents run on under their
-fleets' tables alone, and each fleet's guard starts the wall again at its next check (at once on an
-nft event, else within the timer's 10 s); ``fleet.status`` says "not held" meanwhile (exit 4).
+so no agent outlives the wall. Should its holder die instead (killed: it never ends by itself, as it
+reads a FIFO it also holds open for writing), the agents run on under their fleets' tables alone, and
+each fleet's guard starts the wall again at its next check (at once on an nft event, else within the
+timer's 10 s), as does the next ``fleet.up``; ``fleet.status`` says "not held" meanwhile (exit 4).
+
+A table an earlier jackin applied does not mark: before the wall's first start on a host, ``fleet.up``
+refuses when another fleet's table there has agents and no mark rule
+(``jackin.operations.firewall.unmarked_check``), before it writes anything.
 """
 
 from __future__ import annotations

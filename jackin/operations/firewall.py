@@ -22,6 +22,7 @@ from jackin.hostpaths import (
     RESOLVER,
     RUN_DIR,
     WALL_NFT,
+    WALL_TABLE,
     WALL_UNIT,
     check_service,
     check_timer,
@@ -43,11 +44,15 @@ from jackin.plan.fleet import FleetPlan
 def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     digest = policy.bundle_hash(plan)
     if state.nft_table and state.nft_hash == digest:
-        return []
+        # The bundle holds; a wall whose holder ended (killed) is started again, which its guard
+        # would do at its next check anyway.
+        return [] if state.wall_held else [f"systemctl start {WALL_UNIT}"]
     fleet = plan.fleet
     base = f"{NFT_DIR}/{fleet}"
+    # Before anything is written: the wall this run starts must not cut off another fleet on the host.
+    commands: list[Command] = [] if state.wall_held else [unmarked_check(fleet)]
     # Every file of the bundle by SFTP (a 150-agent policy is past Linux's 128 KiB argv limit).
-    commands = write_files(policy.bundle(plan))
+    commands += write_files(policy.bundle(plan))
     guard = f"{guard_unit(fleet)} {check_timer(fleet)}"
     commands += [
         # Their links for boot (--no-reload: every [Install] here is WantedBy= a boot target), then ONE
@@ -71,6 +76,20 @@ def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
         f"echo {digest} > {base}.sha",
     ]
     return commands
+
+
+def unmarked_check(fleet: str) -> str:
+    """Shell: fail, naming it, when another fleet's table on the host has agents but does not mark their
+    packets (an earlier jackin applied it): the wall drops every unmarked agent packet, so starting it
+    would cut that fleet's agents off. A lockdown table drops them all anyway."""
+    skip = shlex.quote(f"^({table_name(fleet)}|{WALL_TABLE})$")
+    why = ("was applied by an earlier jackin: its table does not mark its agents' packets, and the wall this "
+           "fleet.up starts would cut them off; run fleet.up for that fleet with this jackin first")  # fmt: skip
+    return (f"for t in $(nft list tables inet 2>/dev/null | awk '$3 ~ /^jackin-/ {{print $3}}' | grep -Ev {skip}); do "
+            'c=$(nft list chain inet "$t" forward 2>/dev/null) || continue; '
+            'case $c in *"jump egress_"*) ;; *) continue ;; esac; '
+            'case $c in *"meta mark set"*) continue ;; esac; '
+            f'echo "fleet ${{t#jackin-}} on this host {why}" >&2; exit 1; done')  # fmt: skip
 
 
 def _units(fleet: str) -> list[str]:

@@ -38,13 +38,14 @@ class Upstream:
     """A resolver on loopback that records every query and answers A 198.18.0.9 (truncated over UDP
     for names starting ``big``: then the whole answer over TCP)."""
 
-    def __init__(self) -> None:
-        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.udp.bind(("127.0.0.1", 0))
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.udp = socket.socket(family, socket.SOCK_DGRAM)
+        self.udp.bind((host, 0))
         self.port = self.udp.getsockname()[1]
-        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.tcp = socket.socket(family, socket.SOCK_STREAM)
         self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.tcp.bind(("127.0.0.1", self.port))
+        self.tcp.bind((host, self.port))
         self.tcp.listen(4)
         self.got: list[tuple[str, bytes]] = []
         for target in (self._serve_udp, self._serve_tcp):
@@ -108,7 +109,8 @@ def cleaner(tmp_path_factory) -> Iterator[tuple[Upstream, tuple[str, int], subpr
                     "name big.allowed.test\n")  # fmt: skip
     script = tmp / "dns-clean"
     script.write_text(dnsclean.SCRIPT)
-    proc = subprocess.Popen(["perl", str(script), str(conf), "sleep", "600"], stderr=subprocess.PIPE, text=True)
+    log = (tmp / "stderr").open("w")  # a file, not a pipe nobody reads: a full pipe would stall its children
+    proc = subprocess.Popen(["perl", str(script), str(conf), "sleep", "600"], stderr=log)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
@@ -193,6 +195,58 @@ def test_a_truncated_reply_is_asked_again_over_tcp_and_tcp_clients_are_served(cl
         (length,) = struct.unpack("!H", s.recv(2))
         r = s.recv(length)
     assert r[:2] == b"\x42\x42" and r.endswith(ANSWER)
+
+
+def test_many_queries_at_once_never_exhaust_it(cleaner) -> None:
+    """Each query is a child process; a child that ended before the parent recorded it once stayed
+    counted forever, and after a few thousand concurrent queries every answer was SERVFAIL."""
+    _, address, _ = cleaner
+    failed: list[int] = []
+
+    def worker() -> None:
+        for n in range(400):  # refused ones mostly: their child ends at once, the race's likeliest case
+            rcode = struct.unpack("!H", ask(address, query("ok.allowed.test", 16 if n % 8 else 1, qid=n))[2:4])[0]
+            if rcode & 0xF not in (0, 5):
+                failed.append(rcode & 0xF)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failed == []
+    assert ask(address, query("ok.allowed.test"))[3] & 0xF == 0  # and the next one too
+
+
+def test_an_ipv6_upstream_is_asked(tmp_path: Path) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    try:
+        up = Upstream("::1")
+    except OSError as error:
+        pytest.skip(f"no ::1 here: {error}")
+    conf = tmp_path / "c"
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    conf.write_text(f"listen 127.0.0.1#{port}\nupstream ::1#{up.port}\nname ok.allowed.test\n")
+    script = tmp_path / "dns-clean"
+    script.write_text(dnsclean.SCRIPT)
+    proc = subprocess.Popen(["perl", str(script), str(conf), "sleep", "60"], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        assert ask(("127.0.0.1", port), query("ok.allowed.test")).endswith(ANSWER)
+        assert len(up.got) == 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def test_when_its_command_ends_the_cleaner_ends(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from jackin.facts.state import HostState
 from jackin.net.firewall import render, render_lockdown
 from jackin.spec.models import enforcement
 from jackin.spec.values import Entry, parse_entry
-from jackin.operations.firewall import apply_commands, remove_commands
+from jackin.operations.firewall import apply_commands, remove_commands, unmarked_check
 from jackin.operations.script import Upload, write_files
 from jackin.plan import fleet as planning
 from jackin.plan.fleet import FleetPlan, build, instances
@@ -621,7 +621,10 @@ APPLY = ("if nft -c -f /etc/jackin/nft/demo.nft && nft -f /etc/jackin/nft/demo.n
 
 
 def test_apply_nothing_when_loaded_and_up_to_date() -> None:
-    assert apply_commands(PLAN, HostState(nft_table=True, nft_hash=policy.bundle_hash(PLAN))) == []
+    assert apply_commands(PLAN, HostState(nft_table=True, nft_hash=policy.bundle_hash(PLAN), wall_held=True)) == []
+    # Up to date, but the wall's holder ended: only the wall is started again.
+    assert apply_commands(PLAN, HostState(nft_table=True, nft_hash=policy.bundle_hash(PLAN))) == [
+        "systemctl start jackin-wall.service"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -633,6 +636,8 @@ def test_apply_nothing_when_loaded_and_up_to_date() -> None:
 def test_apply_writes_the_bundle_then_checks_applies_and_records_the_hash(state: HostState) -> None:
     bundle = policy.bundle(PLAN)
     commands = apply_commands(PLAN, state)
+    assert commands[0] == unmarked_check("demo")  # the wall is not held here: first, no fleet it would cut off
+    commands = commands[1:]
     writes = write_files(bundle)
     rest = commands[len(writes) :]
     assert commands[: len(writes)] == writes  # every file by SFTP (tested in test_operations_script)

@@ -39,6 +39,7 @@ def provisioned(plan=PLAN, state: HostState | None = None) -> HostState:
     state = state or present(*plan.agents)
     daemon = DaemonState(config=json.dumps(wanted_settings(plan.address_pools)), live_restore=True)
     return state.model_copy(update={"host": TOOLS, "daemon": daemon, "nft_table": True, "nft_hash": bundle_hash(plan),
+                                    "wall_held": True,
                                     "images": sorted({a.image for a in plan.agents})})  # fmt: skip
 
 

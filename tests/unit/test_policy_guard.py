@@ -247,6 +247,45 @@ def test_a_check_starts_the_wall_when_it_is_not_held(guard) -> None:
 
 
 def test_the_walls_stop_stops_every_agent_first(guard) -> None:
-    _, log = guard("$G wall stop")
+    _, log = guard("MAINPID=4242 $G wall stop")  # systemd stops it: its holder still runs
     assert log[:2] == ["systemctl is-active --quiet docker.service", "docker ps -q --filter label=jackin.fleet"]
     assert log[2] == "docker stop -t 2 c1 c2" and log[-1] == "log: the wall goes: every agent was stopped first"
+
+
+def test_a_holder_that_ended_by_itself_stops_no_agent(guard) -> None:
+    """systemd runs ExecStop after a main process that exited on its own, cleanly or by SIGTERM, with
+    MAINPID unset: the wall is gone already, and the agents run on under their fleets' tables."""
+    _, log = guard("$G wall stop")
+    assert log == ["log: the wall's holder ended: the agents run on under their fleets' tables"]
+
+
+def test_the_holder_never_ends_by_itself(guard) -> None:
+    """nft reads a FIFO it also holds open for writing: no end of file, however long it waits."""
+    out, _ = guard("sleep 1; $G wall verify; nft list tables | tr ' ' '-'", walled=True)
+    assert out == ["held", "table-inet-jackin--wall"]
+
+
+def test_the_wall_is_not_started_under_a_fleet_whose_table_does_not_mark(guard, tmp_path: Path) -> None:
+    """Another fleet's table from an earlier jackin (no mark rule) would lose every packet to the wall: the
+    check that runs before the wall's first start names it. Marked tables, lockdown tables, tables with no
+    agent and the fleet's own old table pass."""
+    from jackin.operations.firewall import unmarked_check
+
+    plan = PLANS[FLEET]
+    marked = firewall.render(plan).replace("jackin-mixed", "jackin-new")
+    unmarked = "\n".join(line for line in marked.splitlines() if "meta mark set" not in line).replace(
+        "jackin-new", "jackin-old")  # fmt: skip
+    own_old = unmarked.replace("jackin-old", "jackin-mixed")
+    lockdown = firewall.render_lockdown(plan).replace("jackin-mixed", "jackin-locked")
+    for name, text in (("new", marked), ("old", unmarked), ("own", own_old), ("locked", lockdown)):
+        (tmp_path / f"{name}.nft").write_text(text + "\n")
+    check = unmarked_check(FLEET)
+    out, _ = guard(f"""
+        for t in new own locked; do nft -f {tmp_path}/$t.nft; done
+        if ( {check} ); then echo passes; fi
+        nft -f {tmp_path}/old.nft
+        ( {check} ) 2>&1 || echo refused
+    """, walled=False)  # fmt: skip
+    text = " ".join(out)
+    assert text.startswith("passes fleet old on this host was applied by an earlier jackin"), text
+    assert text.endswith("run fleet.up for that fleet with this jackin first refused"), text

@@ -338,3 +338,28 @@ def test_the_sampler_reads_cgroup_v1_and_leaves_what_it_cannot_read_empty(tmp_pa
     assert lines == ["7 987654321 8192", "8  ", "9  "]  # 8: no memory cgroup, no usage; 9: no such pid
     assert parse_status("\n".join(["100", row("c", "running", "1970-01-01T00:00:00Z", 0, "a-1", "1:1", 0, 8),
                                    "##1", *lines, "##2", *lines]))[1][0].cpu_percent is None  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("daemon", "read"),
+    [('{"log-driver": "json-file"}', True), ('{"iptables": false}', False), ('{"ip-masq" : false}', False),
+     ('{"firewall-backend": "nftables"}', False), ('{"iptables": true}', True), (None, True)],
+    ids=["default", "iptables-off", "ip-masq-off", "nftables-backend", "iptables-on", "no-daemon-json"],
+)  # fmt: skip
+def test_dockers_nat_is_read_only_where_docker_keeps_iptables_rules(tmp_path, daemon: str | None, read: bool) -> None:
+    """A Docker that keeps no NAT in iptables would otherwise look like one whose NAT a flush removed."""
+    import subprocess
+
+    from jackin.lifecycle.status import status_command
+
+    command = status_command("demo")
+    start = command.index("! command -v iptables")
+    snippet = command[start : command.index("; if [ -n", start)]
+    (tmp_path / "iptables").write_text("#!/bin/sh\necho '-A POSTROUTING -s 172.18.0.0/16 ! -o jk0 -j MASQUERADE'\n")
+    (tmp_path / "iptables").chmod(0o755)
+    config = tmp_path / "daemon.json"
+    if daemon is not None:
+        config.write_text(daemon)
+    done = subprocess.run(["sh", "-c", snippet.replace("/etc/docker/daemon.json", str(config))], capture_output=True,
+                          text=True, env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, timeout=10)  # fmt: skip
+    assert ("##nat" in done.stdout) == read, done.stdout + done.stderr
