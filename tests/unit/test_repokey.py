@@ -86,7 +86,12 @@ def test_restic_opens_the_resealed_key_alone_and_it_costs_a_fraction(made, tmp_p
     assert len(json.loads(listed)) == 1
     assert "kept\n" == run(work, password, "dump", "latest", str(data / "f")).stdout
     after = cpu_of(lambda: run(work, password, "cat", "config"))
-    assert after < before / 3, (before, after)  # restic's KDF was most of what it cost to open
+    print(f"restic cat config: {before:.3f} s of CPU with restic's key, {after:.3f} s with the resealed one")
+    # A fraction of the work, by the KDF's own parameters (its memory and time are N * r * p): restic
+    # calibrates them to this machine's speed at init, so under load the costly key is cheaper, and a
+    # CPU-time ratio once missed 1/3 by a millisecond. The timing is printed, not judged.
+    work_of = lambda f: f["N"] * f["r"] * f["p"]  # noqa: E731
+    assert work_of(fields) * 4 <= work_of(costly), (costly, fields)
 
 
 @needs_restic
