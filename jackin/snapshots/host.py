@@ -275,13 +275,13 @@ def remap_commands(owner: tuple[int, int, int, int] | None) -> str:
 MIN_FREE = 256 << 20  # the spec's default (snapshots.min_free)
 
 
-def room_commands(restic_bin: str, fleet: str, restic_id: str, repo: str | None, min_free: int) -> str:
+def room_commands(restic_bin: str, fleet: str, restic_id: str, repo: str | None, min_free: int,
+                  kept: str = "the workspace was not touched") -> str:  # fmt: skip
     """Refuse the restore, before anything changes, unless the home's filesystem has room for every
     byte of the snapshot (restic 0.14 has no ``restore --sparse``: a hole is written as zeros, so a
     sparse file takes its whole size until ``dig_commands``) and ``min_free`` bytes beside."""
     stats = restic.q(*restic.base(restic_bin, fleet, repo=repo), "--quiet", "stats", "--mode", "restore-size",
                      "--json", restic_id)  # fmt: skip
-    kept = "the workspace was not touched"
     return (f"need=$({stats} | sed -n 's/.*\"total_size\":\\([0-9]*\\).*/\\1/p')\n"
             f'[ -n "$need" ] || {{ cleanup; fail "cannot read the size of snapshot {restic_id} (restic stats); {kept}"; }}\n'
             f'free=$(df -B1 --output=avail -- "$H" | tail -n 1 | tr -dc 0-9)\n'
@@ -289,6 +289,28 @@ def room_commands(restic_bin: str, fleet: str, restic_id: str, repo: str | None,
             f'if [ "$((free - need))" -lt {int(min_free)} ]; then cleanup; fail "snapshot {restic_id} needs '
             f'$need bytes to restore and the home\'s filesystem has $free free: that would leave less than '
             f'{int(min_free)} (snapshots.min_free); {kept}"; fi\n')  # fmt: skip
+
+
+def room_script(restic_bin: str, fleet: str, instance: str, restic_id: str, *, repo: str | None = None,
+                min_free: int = MIN_FREE) -> str:  # fmt: skip
+    """``room_commands`` on its own, for snapshot.restore to run on every agent it will restore from restic
+    before it changes anything (before its pre-restore snapshot); prints ``room`` when there is."""
+    return (
+        f"set -u\nH={shlex.quote(restic.home_path(fleet, instance))}\n"
+        'fail() { echo "$*" >&2; exit 1; }\ncleanup() { :; }\n'
+        '{ [ -d "$H" ] && [ ! -L "$H" ]; } || fail "the agent\'s home $H is missing (run fleet.up first)"\n'
+        f"{room_commands(restic_bin, fleet, restic_id, repo, min_free, kept='nothing was changed')}echo room\n"
+    )
+
+
+def room(conn: Connection, restic_bin: str, fleet: str, instance: str, restic_id: str, *, host: str,
+         repo: str | None = None, min_free: int = MIN_FREE) -> None:  # fmt: skip
+    """Raise, with the numbers, when restoring ``restic_id`` of ``instance`` would leave less than
+    ``min_free`` on its home's filesystem (``room_script``)."""
+    script = room_script(restic_bin, fleet, instance, restic_id, repo=repo, min_free=min_free)
+    done = conn.run("bash -c " + shlex.quote(script), hide=True, warn=True, timeout=LONG)
+    if done.exited != 0 or "room" not in done.stdout.split():
+        raise RemoteCommandError(f"restore of {instance} refused: {_tail(done.stderr)}", host=host)
 
 
 DIG_FROM = 64 * 1024  # files larger than this in a restored tree have their runs of zeros made holes again

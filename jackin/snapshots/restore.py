@@ -82,6 +82,7 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
              repos: dict[tuple[str, str], str] | None = None) -> None:  # fmt: skip
     fleet = inventory.fleet.name
     instances = sorted({a.instance for a in items})
+    _check_room(inventory, items, targets, repos)  # before the pre-restore snapshot: nothing changed yet
     pre = api.take(ledger, inventory, targets, instances, label=f"before restoring {record.id}", kind="pre-restore")
     if pre.errors or not pre.snapshot.agents:
         problems = "; ".join(f"{e.host}: {e.error}" for e in pre.errors) or "nothing was snapshotted"
@@ -118,6 +119,35 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
             ledger.audit(run, fleet, "snapshot.restore", "ok" if a.restored else "failed", host=name,
                          detail={"snapshot": record.id, "instance": a.instance, "error": a.error,
                                  "pre_restore": pre.snapshot.id, "tier": a.tier, "note": a.note})  # fmt: skip
+
+
+def _check_room(inventory: Inventory, items: list[AgentSnapshot], targets: list[SshTarget],
+                repos: dict[tuple[str, str], str] | None) -> None:  # fmt: skip
+    """Refuse the whole restore, before anything changes, when an agent it restores from restic (its
+    snapshot has no checkpoint, whose restore needs no room) would leave less than ``snapshots.min_free``
+    free on its home's filesystem. The restore script checks again, for a checkpoint that is gone."""
+    fleet, min_free = inventory.fleet.name, inventory.fleet.snapshots.min_free
+
+    def work(conn: Connection, target: SshTarget) -> list[str]:
+        mine = [a for a in items if a.host == target.name and a.restic_id and "checkpoint" not in a.tiers]
+        if not mine:
+            return []
+        restic_bin = api.prepare(conn, fleet, host=target.name)
+        problems = []
+        for a in mine:
+            try:
+                remote.room(conn, restic_bin, fleet, a.instance, a.restic_id or "", host=target.name,
+                            repo=(repos or {}).get((target.name, a.instance)), min_free=min_free)  # fmt: skip
+            except JackinError as error:
+                problems.append(error.message)
+        return problems
+
+    problems = []
+    for name, found in api.in_parallel(targets, work).items():
+        problems += [f"{name}: {found.message}"] if isinstance(found, JackinError) else [f"{name}: {p}" for p in found]
+    if problems:
+        raise JackinError("restore refused before anything changed: " + "; ".join(problems),
+                          hint="free space on the host, or lower snapshots.min_free")  # fmt: skip
 
 
 def owner_change(item: AgentSnapshot, uid: int | None) -> tuple[int, int, int, int] | None:
