@@ -25,6 +25,7 @@ from jackin.plan import fleet as planning
 from jackin.plan.fleet import AgentPlan, FleetPlan
 from jackin.plan.terms import (
     AgentContract,
+    ApiTerm,
     CredentialTerm,
     DockerTerm,
     FleetContract,
@@ -41,7 +42,16 @@ from jackin.plan.terms import (
     WorkTerm,
 )
 from jackin.spec import Inventory, sources
-from jackin.spec.models import AgentSpec, Credential, SnapshotPolicy, WorkSpec, _role, _role_names, enforcement
+from jackin.spec.models import (
+    AgentSpec,
+    Credential,
+    SnapshotPolicy,
+    WorkSpec,
+    _role,
+    _role_names,
+    enforcement,
+    role_egress,
+)
 
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/containerd/containerd.sock",
                   "/var/run/containerd/containerd.sock")  # fmt: skip
@@ -108,9 +118,19 @@ def _agent(agent: AgentPlan, spec: AgentSpec, hosts: list[HostFacts], trusted: l
     network = _network(agent)
     return AgentContract(instance=agent.instance, agent=agent.agent, role=agent.role, image=agent.image,
                          identity=identity, mounts=mounts, credentials=creds, network=network, docker=docker,
-                         resources=_resources(agent), work=work,
+                         resources=_resources(agent), work=work, api=_api(agent, spec),
                          residual_risks=_risks(mounts, network, docker, hosts) + _role_risks(agent, creds)
                          + _source_risks(given, creds, spec.work, work, trusted))  # fmt: skip
+
+
+def _api(agent: AgentPlan, spec: AgentSpec) -> ApiTerm | None:
+    """The base URL in force: the spec's ``api_url``, else the role's."""
+    api = _role(agent.role).api if agent.role in _role_names() else None
+    if api is None:
+        return None
+    if spec.api_url is not None:
+        return ApiTerm(url=spec.api_url, env=api.env, source="spec")
+    return ApiTerm(url=api.url, env=api.env, source="role")
 
 
 def _work(agent: AgentPlan, spec: WorkSpec | None) -> WorkTerm | None:
@@ -221,7 +241,9 @@ def _role_risks(agent: AgentPlan, creds: list[CredentialTerm]) -> list[str]:
                      "environment: the runtime and every command it runs can read it (and a prompt can make it leak "
                      "through any allowed destination)")  # fmt: skip
     if agent.role in _role_names() and agent.policy.mode == "allowlist":
-        egress = [e for e in _role(agent.role).egress if e in agent.policy.allow]
+        api = _role(agent.role).api
+        egress = [e for e in role_egress(agent.role, agent.env.get(api.env) if api else None)
+                  if e in agent.policy.allow]  # fmt: skip
         if egress:
             risks.append(f"role {agent.role} adds {', '.join(egress)} to the allowlist (its model provider's API)")
     return risks

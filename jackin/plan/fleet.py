@@ -96,6 +96,9 @@ class AgentPlan(_Model):
     credentials: list[str] = Field(default_factory=list)  # names only: values never enter a plan
     mounts: list[Mount] = Field(default_factory=list)
     healthcheck: Health | None = None  # the role's Docker HEALTHCHECK (None: the image's own, if any)
+    env: dict[str, str] = Field(
+        default_factory=dict
+    )  # set in the container (the spec's api_url, in the role's api.env)
     work: WorkPlan | None = None  # a repository and a task delivered to /run/jackin/work (jackin/work/bundles.py)
 
     @property
@@ -146,6 +149,7 @@ class AgentPlan(_Model):
             "--network", self.network,
             "--mount", f"type=bind,src={self.workspace},dst=/workspace",
             "--workdir", "/workspace", "--env", "HOME=/workspace",
+            *(arg for key, value in sorted(self.env.items()) for arg in ("--env", f"{key}={value}")),
             "--restart", "unless-stopped",
             "--log-opt", "max-size=10m", "--log-opt", "max-file=3",
         ]  # fmt: skip
@@ -268,6 +272,7 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
                 policy=spec.agent_network(agent),
                 credentials=sorted({c.name for c in agent.credentials}),
                 mounts=agent.mounts,
+                env=api_env(agent.role, agent.api_url),
             )  # fmt: skip
         )
     agents = [a.model_copy(update={"work": work_plan(by_name[a.agent].work, a.instance)}) for a in agents]
@@ -282,6 +287,15 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
             CheckpointPlan(size=spec.snapshots.checkpoint_size) if spec.snapshots.checkpoints == "btrfs" else None
         ),  # fmt: skip
     )
+
+
+def api_env(role_name: str, api_url: str | None) -> dict[str, str]:
+    """The runtime's base URL variable when the spec replaces the role's (none otherwise: the runtime's
+    own default is the vendor's)."""
+    if api_url is None or role_name not in roles.names():
+        return {}
+    api = roles.load(role_name).api
+    return {api.env: api_url} if api is not None else {}
 
 
 def work_plan(work: WorkSpec | None, instance: str) -> WorkPlan | None:

@@ -104,6 +104,15 @@ class ResourcesTerm(_Model):
     hardening: list[str]
 
 
+class ApiTerm(_Model):
+    """The model provider's base URL the runtime uses, and whence: its role's default, or the spec's
+    ``api_url`` (then set in ``env`` in the container, and its ``host:port`` is the allowlist's entry)."""
+
+    url: str
+    env: str
+    source: Literal["role", "spec"]
+
+
 class AgentContract(_Model):
     instance: str
     agent: str
@@ -117,6 +126,7 @@ class AgentContract(_Model):
     resources: ResourcesTerm
     residual_risks: list[str]
     work: WorkTerm | None = None  # None: the agent has no work in the spec
+    api: ApiTerm | None = None  # None: the role names no model provider's base URL
 
 
 # --- per fleet --------------------------------------------------------------------------------

@@ -35,11 +35,13 @@ from jackin.spec.values import (
     SLUG,
     Address,
     AllowEntry,
+    ApiUrl,
     HostKey,
     HostName,
     IpAddress,
     Model,
     Slug,
+    api_entry,
     parse_duration,
     parse_entry,
     parse_size,
@@ -182,6 +184,9 @@ class AgentSpec(Model):
     image: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?$")
     mounts: list[Mount] = Field(default_factory=list)
     work: WorkSpec | None = None  # a repository and a task delivered to each instance (jackin/work/bundles.py)
+    # The model provider's base URL, in place of the role's (its api.url): a gateway, a stand-in of the
+    # vendor's API. The runtime gets it in the role's api.env; the allowlist and the contract follow it.
+    api_url: ApiUrl | None = None
 
     @field_validator("mounts")
     @classmethod
@@ -200,6 +205,12 @@ class AgentSpec(Model):
     def _role_credentials(self) -> AgentSpec:
         """Every credential the agent's role needs is given to the agent (names only here)."""
         return _check_role_credentials(self)
+
+    @model_validator(mode="after")
+    def _role_api(self) -> AgentSpec:
+        if self.api_url is not None and self.role in _role_names() and _role(self.role).api is None:
+            raise ValueError(f"agent {self.name!r}: api_url: role {self.role!r} declares no API base URL to replace")
+        return self
 
 
 MIN_CHECKPOINT_SIZE = parse_size("256m")
@@ -300,7 +311,7 @@ class FleetSpec(Model):
     def agent_network(self, agent: AgentSpec) -> NetworkPolicy:
         """An agent's own policy replaces the fleet's whole: a policy is read as one piece. In allowlist
         mode its role's ``egress`` entries (e.g. the model provider's API host) join the allowlist."""
-        return with_role_egress(agent.network or self.network, agent.role)
+        return with_role_egress(agent.network or self.network, agent.role, agent.api_url)
 
     def agent_resources(self, agent: AgentSpec) -> Resources:
         """The fleet's resources, with what the agent sets itself taking precedence, field by field."""
@@ -376,11 +387,24 @@ def _role_names() -> list[str]:
     return roles.names()
 
 
-def with_role_egress(policy: NetworkPolicy, role: str) -> NetworkPolicy:
-    """``policy`` with the role's egress entries added to its allowlist (allowlist mode only)."""
+def role_egress(role: str, api_url: str | None = None) -> list[str]:
+    """The role's egress entries, its API's entry being that of ``api_url`` when the spec replaces it."""
+    if role not in _role_names():
+        return []
+    found = _role(role)
+    if api_url is None or found.api is None:
+        return list(found.egress)
+    default, wanted = api_entry(found.api.url), api_entry(api_url)
+    entries = [wanted if entry == default else entry for entry in found.egress]
+    return list(dict.fromkeys(entries))
+
+
+def with_role_egress(policy: NetworkPolicy, role: str, api_url: str | None = None) -> NetworkPolicy:
+    """``policy`` with the role's egress entries added to its allowlist (allowlist mode only); the API's
+    entry is that of ``api_url`` when the spec replaces the role's base URL."""
     if policy.mode != "allowlist" or role not in _role_names():
         return policy
-    extra = [entry for entry in _role(role).egress if entry not in policy.allow]
+    extra = [entry for entry in role_egress(role, api_url) if entry not in policy.allow]
     if not extra:
         return policy
     return NetworkPolicy.model_validate({**policy.model_dump(), "allow": [*policy.allow, *extra]})

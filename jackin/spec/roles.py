@@ -24,7 +24,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from jackin.errors import SpecError
 from jackin.spec.reader import Problem, format_path, from_validation, parse_yaml
-from jackin.spec.values import SLUG, AllowEntry, Model, parse_duration
+from jackin.spec.values import SLUG, AllowEntry, ApiUrl, Model, api_entry, parse_duration
 
 ROLE_FILE = "role.yaml"
 COMMON = "common"
@@ -93,6 +93,15 @@ class Healthcheck(Model):
                 f"--start-period={self.start_period}s --retries={self.retries} CMD {json.dumps(self.test)}")  # fmt: skip
 
 
+class ApiEndpoint(Model):
+    """Where the runtime reaches its model provider: ``url``, the vendor's base URL, which the spec's
+    ``api_url`` may replace (a gateway, a stand-in, a regional endpoint); ``env``, the variable the runtime
+    reads it from (``ANTHROPIC_BASE_URL``...). Its ``host:port`` is one of the role's egress entries."""
+
+    env: CredentialName
+    url: ApiUrl
+
+
 class Role(Model):
     name: Annotated[str, Field(pattern=SLUG, max_length=24)]
     description: str = Field(min_length=1, max_length=500)
@@ -100,6 +109,7 @@ class Role(Model):
     command: list[str] = Field(min_length=1)
     credentials: list[CredentialName] = Field(default_factory=list)
     egress: list[AllowEntry] = Field(default_factory=list)  # joins an allowlist agent's allowlist
+    api: ApiEndpoint | None = None  # the model provider's base URL, which the spec may replace
     state: StateDetection = StateDetection()
     healthcheck: Healthcheck
 
@@ -109,6 +119,13 @@ class Role(Model):
         if len(set(value)) != len(value):
             raise ValueError("each entry may appear once")
         return value
+
+    @model_validator(mode="after")
+    def _api_in_egress(self) -> Role:
+        if self.api is not None and api_entry(self.api.url) not in self.egress:
+            raise ValueError(f"api.url {self.api.url} needs egress entry {api_entry(self.api.url)} (the allowlist "
+                             "follows the URL in force: a spec's api_url replaces that entry)")  # fmt: skip
+        return self
 
     @property
     def directory(self) -> Path:

@@ -184,6 +184,35 @@ def _check_allow_entry(value: str) -> str:
 AllowEntry = Annotated[str, AfterValidator(_check_allow_entry)]
 
 
+# --- a runtime's API base URL (jackin/spec/roles.py ``api``, the spec's ``api_url``) ---------------------
+
+_API_URL = re.compile(r"^(https?)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::([0-9]{1,5}))?(/[A-Za-z0-9._~/%+-]*)?$")
+
+
+def _check_api_url(value: str) -> str:
+    """``http(s)://host[:port][/path]``: a domain, an IPv4 address or an [IPv6] one; no user, query or fragment."""
+    match = _API_URL.match(value)
+    if not match:
+        raise ValueError("expected http(s)://host[:port][/path] (no user, query or fragment)")
+    host, port = match.group(2), match.group(3)
+    if port is not None and not 1 <= int(port) <= 65535:
+        raise ValueError(f"port {port!r} is not a number from 1 to 65535")
+    _check_allow_entry(host)  # a valid address or domain name, as an allow entry takes it
+    return value
+
+
+ApiUrl = Annotated[str, AfterValidator(_check_api_url)]
+
+
+def api_entry(url: str) -> str:
+    """The allow entry an API base URL needs: ``host:port`` (443 for https, 80 for http by default)."""
+    match = _API_URL.match(url)
+    if not match:
+        raise ValueError(f"not an API URL: {url!r}")
+    scheme, host, port = match.group(1), match.group(2), match.group(3)
+    return f"{host}:{port or (443 if scheme == 'https' else 80)}"
+
+
 @dataclass(frozen=True)
 class Entry:
     """One parsed allow entry."""

@@ -137,7 +137,7 @@ def test_build_fleet() -> None:
 
 def test_build_agent() -> None:
     coder = agent("coder-2")
-    assert coder.model_dump(exclude={"command", "policy", "credentials", "mounts", "work", "healthcheck"}) == {
+    assert coder.model_dump(exclude={"command", "policy", "credentials", "mounts", "work", "healthcheck", "env"}) == {
         "fleet": "demo",
         "agent": "coder",
         "instance": "coder-2",
@@ -156,6 +156,7 @@ def test_build_agent() -> None:
     }
     assert coder.command == ["jackin-demo-agent"]  # the role's command, run by the image's entrypoint
     assert coder.healthcheck is not None and coder.healthcheck.test == ["/usr/local/bin/jackin-health"]
+    assert coder.env == {}  # the demo role names no model provider
     assert coder.labels == {"jackin.fleet": "demo", "jackin.agent": "coder-2"}
 
 

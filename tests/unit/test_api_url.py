@@ -1,0 +1,118 @@
+"""A runtime role's model provider base URL (issue 19, item 3): the role names it and the variable its runtime
+reads (``api``); the spec's ``api_url`` replaces it. The container gets it in that variable, the allowlist's
+entry and the launch contract follow the URL in force. No host."""
+
+from __future__ import annotations
+
+import pytest
+
+from jackin.errors import SpecError
+from jackin.plan import contract
+from jackin.plan import fleet as planning
+from jackin.spec import parse_inventory, roles
+from jackin.spec.values import api_entry
+
+
+def inventory(api_url: str | None = None, mode: str = "allowlist", role: str = "claude-code"):
+    line = f"\n      api_url: {api_url!r}" if api_url else ""
+    return parse_inventory(f"""
+fleet:
+  name: demo
+  provider: lab
+  network: {{mode: {mode}, allow: ["10.9.0.0/16:5432"]}}
+  agents:
+    - name: coder
+      role: {role}
+      credentials: [{{name: ANTHROPIC_API_KEY, from_env: KEY}}]{line}
+""")
+
+
+def plan_of(inv):
+    return planning.build(inv.fleet, {"coder-1": 60001})
+
+
+def test_every_runtime_role_names_its_base_url_and_the_variable_its_runtime_reads() -> None:
+    found = {name: (r.api.env, r.api.url) for name in roles.names() if (r := roles.load(name)).api is not None}
+    assert found == {
+        "amp": ("AMP_URL", "https://ampcode.com"),
+        "claude-code": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+        "codex": ("OPENAI_BASE_URL", "https://api.openai.com/v1"),
+        "gemini": ("GOOGLE_GEMINI_BASE_URL", "https://generativelanguage.googleapis.com"),
+        "opencode": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+    }
+    assert roles.load("demo").api is None
+
+
+def test_by_default_the_vendors_url_is_in_force_and_nothing_is_set() -> None:
+    inv = inventory()
+    [agent] = plan_of(inv).agents
+    assert agent.env == {} and not any(a.startswith("ANTHROPIC_BASE_URL") for a in agent.run_args())
+    assert "api.anthropic.com:443" in agent.policy.allow
+    term = contract.build(inv, plan_of(inv)).agent("coder-1").api
+    assert term is not None and (term.url, term.env, term.source) == ("https://api.anthropic.com",
+                                                                      "ANTHROPIC_BASE_URL", "role")  # fmt: skip
+
+
+def test_the_specs_url_is_set_in_the_container_and_replaces_the_vendors_allowlist_entry() -> None:
+    inv = inventory("http://198.18.0.200:8080/anthropic")
+    [agent] = plan_of(inv).agents
+    assert agent.env == {"ANTHROPIC_BASE_URL": "http://198.18.0.200:8080/anthropic"}
+    args = agent.run_args()
+    assert args[args.index("ANTHROPIC_BASE_URL=http://198.18.0.200:8080/anthropic") - 1] == "--env"
+    assert "198.18.0.200:8080" in agent.policy.allow and "api.anthropic.com:443" not in agent.policy.allow
+    assert "10.9.0.0/16:5432" in agent.policy.allow  # the spec's own entries stay
+    document = contract.build(inv, plan_of(inv))
+    term = document.agent("coder-1").api
+    assert term is not None and (term.url, term.source) == ("http://198.18.0.200:8080/anthropic", "spec")
+    assert any("adds 198.18.0.200:8080 to the allowlist" in r for r in document.agent("coder-1").residual_risks)
+    assert agent.config_hash != plan_of(inventory()).agents[0].config_hash  # a new URL recreates the container
+
+
+def test_in_open_mode_the_url_is_set_and_the_allowlist_is_not_touched() -> None:
+    [agent] = plan_of(inventory("https://gateway.example:8443", mode="open")).agents
+    assert agent.env == {"ANTHROPIC_BASE_URL": "https://gateway.example:8443"}
+    assert agent.policy.allow == ["10.9.0.0/16:5432"]
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("ftp://x.example", "expected http(s)://host[:port][/path]"),
+        ("https://user@x.example", "expected http(s)://host[:port][/path]"),
+        ("https://x.example/?q=1", "expected http(s)://host[:port][/path]"),
+        ("https://x.example:70000", "port '70000' is not a number from 1 to 65535"),
+        ("https://*.example", "expected http(s)://host[:port][/path]"),
+        ("https://300.1.1.1", "is not a valid address"),
+    ],
+)
+def test_a_bad_url_is_refused_with_its_line(url: str, message: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        inventory(url)
+    assert any("api_url" in p and message in p for p in caught.value.problems), caught.value.problems
+
+
+def test_a_role_without_a_base_url_refuses_one() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_inventory("""
+fleet:
+  name: demo
+  provider: lab
+  agents: [{name: coder, api_url: "https://x.example"}]
+""")
+    assert any("role 'demo' declares no API base URL to replace" in p for p in caught.value.problems)
+
+
+def test_the_allowlist_entry_of_a_url() -> None:
+    assert [api_entry(u) for u in ("https://a.example", "http://a.example", "http://10.0.0.1:8080/v1",
+                                   "https://[2001:db8::1]/x")] == [
+        "a.example:443", "a.example:80", "10.0.0.1:8080", "[2001:db8::1]:443"]  # fmt: skip
+
+
+def test_a_role_whose_base_url_is_not_in_its_egress_is_refused() -> None:
+    import pydantic
+
+    data = roles.load("claude-code").model_dump()
+    data["egress"] = ["other.example:443"]
+    with pytest.raises(pydantic.ValidationError, match=r"api.url https://api.anthropic.com needs egress entry "
+                                                       r"api.anthropic.com:443"):  # fmt: skip
+        roles.Role.model_validate(data)
