@@ -122,12 +122,13 @@ def _base(role: roles.Role, root: Path, base: str) -> None:
     _run(["debootstrap", "--variant=minbase", f"--include={packages}", suite(), str(root), apt_mirror()],
          "debootstrap")  # fmt: skip
     link_applets(root)
-    for part in (*TRIM, *role.image.drop):
-        path = root / part
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+    for part in TRIM:
+        shutil.rmtree(root / part, ignore_errors=True)
+    for part in role.image.drop:
+        if not drop(root, part):
+            raise LabError(
+                f"role {role.name}: image.drop: {part} is not in the root (a typo, or another architecture?)"
+            )
     for directory in ("workspace", RUN_DIR.lstrip("/")):  # the mount points of the workspace and /run/jackin/*
         (root / directory).mkdir(parents=True, exist_ok=True)
     tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
@@ -139,6 +140,28 @@ def _base(role: roles.Role, root: Path, base: str) -> None:
         tar.wait()
     if done.returncode != 0:
         raise LabError(f"docker import of {base} failed: {done.stderr.decode(errors='replace').strip()}")
+
+
+def drop(root: Path, part: str) -> int:
+    """Remove ``part`` of ``root`` (relative; a ``*`` matches one name) without ever following a link: a
+    root holds absolute links (``var/run -> /run``) that point at this machine, where this runs as root.
+    A link on the way is not entered; a link that matches is removed itself. Returns how many went."""
+    found = [root]
+    names = part.split("/")
+    for depth, name in enumerate(names):
+        last = depth == len(names) - 1
+        matches = []
+        for parent in found:
+            if parent.is_symlink() or not parent.is_dir():
+                continue
+            matches += sorted(parent.glob(name)) if "*" in name else [parent / name]
+        found = [m for m in matches if os.path.lexists(m) and (last or not m.is_symlink())]
+    for path in found:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return len(found)
 
 
 def link_applets(root: Path) -> list[str]:

@@ -1,7 +1,9 @@
-"""Every runtime pin of the shipped roles resolves in its registry: ``python -m jackin.images.pins``.
+"""Every npm package a shipped role's Dockerfile installs is pinned, and each pin resolves in the registry:
+``python -m jackin.images.pins``.
 
 A role whose Dockerfile installs its runtime from npm names the version once, as a build argument
-(``ARG CODEX_VERSION=0.39.0``), and uses it in its ``npm install`` (``"@openai/codex@${CODEX_VERSION}"``).
+(``ARG CODEX_VERSION=0.39.0``), and uses it in its install command (``"@openai/codex@${CODEX_VERSION}"``);
+a version written out in the command is a pin too, and a package with no version is refused.
 A version copied from documentation may not exist, and a package may be deprecated or renamed (as
 ``@sourcegraph/amp`` was, to ``@ampcode/cli``): the first user to build the role would be the first to
 find out. So CI asks the registry this machine's npm is configured with (``npm view``: never a host
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,9 +27,18 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-ROLES_DIR = Path(__file__).resolve().parents[2] / "roles"
-ARG = re.compile(r"^ARG\s+([A-Z][A-Z0-9_]*)=(\S+)\s*$", re.MULTILINE)
-INSTALL = re.compile(r"npm install\b[^\n]*?[\"']?((?:@[a-z0-9._-]+/)?[a-z0-9._-]+)@\$\{([A-Z][A-Z0-9_]*)\}")
+from jackin.spec import roles
+from jackin.spec.role_checks import dockerfile_instructions
+
+ARG = re.compile(r"^([A-Z][A-Z0-9_]*)=(.+)$")
+INSTALLERS = {("npm", "install"), ("npm", "i"), ("npm", "add"), ("pnpm", "add"), ("yarn", "add")}
+SPEC = re.compile(r"^((?:@[a-z0-9._-]+/)?[a-z0-9._-]+)(?:@(.+))?$")
+VARIABLE = re.compile(r"^\$\{?([A-Z][A-Z0-9_]*)\}?$")
+
+
+def roles_dir() -> Path:
+    """The roles the toolkit ships, or ``$JACKIN_ROLES_DIR`` (as jackin.spec.roles finds them)."""
+    return roles.roles_dir()
 
 
 class Pin(BaseModel):
@@ -37,32 +49,79 @@ class Pin(BaseModel):
     role: str
     package: str
     version: str
-    argument: str  # the Dockerfile's build argument that holds the version
+    argument: str | None = None  # the Dockerfile's build argument that holds the version (None: written out)
 
 
 class PinError(ValueError):
-    """A Dockerfile installs from npm with a version that is no build argument of it."""
+    """A Dockerfile installs an npm package with no version, or with one that is no build argument of it."""
 
 
-def pins(roles_dir: Path = ROLES_DIR) -> list[Pin]:
-    """Every ``npm install PACKAGE@${ARG}`` of every role's Dockerfile, with the ARG's default."""
-    found = []
-    for dockerfile in sorted(roles_dir.glob("*/Dockerfile")):
-        text = dockerfile.read_text()
-        arguments = dict(ARG.findall(text))
-        for package, argument in INSTALL.findall(text):
-            if argument not in arguments:
-                raise PinError(f"{dockerfile}: npm install {package}@${{{argument}}}: no ARG {argument}=VERSION")
-            found.append(Pin(role=dockerfile.parent.name, package=package, version=arguments[argument],
-                             argument=argument))  # fmt: skip
+def _installs(command: str) -> list[str]:
+    """The package arguments of every install command in one RUN line (its options left out)."""
+    try:
+        words = shlex.split(command, comments=False)
+    except ValueError:
+        words = command.split()
+    found, i = [], 0
+    while i < len(words) - 1:
+        if (words[i], words[i + 1]) in INSTALLERS:
+            i += 2
+            while i < len(words) and words[i] not in ("&&", "||", ";", "|") and not words[i].endswith(";"):
+                if not words[i].startswith("-"):
+                    found.append(words[i])
+                i += 1
+            if i < len(words) and words[i].endswith(";") and not words[i].startswith("-") and words[i] != ";":
+                found.append(words[i].rstrip(";"))
+        i += 1
     return found
 
 
+def pins(directory: Path | None = None) -> list[Pin]:
+    """Every package an install command of a role's Dockerfile names, with its version: a build
+    argument's default (``pkg@${ARG}``) or written out (``pkg@1.2.3``). Continuations are joined and
+    comments dropped (``jackin.spec.role_checks.dockerfile_instructions``); a package with no version, or
+    with a variable that is no ARG of the file, is refused, naming the file and the line."""
+    found = []
+    for dockerfile in sorted((directory or roles_dir()).glob("*/Dockerfile")):
+        arguments: dict[str, str] = {}
+        for line, word, rest in dockerfile_instructions(dockerfile.read_text()):
+            if word == "ARG" and (match := ARG.match(rest)):
+                arguments[match.group(1)] = match.group(2).strip().strip("\"'")
+            if word != "RUN":
+                continue
+            for spec in _installs(rest):
+                match = SPEC.match(spec)
+                if match is None or match.group(2) is None:
+                    raise PinError(f"{dockerfile}:{line}: {spec}: not pinned to a version (pkg@${{ARG}} or pkg@1.2.3)")
+                package, version = match.group(1), match.group(2)
+                variable = VARIABLE.match(version)
+                if variable is None:
+                    found.append(Pin(role=dockerfile.parent.name, package=package, version=version))
+                elif variable.group(1) in arguments:
+                    found.append(Pin(role=dockerfile.parent.name, package=package,
+                                     version=arguments[variable.group(1)], argument=variable.group(1)))  # fmt: skip
+                else:
+                    raise PinError(f"{dockerfile}:{line}: {spec}: no ARG {variable.group(1)}=VERSION before it")
+    return found
+
+
+NETWORK = ("ENOTFOUND", "ETIMEDOUT", "ECONNREFUSED", "ECONNRESET", "EAI_AGAIN", "timed out")
+
+
 def npm_view(package: str, version: str) -> tuple[int, str]:
-    """``npm view PACKAGE@VERSION version deprecated --json``: (exit status, output)."""
-    done = subprocess.run(["npm", "view", f"{package}@{version}", "version", "deprecated", "--json"],
-                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
-    return done.returncode, done.stdout.strip() or done.stderr.strip()
+    """``npm view PACKAGE@VERSION version deprecated --json``: (exit status, output); asked once more
+    when the registry did not answer (a passing network error, not a missing version)."""
+    for attempt in (1, 2):
+        try:
+            done = subprocess.run(["npm", "view", f"{package}@{version}", "version", "deprecated", "--json"],
+                                  capture_output=True, text=True, timeout=90, check=False)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            code, out = 1, "npm view timed out after 90 s (the registry did not answer)"
+        else:
+            code, out = done.returncode, done.stdout.strip() or done.stderr.strip()
+        if code == 0 or attempt == 2 or not any(word in out for word in NETWORK):
+            return code, out
+    return code, out
 
 
 def _npm_error(out: str) -> str:
@@ -96,19 +155,20 @@ def check(pin: Pin, view: Callable[[str, str], tuple[int, str]] = npm_view) -> s
 
 
 def main(argv: list[str] | None = None) -> int:
-    roles_dir = Path(argv[0]) if argv else ROLES_DIR
+    directory = Path(argv[0]) if argv else None
     if shutil.which("npm") is None:
         print("pins: npm is not installed: the roles' npm pins cannot be checked", file=sys.stderr)
         return 2
     try:
-        found = pins(roles_dir)
+        found = pins(directory)
     except PinError as error:
         print(f"pins: {error}", file=sys.stderr)
         return 1
     failed = 0
     for pin in found:
         problem = check(pin)
-        print(f"role {pin.role}: {pin.package}@{pin.version} ({pin.argument}): {problem or 'resolves'}")
+        where = f" ({pin.argument})" if pin.argument else ""
+        print(f"role {pin.role}: {pin.package}@{pin.version}{where}: {problem or 'resolves'}")
         failed += problem is not None
     if failed:
         print(f"pins: {failed} of {len(found)} pins do not resolve", file=sys.stderr)

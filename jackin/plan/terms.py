@@ -106,7 +106,8 @@ class ResourcesTerm(_Model):
 
 class ApiTerm(_Model):
     """The model provider's base URL the runtime uses, and whence: its role's default, or the spec's
-    ``api_url`` (then set in ``env`` in the container, and its ``host:port`` is the allowlist's entry)."""
+    ``api_url`` (then set in ``env`` in the container; in allowlist mode its ``host:port`` is the
+    allowlist's entry for the provider)."""
 
     url: str
     env: str

@@ -291,26 +291,50 @@ def room_commands(restic_bin: str, fleet: str, restic_id: str, repo: str | None,
             f'{int(min_free)} (snapshots.min_free); {kept}"; fi\n')  # fmt: skip
 
 
-def room_script(restic_bin: str, fleet: str, instance: str, restic_id: str, *, repo: str | None = None,
-                min_free: int = MIN_FREE) -> str:  # fmt: skip
-    """``room_commands`` on its own, for snapshot.restore to run on every agent it will restore from restic
-    before it changes anything (before its pre-restore snapshot); prints ``room`` when there is."""
-    return (
-        f"set -u\nH={shlex.quote(restic.home_path(fleet, instance))}\n"
-        'fail() { echo "$*" >&2; exit 1; }\ncleanup() { :; }\n'
-        '{ [ -d "$H" ] && [ ! -L "$H" ]; } || fail "the agent\'s home $H is missing (run fleet.up first)"\n'
-        f"{room_commands(restic_bin, fleet, restic_id, repo, min_free, kept='nothing was changed')}echo room\n"
-    )
+def room_script(fleet: str, agents: list[tuple[str, str, str | None]], *, min_free: int = MIN_FREE) -> str:
+    """The room check of ``room_commands`` for every agent of one host at once, for snapshot.restore to run
+    before it changes anything: ``agents`` are (instance, restic id, repository or None for the fleet's
+    own). The sizes of the agents whose homes share a filesystem are added up. Installs and creates
+    nothing: with no restic on the host yet, it says ``unchecked`` (the restore script checks again).
+    Prints ``room`` when there is room."""
+    lines = ["set -u", 'fail() { echo "$*" >&2; exit 1; }',
+             f'R=$(command -v restic || echo {shlex.quote(UPLOADED_RESTIC)}); [ -x "$R" ] || {{ echo unchecked; exit 0; }}',
+             "rows="]  # fmt: skip
+    for instance, restic_id, repo in agents:
+        home = shlex.quote(restic.home_path(fleet, instance))
+        stats = restic.q(*restic.base("RESTIC", fleet, repo=repo), "--quiet", "stats", "--mode", "restore-size",
+                         "--json", restic_id).replace("RESTIC", '"$R"', 1)  # fmt: skip
+        lines += [
+            f"H={home}",
+            f'{{ [ -d "$H" ] && [ ! -L "$H" ]; }} || fail "the home of {instance} is missing (run fleet.up first); '
+            'nothing was changed"',
+            f"need=$({stats} | sed -n 's/.*\"total_size\":\\([0-9]*\\).*/\\1/p')",
+            f'[ -n "$need" ] || fail "cannot read the size of snapshot {restic_id} of {instance} (restic stats); '
+            'nothing was changed"',
+            'free=$(df -B1 --output=avail -- "$H" | tail -n 1 | tr -dc 0-9)',
+            '[ -n "$free" ] || fail "cannot read the free space of the filesystem of $H (df); nothing was changed"',
+            f'rows="$rows$(stat -c %d -- "$H") $need $free {instance}\n"',
+        ]
+    total = (f"awk -v min={int(min_free)} '{{ need[$1] += $2; free[$1] = $3; who[$1] = who[$1] (who[$1] ? \", \" : \"\") $4 }}"
+             " END { for (d in need) if (free[d] - need[d] < min) { printf \"%s need %.0f bytes to restore and the "
+             "filesystem of their homes has %.0f free: that would leave less than %.0f (snapshots.min_free); nothing "
+             "was changed\\n\", who[d], need[d], free[d], min > \"/dev/stderr\"; bad = 1 } exit bad }'")  # fmt: skip
+    lines += [f"printf '%b' \"$rows\" | {total} || exit 1", "echo room"]
+    return "\n".join(lines) + "\n"
 
 
-def room(conn: Connection, restic_bin: str, fleet: str, instance: str, restic_id: str, *, host: str,
-         repo: str | None = None, min_free: int = MIN_FREE) -> None:  # fmt: skip
-    """Raise, with the numbers, when restoring ``restic_id`` of ``instance`` would leave less than
-    ``min_free`` on its home's filesystem (``room_script``)."""
-    script = room_script(restic_bin, fleet, instance, restic_id, repo=repo, min_free=min_free)
-    done = conn.run("bash -c " + shlex.quote(script), hide=True, warn=True, timeout=LONG)
-    if done.exited != 0 or "room" not in done.stdout.split():
-        raise RemoteCommandError(f"restore of {instance} refused: {_tail(done.stderr)}", host=host)
+def room(conn: Connection, fleet: str, agents: list[tuple[str, str, str | None]], *, host: str,
+         min_free: int = MIN_FREE) -> bool:  # fmt: skip
+    """Raise, with the numbers, when restoring ``agents`` (``room_script``) would leave less than
+    ``min_free`` on their homes' filesystem. False when the host has no restic to ask yet."""
+    done = conn.run("bash -c " + shlex.quote(room_script(fleet, agents, min_free=min_free)), hide=True, warn=True,
+                    timeout=LONG)  # fmt: skip
+    said = done.stdout.split()
+    if done.exited == 0 and "unchecked" in said:
+        return False
+    if done.exited != 0 or "room" not in said:
+        raise RemoteCommandError(f"restore refused: {_tail(done.stderr)}", host=host)
+    return True
 
 
 DIG_FROM = 64 * 1024  # files larger than this in a restored tree have their runs of zeros made holes again

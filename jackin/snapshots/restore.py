@@ -50,6 +50,7 @@ def restore(inventory: Inventory, snapshot: str, agent: str | None = None, *, st
                             f"snapshot {snapshot!r} holds no agents")  # fmt: skip
         items, repos = _resolve(inventory, ledger, record, items, from_host)
         targets = _targets(inventory, ledger, record, {a.host for a in items})
+        _check_room(inventory, items, targets, repos)  # before anything changes: no agent stopped yet
         plan = api.fleet_plan(inventory, ledger)
         containers = {a.instance: a.container for a in plan.agents}
         running = _running(
@@ -82,7 +83,6 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
              repos: dict[tuple[str, str], str] | None = None) -> None:  # fmt: skip
     fleet = inventory.fleet.name
     instances = sorted({a.instance for a in items})
-    _check_room(inventory, items, targets, repos)  # before the pre-restore snapshot: nothing changed yet
     pre = api.take(ledger, inventory, targets, instances, label=f"before restoring {record.id}", kind="pre-restore")
     if pre.errors or not pre.snapshot.agents:
         problems = "; ".join(f"{e.host}: {e.error}" for e in pre.errors) or "nothing was snapshotted"
@@ -123,28 +123,19 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
 
 def _check_room(inventory: Inventory, items: list[AgentSnapshot], targets: list[SshTarget],
                 repos: dict[tuple[str, str], str] | None) -> None:  # fmt: skip
-    """Refuse the whole restore, before anything changes, when an agent it restores from restic (its
-    snapshot has no checkpoint, whose restore needs no room) would leave less than ``snapshots.min_free``
-    free on its home's filesystem. The restore script checks again, for a checkpoint that is gone."""
+    """Refuse the whole restore, before anything changes (no agent stopped, no pre-restore snapshot), when
+    the agents it restores from restic on a host (a snapshot with a checkpoint needs no room) would leave
+    less than ``snapshots.min_free`` free on their homes' filesystem, their sizes added up. Reads only:
+    a host with no restic yet is not asked (the restore script checks each agent again)."""
     fleet, min_free = inventory.fleet.name, inventory.fleet.snapshots.min_free
 
-    def work(conn: Connection, target: SshTarget) -> list[str]:
-        mine = [a for a in items if a.host == target.name and a.restic_id and "checkpoint" not in a.tiers]
-        if not mine:
-            return []
-        restic_bin = api.prepare(conn, fleet, host=target.name)
-        problems = []
-        for a in mine:
-            try:
-                remote.room(conn, restic_bin, fleet, a.instance, a.restic_id or "", host=target.name,
-                            repo=(repos or {}).get((target.name, a.instance)), min_free=min_free)  # fmt: skip
-            except JackinError as error:
-                problems.append(error.message)
-        return problems
+    def work(conn: Connection, target: SshTarget) -> bool:
+        mine = [(a.instance, a.restic_id, (repos or {}).get((target.name, a.instance))) for a in items
+                if a.host == target.name and a.restic_id and "checkpoint" not in a.tiers]  # fmt: skip
+        return remote.room(conn, fleet, mine, host=target.name, min_free=min_free) if mine else True
 
-    problems = []
-    for name, found in api.in_parallel(targets, work).items():
-        problems += [f"{name}: {found.message}"] if isinstance(found, JackinError) else [f"{name}: {p}" for p in found]
+    problems = [f"{name}: {found.message}" for name, found in api.in_parallel(targets, work).items()
+                if isinstance(found, JackinError)]  # fmt: skip
     if problems:
         raise JackinError("restore refused before anything changed: " + "; ".join(problems),
                           hint="free space on the host, or lower snapshots.min_free")  # fmt: skip

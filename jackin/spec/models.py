@@ -208,8 +208,13 @@ class AgentSpec(Model):
 
     @model_validator(mode="after")
     def _role_api(self) -> AgentSpec:
-        if self.api_url is not None and self.role in _role_names() and _role(self.role).api is None:
+        api = _role(self.role).api if self.role in _role_names() else None
+        if self.api_url is not None and api is None:
             raise ValueError(f"agent {self.name!r}: api_url: role {self.role!r} declares no API base URL to replace")
+        if api is not None and api.env in {c.name for c in self.credentials}:
+            # The entrypoint exports every credential as a variable: this one would replace the URL in force.
+            raise ValueError(f"agent {self.name!r}: a credential may not be named {api.env}: that is the variable "
+                             f"role {self.role!r} reads its API base URL from (set api_url instead)")  # fmt: skip
         return self
 
 

@@ -35,6 +35,9 @@ BUILDER_VERSION = "1"  # bump when jackin/images/build.py changes what an image 
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # a debootstrap image's PATH
 # Files of a role a recipe may name: plain relative names, no way out of the role's directory.
 FileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$", max_length=200)]
+# A path of the root a debootstrap recipe removes: relative, no "..", "*" matching one name (usr/lib/*/perl).
+DropPath = Annotated[str, Field(pattern=r"^[A-Za-z0-9*][A-Za-z0-9._*+-]*(/[A-Za-z0-9*][A-Za-z0-9._*+-]*)*$",
+                                max_length=200)]  # fmt: skip
 CredentialName = Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]*$", max_length=64)]  # as the spec's
 Package = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9+.-]+$", max_length=64)]
 Seconds = Annotated[int, Field(gt=0)]
@@ -51,7 +54,7 @@ class ImageRecipe(Model):
     files: list[FileName] = Field(default_factory=list)  # debootstrap: role files installed in /usr/local/bin
     # debootstrap: parts of the root removed once the packages are in, which the role never runs (a
     # smaller image loads faster on every host that lacks it)
-    drop: list[FileName] = Field(default_factory=list)
+    drop: list[DropPath] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_recipe(self) -> ImageRecipe:

@@ -186,18 +186,33 @@ AllowEntry = Annotated[str, AfterValidator(_check_allow_entry)]
 
 # --- a runtime's API base URL (jackin/spec/roles.py ``api``, the spec's ``api_url``) ---------------------
 
-_API_URL = re.compile(r"^(https?)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::([0-9]{1,5}))?(/[A-Za-z0-9._~/%+-]*)?$")
+_API_URL = re.compile(r"(https?)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::([1-9][0-9]{0,4}))?(/[A-Za-z0-9._~/%+-]*)?")
+# Always denied to agents (jackin/net/firewall.py): a URL there could never be reached.
+_DENIED_API = ("168.63.129.16", "100.100.100.200", "fd00:ec2::254")
 
 
 def _check_api_url(value: str) -> str:
-    """``http(s)://host[:port][/path]``: a domain, an IPv4 address or an [IPv6] one; no user, query or fragment."""
-    match = _API_URL.match(value)
+    """``http(s)://host[:port][/path]``: a domain, an IPv4 address or an [IPv6] one; no user, query or
+    fragment, nothing after the path (not even a newline); not an address every agent is denied."""
+    match = _API_URL.fullmatch(value)
     if not match:
         raise ValueError("expected http(s)://host[:port][/path] (no user, query or fragment)")
     host, port = match.group(2), match.group(3)
     if port is not None and not 1 <= int(port) <= 65535:
         raise ValueError(f"port {port!r} is not a number from 1 to 65535")
-    _check_allow_entry(host)  # a valid address or domain name, as an allow entry takes it
+    bracketed = host.startswith("[")
+    bare = host[1:-1] if bracketed else host
+    try:
+        address = ipaddress.ip_address(bare)
+    except ValueError:
+        if bracketed:
+            raise ValueError(f"{host} is not an IPv6 address") from None
+        _check_allow_entry(host)  # a valid domain name, as an allow entry takes it
+        return value
+    if (address.version == 6) != bracketed:
+        raise ValueError("an IPv6 address goes in brackets ([2001:db8::1]), an IPv4 address without")
+    if address.is_link_local or str(address) in _DENIED_API:
+        raise ValueError(f"{bare} is always denied to agents (link-local and cloud metadata addresses)")
     return value
 
 
@@ -206,7 +221,7 @@ ApiUrl = Annotated[str, AfterValidator(_check_api_url)]
 
 def api_entry(url: str) -> str:
     """The allow entry an API base URL needs: ``host:port`` (443 for https, 80 for http by default)."""
-    match = _API_URL.match(url)
+    match = _API_URL.fullmatch(url)
     if not match:
         raise ValueError(f"not an API URL: {url!r}")
     scheme, host, port = match.group(1), match.group(2), match.group(3)

@@ -116,3 +116,36 @@ def test_a_role_whose_base_url_is_not_in_its_egress_is_refused() -> None:
     with pytest.raises(pydantic.ValidationError, match=r"api.url https://api.anthropic.com needs egress entry "
                                                        r"api.anthropic.com:443"):  # fmt: skip
         roles.Role.model_validate(data)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("https://x.example\n", "expected http(s)://host[:port][/path]"),  # nothing after the path, not a newline
+        ("https://[1.2.3.4]", "an IPv6 address goes in brackets"),
+        ("https://2001:db8::1", "expected http(s)://host[:port][/path]"),
+        ("http://169.254.169.254/latest", "is always denied to agents"),
+        ("http://[fe80::1]:8080", "is always denied to agents"),
+        ("http://100.100.100.200", "is always denied to agents"),
+        ("https://x.example:0443", "expected http(s)://host[:port][/path]"),
+    ],
+    ids=["newline", "ipv4-in-brackets", "ipv6-bare", "metadata", "link-local-v6", "alibaba-metadata", "leading-zero"],
+)
+def test_a_url_that_could_never_be_reached_or_carries_more_is_refused(url: str, message: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        inventory(url)
+    assert any("api_url" in p and message in p for p in caught.value.problems), caught.value.problems
+
+
+def test_a_credential_named_as_the_base_url_variable_is_refused() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_inventory("""
+fleet:
+  name: demo
+  provider: lab
+  agents:
+    - name: coder
+      role: claude-code
+      credentials: [{name: ANTHROPIC_API_KEY, from_env: K}, {name: ANTHROPIC_BASE_URL, from_env: U}]
+""")
+    assert any("a credential may not be named ANTHROPIC_BASE_URL" in p for p in caught.value.problems)

@@ -34,7 +34,28 @@ def test_a_pin_is_the_args_default_and_a_missing_arg_is_named(tmp_path: Path) ->
     assert pins.pins(tmp_path) == [Pin(role="one", package="@scope/tool", version="1.2.3", argument="TOOL_VERSION"),
                                    Pin(role="plain", package="plain-tool", version="4.0.0", argument="T_VERSION")]  # fmt: skip
     role(tmp_path, "bad", 'FROM x\nRUN npm install -g "tool@${NOPE}"\n')
-    with pytest.raises(PinError, match=r"bad/Dockerfile: npm install tool@\$\{NOPE\}: no ARG NOPE=VERSION"):
+    with pytest.raises(PinError, match=r"bad/Dockerfile:2: tool@\$\{NOPE\}: no ARG NOPE=VERSION before it"):
+        pins.pins(tmp_path)
+
+
+def test_every_way_of_writing_an_install_is_read_and_comments_are_not(tmp_path: Path) -> None:
+    role(tmp_path, "many", "\n".join([
+        "FROM x",
+        'ARG A_VERSION="1.0.0"',
+        "ARG B_VERSION=2.0.0",
+        "# RUN npm install -g commented@9.9.9",
+        "RUN apt-get update \\",
+        " && npm i -g --no-fund \\",
+        "      a@${A_VERSION} b@$B_VERSION lit@3.1.4; npm add @s/c@0.0.1-x",
+    ]) + "\n")  # fmt: skip
+    assert [(p.package, p.version, p.argument) for p in pins.pins(tmp_path)] == [
+        ("a", "1.0.0", "A_VERSION"), ("b", "2.0.0", "B_VERSION"), ("lit", "3.1.4", None), ("@s/c", "0.0.1-x", None)]
+
+
+@pytest.mark.parametrize("line", ["RUN npm install -g tool", "RUN npm i tool && true", "RUN pnpm add tool"])
+def test_a_package_without_a_version_is_refused(tmp_path: Path, line: str) -> None:
+    role(tmp_path, "loose", f"FROM x\n{line}\n")
+    with pytest.raises(PinError, match=r"loose/Dockerfile:2: tool: not pinned to a version"):
         pins.pins(tmp_path)
 
 

@@ -3,28 +3,54 @@ restic: what snapshot.restore asks each host before it changes anything."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+from pathlib import Path
 
 from jackin.snapshots import host as remote
 from jackin.snapshots import restic as restic_paths
 
 
-def test_the_room_check_alone_says_room_or_refuses_with_the_numbers(tmp_path) -> None:
-    """snapshot.restore runs it on every agent it restores from restic before its pre-restore snapshot."""
-    home = tmp_path / "home"
-    home.mkdir()
-    fake = tmp_path / "restic"
-    fake.write_text('#!/bin/sh\necho \'{"total_size":4096,"total_file_count":1}\'\n')
+def run(tmp_path: Path, agents: list[tuple[str, str, str | None]], min_free: int, *, restic: bool = True):
+    """The script with each agent's home under tmp_path and a restic answering 3000 bytes per snapshot."""
+    fake = tmp_path / "bin" / "restic"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text('#!/bin/sh\necho \'{"total_size":3000,"total_file_count":1}\'\n')
     fake.chmod(0o755)
+    script = remote.room_script("demo", agents, min_free=min_free)
+    for instance, _, _ in agents:
+        home = tmp_path / instance
+        home.mkdir(exist_ok=True)
+        script = script.replace(restic_paths.home_path("demo", instance), str(home))
+    path = f"{fake.parent}:/usr/bin:/bin" if restic else str(tmp_path / "empty")  # no restic on it
+    script = script.replace("/usr/local/lib/jackin/restic", str(tmp_path / "none"))
+    return subprocess.run([shutil.which("bash") or "/bin/bash", "-c", script], capture_output=True, text=True,
+                          timeout=20, env={"PATH": path})  # fmt: skip
 
-    def run(min_free: int) -> subprocess.CompletedProcess[str]:
-        script = remote.room_script(str(fake), "demo", "coder-1", "abc123", min_free=min_free)
-        script = script.replace(restic_paths.home_path("demo", "coder-1"), str(home))
-        return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=20)
 
-    done = run(0)
+def test_room_for_every_agent_is_room(tmp_path: Path) -> None:
+    done = run(tmp_path, [("coder-1", "a1", None), ("coder-2", "b2", "/elsewhere/repo")], 0)
     assert (done.returncode, done.stdout) == (0, "room\n"), done.stderr
-    refused = run(1 << 60)
-    assert refused.returncode == 1 and refused.stdout == ""
-    assert "snapshot abc123 needs 4096 bytes to restore" in refused.stderr
-    assert refused.stderr.rstrip().endswith("(snapshots.min_free); nothing was changed")
+
+
+def test_agents_on_one_filesystem_are_added_up_and_refused_with_the_numbers(tmp_path: Path) -> None:
+    free = shutil.disk_usage(tmp_path).free
+    # Each alone leaves min_free (3000 bytes of room apart); the two together do not.
+    done = run(tmp_path, [("coder-1", "a1", None), ("coder-2", "b2", None)], free - 4500)
+    assert done.returncode == 1 and done.stdout == "", done.stdout
+    assert "coder-1, coder-2 need 6000 bytes to restore and the filesystem of their homes has" in done.stderr
+    assert done.stderr.rstrip().endswith("(snapshots.min_free); nothing was changed")
+    alone = run(tmp_path, [("coder-1", "a1", None)], free - 4500 - (1 << 20))  # 1 MiB for what others write meanwhile
+    assert alone.returncode == 0, alone.stderr
+
+
+def test_a_missing_home_is_refused_and_a_host_without_restic_is_not_asked(tmp_path: Path) -> None:
+    script = remote.room_script("demo", [("gone-1", "a1", None)], min_free=0)
+    fake = tmp_path / "restic"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    done = subprocess.run(["bash", "-c", script.replace("/srv/jackin/demo/gone-1", str(tmp_path / "nope"))],
+                          capture_output=True, text=True, timeout=20, env={"PATH": f"{tmp_path}:/usr/bin:/bin"})  # fmt: skip
+    assert done.returncode == 1 and "the home of gone-1 is missing" in done.stderr
+    unchecked = run(tmp_path, [("coder-1", "a1", None)], 0, restic=False)
+    assert (unchecked.returncode, unchecked.stdout) == (0, "unchecked\n")
