@@ -315,10 +315,11 @@ def room_script(fleet: str, agents: list[tuple[str, str, str | None]], *, min_fr
             '[ -n "$free" ] || fail "cannot read the free space of the filesystem of $H (df); nothing was changed"',
             f'rows="$rows$(stat -c %d -- "$H") $need $free {instance}\n"',
         ]
-    total = (f"awk -v min={int(min_free)} '{{ need[$1] += $2; free[$1] = $3; who[$1] = who[$1] (who[$1] ? \", \" : \"\") $4 }}"
-             " END { for (d in need) if (free[d] - need[d] < min) { printf \"%s need %.0f bytes to restore and the "
-             "filesystem of their homes has %.0f free: that would leave less than %.0f (snapshots.min_free); nothing "
-             "was changed\\n\", who[d], need[d], free[d], min > \"/dev/stderr\"; bad = 1 } exit bad }'")  # fmt: skip
+    total = (f"awk -v min={int(min_free)} '{{ need[$1] += $2; free[$1] = $3; n[$1]++; who[$1] = who[$1] (who[$1] ? \", \" : \"\") $4 }}"
+             " END { for (d in need) if (free[d] - need[d] < min) { printf \"%s %s %.0f bytes to restore and the "
+             "filesystem of %s has %.0f free: that would leave less than %.0f (snapshots.min_free); nothing "
+             "was changed\\n\", who[d], (n[d] > 1 ? \"need\" : \"needs\"), need[d], (n[d] > 1 ? \"their homes\" : \"its home\"), "
+             "free[d], min > \"/dev/stderr\"; bad = 1 } exit bad }'")  # fmt: skip
     lines += [f"printf '%b' \"$rows\" | {total} || exit 1", "echo room"]
     return "\n".join(lines) + "\n"
 
@@ -333,7 +334,7 @@ def room(conn: Connection, fleet: str, agents: list[tuple[str, str, str | None]]
     if done.exited == 0 and "unchecked" in said:
         return False
     if done.exited != 0 or "room" not in said:
-        raise RemoteCommandError(f"restore refused: {_tail(done.stderr)}", host=host)
+        raise RemoteCommandError(_tail(done.stderr) or f"the room check failed (exit {done.exited})", host=host)
     return True
 
 

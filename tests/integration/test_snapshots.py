@@ -171,12 +171,15 @@ def test_a_sparse_file_comes_back_sparse_and_a_restore_without_room_is_refused(s
     tight = tmp_path / f"{name}.yaml"
     tight.write_text(open(spec).read().replace("snapshots: {keep: 3}", "snapshots: {keep: 3, min_free: 100t}"))
     count = len(snapshots(spec))
+    started = f"docker inspect -f '{{{{.State.Running}}}} {{{{.State.StartedAt}}}}' jk-{name}--coder-1"
+    running = sh(slab, started).stdout
     refused = restore(str(tight), taken["id"], "--agent", "coder-1", "--stop")
     assert refused.returncode == 1, refused.stdout + refused.stderr
     said = refused.stdout + refused.stderr
-    assert "refused before anything changed" in said and "snapshots.min_free" in said and "needs" in said, said
+    assert "refused before anything changed" in said and "snapshots.min_free" in said and "coder-1 needs" in said, said
     assert listing(slab, w) == before
     assert len(snapshots(spec)) == count  # refused before its pre-restore snapshot, too
+    assert sh(slab, started).stdout == running  # and before --stop stopped the agent
     # With room, the file comes back whole, and sparse again
     done = restore(spec, taken["id"], "--agent", "coder-1", "--stop")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -39,6 +39,8 @@ def test_agents_on_one_filesystem_are_added_up_and_refused_with_the_numbers(tmp_
     done = run(tmp_path, [("coder-1", "a1", None), ("coder-2", "b2", None)], free - 4500)
     assert done.returncode == 1 and done.stdout == "", done.stdout
     assert "coder-1, coder-2 need 6000 bytes to restore and the filesystem of their homes has" in done.stderr
+    one = run(tmp_path, [("coder-1", "a1", None)], free)
+    assert "coder-1 needs 3000 bytes to restore and the filesystem of its home has" in one.stderr
     assert done.stderr.rstrip().endswith("(snapshots.min_free); nothing was changed")
     alone = run(tmp_path, [("coder-1", "a1", None)], free - 4500 - (1 << 20))  # 1 MiB for what others write meanwhile
     assert alone.returncode == 0, alone.stderr
