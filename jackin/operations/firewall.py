@@ -46,7 +46,7 @@ def apply_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     if state.nft_table and state.nft_hash == digest:
         # The bundle holds; a wall whose holder ended (killed) is started again, which its guard
         # would do at its next check anyway.
-        return [] if state.wall_held else [f"systemctl start {WALL_UNIT}"]
+        return [] if state.wall_held else [unmarked_check(plan.fleet), f"systemctl start {WALL_UNIT}"]
     fleet = plan.fleet
     base = f"{NFT_DIR}/{fleet}"
     # Before anything is written: the wall this run starts must not cut off another fleet on the host.

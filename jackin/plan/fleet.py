@@ -96,9 +96,8 @@ class AgentPlan(_Model):
     credentials: list[str] = Field(default_factory=list)  # names only: values never enter a plan
     mounts: list[Mount] = Field(default_factory=list)
     healthcheck: Health | None = None  # the role's Docker HEALTHCHECK (None: the image's own, if any)
-    env: dict[str, str] = Field(
-        default_factory=dict
-    )  # set in the container (the spec's api_url, in the role's api.env)
+    # Set in the container: the spec's api_url, in the variable its role's runtime reads (api.env).
+    env: dict[str, str] = Field(default_factory=dict)
     work: WorkPlan | None = None  # a repository and a task delivered to /run/jackin/work (jackin/work/bundles.py)
 
     @property
