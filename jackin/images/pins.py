@@ -36,11 +36,6 @@ SPEC = re.compile(r"^((?:@[a-z0-9._-]+/)?[a-z0-9._-]+)(?:@(.+))?$")
 VARIABLE = re.compile(r"^\$\{?([A-Z][A-Z0-9_]*)\}?$")
 
 
-def roles_dir() -> Path:
-    """The roles the toolkit ships, or ``$JACKIN_ROLES_DIR`` (as jackin.spec.roles finds them)."""
-    return roles.roles_dir()
-
-
 class Pin(BaseModel):
     """One runtime pin: the role, the npm package and the version its Dockerfile installs."""
 
@@ -82,7 +77,7 @@ def pins(directory: Path | None = None) -> list[Pin]:
     comments dropped (``jackin.spec.role_checks.dockerfile_instructions``); a package with no version, or
     with a variable that is no ARG of the file, is refused, naming the file and the line."""
     found = []
-    for dockerfile in sorted((directory or roles_dir()).glob("*/Dockerfile")):
+    for dockerfile in sorted((directory or roles.roles_dir()).glob("*/Dockerfile")):
         arguments: dict[str, str] = {}
         for line, word, rest in dockerfile_instructions(dockerfile.read_text()):
             if word == "ARG" and (match := ARG.match(rest)):

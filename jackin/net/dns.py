@@ -100,7 +100,7 @@ PartOf={dns_target(fleet)}
 
 [Service]
 # The query cleaner binds its address, then runs dnsmasq as its child; either ending ends both.
-ExecStart={dnsclean.CLEANER} {dns_dir(fleet)}/%i.clean {DNSMASQ} --keep-in-foreground --conf-file={dns_dir(fleet)}/%i.conf --pid-file
+ExecStart={hostpaths.DNS_CLEANER} {dns_dir(fleet)}/%i.clean {DNSMASQ} --keep-in-foreground --conf-file={dns_dir(fleet)}/%i.conf --pid-file
 Restart=on-failure
 RestartSec=2
 SyslogIdentifier=jackin-dns-{fleet}-%i

@@ -30,10 +30,9 @@ filter's journal (``refused TYPE NAME: why``).
 
 from __future__ import annotations
 
-from jackin.hostpaths import DNS_CLEANER, dns_dir
+from jackin.hostpaths import dns_dir
 from jackin.plan.fleet import AgentPlan
 
-CLEANER = DNS_CLEANER
 TYPES = {"A": 1, "AAAA": 28, "CNAME": 5}  # the query types an allowlist needs
 
 

@@ -54,9 +54,9 @@ GUARD_SCRIPT = (
 # deny chains' denied_* sets); the static sets' elements (always_*, private_*) are part of it.
 #        nft-guard wall hold|ready|stop|verify   (the wall under every fleet: jackin/net/wall.py)
 set -u
+wall="inet @WALL_TABLE@"
+held() { nft list table $wall 2>/dev/null | grep -q '^	flags owner$'; }  # the wall is loaded, owned
 if [ "${1:-}" = wall ]; then
-    wall="inet @WALL_TABLE@"
-    held() { nft list table $wall 2>/dev/null | grep -q '^	flags owner$'; }
     case ${2:-} in
     hold)  # the service's main process becomes nft -i: it loads the wall and holds the socket that owns it.
         # Its input is a FIFO it opens for reading and writing: it never reads an end of file, so it
@@ -163,7 +163,7 @@ load() {  # load [quiet]
 }
 
 check() {
-    if [ "$(@GUARD@ wall verify)" != held ]; then  # its service ended (killed): start it again
+    if ! held; then  # its service ended (killed): start it again
         log "the wall (table @WALL_TABLE@) is not held: starting @WALL_UNIT@"
         systemctl start --no-block @WALL_UNIT@ || true
     fi
@@ -232,7 +232,6 @@ esac
     .replace("@WALL_NFT@", WALL_NFT)
     .replace("@WALL_TABLE@", WALL_TABLE)
     .replace("@WALL_UNIT@", WALL_UNIT)
-    .replace("@GUARD@", GUARD)
 )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 
-from jackin.hostpaths import GUARD, NFT_DIR, unit_path
+from jackin.hostpaths import DNS_CLEANER, GUARD, NFT_DIR, unit_path
 from jackin.net import dns, dnsclean, wall
 from jackin.net.firewall import render, render_lockdown, units
 from jackin.net.guard import GUARD_SCRIPT, guard_units
@@ -23,7 +23,7 @@ def bundle(plan: FleetPlan) -> dict[str, str]:
     files.update({unit_path(name): text for name, text in units(plan).items()})
     files.update(dns.files(plan))
     files[GUARD] = GUARD_SCRIPT
-    files[dnsclean.CLEANER] = dnsclean.SCRIPT  # shared by the host's fleets, like the guard
+    files[DNS_CLEANER] = dnsclean.SCRIPT  # shared by the host's fleets, like the guard
     files.update(guard_units(plan.fleet))
     files.update(wall.files())  # shared by the host's fleets: the same text from each
     return files

@@ -13,6 +13,7 @@ import shlex
 from jackin import hostpaths
 from jackin.facts.state import HostState
 from jackin.hostpaths import (
+    DNS_CLEANER,
     DROPIN_DIR,
     ETC_DIR,
     GUARD,
@@ -36,7 +37,6 @@ from jackin.hostpaths import (
     unit_path,
 )
 from jackin.net import dns, policy
-from jackin.net.dnsclean import CLEANER
 from jackin.operations.files import Command, write_files
 from jackin.plan.fleet import FleetPlan
 
@@ -136,7 +136,7 @@ def remove_commands(plan: FleetPlan, state: HostState) -> list[str]:
         # would stop every agent, and no fleet has one left.
         commands.append(f"ls {NFT_DIR}/*.nft >/dev/null 2>&1 || "
                         f"{{ systemctl disable --now --quiet {WALL_UNIT} 2>/dev/null || true; "
-                        f"rm -f {RESOLVER} {GUARD} {CLEANER} {WALL_NFT} {unit_path(WALL_UNIT)}; systemctl daemon-reload || true; "
+                        f"rm -f {RESOLVER} {GUARD} {DNS_CLEANER} {WALL_NFT} {unit_path(WALL_UNIT)}; systemctl daemon-reload || true; "
                         f"systemctl reset-failed {WALL_UNIT} 2>/dev/null || true; rmdir {NFT_DIR} {ETC_DIR} "
                         f"{LIB_DIR} {NFT_RUN_DIR} {RUN_DIR} {DROPIN_DIR} 2>/dev/null || true; }}")  # fmt: skip
     return commands

@@ -13,17 +13,16 @@ from pathlib import Path
 import pytest
 
 from jackin import hostpaths
-from jackin.net import dns
-from jackin.net import dnsclean, firewall, policy, wall
 from jackin.facts.state import HostState
+from jackin.net import dns, firewall, policy, wall
 from jackin.net.firewall import render, render_lockdown
-from jackin.spec.models import enforcement
-from jackin.spec.values import Entry, parse_entry
 from jackin.operations.firewall import apply_commands, remove_commands, unmarked_check
 from jackin.operations.script import Upload, write_files
 from jackin.plan import fleet as planning
 from jackin.plan.fleet import FleetPlan, build, instances
 from jackin.spec import NetworkPolicy, parse_inventory
+from jackin.spec.models import enforcement
+from jackin.spec.values import Entry, parse_entry
 
 NFT = "/usr/sbin/nft"
 
@@ -529,7 +528,7 @@ def test_bundle_paths() -> None:
     # Everything a fleet writes is known to teardown (the filters' configurations as their directory;
     # the shared guard script goes with the last fleet), and so is what its guard keeps under /run.
     owned = hostpaths.firewall_paths("demo")
-    shared = {firewall.GUARD, dnsclean.CLEANER, *wall.files()}  # these go with the last fleet
+    shared = {firewall.GUARD, hostpaths.DNS_CLEANER, *wall.files()}  # these go with the last fleet
     assert all(path in owned or path.rsplit("/", 1)[0] in owned for path in set(bundle) - shared)
     assert {"/run/jackin/nft/demo.loaded", "/run/jackin/nft/demo.pending",
             "/run/jackin/nft/demo.worker"} <= set(owned)  # fmt: skip
