@@ -1,5 +1,5 @@
-"""The checkpoint tier's part of the state read (``##cow``, ``##cowsubvols``): its image, mount unit,
-mount and subvolumes on a host (pure). What the tier is: jackin/snapshots/cow.py; how it is provisioned:
+"""The checkpoint tier's part of the state read (``##cow``, ``##cowsubvols``, ``##cowquota``): its image,
+mount unit, mount, subvolumes and each home's disk quota on a host (pure). What the tier is: jackin/snapshots/cow.py; how it is provisioned:
 jackin/operations/cow.py; its paths: jackin/hostpaths.py.
 """
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +27,9 @@ class CowState(BaseModel):
     enabled: bool = False  # the unit is enabled (mounted at boot)
     mounted: str | None = None  # the filesystem type mounted at the fleet dir; None: not a mount point
     subvolumes: list[str] = Field(default_factory=list)  # fleet-dir entries that are subvolumes (full paths)
+    quota: bool = False  # the filesystem's qgroups are on (``btrfs quota enable``)
+    # Each home subvolume's qgroup, by instance: (bytes it references, its limit or None); read only with quota.
+    disk: dict[str, tuple[int, int | None]] = Field(default_factory=dict)
 
     @property
     def leftovers(self) -> list[str]:
@@ -48,12 +52,33 @@ def state_section(fleet: str, *, systemd: bool = True) -> str:
 {f'[ "$(systemctl is-enabled {name} 2>/dev/null)" = enabled ] && echo enabled' if systemd else ":"}
 if mountpoint -q {mnt} 2>/dev/null; then echo "mounted $(stat -f -c %T {mnt})"; fi
 if [ "$(stat -f -c %T {mnt} 2>/dev/null)" = btrfs ]; then echo '##cowsubvols'; \
-find {mnt} -mindepth 1 -maxdepth 1 -type d -inum {SUBVOLUME_INODE} -printf '%p\\0' | od -An -v -tx1; fi"""
+find {mnt} -mindepth 1 -maxdepth 1 -type d -inum {SUBVOLUME_INODE} -printf '%p\\0' | od -An -v -tx1
+{quota_lines(mnt)}; fi"""
 
 
-def parse_state(cow: list[str], subvolumes: list[str]) -> CowState:
-    """The ``##cow`` and ``##cowsubvols`` lines; a malformed line is dropped, never acted on."""
+def quota_lines(mnt: str) -> str:
+    """Shell printing ``##cowquota``, then ``on`` when the btrfs at ``mnt`` (quoted) has qgroups, and one
+    ``<instance> <referenced> <limit|none>`` per home subvolume. The names are the fleet dir's entries,
+    which only root makes (0711 root); each home's qgroup is read by its path (``-F``), so nothing an agent
+    names (a subvolume it made in its workspace) can stand in for a home's line."""
+    return f"""echo '##cowquota'; if btrfs qgroup show --raw -F -- {mnt} >/dev/null 2>&1; then echo on; \
+for h in $(find {mnt} -mindepth 1 -maxdepth 1 -type d -inum {SUBVOLUME_INODE} -printf '%f\\n' | grep -E '^[a-z0-9-]+$'); do \
+btrfs qgroup show --raw -re -F -- {mnt}/"$h" 2>/dev/null | awk -v h="$h" '$1 ~ /^0\\// {{ print h, $2, $4; exit }}'; done; fi"""
+
+
+def parse_state(cow: Sequence[str], subvolumes: Sequence[str], quota: Sequence[str] = ()) -> CowState:
+    """The ``##cow``, ``##cowsubvols`` and ``##cowquota`` lines; a malformed line is dropped, never acted on."""
     data: dict[str, object] = {}
+    disk: dict[str, tuple[int, int | None]] = {}
+    for line in quota:
+        fields = line.split()
+        if fields == ["on"]:
+            data["quota"] = True
+        elif (len(fields) == 3 and re.fullmatch(SLUG, fields[0]) and fields[1].isdigit()
+              and (fields[2].isdigit() or fields[2] == "none")):  # fmt: skip
+            disk[fields[0]] = (int(fields[1]), int(fields[2]) if fields[2].isdigit() else None)
+    if data.get("quota"):
+        data["disk"] = disk
     for line in cow:
         key, _, value = line.strip().partition(" ")
         if key == "image" and value.isdigit():

@@ -330,7 +330,7 @@ def _parse_state(lines: list[str]) -> HostState:
     data["nft_hash"] = next(iter(sections.get("nfthash", [])), None)
     data["wall_held"] = bool(sections.get("wall"))
     data["files"] = sections.get("files", [])
-    data["cow"] = parse_cow(sections.get("cow", []), sections.get("cowsubvols", []))
+    data["cow"] = parse_cow(sections.get("cow", []), sections.get("cowsubvols", []), sections.get("cowquota", []))
     if "systemd" in sections and data["cow"] is not None:
         mount = units.get(cow_unit(data["fleet"] or "") or "", {})
         data["cow"] = data["cow"].model_copy(update={"enabled": mount.get("UnitFileState") == "enabled"})

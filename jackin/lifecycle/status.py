@@ -21,6 +21,8 @@ from jackin.agents import state as derivation
 from jackin.agents.read import Inspected, agent_files, agent_states, inspect_command, parse_agents, read_sections
 from jackin.agents.state import AgentState
 from jackin.errors import ConnectError, JackinError
+from jackin.facts.cow import parse_state as parse_cow
+from jackin.facts.cow import quota_lines
 from jackin.hostpaths import (
     DAEMON_JSON,
     GUARD,
@@ -28,6 +30,7 @@ from jackin.hostpaths import (
     WALL_TABLE,
     WALL_UNIT,
     check_timer,
+    fleet_dir,
     guard_unit,
     table_name,
     ttl_unit,
@@ -62,6 +65,8 @@ class AgentStatus(_Model):
     cpu_percent: float | None = None
     memory: int | None = None
     memory_limit: int | None = None
+    disk: int | None = None  # bytes its home references (btrfs homes with quotas only; None: not read)
+    disk_limit: int | None = None  # its home's disk quota (resources.disk), bytes
     restarts: int = 0
     error: str | None = None
     egress: str | None = None  # the policy's mode
@@ -122,7 +127,7 @@ def status_command(fleet: str, *, inside: str = "") -> str:
     each with its host clock ``@ns``), ``##drops`` (``nft list counters``), ``##table`` (``loaded``),
     ``##guard`` (systemctl is-active: guard service, its timer, the time-to-live's timer) and
     ``##policy`` (the guard's verify). ``inside``: more shell run within the CPU window."""
-    table = shlex.quote(table_name(fleet))
+    table, mnt = shlex.quote(table_name(fleet)), shlex.quote(fleet_dir(fleet))
     units = [guard_unit(fleet), check_timer(fleet), ttl_unit(fleet, "timer")]
     checks = (f"echo '##drops'; nft list counters table inet {table} 2>/dev/null && {{ echo '##table'; echo loaded; }}; "
               f"echo '##guard'; systemctl is-active {' '.join(map(shlex.quote, units))} 2>/dev/null; "
@@ -132,7 +137,9 @@ def status_command(fleet: str, *, inside: str = "") -> str:
               # not read where Docker keeps no iptables rules (iptables or ip-masq off, its nftables backend).
               "! command -v iptables >/dev/null || grep -Eqs '\"(iptables|ip-masq)\"[[:space:]]*:[[:space:]]*false"
               f"|\"firewall-backend\"[[:space:]]*:[[:space:]]*\"nftables\"' {DAEMON_JSON} || {{ echo '##nat'; "
-              "iptables -w 2 -t nat -S POSTROUTING 2>/dev/null | grep -e MASQUERADE || true; }; ")  # fmt: skip
+              "iptables -w 2 -t nat -S POSTROUTING 2>/dev/null | grep -e MASQUERADE || true; }; "
+              # each home's disk use and quota, where the fleet's homes are on its btrfs (``##cowquota``)
+              f"if [ \"$(stat -f -c %T {mnt} 2>/dev/null)\" = btrfs ]; then {quota_lines(mnt)}; fi; ")  # fmt: skip
     # The CPU window opens after the container rows and closes after the policy checks (and ``inside``),
     # which run inside it; only what is left of SAMPLE is slept. Each sample carries its clock (@ns):
     # CPU is over the real window.
@@ -176,6 +183,10 @@ def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, 
                                         if w[i : i + 2] == ["!", "-o"] and "MASQUERADE" in w})  # fmt: skip
     if "docker" in sections:  # the host answered, its Docker engine did not: its agents are unknown, not absent
         fields["error"] = DOCKER_DOWN
+    disk = parse_cow([], [], sections.get("cowquota", [])).disk
+    for agent in agents:
+        if agent.instance in disk:
+            agent.disk, agent.disk_limit = disk[agent.instance]
     return now, agents, fields
 
 

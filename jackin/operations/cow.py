@@ -123,6 +123,24 @@ def filesystem_commands(plan: FleetPlan, state: HostState) -> list[Command]:
     for agent in plan.agents:
         if agent.home not in cow.subvolumes:
             commands += _home(agent.home, agent.instance, agent.uid)
+    return commands + quota_commands(plan, cow)
+
+
+def quota_commands(plan: FleetPlan, cow: CowState) -> list[Command]:
+    """Each home's disk quota (``AgentPlan.disk``) as the limit of its subvolume's qgroup: the
+    filesystem's qgroups turned on once (a rescan counts what is already there), then a limit set
+    wherever the state read found another (or none). A home over its new limit keeps its files; its
+    agent's next write that needs space fails (EDQUOT) until it frees some."""
+    quotas = [a for a in plan.agents if a.disk is not None]
+    if not quotas:
+        return []
+    root = plan.fleet_dir
+    commands: list[Command] = []
+    if not cow.quota:
+        commands += [q("btrfs", "quota", "enable", root), q("btrfs", "quota", "rescan", "-w", root) + " >/dev/null"]
+    for agent in quotas:
+        if not cow.quota or cow.disk.get(agent.instance, (0, None))[1] != agent.disk:
+            commands.append(q("btrfs", "qgroup", "limit", str(agent.disk), agent.home))
     return commands
 
 

@@ -119,7 +119,7 @@ def _agent(agent: AgentPlan, spec: AgentSpec, hosts: list[HostFacts], trusted: l
     return AgentContract(instance=agent.instance, agent=agent.agent, role=agent.role, image=agent.image,
                          identity=identity, mounts=mounts, credentials=creds, network=network, docker=docker,
                          resources=_resources(agent), work=work, api=_api(agent, spec),
-                         residual_risks=_risks(mounts, network, docker, hosts) + _role_risks(agent, creds)
+                         residual_risks=_risks(mounts, network, docker, hosts) + _disk_risks(agent) + _role_risks(agent, creds)
                          + _source_risks(given, creds, spec.work, work, trusted))  # fmt: skip
 
 
@@ -191,7 +191,7 @@ def _resources(agent: AgentPlan) -> ResourcesTerm:
     args = agent.run_args()
     return ResourcesTerm(cpus=float(_run_value(args, "--cpus")), memory=int(_run_value(args, "--memory")),
                          memory_swap=int(_run_value(args, "--memory-swap")), pids=int(_run_value(args, "--pids-limit")),
-                         hardening=HARDENING)  # fmt: skip
+                         disk=agent.disk, hardening=HARDENING)  # fmt: skip
 
 
 FLEET_RISKS = [
@@ -230,6 +230,18 @@ def _risks(mounts: list[MountTerm], network: NetworkTerm, docker: DockerTerm, ho
     if docker.access != "none":
         risks.append(docker.risk)
     return risks
+
+
+def _disk_risks(agent: AgentPlan) -> list[str]:
+    if agent.disk is None:
+        return [
+            "no disk quota: its home is on the host's filesystem, which it can fill for every agent and the host "
+            "(set resources.disk: the fleet's homes then live on its btrfs, each with a quota)"
+        ]
+    return [
+        "a btrfs subvolume it creates inside its workspace is outside its home's quota (btrfs lets any user make "
+        "one): only the fleet's btrfs (snapshots.checkpoint_size) bounds it"
+    ]
 
 
 def _role_risks(agent: AgentPlan, creds: list[CredentialTerm]) -> list[str]:

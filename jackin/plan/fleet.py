@@ -92,6 +92,7 @@ class AgentPlan(_Model):
     memory: int
     cpus: float
     pids: int
+    disk: int | None = None  # the home's btrfs quota in bytes (a qgroup); None: homes on the host's filesystem
     policy: NetworkPolicy = NetworkPolicy()
     credentials: list[str] = Field(default_factory=list)  # names only: values never enter a plan
     mounts: list[Mount] = Field(default_factory=list)
@@ -268,6 +269,7 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
                 memory=resources.memory,
                 cpus=resources.cpus,
                 pids=resources.pids,
+                disk=spec.agent_disk(agent),
                 policy=spec.agent_network(agent),
                 credentials=sorted({c.name for c in agent.credentials}),
                 mounts=agent.mounts,

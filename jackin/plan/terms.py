@@ -101,6 +101,7 @@ class ResourcesTerm(_Model):
     memory: int  # bytes; swap is not allowed beyond it (--memory-swap equal)
     memory_swap: int
     pids: int
+    disk: int | None = None  # bytes: the home's btrfs quota (resources.disk); None: no quota (the host's filesystem)
     hardening: list[str]
 
 

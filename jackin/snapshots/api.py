@@ -186,8 +186,10 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
         return from_row(rows[(target, instance)], snapshot=record.id, created=record.created, image_id=image_id)
 
     def work(conn: Connection, target: SshTarget) -> tuple[list[AgentSnapshot], list[str]]:
-        restic_bin, unprepared = _prepare_or_error(conn, fleet, host=target.name)
         mine = where[target.name]
+        # before anything changes (restic installed, a repository made, an agent frozen): room for what it adds
+        remote.backup_room(conn, fleet, mine, host=target.name, min_free=inventory.fleet.snapshots.min_free)
+        restic_bin, unprepared = _prepare_or_error(conn, fleet, host=target.name)
         names = {i: agents[i].container if i in agents else rows[(target.name, i)]["container"] for i in mine}
         states = remote.container_states(conn, list(names.values()), host=target.name)
         done, failed = [], []

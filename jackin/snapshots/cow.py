@@ -134,6 +134,18 @@ command -v btrfs >/dev/null || fail "btrfs (btrfs-progs) is not installed on thi
 """
 
 
+# The home's disk quota (its qgroup's limit, ``resources.disk``) goes with it to the restored copy (a new
+# subvolume, with a qgroup of its own); a checkpoint that references more than the limit is refused.
+_QUOTA = """qg() { btrfs qgroup show --raw -re -F -- "$1" 2>/dev/null | awk '$1 ~ /^0\\// { print $2, $4; exit }'; }
+L=; if [ -e "$H" ]; then L=$(qg "$H" | awk '$2 ~ /^[0-9]+$/ { print $2 }'); fi
+if [ -n "$L" ]; then
+  N=$(qg "$C" | awk '{ print $1 }')
+  if [ -n "$N" ] && [ "$N" -gt "$L" ]; then
+    fail "checkpoint $(basename "$C") holds $N bytes and the home's disk quota (resources.disk) is $L; nothing was changed"
+  fi
+fi"""
+
+
 def _names(fleet: str, instance: str) -> str:
     return f"H={shlex.quote(home_path(fleet, instance))}; X={shlex.quote(swap_path(fleet, instance))}\n"
 
@@ -237,10 +249,13 @@ if [ "$({running} 2>/dev/null)" = true ]; then
   refuse "agent {instance} is running (container {user_name(fleet, instance)}): stop it first; nothing was changed"
 fi
 {_RECOVER}if [ -e "$H" ] || [ -L "$H" ]; then subvol "$H" || fail "the home $H is not a subvolume: not replaced"; fi
+{_QUOTA}
 t0=$(date +%s%N)
 install -d -m 0700 -o root -g root -- {q(checkpoints_dir(fleet), checkpoints_dir(fleet) + "/" + SWAP)} "$X"
 btrfs subvolume snapshot "$C" "$X/new" >/dev/null
 subvol "$X/new" || fail "the writable copy of checkpoint {snapshot_id} was not made; the home is untouched"
+if [ -n "$L" ]; then btrfs qgroup limit "$L" "$X/new" || {{ btrfs subvolume delete "$X/new" >/dev/null 2>&1; \
+fail "cannot give the restored home its disk quota ($L bytes); the home is untouched"; }}; fi
 trap '' HUP INT TERM PIPE
 if [ -e "$H" ]; then mv -T -- "$H" "$X/old"; fi
 if ! mv -T -- "$X/new" "$H"; then

@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import shlex
 import time
+from collections.abc import Sequence
 
 from fabric import Connection
 
@@ -275,11 +276,31 @@ def remap_commands(owner: tuple[int, int, int, int] | None) -> str:
 MIN_FREE = 256 << 20  # the spec's default (snapshots.min_free)
 
 
+# A shell function: ``quota PATH`` prints the bytes the btrfs subvolume at PATH references and its
+# qgroup's limit (``none`` when it has none); nothing where PATH is no subvolume with qgroups.
+QUOTA = ("quota() { command -v btrfs >/dev/null 2>&1 && btrfs qgroup show --raw -re -F -- \"$1\" 2>/dev/null "
+         "| awk '$1 ~ /^0\\// { print $2, $4; exit }'; }\n")  # fmt: skip
+
+
+def quota_check(need: str, what: str, kept: str, *, staged: bool = True) -> str:
+    """Shell failing (``cleanup`` first where there is one) when restoring ``need`` bytes (a shell word)
+    into the home ``$H`` would exceed its disk quota: a restic restore stages its tree inside a home
+    that is a subvolume, beside the workspace (``staged``: the home's bytes count too); a checkpoint's
+    copy replaces the home whole (only its own bytes count)."""
+    used = '"$used"' if staged else "0"
+    holds = " and the home holds $used of it" if staged else ""
+    return (f'q=$(quota "$H"); used=${{q% *}}; lim=${{q#* }}\n'
+            f'if [ -n "$q" ] && [ "$lim" != none ] && [ "$(({need} + {used}))" -gt "$lim" ]; then '
+            f'type cleanup >/dev/null 2>&1 && cleanup; fail "{what} needs ${{{need.strip("$")}}} bytes and the home\'s '
+            f'disk quota (resources.disk) is $lim{holds}; {kept}"; fi\n')  # fmt: skip
+
+
 def room_commands(restic_bin: str, fleet: str, restic_id: str, repo: str | None, min_free: int,
                   kept: str = "the workspace was not touched") -> str:  # fmt: skip
     """Refuse the restore, before anything changes, unless the home's filesystem has room for every
     byte of the snapshot (restic 0.14 has no ``restore --sparse``: a hole is written as zeros, so a
-    sparse file takes its whole size until ``dig_commands``) and ``min_free`` bytes beside."""
+    sparse file takes its whole size until ``dig_commands``) and ``min_free`` bytes beside, and the
+    home's disk quota holds them beside what it holds now (``quota_check``)."""
     stats = restic.q(*restic.base(restic_bin, fleet, repo=repo), "--quiet", "stats", "--mode", "restore-size",
                      "--json", restic_id)  # fmt: skip
     return (f"need=$({stats} | sed -n 's/.*\"total_size\":\\([0-9]*\\).*/\\1/p')\n"
@@ -288,18 +309,27 @@ def room_commands(restic_bin: str, fleet: str, restic_id: str, repo: str | None,
             f'[ -n "$free" ] || {{ cleanup; fail "cannot read the free space of the home\'s filesystem (df); {kept}"; }}\n'
             f'if [ "$((free - need))" -lt {int(min_free)} ]; then cleanup; fail "snapshot {restic_id} needs '
             f'$need bytes to restore and the home\'s filesystem has $free free: that would leave less than '
-            f'{int(min_free)} (snapshots.min_free); {kept}"; fi\n')  # fmt: skip
+            f'{int(min_free)} (snapshots.min_free); {kept}"; fi\n'
+            + QUOTA + quota_check("$need", f"restoring snapshot {restic_id}", kept))  # fmt: skip
 
 
-def room_script(fleet: str, agents: list[tuple[str, str, str | None]], *, min_free: int = MIN_FREE) -> str:
+def room_script(fleet: str, agents: list[tuple[str, str, str | None]], *, min_free: int = MIN_FREE,
+                checkpoints: Sequence[tuple[str, str]] = ()) -> str:  # fmt: skip
     """The room check of ``room_commands`` for every agent of one host at once, for snapshot.restore to run
     before it changes anything: ``agents`` are (instance, restic id, repository or None for the fleet's
     own). The sizes of the agents whose homes share a filesystem are added up. Installs and creates
     nothing: with no restic on the host yet, it says ``unchecked`` (the restore script checks again).
-    Prints ``room`` when there is room."""
-    lines = ["set -u", 'fail() { echo "$*" >&2; exit 1; }',
-             f'R=$(command -v restic || echo {shlex.quote(UPLOADED_RESTIC)}); [ -x "$R" ] || {{ echo unchecked; exit 0; }}',
-             "rows="]  # fmt: skip
+    ``checkpoints``: (instance, checkpoint path) restored from the checkpoint tier, checked against the
+    home's disk quota only (a writable copy of a checkpoint takes no new space). Prints ``room`` when
+    there is room."""
+    lines = ["set -u", 'fail() { echo "$*" >&2; exit 1; }', QUOTA.rstrip("\n")]
+    for instance, checkpoint in checkpoints:
+        what = f"restoring checkpoint {checkpoint.rsplit('/', 1)[-1]} of {instance}"
+        lines += [f"H={shlex.quote(restic.home_path(fleet, instance))}",
+                  f"q=$(quota {shlex.quote(checkpoint)}); need=${{q% *}}",
+                  f'if [ -n "$q" ]; then {quota_check("$need", what, "nothing was changed", staged=False).strip()}; fi']  # fmt: skip
+    lines += [f'R=$(command -v restic || echo {shlex.quote(UPLOADED_RESTIC)}); [ -x "$R" ] || {{ echo unchecked; exit 0; }}',
+              "rows="]  # fmt: skip
     for instance, restic_id, repo in agents:
         home = shlex.quote(restic.home_path(fleet, instance))
         stats = restic.q(*restic.base("RESTIC", fleet, repo=repo), "--quiet", "stats", "--mode", "restore-size",
@@ -311,6 +341,7 @@ def room_script(fleet: str, agents: list[tuple[str, str, str | None]], *, min_fr
             f"need=$({stats} | sed -n 's/.*\"total_size\":\\([0-9]*\\).*/\\1/p')",
             f'[ -n "$need" ] || fail "cannot read the size of snapshot {restic_id} of {instance} (restic stats); '
             'nothing was changed"',
+            quota_check("$need", f"restoring snapshot {restic_id} of {instance}", "nothing was changed").strip(),
             'free=$(df -B1 --output=avail -- "$H" | tail -n 1 | tr -dc 0-9)',
             '[ -n "$free" ] || fail "cannot read the free space of the filesystem of $H (df); nothing was changed"',
             f'rows="$rows$(stat -c %d -- "$H") $need $free {instance}\n"',
@@ -325,17 +356,59 @@ def room_script(fleet: str, agents: list[tuple[str, str, str | None]], *, min_fr
 
 
 def room(conn: Connection, fleet: str, agents: list[tuple[str, str, str | None]], *, host: str,
-         min_free: int = MIN_FREE) -> bool:  # fmt: skip
+         min_free: int = MIN_FREE, checkpoints: Sequence[tuple[str, str]] = ()) -> bool:  # fmt: skip
     """Raise, with the numbers, when restoring ``agents`` (``room_script``) would leave less than
     ``min_free`` on their homes' filesystem. False when the host has no restic to ask yet."""
-    done = conn.run("bash -c " + shlex.quote(room_script(fleet, agents, min_free=min_free)), hide=True, warn=True,
-                    timeout=LONG)  # fmt: skip
+    script = room_script(fleet, agents, min_free=min_free, checkpoints=checkpoints)
+    done = conn.run("bash -c " + shlex.quote(script), hide=True, warn=True, timeout=LONG)
     said = done.stdout.split()
     if done.exited == 0 and "unchecked" in said:
         return False
     if done.exited != 0 or "room" not in said:
         raise RemoteCommandError(_tail(done.stderr) or f"the room check failed (exit {done.exited})", host=host)
     return True
+
+
+def backup_room_script(fleet: str, instances: Sequence[str], *, min_free: int = MIN_FREE) -> str:
+    """Refuse a snapshot of ``instances`` on one host, before anything changes, when what it may add to the
+    fleet's repository would leave less than ``min_free`` free on the repository's filesystem. What it may
+    add: the space of each home's files whose inode changed since that agent's last snapshot (its manifest
+    is rewritten at each; ``-cnewer``: a ctime, which no agent can set back), the whole home for a first
+    one; restic deduplicates and compresses, so this is an upper bound. ``find`` follows no link, stays on
+    the home's filesystem, opens no file and is capped at 60 s (a home it cannot finish counts as what it
+    counted). Prints ``room``."""
+    repo = shlex.quote(restic.repo_path(fleet))
+    lines = ["set -u", 'fail() { echo "$*" >&2; exit 1; }',
+             f"D={repo}; while [ ! -e \"$D\" ]; do D=$(dirname -- \"$D\"); done",
+             'free=$(df -B1 --output=avail -- "$D" | tail -n 1 | tr -dc 0-9)',
+             '[ -n "$free" ] || fail "cannot read the free space of the repository\'s filesystem (df); nothing was changed"',
+             "need=0; who="]  # fmt: skip
+    for instance in instances:
+        home, manifest = restic.home_path(fleet, instance), restic.manifest_path(fleet, instance)
+        lines += [
+            f"H={shlex.quote(home)}; M={shlex.quote(manifest)}",
+            'if [ -d "$H" ] && [ ! -L "$H" ]; then',
+            '  if [ -f "$M" ]; then set -- -cnewer "$M"; else set --; fi',
+            '  u=$(timeout 60 find "$H" -xdev -type f "$@" -printf \'%b\\n\' 2>/dev/null | awk \'{ s += $1 } END { printf "%.0f", s * 512 }\')',
+            '  case "$u" in ""|*[!0-9]*) u=0;; esac',
+            f'  need=$((need + u)); who="$who${{who:+, }}{instance}"',
+            "fi",
+        ]
+    lines += [f'if [ "$((free - need))" -lt {int(min_free)} ]; then fail "this snapshot of $who may add up to $need bytes '
+              "to the fleet's repository (their files changed since their last snapshot) and its filesystem has "
+              f'$free free: that would leave less than {int(min_free)} (snapshots.min_free); nothing was changed"; fi',
+              "echo room"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def backup_room(conn: Connection, fleet: str, instances: Sequence[str], *, host: str, min_free: int = MIN_FREE) -> None:
+    """Raise, with the numbers, when a snapshot of ``instances`` could fill the repository's filesystem
+    (``backup_room_script``)."""
+    script = backup_room_script(fleet, instances, min_free=min_free)
+    done = conn.run("bash -c " + shlex.quote(script), hide=True, warn=True, timeout=120)
+    if done.exited != 0 or "room" not in done.stdout.split():
+        raise RemoteCommandError(_tail(done.stderr) or f"the snapshot's room check failed (exit {done.exited})",
+                                 host=host, hint="free space on the host, or lower snapshots.min_free")  # fmt: skip
 
 
 DIG_FROM = 64 * 1024  # files larger than this in a restored tree have their runs of zeros made holes again

@@ -50,7 +50,7 @@ def restore(inventory: Inventory, snapshot: str, agent: str | None = None, *, st
                             f"snapshot {snapshot!r} holds no agents")  # fmt: skip
         items, repos = _resolve(inventory, ledger, record, items, from_host)
         targets = _targets(inventory, ledger, record, {a.host for a in items})
-        _check_room(inventory, items, targets, repos)  # before anything changes: no agent stopped yet
+        _check_room(inventory, record.id, items, targets, repos)  # before anything changes: no agent stopped yet
         plan = api.fleet_plan(inventory, ledger)
         containers = {a.instance: a.container for a in plan.agents}
         running = _running(
@@ -121,24 +121,33 @@ def _restore(ledger: Ledger, inventory: Inventory, record: SnapshotRecord, items
                                  "pre_restore": pre.snapshot.id, "tier": a.tier, "note": a.note})  # fmt: skip
 
 
-def _check_room(inventory: Inventory, items: list[AgentSnapshot], targets: list[SshTarget],
+def _check_room(inventory: Inventory, snapshot: str, items: list[AgentSnapshot], targets: list[SshTarget],
                 repos: dict[tuple[str, str], str] | None) -> None:  # fmt: skip
     """Refuse the whole restore, before anything changes (no agent stopped, no pre-restore snapshot), when
-    the agents it restores from restic on a host (a snapshot with a checkpoint needs no room) would leave
-    less than ``snapshots.min_free`` free on their homes' filesystem, their sizes added up. Reads only:
-    a host with no restic yet is not asked (the restore script checks each agent again)."""
+    the agents it restores from restic on a host would leave less than ``snapshots.min_free`` free on
+    their homes' filesystem, their sizes added up, or when any agent's snapshot would not fit its home's
+    disk quota (``resources.disk``; a snapshot with a checkpoint is checked against the quota only: its
+    copy takes no new space). Reads only: a host with no restic yet is not asked about restic snapshots
+    (the restore script checks each agent again)."""
     fleet, min_free = inventory.fleet.name, inventory.fleet.snapshots.min_free
 
     def work(conn: Connection, target: SshTarget) -> bool:
-        mine = [(a.instance, a.restic_id, (repos or {}).get((target.name, a.instance))) for a in items
-                if a.host == target.name and a.restic_id and "checkpoint" not in a.tiers]  # fmt: skip
-        return remote.room(conn, fleet, mine, host=target.name, min_free=min_free) if mine else True
+        here = [a for a in items if a.host == target.name]
+        mine = [(a.instance, a.restic_id, (repos or {}).get((target.name, a.instance))) for a in here
+                if a.restic_id and "checkpoint" not in a.tiers]  # fmt: skip
+        copies = [
+            (a.instance, cow.checkpoint_path(fleet, a.instance, snapshot)) for a in here if "checkpoint" in a.tiers
+        ]
+        if not mine and not copies:
+            return True
+        return remote.room(conn, fleet, mine, host=target.name, min_free=min_free, checkpoints=copies)
 
     problems = [f"{name}: {found.message}" for name, found in api.in_parallel(targets, work).items()
                 if isinstance(found, JackinError)]  # fmt: skip
     if problems:
         raise JackinError("restore refused before anything changed: " + "; ".join(problems),
-                          hint="free space on the host, or lower snapshots.min_free")  # fmt: skip
+                          hint="free space on the host, or lower snapshots.min_free; raise the agent's resources.disk "
+                               "for a quota")  # fmt: skip
 
 
 def owner_change(item: AgentSnapshot, uid: int | None) -> tuple[int, int, int, int] | None:

@@ -115,16 +115,31 @@ def enforcement(policy: NetworkPolicy) -> tuple[str, list[str]]:
     return ("partial", reasons) if reasons else ("full", [])
 
 
+MIN_DISK = parse_size("32m")
+# The disk quota of an agent whose fleet keeps its homes on its btrfs (``snapshots.checkpoints: btrfs``)
+# and that sets no ``resources.disk``: never more than the fleet's filesystem (``checkpoint_size``).
+DEFAULT_DISK = parse_size("10g")
+
+
 class Resources(Model):
     memory: Annotated[int, Field(gt=0)] = parse_size("1g")
     cpus: float = Field(1.0, gt=0, le=256)
     pids: int = Field(256, ge=16, le=65536)
+    # The home's (and so the workspace's) disk quota, enforced by btrfs (a qgroup of the home's subvolume on
+    # the fleet's btrfs): setting it puts the fleet's homes there (``snapshots.checkpoints: btrfs``).
     disk: int | None = None
 
     @field_validator("memory", "disk", mode="before")
     @classmethod
     def _size(cls, value: Any) -> int | None:
         return None if value is None else parse_size(value)
+
+    @field_validator("disk")
+    @classmethod
+    def _disk(cls, value: int | None) -> int | None:
+        if value is not None and value < MIN_DISK:
+            raise ValueError("expected at least 32m (an agent's home holds its workspace and its runtime's files)")
+        return value
 
 
 class Credential(Model):
@@ -313,6 +328,47 @@ class FleetSpec(Model):
     def _duration(cls, value: Any) -> int | None:
         return None if value is None else parse_duration(value)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _disk_puts_homes_on_btrfs(cls, data: Any) -> Any:
+        """A ``resources.disk`` (the fleet's or an agent's) is enforced by btrfs: it turns the checkpoint
+        tier on (the fleet's homes on its btrfs) unless ``snapshots.checkpoints`` is set (``off`` with a
+        disk is refused after validation, in ``_disk_fits``)."""
+        if not isinstance(data, dict) or not _sets_disk(data):
+            return data
+        snapshots = data.get("snapshots")
+        if snapshots is None:
+            return {**data, "snapshots": {"checkpoints": "btrfs"}}
+        if isinstance(snapshots, dict) and "checkpoints" not in snapshots:
+            return {**data, "snapshots": {**snapshots, "checkpoints": "btrfs"}}
+        if isinstance(snapshots, SnapshotPolicy) and "checkpoints" not in snapshots.model_fields_set:
+            return {**data, "snapshots": {**snapshots.model_dump(exclude_unset=True), "checkpoints": "btrfs"}}
+        return data
+
+    @model_validator(mode="after")
+    def _disk_fits(self) -> FleetSpec:
+        quotas = [(self.resources.disk, "fleet.resources.disk")]
+        quotas += [(a.resources.disk, f"agent {a.name}'s resources.disk") for a in self.agents if a.resources]
+        for disk, where in quotas:
+            if disk is None:
+                continue
+            if self.snapshots.checkpoints != "btrfs":
+                raise ValueError(f"{where} needs the fleet's homes on its btrfs, whose qgroups enforce it: remove "
+                                 "snapshots.checkpoints: off (a disk quota turns the checkpoint tier on)")  # fmt: skip
+            if disk > self.snapshots.checkpoint_size:
+                raise ValueError(f"{where} ({disk} bytes) is larger than the fleet's btrfs "
+                                 f"(snapshots.checkpoint_size, {self.snapshots.checkpoint_size} bytes): raise "
+                                 "checkpoint_size or lower the quota")  # fmt: skip
+        return self
+
+    def agent_disk(self, agent: AgentSpec) -> int | None:
+        """The agent's disk quota in bytes, where the fleet's homes are on its btrfs (None elsewhere: no
+        quota, the homes share the host's filesystem)."""
+        if self.snapshots.checkpoints != "btrfs":
+            return None
+        disk = self.agent_resources(agent).disk
+        return disk if disk is not None else min(DEFAULT_DISK, self.snapshots.checkpoint_size)
+
     def agent_network(self, agent: AgentSpec) -> NetworkPolicy:
         """An agent's own policy replaces the fleet's whole: a policy is read as one piece. In allowlist
         mode its role's ``egress`` entries (e.g. the model provider's API host) join the allowlist."""
@@ -323,6 +379,21 @@ class FleetSpec(Model):
         if agent.resources is None:
             return self.resources
         return self.resources.model_copy(update=agent.resources.model_dump(include=agent.resources.model_fields_set))
+
+
+def _sets_disk(fleet: dict) -> bool:
+    """Whether the raw fleet mapping sets a ``resources.disk`` (its own, or an agent's)."""
+
+    def sets(resources: Any) -> bool:
+        if isinstance(resources, dict):
+            return resources.get("disk") is not None
+        return isinstance(resources, Resources) and resources.disk is not None
+
+    agents = fleet.get("agents")
+    agents = agents if isinstance(agents, list) else []
+    return sets(fleet.get("resources")) or any(
+        sets(a.get("resources") if isinstance(a, dict) else getattr(a, "resources", None)) for a in agents
+    )
 
 
 class Inventory(Model):

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import secrets
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,7 @@ from jackin.transport.ssh import connect, wait_ready
 from .conftest import inv, module_lab, sh
 
 FIRST, SECOND, UNDO, LATE = "20261203-050000-0001", "20261203-050000-0002", "20261203-050000-0003", "20261203-050000-0004"
+QUOTA = "20261203-050000-0005"
 # Every entry of the home, NUL-safe: name, then type, mode, owner, group, size, mtime, link target; then the
 # NUL-terminated sha256 of every regular file. Base64, so any byte of any name survives. {skip} leaves out
 # what the role's entrypoint rewrites every 5 s while the agent runs (its heartbeat, in workspace/.jackin).
@@ -182,6 +185,66 @@ def test_checkpoint_while_running_then_restore_puts_back_bytes_modes_owners_link
         assert sh(clab, f"docker exec {container} cat /workspace/keep.txt /workspace/src/a.txt").stdout == "keep\nhello\n"
         assert cow.delete_checkpoint(conn, name, "coder-1", UNDO) and not cow.delete_checkpoint(conn, name, "coder-1", UNDO)
         assert [c.snapshot_id for c in cow.list_checkpoints(conn, name, "coder-1")] == [FIRST]
+
+
+def qgroup(lab: Lab, path: str) -> tuple[int, int | None]:
+    """(bytes the subvolume at ``path`` references, its qgroup's limit or None), after a sync."""
+    out = sh(lab, f"sync; btrfs qgroup show --raw -re -F -- {path} | awk '$1 ~ /^0\\// {{ print $2, $4; exit }}'")
+    used, limit = out.stdout.split()
+    return int(used), None if limit == "none" else int(limit)
+
+
+def with_disk(spec: str, disk: str) -> None:
+    text = Path(spec).read_text()
+    Path(spec).write_text(re.sub(r"pids: 64(, disk: \w+)?}", f"pids: 64, disk: {disk}}}", text))
+
+
+def test_the_home_has_a_disk_quota_that_stops_writes_and_that_restores_keep(clab, fleet):
+    """resources.disk as the limit of the home's qgroup: set by a warm fleet.up without a restart, shown by
+    fleet.status, met by the agent's writes (a write within it is the control), refused for a checkpoint
+    that holds more than a lowered quota (nothing changed), and carried to the home a restore puts in."""
+    name, spec = fleet
+    home, container = f"/srv/jackin/{name}/coder-1", f"jk-{name}--coder-1"
+    assert qgroup(clab, home)[1] == 1024**3  # the default: DEFAULT_DISK, never more than the 1g filesystem
+    started = running(clab, container)
+    with_disk(spec, "64m")
+    assert sum(h["changed"] for h in up(spec)["run"]["hosts"]) >= 1
+    assert qgroup(clab, home)[1] == 64 << 20 and running(clab, container) == started
+    status = inv("fleet.status", "-i", spec, "--json")
+    agent = json.loads(status.stdout)["hosts"][0]["agents"][0]
+    assert agent["disk_limit"] == 64 << 20 and 0 < agent["disk"] <= 64 << 20, agent
+
+    fill = "dd if=/dev/zero of=/workspace/{name} bs=1M count={mb} conv=fsync 2>&1; echo rc=$?"
+    control = sh(clab, f"docker exec {container} sh -c '{fill.format(name='fill', mb=40)}'").stdout
+    assert control.rstrip().endswith("rc=0"), control
+    over = sh(clab, f"docker exec {container} sh -c '{fill.format(name='more', mb=100)}'").stdout
+    assert "Disk quota exceeded" in over and not over.rstrip().endswith("rc=0"), over
+    assert qgroup(clab, home)[0] <= 64 << 20
+    sh(clab, f"docker exec {container} rm -f /workspace/more")
+
+    with connect(clab.status().hosts[0].target()) as conn:
+        cow.checkpoint(conn, name, "coder-1", QUOTA)  # holds the 40 MB file
+        sh(clab, f"docker exec {container} rm /workspace/fill")
+        with_disk(spec, "32m")
+        up(spec)
+        assert qgroup(clab, home)[1] == 32 << 20
+        sh(clab, f"docker stop -t 2 {container}")
+        try:
+            before = listing(clab, home, whole=True)
+            with pytest.raises(cow.CheckpointError, match=r"holds \d+ bytes and the home's disk quota \(resources.disk\) "
+                                                          r"is 33554432; nothing was changed"):  # fmt: skip
+                cow.restore_checkpoint(conn, name, "coder-1", QUOTA)
+            assert listing(clab, home, whole=True) == before
+            with_disk(spec, "64m")
+            up(spec)  # starts the agent again (what the spec asks): stopped again for the restore
+            sh(clab, f"docker stop -t 2 {container}")
+            cow.restore_checkpoint(conn, name, "coder-1", QUOTA)  # control: within the quota it is restored
+            used, limit = qgroup(clab, home)
+            assert limit == 64 << 20 and used >= 40 << 20  # a new subvolume, with the home's quota
+        finally:
+            sh(clab, f"docker start {container}", warn=True)
+        sh(clab, f"docker exec {container} rm /workspace/fill")
+        assert cow.delete_checkpoint(conn, name, "coder-1", QUOTA)
 
 
 def test_the_mount_comes_back_at_boot_before_docker_and_the_agent_runs_again(clab, fleet):

@@ -275,7 +275,7 @@ def test_state_command_scopes_to_the_fleet_and_its_uid_range() -> None:
     assert [line.split(";")[0] for line in command.splitlines() if line.startswith("echo '##")] == [
         "echo '##fleet'", "echo '##host'", "echo '##users'", "echo '##groups'", "echo '##paths'", "echo '##docker'", "echo '##containers'",
         "echo '##networks'", "echo '##images'", "echo '##marker'", "echo '##nft'", "echo '##nfthash'", "echo '##wall'",
-        "echo '##files'", "echo '##cow'", "echo '##snapshots'", "echo '##creds'", "echo '##creddigests'",
+        "echo '##files'", "echo '##cow'", "echo '##cowquota'", "echo '##snapshots'", "echo '##creds'", "echo '##creddigests'",
             "echo '##apparmor'", "echo '##ttl'", "echo '##work'", "echo '##workdigests'",
     ]  # fmt: skip
 

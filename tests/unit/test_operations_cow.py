@@ -47,6 +47,14 @@ MOUNT = [
 ]  # fmt: skip
 
 
+LIMIT = 2 * 1024**3  # each home's default quota: DEFAULT_DISK, never more than the 2g filesystem
+QUOTA_ON = ["btrfs quota enable /srv/jackin/demo", "btrfs quota rescan -w /srv/jackin/demo >/dev/null"]
+
+
+def limit(path: str, size: int = LIMIT) -> str:
+    return f"btrfs qgroup limit {size} {path}"
+
+
 def home(path: str, instance: str, gid: int) -> list[str]:
     return [
         f"if [ -e {path} ] || [ -L {path} ]; then [ ! -L {path} ] && [ \"$(stat -c %i -- {path})\" = 256 ] || "
@@ -59,7 +67,8 @@ def home(path: str, instance: str, gid: int) -> list[str]:
 def ready(**change: object) -> HostState:
     """A host where the tier is exactly as planned (changed by ``change``); the state read lists the
     homes that are on the fleet dir: the subvolumes when mounted, none on the bare mount point."""
-    cow = CowState(image_size=2 * 1024**3, unit_hash=unit_hash("demo"), enabled=True, mounted="btrfs", subvolumes=HOMES)
+    cow = CowState(image_size=2 * 1024**3, unit_hash=unit_hash("demo"), enabled=True, mounted="btrfs", subvolumes=HOMES,
+                   quota=True, disk={"coder-1": (16384, LIMIT), "coder-2": (16384, LIMIT)})  # fmt: skip
     cow = cow.model_copy(update=change)
     homes = cow.subvolumes if cow.mounted else []
     paths = {"/srv/jackin/demo": PathInfo(mode="0711", uid=0, gid=0),
@@ -86,6 +95,7 @@ def test_first_up_formats_mounts_and_makes_each_home_a_subvolume() -> None:
         *FORMAT, *WRITE_UNIT, "systemctl daemon-reload",
         "systemctl enable --quiet srv-jackin-demo.mount", *MOUNT,
         *home(HOMES[0], "coder-1", 60000), *home(HOMES[1], "coder-2", 60001),
+        *QUOTA_ON, limit(HOMES[0]), limit(HOMES[1]),
     ]  # fmt: skip
     upload = next(c for c in commands if isinstance(c, Upload))
     assert upload.data == unit_text("demo").encode()

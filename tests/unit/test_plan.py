@@ -153,6 +153,7 @@ def test_build_agent() -> None:
         "memory": 2 * 1024**3,
         "cpus": 2.0,
         "pids": 512,
+        "disk": None,
     }
     assert coder.command == ["jackin-demo-agent"]  # the role's command, run by the image's entrypoint
     assert coder.healthcheck is not None and coder.healthcheck.test == ["/usr/local/bin/jackin-health"]

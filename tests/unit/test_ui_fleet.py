@@ -25,7 +25,8 @@ def render(renderable: object) -> list[str]:
 # --- status_table ----------------------------------------------------------------
 
 RUNNING = AgentStatus(instance="coder-1", container="jk-demo--coder-1", state="running", uid=60000, uptime=7500,
-                      cpu_percent=12.345, memory=20971520, memory_limit=1073741824)  # fmt: skip
+                      cpu_percent=12.345, memory=20971520, memory_limit=1073741824, disk=5242880,
+                      disk_limit=67108864)  # fmt: skip
 EXITED = AgentStatus(instance="reviewer-1", container="jk-demo--reviewer-1", state="exited", restarts=4,
                      error="OCI runtime create failed [x]")  # fmt: skip
 
@@ -42,15 +43,18 @@ def test_status_table() -> None:
     ])  # fmt: skip
     assert render(status_table(status)) == [
         "fleet demo",
-        "┏━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━┳━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓",
-        "┃ host  ┃ agent      ┃ state       ┃ uptime ┃   cpu ┃           memory ┃ restarts ┃ egress ┃ dropped ┃ last error                    ┃",
-        "┡━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━╇━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩",
-        "│ web-1 │ coder-1    │ running     │   2h5m │ 12.3% │ 20.0MiB / 1.0GiB │        0 │ -      │       - │                               │",
-        "│ web-1 │ reviewer-1 │ exited      │      - │     - │                - │        4 │ -      │       - │ OCI runtime create failed [x] │",
-        "│ web-2 │ -          │ unreachable │      - │     - │                - │        - │ -      │       - │ timed out after 8s            │",
-        "│ web-3 │ -          │ no agents   │      - │     - │                - │        - │ -      │       - │                               │",
-        "└───────┴────────────┴─────────────┴────────┴───────┴──────────────────┴──────────┴────────┴─────────┴───────────────────────────────┘",
-        "                                               2/3 hosts reachable, 1/2 agents running",
+        "┏━━━━━━━┳━━━━━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━┳━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━┳━━━━━━━━┳━━━━━━━━━┳━━━━━━━━━━━━━━━━━━┓",
+        "┃ host  ┃ agent      ┃ state       ┃ uptime ┃   cpu ┃           memory ┃             disk ┃ restarts ┃ egress ┃ dropped ┃ last error       ┃",
+        "┡━━━━━━━╇━━━━━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━╇━━━━━━━╇━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━╇━━━━━━━━╇━━━━━━━━━╇━━━━━━━━━━━━━━━━━━┩",
+        "│ web-1 │ coder-1    │ running     │   2h5m │ 12.3% │ 20.0MiB / 1.0GiB │ 5.0MiB / 64.0MiB │        0 │ -      │       - │                  │",
+        "│ web-1 │ reviewer-1 │ exited      │      - │     - │                - │                - │        4 │ -      │       - │ OCI runtime      │",
+        "│       │            │             │        │       │                  │                  │          │        │         │ create failed    │",
+        "│       │            │             │        │       │                  │                  │          │        │         │ [x]              │",
+        "│ web-2 │ -          │ unreachable │      - │     - │                - │                - │        - │ -      │       - │ timed out after  │",
+        "│       │            │             │        │       │                  │                  │          │        │         │ 8s               │",
+        "│ web-3 │ -          │ no agents   │      - │     - │                - │                - │        - │ -      │       - │                  │",
+        "└───────┴────────────┴─────────────┴────────┴───────┴──────────────────┴──────────────────┴──────────┴────────┴─────────┴──────────────────┘",
+        "                                                  2/3 hosts reachable, 1/2 agents running",
     ]
 
 

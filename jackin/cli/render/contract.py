@@ -39,7 +39,8 @@ def _agent_contract(contract: FleetContract, agent: AgentContract) -> Table:
     table.add_row("docker", f"{agent.docker.access}: {agent.docker.detail}"
                             + "".join(f"\n{line}" for line in agent.docker.apparmor))  # fmt: skip
     r = agent.resources
-    table.add_row("resources", f"{r.cpus:g} CPU, {size(r.memory)} memory (no swap), {r.pids} pids; "
+    disk = f"{size(r.disk)} disk (btrfs quota)" if r.disk is not None else "no disk quota"
+    table.add_row("resources", f"{r.cpus:g} CPU, {size(r.memory)} memory (no swap), {r.pids} pids, {disk}; "
                                + ", ".join(r.hardening))  # fmt: skip
     table.add_row("residual risks", Text("\n".join(f"- {risk}" for risk in agent.residual_risks), style="yellow"))
     return table
@@ -94,7 +95,8 @@ def contract_summary(contract: FleetContract) -> Table:
         mounts = ", ".join(f"{m.target} {m.mode}" for m in a.mounts)
         table.add_row(a.instance, f"{a.identity.user} ({a.identity.uid})", mounts,
                       ", ".join(c.name for c in a.credentials) or "-", f"{egress} ({a.network.enforcement})",
-                      a.docker.access, f"{a.resources.cpus:g} CPU, {size(a.resources.memory)}, {a.resources.pids} pids",
+                      a.docker.access, f"{a.resources.cpus:g} CPU, {size(a.resources.memory)}, {a.resources.pids} pids"
+                      + (f", {size(a.resources.disk)} disk" if a.resources.disk is not None else ""),
                       str(len(a.residual_risks)))  # fmt: skip
     return table
 

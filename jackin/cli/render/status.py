@@ -20,28 +20,30 @@ if TYPE_CHECKING:
 def status_table(status: FleetStatus) -> Table:
     table = Table(title=f"fleet {status.fleet}", title_justify="left")
     for column, justify in (("host", "left"), ("agent", "left"), ("state", "left"), ("uptime", "right"),
-                            ("cpu", "right"), ("memory", "right"), ("restarts", "right"), ("egress", "left"),
+                            ("cpu", "right"), ("memory", "right"), ("disk", "right"), ("restarts", "right"), ("egress", "left"),
                             ("dropped", "right"), ("last error", "left")):  # fmt: skip
         table.add_column(column, justify=justify)  # type: ignore[arg-type]  # each one of rich's JustifyMethod names
     for host in status.hosts:
         if not host.reachable:
-            table.add_row(host.host, "-", Text("unreachable", style="bold red"), "-", "-", "-", "-", "-", "-",
+            table.add_row(host.host, "-", Text("unreachable", style="bold red"), "-", "-", "-", "-", "-", "-", "-",
                           Text(host.error or "", style="red"))  # fmt: skip
             continue
         if host.error:  # it answered, but its read failed (e.g. Docker is down): its agents are unknown
-            table.add_row(host.host, "-", Text("unknown", style="bold red"), "-", "-", "-", "-", "-", "-",
+            table.add_row(host.host, "-", Text("unknown", style="bold red"), "-", "-", "-", "-", "-", "-", "-",
                           Text(host.error, style="red"))  # fmt: skip
             continue
         if not host.agents:
-            table.add_row(host.host, "-", Text("no agents", style="yellow"), "-", "-", "-", "-", "-", "-", "")
+            table.add_row(host.host, "-", Text("no agents", style="yellow"), "-", "-", "-", "-", "-", "-", "-", "")
         for agent in host.agents:
             style = "green" if agent.state == "running" else "red"
             memory = size(agent.memory) + (f" / {size(agent.memory_limit)}" if agent.memory_limit else "")
             cpu = "-" if agent.cpu_percent is None else f"{agent.cpu_percent:.1f}%"
+            disk = "-" if agent.disk is None else size(agent.disk) + (
+                f" / {size(agent.disk_limit)}" if agent.disk_limit else "")  # fmt: skip
             egress = "-" if agent.egress is None else f"{agent.egress} ({(agent.enforcement or '').split(':')[0]})"
             dropped = "-" if agent.drops is None else f"{agent.drops} (+{agent.drops_new or 0})"
             table.add_row(host.host, agent.instance, Text(agent.state, style=style), duration(agent.uptime), cpu,
-                          memory, str(agent.restarts), egress, dropped, Text(agent.error or "", style="red"))  # fmt: skip
+                          memory, disk, str(agent.restarts), egress, dropped, Text(agent.error or "", style="red"))  # fmt: skip
     reachable = sum(h.reachable for h in status.hosts)
     running = sum(a.state == "running" for h in status.hosts for a in h.agents)
     total = sum(len(h.agents) for h in status.hosts)
