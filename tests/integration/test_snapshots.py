@@ -300,9 +300,11 @@ def test_an_ssh_connection_killed_mid_restore_leaves_the_old_workspace(slab, fle
     sh(slab, f"docker start jk-{name}--coder-1")
 
 
-def test_a_full_disk_mid_snapshot_is_reported_and_loses_nothing(slab, fleet):
+def test_a_snapshot_without_room_is_refused_first_and_a_full_disk_mid_snapshot_loses_nothing(slab, fleet, tmp_path):
     name, spec = fleet
     w, repo = ws(name), f"/var/lib/jackin/snapshots/{name}/repo"
+    small = tmp_path / f"{name}.yaml"  # a margin the 8 MB left can hold: what the snapshot adds decides
+    small.write_text(open(spec).read().replace("snapshots: {keep: 3}", "snapshots: {keep: 3, min_free: 1m}"))
     count = len(snapshots(spec))
     used = int(sh(slab, f"du -sm {repo}").stdout.split()[0])
     sh(slab, f"mkdir -p /tmp/full && cp -a {repo}/. /tmp/full/ && mount -t tmpfs -o size={used + 8}m,mode=0700 tmpfs {repo} && "
@@ -310,7 +312,17 @@ def test_a_full_disk_mid_snapshot_is_reported_and_loses_nothing(slab, fleet):
     try:
         as_agent(slab, f"head -c 40000000 /dev/urandom > {w}/toobig")
         before = listing(slab, w)
-        done = inv("snapshot.create", "-i", spec, "--agent", "coder-1")
+        files = f"cd {repo} && find . -printf '%p %s %T@\\n' | sort | sha256sum"
+        held = sh(slab, files).stdout
+        # The 40 MB the agent wrote since its last snapshot cannot fit the 8 MB left: refused before restic ran
+        refused = inv("snapshot.create", "-i", str(small), "--agent", "coder-1")
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        said = " ".join((refused.stdout + refused.stderr).split())
+        assert "this snapshot of coder-1 may add up to" in said and "(snapshots.min_free); nothing was changed" in said
+        assert sh(slab, files).stdout == held and listing(slab, w) == before and len(snapshots(spec)) == count
+        # An estimate made blind (the manifest's time moved past the write) lets restic meet the full disk itself
+        sh(slab, f"touch /var/lib/jackin/snapshots/{name}/manifests/coder-1.json")
+        done = inv("snapshot.create", "-i", str(small), "--agent", "coder-1")
         assert done.returncode == 1, done.stdout + done.stderr
         assert "no space left" in done.stderr.lower()
         assert listing(slab, w) == before and len(snapshots(spec)) == count
