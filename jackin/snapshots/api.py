@@ -17,8 +17,9 @@ import math
 import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import paramiko
 from fabric import Connection
@@ -119,9 +120,10 @@ def per_host(targets: Sequence[SshTarget], work: Callable[[SshTarget], T], *,
     return fanout.each_host(targets, work, faults=faults, interrupted=interrupted, grace=math.inf, workers=16).by_host()
 
 
-def prepare(conn: Connection, fleet: str, *, host: str) -> str:
-    """restic on the host and the fleet's repository there; the path of restic."""
-    restic_bin = remote.ensure_restic(conn, host=host)
+def prepare(conn: Connection, fleet: str, *, host: str, probed: str | None = None) -> str:
+    """restic on the host and the fleet's repository there; the path of restic. ``probed``: the restic
+    probe's output, when the caller ran it already (``remote.backup_room``)."""
+    restic_bin = remote.ensure_restic(conn, host=host, probed=probed)
     remote.ensure_repo(conn, restic_bin, fleet, password(fleet), host=host)
     return restic_bin
 
@@ -188,16 +190,17 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
     def work(conn: Connection, target: SshTarget) -> tuple[list[AgentSnapshot], list[str]]:
         mine = where[target.name]
         # before anything changes (restic installed, a repository made, an agent frozen): room for what it adds
-        remote.backup_room(conn, fleet, mine, host=target.name, min_free=inventory.fleet.snapshots.min_free)
-        restic_bin, unprepared = _prepare_or_error(conn, fleet, host=target.name)
+        probed = remote.backup_room(conn, fleet, mine, host=target.name, min_free=inventory.fleet.snapshots.min_free)
+        restic_bin, unprepared = _prepare_or_error(conn, fleet, host=target.name, probed=probed)
         names = {i: agents[i].container if i in agents else rows[(target.name, i)]["container"] for i in mine}
         states = remote.container_states(conn, list(names.values()), host=target.name)
-        done, failed = [], []
+        items = []
         for instance in mine:
             image_id = states.get(names[instance], "").split(" ")[-1] or None
-            manifest_ = item(target.name, instance, None if image_id == "missing" else image_id)
-            taken, errors = _both_tiers(conn, restic_bin, manifest_, host=target.name, unprepared=unprepared,
-                                        max_freeze=inventory.fleet.snapshots.max_freeze)  # fmt: skip
+            items.append(item(target.name, instance, None if image_id == "missing" else image_id))
+        done, failed = [], []
+        for taken, errors in _every_agent(conn, restic_bin, items, host=target.name, unprepared=unprepared,
+                                          max_freeze=inventory.fleet.snapshots.max_freeze):  # fmt: skip
             done += [taken] if taken else []
             failed += errors
         if unprepared is not None and not done:
@@ -231,11 +234,12 @@ def _recorded(ledger: Ledger, run: int, record: SnapshotRecord,
     return out
 
 
-def _prepare_or_error(conn: Connection, fleet: str, *, host: str) -> tuple[str | None, JackinError | None]:
+def _prepare_or_error(conn: Connection, fleet: str, *, host: str,
+                      probed: str | None = None) -> tuple[str | None, JackinError | None]:  # fmt: skip
     """``prepare``, or its error when the host answered (the checkpoint tier may still be taken);
     a lost connection stays the host's error."""
     try:
-        return prepare(conn, fleet, host=host), None
+        return prepare(conn, fleet, host=host, probed=probed), None
     except ConnectError:
         raise
     except JackinError as error:
@@ -253,38 +257,97 @@ def _checkpoint(conn: Connection, item: AgentManifest) -> tuple[cow.CheckpointTa
         return None, f"{item.instance}: checkpoint tier: {error.message}"
 
 
-def _both_tiers(conn: Connection, restic_bin: str | None, item: AgentManifest, *, host: str,
-                unprepared: JackinError | None = None, max_freeze: int = 600) -> tuple[AgentSnapshot | None, list[str]]:  # fmt: skip
-    """One agent's snapshot on every tier its host has: the checkpoint first (one instant, the agent
-    frozen for its milliseconds), then the restic backup of that same instant (the checkpoint itself;
-    without one, the home with the agent frozen for the backup). A tier that fails never stops the
-    other: what was taken is returned (None: nothing) with the errors, each naming its tier."""
-    took, problem = _checkpoint(conn, item)
+BACKUPS_PER_HOST = 4  # restic backups side by side on one host (each waits 0.2 s for restic's lock check)
+
+
+class _FirstTier(NamedTuple):
+    """An agent's checkpoint (or None) and its manifest as written for its restic tier (``written``)."""
+
+    item: AgentManifest  # with its tiers: the checkpoint's, if taken, and restic's
+    took: cow.CheckpointTaken | None
+    errors: list[str]
+    written: bool
+
+
+def _tier_here(conn: Connection, fleet: str) -> bool:
+    """Whether the host has the fleet's checkpoint filesystem at all (one round trip for all its agents;
+    a host that cannot say is asked again per agent)."""
+    try:
+        return cow.supported(conn, fleet)
+    except JackinError:
+        return True
+
+
+def _first_tier(conn: Connection, restic_bin: str | None, item: AgentManifest, *, host: str,
+                unprepared: JackinError | None = None, offered: bool = True) -> _FirstTier:  # fmt: skip
+    """The checkpoint (one instant, the agent frozen for its milliseconds) where the host offers it
+    (``offered=False``: the host has no checkpoint filesystem for the fleet), then the manifest its
+    restic tier records (which says what tiers it has)."""
+    took, problem = _checkpoint(conn, item) if offered else (None, None)
     errors = [problem] if problem else []
-    tiers: list[Tier] = ["checkpoint"] if took else []
-    held = {"instant": "checkpoint", "frozen_ms": took.frozen_ms} if took else {}
-    item = item.model_copy(update={"tiers": [*tiers, "restic"]})
+    item = item.model_copy(update={"tiers": [*(["checkpoint"] if took else []), "restic"]})
     if restic_bin is None:
         errors.append(f"{item.instance}: {unprepared.message if unprepared else 'restic is not prepared'}")
-    else:
+        return _FirstTier(item, took, errors, written=False)
+    remote.write_manifest(conn, item, host=host)
+    return _FirstTier(item, took, errors, written=True)
+
+
+def _restic_tier(conn: Connection, restic_bin: str | None, first: _FirstTier, *, host: str,
+                 max_freeze: int = 600) -> tuple[AgentSnapshot | None, list[str]]:  # fmt: skip
+    """The restic backup of the instant ``first`` holds (the checkpoint itself; without one, the home
+    with the agent frozen for the backup). A tier that fails never stops the other: what was taken is
+    returned (None: nothing) with the errors, each naming its tier."""
+    item, took, errors = first.item, first.took, list(first.errors)
+    held = {"instant": "checkpoint", "frozen_ms": took.frozen_ms} if took else {}
+    if first.written and restic_bin is not None:
         frozen_copy = took.checkpoint.path if took else None
         try:
-            taken = _backup(conn, restic_bin, item, host=host, checkpoint=frozen_copy, max_freeze=max_freeze)
+            taken = _backup(conn, restic_bin, item, host=host, checkpoint=frozen_copy, max_freeze=max_freeze,
+                            manifest=False)  # fmt: skip
             return taken.model_copy(update=held), errors
         except JackinError as error:
             errors.append(f"{item.instance}: {error.message}")
-    if not tiers:
+    if not took:
         return None, errors
+    tiers: list[Tier] = ["checkpoint"]
     only = item.model_copy(update={"tiers": tiers})
     return AgentSnapshot(host=host, instance=item.instance, agent=item.agent, tiers=tiers, manifest=only,
                          **held), errors  # fmt: skip
 
 
+def _both_tiers(conn: Connection, restic_bin: str | None, item: AgentManifest, *, host: str,
+                unprepared: JackinError | None = None, max_freeze: int = 600) -> tuple[AgentSnapshot | None, list[str]]:  # fmt: skip
+    """One agent's snapshot on every tier its host has (``_first_tier``, then ``_restic_tier``)."""
+    first = _first_tier(conn, restic_bin, item, host=host, unprepared=unprepared)
+    return _restic_tier(conn, restic_bin, first, host=host, max_freeze=max_freeze)
+
+
+def _every_agent(conn: Connection, restic_bin: str | None, items: list[AgentManifest], *, host: str,
+                 unprepared: JackinError | None, max_freeze: int) -> list[tuple[AgentSnapshot | None, list[str]]]:  # fmt: skip
+    """Every agent of one host on every tier, in ``items``' order: the checkpoints and manifests one agent
+    after another (milliseconds each, and SFTP), then the restic backups side by side, up to
+    ``BACKUPS_PER_HOST`` at once, each over its own SSH channel of ``conn`` (restic spends 0.2 s of each
+    backup waiting, after taking its lock, for others' locks to show: the waits overlap)."""
+    offered = bool(items) and _tier_here(conn, items[0].fleet)
+    firsts = [_first_tier(conn, restic_bin, m, host=host, unprepared=unprepared, offered=offered) for m in items]
+
+    def second(first: _FirstTier) -> tuple[AgentSnapshot | None, list[str]]:
+        return _restic_tier(conn, restic_bin, first, host=host, max_freeze=max_freeze)
+
+    if len(firsts) < 2:
+        return [second(f) for f in firsts]
+    with ThreadPoolExecutor(max_workers=min(BACKUPS_PER_HOST, len(firsts)), thread_name_prefix="backup") as pool:
+        return list(pool.map(second, firsts))
+
+
 def _backup(conn: Connection, restic_bin: str, item: AgentManifest, *, host: str, tmp: bool = False,
-            checkpoint: str | None = None, max_freeze: int = 600) -> AgentSnapshot:  # fmt: skip
-    """The restic tier of ``item`` (its manifest, written first, says which tiers it has), as of one
-    instant (``remote.backup``); ``tmp``: a look at the live home for a diff, nothing held."""
-    remote.write_manifest(conn, item, host=host)
+            checkpoint: str | None = None, max_freeze: int = 600, manifest: bool = True) -> AgentSnapshot:  # fmt: skip
+    """The restic tier of ``item`` (its manifest, written first unless ``manifest=False``: written
+    already, says which tiers it has), as of one instant (``remote.backup``); ``tmp``: a look at the live
+    home for a diff, nothing held."""
+    if manifest:
+        remote.write_manifest(conn, item, host=host)
     summary = remote.backup(conn, restic_bin, item, host=host, tmp=tmp, checkpoint=checkpoint,
                             max_freeze=max_freeze, hold=not tmp)  # fmt: skip
     return AgentSnapshot(host=host, instance=item.instance, agent=item.agent, restic_id=summary.snapshot_id,

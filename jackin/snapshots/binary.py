@@ -55,11 +55,14 @@ def local_sha256(path: Path) -> str:
     return digest
 
 
-def ensure_restic(conn: Connection, *, host: str = "") -> str:
+def ensure_restic(conn: Connection, *, host: str = "", probed: str | None = None) -> str:
     """The path of restic on the host: its own on PATH, else the operator's (``shutil.which``), uploaded
     by SFTP to ``/usr/local/lib/jackin/restic`` (0755 root) unless the same bytes are already there
-    (their sha256s: ``restic_probe``, ``local_sha256``)."""
-    words = transfer.remote_run(conn, restic_probe(), host=host, what="looking for restic").split()
+    (their sha256s: ``restic_probe``, ``local_sha256``). ``probed``: ``restic_probe``'s output, when the
+    caller ran it in a command of its own (one round trip fewer)."""
+    if probed is None:
+        probed = transfer.remote_run(conn, restic_probe(), host=host, what="looking for restic")
+    words = probed.split()
     if words and words[0] != "upload":
         return words[0]
     found = shutil.which("restic")
@@ -110,8 +113,10 @@ def local_restic() -> str:
 
 def verify_local(repo: Path, password_file: Path, *, read_data: bool = False) -> str:
     """``restic check`` of a local repository (``--read-data`` also reads every pack); restic's report,
-    or a TransferError with restic's words when the repository is not whole."""
-    argv = [local_restic(), "--repo", str(repo), "--password-file", str(password_file), "--no-cache", "check"]
+    or a TransferError with restic's words when the repository is not whole. Without restic's lock (and
+    its 200 ms wait for others' locks): a copy here is this machine's alone, checked under the fleet's lock."""
+    argv = [local_restic(), "--repo", str(repo), "--password-file", str(password_file), "--no-cache", "--no-lock",
+            "check"]  # fmt: skip
     done = subprocess.run([*argv, *(["--read-data"] if read_data else [])], capture_output=True, text=True)
     if done.returncode != 0:
         tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-4:]) or "no message"

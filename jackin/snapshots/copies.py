@@ -14,8 +14,8 @@ its restic listing holds.
 
 from __future__ import annotations
 
-import json
-import subprocess
+import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,15 +46,17 @@ def _among(restic_id: str, ids: set[str]) -> bool:
     return any(i.startswith(restic_id) or restic_id.startswith(i) for i in ids)
 
 
-def restic_ids(repo: Path, password_file: Path) -> set[str]:
-    """The restic snapshot ids in the local repository ``repo`` (``restic snapshots --json``)."""
-    argv = [binary.local_restic(), "--repo", str(repo), "--password-file", str(password_file), "--no-cache",
-            "snapshots", "--json"]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True)
-    if done.returncode != 0:
-        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:]) or "no message"
-        raise transfer.TransferError(f"restic snapshots of {repo} failed (exit {done.returncode}): {tail}")
-    return {s["id"] for s in json.loads(done.stdout or "[]") or []}
+SNAPSHOT_FILE = re.compile(r"[0-9a-f]{64}")
+
+
+def restic_ids(repo: Path) -> set[str]:
+    """The restic snapshot ids in the local repository ``repo``: the names of its snapshot files, which
+    restic names by the hash of their content (run after ``verify_local``, whose ``restic check`` has
+    loaded every one of them; no second restic process, no second wait for its lock)."""
+    try:
+        return {name for name in os.listdir(repo / "snapshots") if SNAPSHOT_FILE.fullmatch(name)}
+    except OSError as error:
+        raise transfer.TransferError(f"cannot list the snapshots of {repo}: {error.strerror}") from None
 
 
 def pull_hosts(ledger: Ledger, fleet: str,
@@ -62,20 +64,32 @@ def pull_hosts(ledger: Ledger, fleet: str,
     """Pull every target's repository in parallel, then check and record each copy; per host its result
     or its error (one never hides another). The ledger is written from this thread only (sqlite
     connections are not shared across threads)."""
-    found = api.per_host(targets, lambda target: transfer.pull_repo(target, fleet))
-    for name, result in found.items():
-        if isinstance(result, JackinError):
+
+    def pull_and_check(target: SshTarget) -> tuple[transfer.TransferResult, set[str] | JackinError]:
+        """The pull, then the copy's check and listing (in this host's thread: the checks of all hosts
+        run side by side); a failed check is returned beside the pull's result, whose move aside counts."""
+        result = transfer.pull_repo(target, fleet)
+        repo = transfer.pulled_repo(fleet, target.name)
+        try:
+            binary.verify_local(repo, transfer.fleet_password_file(fleet))
+            return result, restic_ids(repo)
+        except JackinError as error:
+            error.host = error.host or target.name
+            return result, error
+
+    pulled = api.per_host(targets, pull_and_check)
+    found: dict[str, transfer.TransferResult | JackinError] = {}
+    for name, outcome in pulled.items():  # the ledger: from this thread only
+        if isinstance(outcome, JackinError):
+            found[name] = outcome
             continue
+        result, checked = outcome
         repo = transfer.pulled_repo(fleet, name)
         if result.moved_aside:  # the older copy keeps its record, under its new path
             ledger.move_copy(fleet, name, OPERATOR, str(repo), result.moved_aside)
-        try:
-            password = transfer.fleet_password_file(fleet)
-            binary.verify_local(repo, password)
-            held = held_by(ledger, fleet, name, restic_ids(repo, password))
-        except JackinError as error:
-            error.host = error.host or name
-            found[name] = error
+        if isinstance(checked, JackinError):
+            found[name] = checked
             continue
-        ledger.record_copy(fleet, name, OPERATOR, str(repo), held)
+        ledger.record_copy(fleet, name, OPERATOR, str(repo), held_by(ledger, fleet, name, checked))
+        found[name] = result
     return found

@@ -26,7 +26,7 @@ from fabric import Connection
 
 from jackin.errors import ConnectError, RemoteCommandError
 from jackin.hostpaths import UPLOADED_RESTIC
-from jackin.snapshots import binary, freezer, instant, repokey, restic
+from jackin.snapshots import binary, freezer, instant, newrepo, repokey, restic
 from jackin.snapshots.models import AgentDiff, AgentManifest, BackupSummary
 from jackin.transport import channel as reader
 
@@ -61,19 +61,61 @@ def put(conn: Connection, path: str, data: bytes, *, mode: int) -> None:
 # --- restic itself -------------------------------------------------------------
 
 
-def ensure_restic(conn: Connection, *, host: str) -> str:
+def ensure_restic(conn: Connection, *, host: str, probed: str | None = None) -> str:
     """The path of restic on the host: its own on PATH, else the operator's, uploaded by SFTP
     (one implementation: ``jackin.snapshots.binary.ensure_restic``, which also runs it once there)."""
-    return binary.ensure_restic(conn, host=host)
+    return binary.ensure_restic(conn, host=host, probed=probed)
 
 
 def ensure_repo(conn: Connection, restic_bin: str, fleet: str, password: bytes, *, host: str) -> None:
-    """The fleet's root-only directories, its password file (by SFTP, 0600) and its repository."""
-    run(conn, " && ".join(restic.layout_commands(fleet)), host=host, what="creating the snapshot directories")
+    """The fleet's root-only directories, its password file (by SFTP, 0600) and its repository: written
+    here for a password jackin generated (``write_repo``), else made by ``restic init``."""
+    repo, ours = restic.repo_path(fleet), repokey.generated(password)
+    q = shlex.quote
+    absent = f"{_repo_dirs(repo)} && echo absent" if ours else "echo absent"
+    found = run(conn, " && ".join([*restic.layout_commands(fleet), f"if [ -f {q(repo + '/config')} ]; then "
+                                   f"echo present; else {absent}; fi"]),
+                host=host, what="creating the snapshot directories")  # fmt: skip
     put(conn, restic.password_path(fleet), password, mode=0o600)
+    if found.split()[-1:] == ["present"]:
+        return
+    if ours and write_repo(conn, restic_bin, fleet, password, host=host):
+        return
     made = run(conn, restic.init_command(restic_bin, fleet), host=host, what="restic init", timeout=300)
     if restic.INIT_DONE in made:
         cheapen_key(conn, restic_bin, fleet, password, host=host)
+
+
+def _repo_dirs(repo: str) -> str:
+    """The directories of a new repository (root 0700), with no key and no half-written config in them."""
+    q = shlex.quote
+    dirs = " ".join(q(f"{repo}/{d}") for d in ("keys", "index", "locks", "snapshots", "data"))
+    data = " ".join(q(f"{repo}/data/{i:02x}") for i in range(256))
+    return f"install -d -m 0700 -o root -g root {q(repo)} {dirs} {data} && rm -f -- {q(repo)}/keys/* {q(repo)}/config.jk-new"
+
+
+def write_repo(conn: Connection, restic_bin: str, fleet: str, password: bytes, *, host: str) -> bool:
+    """Make the fleet's repository, in its directories (``_repo_dirs``), from files written here
+    (``jackin.snapshots.newrepo``: no ``restic init``, whose key calibration costs seconds of CPU), then
+    have the host's restic open it. Whether it did; False leaves no repository (``restic init`` then makes
+    one). The key first, and the config last (it is what makes a repository: ``ln`` never replaces one
+    made meanwhile)."""
+    made = newrepo.create(password)
+    repo = restic.repo_path(fleet)
+    q = shlex.quote
+    new = f"{repo}/config.jk-new"
+    try:
+        put(conn, f"{repo}/keys/{made.key_name}", made.key, mode=0o400)
+        put(conn, new, made.config, mode=0o400)
+        opens = restic.q(*restic.base(restic_bin, fleet), "--no-cache", "--no-lock", "--quiet", "cat", "config")
+        run(conn, f"sync -- {q(new)} {q(repo)}/keys && ln -- {q(new)} {q(repo + '/config')} && rm -f -- {q(new)} && "
+                  f"sync -- {q(repo)} && {opens} >/dev/null", host=host, what="opening the new repository")  # fmt: skip
+    except (OSError, ConnectError, RemoteCommandError):
+        # undone while it holds no data (nothing has used it), so restic init can make it
+        empty = f'[ -z "$(find {q(repo)}/snapshots {q(repo)}/index {q(repo)}/data -type f -print -quit)" ]'
+        conn.run(f"{empty} && rm -f -- {q(repo)}/config {q(repo)}/keys/* {q(new)}", hide=True, warn=True)
+        return False
+    return True
 
 
 KEY_FILE_CAP = 64 * 1024  # a restic key file is about 450 bytes
@@ -401,14 +443,20 @@ def backup_room_script(fleet: str, instances: Sequence[str], *, min_free: int = 
     return "\n".join(lines) + "\n"
 
 
-def backup_room(conn: Connection, fleet: str, instances: Sequence[str], *, host: str, min_free: int = MIN_FREE) -> None:
+ROOM = "jk-room"  # backup_room's line between the room check's answer and the restic probe's
+
+
+def backup_room(conn: Connection, fleet: str, instances: Sequence[str], *, host: str, min_free: int = MIN_FREE) -> str:
     """Raise, with the numbers, when a snapshot of ``instances`` could fill the repository's filesystem
-    (``backup_room_script``)."""
-    script = backup_room_script(fleet, instances, min_free=min_free)
-    done = conn.run("bash -c " + shlex.quote(script), hide=True, warn=True, timeout=120)
-    if done.exited != 0 or "room" not in done.stdout.split():
+    (``backup_room_script``); else the output of ``binary.restic_probe``, run in the same round trip."""
+    script = backup_room_script(fleet, instances, min_free=min_free).replace("echo room\n", f"echo {ROOM}\n")
+    done = conn.run("bash -c " + shlex.quote(script + binary.restic_probe() + "\n"), hide=True, warn=True,
+                    timeout=120)  # fmt: skip
+    before, found, probed = done.stdout.partition(ROOM + "\n")
+    if done.exited != 0 or not found:
         raise RemoteCommandError(_tail(done.stderr) or f"the snapshot's room check failed (exit {done.exited})",
                                  host=host, hint="free space on the host, or lower snapshots.min_free")  # fmt: skip
+    return probed
 
 
 DIG_FROM = 64 * 1024  # files larger than this in a restored tree have their runs of zeros made holes again
