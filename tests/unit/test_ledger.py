@@ -343,3 +343,15 @@ def test_a_snapshot_records_how_each_home_was_held_and_an_old_ledger_gains_the_c
         rows = {r["id"]: r["agents"][0] for r in ledger.snapshot_rows("f")}
     assert (rows["s1"]["instant"], rows["s1"]["frozen_ms"]) == ("frozen", 412.5)
     assert (rows["s0"]["instant"], rows["s0"]["frozen_ms"]) == (None, None)  # recorded before: not known
+
+
+def test_snapshots_of_one_second_are_listed_in_the_order_they_were_taken(tmp_path: Path) -> None:
+    """Ids carry the second and a random suffix: retention's "newest" must not follow the suffix (snapshots
+    now take well under a second; the prune test of the lab once kept the oldest of three)."""
+    with Ledger(tmp_path / "l.sqlite3") as ledger:
+        for suffix in ("ffff", "0000", "8888"):
+            ledger.record_snapshot({"id": f"20261205-094240-{suffix}", "fleet": "f", "kind": "manual",
+                                    "created": "2026-12-05T09:42:40+00:00"}, [])  # fmt: skip
+        ledger.record_snapshot({"id": "20261205-094239-9999", "fleet": "f", "kind": "manual",
+                                "created": "2026-12-05T09:42:39+00:00"}, [])  # fmt: skip
+        assert [r["id"][-4:] for r in ledger.snapshot_rows("f")] == ["9999", "ffff", "0000", "8888"]
