@@ -126,7 +126,8 @@ def status_command(fleet: str, *, inside: str = "") -> str:
     """The status read: sections ``##rows`` (INSPECT_FORMAT lines), ``##1``/``##2`` (the CPU samples,
     each with its host clock ``@ns``), ``##drops`` (``nft list counters``), ``##table`` (``loaded``),
     ``##guard`` (systemctl is-active: guard service, its timer, the time-to-live's timer) and
-    ``##policy`` (the guard's verify). ``inside``: more shell run within the CPU window."""
+    ``##policy`` (the guard's verify), ``##wall``, ``##nat``, and ``##cowquota`` (each home's disk use
+    and quota, where the fleet's homes are on its btrfs). ``inside``: more shell run within the CPU window."""
     table, mnt = shlex.quote(table_name(fleet)), shlex.quote(fleet_dir(fleet))
     units = [guard_unit(fleet), check_timer(fleet), ttl_unit(fleet, "timer")]
     checks = (f"echo '##drops'; nft list counters table inet {table} 2>/dev/null && {{ echo '##table'; echo loaded; }}; "

@@ -190,8 +190,11 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
     def work(conn: Connection, target: SshTarget) -> tuple[list[AgentSnapshot], list[str]]:
         mine = where[target.name]
         # before anything changes (restic installed, a repository made, an agent frozen): room for what it adds
-        probed = remote.backup_room(conn, fleet, mine, host=target.name, min_free=inventory.fleet.snapshots.min_free)
-        restic_bin, unprepared = _prepare_or_error(conn, fleet, host=target.name, probed=probed)
+        refused, probed = remote.backup_room(conn, fleet, mine, host=target.name,
+                                             min_free=inventory.fleet.snapshots.min_free)  # fmt: skip
+        restic_bin, unprepared = None, None
+        if set(mine) - set(refused):  # nothing made for restic (not even a repository) when it backs up no one
+            restic_bin, unprepared = _prepare_or_error(conn, fleet, host=target.name, probed=probed)
         names = {i: agents[i].container if i in agents else rows[(target.name, i)]["container"] for i in mine}
         states = remote.container_states(conn, list(names.values()), host=target.name)
         items = []
@@ -200,7 +203,7 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
             items.append(item(target.name, instance, None if image_id == "missing" else image_id))
         done, failed = [], []
         for taken, errors in _every_agent(conn, restic_bin, items, host=target.name, unprepared=unprepared,
-                                          max_freeze=inventory.fleet.snapshots.max_freeze):  # fmt: skip
+                                          max_freeze=inventory.fleet.snapshots.max_freeze, refused=refused):  # fmt: skip
             done += [taken] if taken else []
             failed += errors
         if unprepared is not None and not done:
@@ -279,22 +282,25 @@ def _tier_here(conn: Connection, fleet: str) -> bool:
 
 
 def _first_tier(conn: Connection, restic_bin: str | None, item: AgentManifest, *, host: str,
-                unprepared: JackinError | None = None, offered: bool = True) -> _FirstTier:  # fmt: skip
+                unprepared: JackinError | None = None, offered: bool = True,
+                refusal: str | None = None) -> _FirstTier:  # fmt: skip
     """The checkpoint (one instant, the agent frozen for its milliseconds) where the host offers it
     (``offered=False``: the host has no checkpoint filesystem for the fleet), then the manifest its
-    restic tier records (which says what tiers it has)."""
+    restic tier records (which says what tiers it has). ``refusal``: why this agent gets no restic
+    snapshot (``remote.backup_room``): its checkpoint is still taken."""
     took, problem = _checkpoint(conn, item) if offered else (None, None)
     errors = [problem] if problem else []
     item = item.model_copy(update={"tiers": [*(["checkpoint"] if took else []), "restic"]})
-    if restic_bin is None:
-        errors.append(f"{item.instance}: {unprepared.message if unprepared else 'restic is not prepared'}")
+    if refusal is not None or restic_bin is None:
+        why = refusal or (unprepared.message if unprepared else "restic is not prepared")
+        errors.append(f"{item.instance}: {why}")
         return _FirstTier(item, took, errors, written=False)
     remote.write_manifest(conn, item, host=host)
     return _FirstTier(item, took, errors, written=True)
 
 
-def _restic_tier(conn: Connection, restic_bin: str | None, first: _FirstTier, *, host: str,
-                 max_freeze: int = 600) -> tuple[AgentSnapshot | None, list[str]]:  # fmt: skip
+def _restic_tier(conn: Connection, restic_bin: str | None, first: _FirstTier, *, host: str, max_freeze: int = 600,
+                 forget_later: list[str] | None = None) -> tuple[AgentSnapshot | None, list[str]]:  # fmt: skip
     """The restic backup of the instant ``first`` holds (the checkpoint itself; without one, the home
     with the agent frozen for the backup). A tier that fails never stops the other: what was taken is
     returned (None: nothing) with the errors, each naming its tier."""
@@ -304,7 +310,7 @@ def _restic_tier(conn: Connection, restic_bin: str | None, first: _FirstTier, *,
         frozen_copy = took.checkpoint.path if took else None
         try:
             taken = _backup(conn, restic_bin, item, host=host, checkpoint=frozen_copy, max_freeze=max_freeze,
-                            manifest=False)  # fmt: skip
+                            manifest=False, forget_later=forget_later)  # fmt: skip
             return taken.model_copy(update=held), errors
         except JackinError as error:
             errors.append(f"{item.instance}: {error.message}")
@@ -324,32 +330,44 @@ def _both_tiers(conn: Connection, restic_bin: str | None, item: AgentManifest, *
 
 
 def _every_agent(conn: Connection, restic_bin: str | None, items: list[AgentManifest], *, host: str,
-                 unprepared: JackinError | None, max_freeze: int) -> list[tuple[AgentSnapshot | None, list[str]]]:  # fmt: skip
+                 unprepared: JackinError | None, max_freeze: int,
+                 refused: Mapping[str, str] | None = None) -> list[tuple[AgentSnapshot | None, list[str]]]:  # fmt: skip
     """Every agent of one host on every tier, in ``items``' order: the checkpoints and manifests one agent
     after another (milliseconds each, and SFTP), then the restic backups side by side, up to
     ``BACKUPS_PER_HOST`` at once, each over its own SSH channel of ``conn`` (restic spends 0.2 s of each
     backup waiting, after taking its lock, for others' locks to show: the waits overlap)."""
     offered = bool(items) and _tier_here(conn, items[0].fleet)
-    firsts = [_first_tier(conn, restic_bin, m, host=host, unprepared=unprepared, offered=offered) for m in items]
+    firsts = [_first_tier(conn, restic_bin, m, host=host, unprepared=unprepared, offered=offered,
+                          refusal=(refused or {}).get(m.instance)) for m in items]  # fmt: skip
+
+    partial: list[str] = []  # restic snapshots of agents with an unreadable file: forgotten after the others
 
     def second(first: _FirstTier) -> tuple[AgentSnapshot | None, list[str]]:
-        return _restic_tier(conn, restic_bin, first, host=host, max_freeze=max_freeze)
+        return _restic_tier(conn, restic_bin, first, host=host, max_freeze=max_freeze, forget_later=partial)
 
     if len(firsts) < 2:
-        return [second(f) for f in firsts]
-    with ThreadPoolExecutor(max_workers=min(BACKUPS_PER_HOST, len(firsts)), thread_name_prefix="backup") as pool:
-        return list(pool.map(second, firsts))
+        done = [second(f) for f in firsts]
+    else:
+        with ThreadPoolExecutor(max_workers=min(BACKUPS_PER_HOST, len(firsts)), thread_name_prefix="backup") as pool:
+            done = list(pool.map(second, firsts))
+    if partial and restic_bin is not None:
+        try:
+            remote.forget(conn, restic_bin, items[0].fleet, partial, host=host, prune=False)
+        except JackinError as error:  # the failed agents' errors stand; this says what is left behind
+            done[0][1].append(f"could not forget the partial restic snapshots {', '.join(partial)}: {error.message}")
+    return done
 
 
 def _backup(conn: Connection, restic_bin: str, item: AgentManifest, *, host: str, tmp: bool = False,
-            checkpoint: str | None = None, max_freeze: int = 600, manifest: bool = True) -> AgentSnapshot:  # fmt: skip
+            checkpoint: str | None = None, max_freeze: int = 600, manifest: bool = True,
+            forget_later: list[str] | None = None) -> AgentSnapshot:  # fmt: skip
     """The restic tier of ``item`` (its manifest, written first unless ``manifest=False``: written
     already, says which tiers it has), as of one instant (``remote.backup``); ``tmp``: a look at the live
     home for a diff, nothing held."""
     if manifest:
         remote.write_manifest(conn, item, host=host)
     summary = remote.backup(conn, restic_bin, item, host=host, tmp=tmp, checkpoint=checkpoint,
-                            max_freeze=max_freeze, hold=not tmp)  # fmt: skip
+                            max_freeze=max_freeze, hold=not tmp, forget_later=forget_later)  # fmt: skip
     return AgentSnapshot(host=host, instance=item.instance, agent=item.agent, restic_id=summary.snapshot_id,
                          size=summary.total_bytes, added=summary.data_added, files_new=summary.files_new,
                          files_changed=summary.files_changed, tiers=list(item.tiers), manifest=item,

@@ -55,7 +55,8 @@ class CheckpointError(RemoteCommandError):
 
 
 class CheckpointRefused(CheckpointError):
-    """Refused without changing anything: the agent's container runs (stop it first)."""
+    """Refused without changing anything: the agent's container runs (stop it first), or the checkpoint
+    holds more than the home's disk quota. Never worked around (no restic restore instead)."""
 
 
 class _Model(BaseModel):
@@ -141,7 +142,7 @@ L=; if [ -e "$H" ]; then L=$(qg "$H" | awk '$2 ~ /^[0-9]+$/ { print $2 }'); fi
 if [ -n "$L" ]; then
   N=$(qg "$C" | awk '{ print $1 }')
   if [ -n "$N" ] && [ "$N" -gt "$L" ]; then
-    fail "checkpoint $(basename "$C") holds $N bytes and the home's disk quota (resources.disk) is $L; nothing was changed"
+    refuse "checkpoint $(basename "$C") holds $N bytes and the home's disk quota (resources.disk) is $L; nothing was changed"
   fi
 fi"""
 
@@ -337,7 +338,8 @@ def _run(conn: Connection, script: str, what: str, *, timeout: float = TIMEOUT) 
         return result.stdout
     tail = " ".join(result.stderr.strip().splitlines()[-3:])[:400] or f"exit {result.exited}"
     if result.exited == REFUSED:
-        raise CheckpointRefused(f"{what} refused: {tail}", hint="stop the agent first (snapshot.restore --stop)")
+        hint = "stop the agent first (snapshot.restore --stop)" if "is running" in tail else None
+        raise CheckpointRefused(f"{what} refused: {tail}", hint=hint)
     raise CheckpointError(f"{what} failed: {tail}")
 
 

@@ -22,6 +22,7 @@ import shlex
 import time
 from collections.abc import Sequence
 
+import paramiko
 from fabric import Connection
 
 from jackin.errors import ConnectError, RemoteCommandError
@@ -69,15 +70,22 @@ def ensure_restic(conn: Connection, *, host: str, probed: str | None = None) -> 
 
 def ensure_repo(conn: Connection, restic_bin: str, fleet: str, password: bytes, *, host: str) -> None:
     """The fleet's root-only directories, its password file (by SFTP, 0600) and its repository: written
-    here for a password jackin generated (``write_repo``), else made by ``restic init``."""
+    here for a password jackin generated (``write_repo``), else made by ``restic init``. A repository
+    directory that holds data but no config is refused, never made over."""
     repo, ours = restic.repo_path(fleet), repokey.generated(password)
     q = shlex.quote
+    data = f'[ -n "$(find {q(repo)}/snapshots {q(repo)}/index {q(repo)}/data -type f -print -quit 2>/dev/null)" ]'
     absent = f"{_repo_dirs(repo)} && echo absent" if ours else "echo absent"
     found = run(conn, " && ".join([*restic.layout_commands(fleet), f"if [ -f {q(repo + '/config')} ]; then "
-                                   f"echo present; else {absent}; fi"]),
+                                   f"echo present; elif {data}; then echo damaged; else {absent}; fi"]),
                 host=host, what="creating the snapshot directories")  # fmt: skip
+    said = found.split()[-1:]
+    if said == ["damaged"]:
+        raise RemoteCommandError(f"the fleet's repository {repo} holds data but no config: not touched",
+                                 host=host, hint="put its config back from a copy (snapshot.pull keeps one), "
+                                                 "or move the directory aside")  # fmt: skip
     put(conn, restic.password_path(fleet), password, mode=0o600)
-    if found.split()[-1:] == ["present"]:
+    if said == ["present"]:
         return
     if ours and write_repo(conn, restic_bin, fleet, password, host=host):
         return
@@ -87,33 +95,35 @@ def ensure_repo(conn: Connection, restic_bin: str, fleet: str, password: bytes, 
 
 
 def _repo_dirs(repo: str) -> str:
-    """The directories of a new repository (root 0700), with no key and no half-written config in them."""
+    """The directories of a new repository (root 0700), without what an earlier attempt that failed may
+    have left: keys, a config not linked in (run only where the repository holds no data)."""
     q = shlex.quote
     dirs = " ".join(q(f"{repo}/{d}") for d in ("keys", "index", "locks", "snapshots", "data"))
     data = " ".join(q(f"{repo}/data/{i:02x}") for i in range(256))
-    return f"install -d -m 0700 -o root -g root {q(repo)} {dirs} {data} && rm -f -- {q(repo)}/keys/* {q(repo)}/config.jk-new"
+    return (f"install -d -m 0700 -o root -g root {q(repo)} {dirs} {data} && "
+            f"rm -f -- {q(repo)}/keys/* {q(repo)}/config.jk-new {q(repo)}/config.jk-new.jk-*")  # fmt: skip
 
 
 def write_repo(conn: Connection, restic_bin: str, fleet: str, password: bytes, *, host: str) -> bool:
     """Make the fleet's repository, in its directories (``_repo_dirs``), from files written here
     (``jackin.snapshots.newrepo``: no ``restic init``, whose key calibration costs seconds of CPU), then
-    have the host's restic open it. Whether it did; False leaves no repository (``restic init`` then makes
-    one). The key first, and the config last (it is what makes a repository: ``ln`` never replaces one
-    made meanwhile)."""
+    have the host's restic open it. Whether it did; False leaves none of what it wrote (``restic init``
+    then makes the repository). The key first, synced, and the config last (it is what makes a
+    repository: ``ln`` never replaces one made meanwhile)."""
     made = newrepo.create(password)
     repo = restic.repo_path(fleet)
     q = shlex.quote
-    new = f"{repo}/config.jk-new"
+    key, new, config = f"{repo}/keys/{made.key_name}", f"{repo}/config.jk-new", f"{repo}/config"
     try:
-        put(conn, f"{repo}/keys/{made.key_name}", made.key, mode=0o400)
+        put(conn, key, made.key, mode=0o400)
         put(conn, new, made.config, mode=0o400)
         opens = restic.q(*restic.base(restic_bin, fleet), "--no-cache", "--no-lock", "--quiet", "cat", "config")
-        run(conn, f"sync -- {q(new)} {q(repo)}/keys && ln -- {q(new)} {q(repo + '/config')} && rm -f -- {q(new)} && "
-                  f"sync -- {q(repo)} && {opens} >/dev/null", host=host, what="opening the new repository")  # fmt: skip
-    except (OSError, ConnectError, RemoteCommandError):
-        # undone while it holds no data (nothing has used it), so restic init can make it
-        empty = f'[ -z "$(find {q(repo)}/snapshots {q(repo)}/index {q(repo)}/data -type f -print -quit)" ]'
-        conn.run(f"{empty} && rm -f -- {q(repo)}/config {q(repo)}/keys/* {q(new)}", hide=True, warn=True)
+        run(conn, f"sync -- {q(key)} {q(new)} {q(repo)}/keys && ln -- {q(new)} {q(config)} && sync -- {q(repo)} && "
+                  f"{opens} >/dev/null && rm -f -- {q(new)}", host=host, what="opening the new repository")  # fmt: skip
+    except (OSError, EOFError, paramiko.SSHException, ConnectError, RemoteCommandError):
+        # only what was written here: a config made meanwhile by another (not this one's bytes) stays
+        conn.run(f"if [ -f {q(new)} ] && cmp -s -- {q(new)} {q(config)}; then rm -f -- {q(config)}; fi; "
+                 f"rm -f -- {q(key)} {q(new)} {q(new)}.jk-*", hide=True, warn=True)  # fmt: skip
         return False
     return True
 
@@ -182,11 +192,13 @@ def set_running(conn: Connection, containers: list[str], running: bool, *, host:
 
 
 def backup(conn: Connection, restic_bin: str, item: AgentManifest, *, host: str, tmp: bool = False,
-           checkpoint: str | None = None, max_freeze: int = 600, hold: bool = True) -> BackupSummary:  # fmt: skip
+           checkpoint: str | None = None, max_freeze: int = 600, hold: bool = True,
+           forget_later: list[str] | None = None) -> BackupSummary:  # fmt: skip
     """Back up ``item``'s home and manifest as of one instant (``jackin.snapshots.instant``): from the
     read-only ``checkpoint`` when there is one, else with the container frozen for the backup
     (``hold=False``: the live home, as it is). A file that vanished from a live home never fails it;
-    any other file restic could not read fails this agent alone (its partial snapshot is forgotten)."""
+    any other file restic could not read fails this agent alone (its partial snapshot is forgotten; with
+    ``forget_later``, its id is added there for the caller to forget once no backup runs beside it)."""
     fleet, instance = item.fleet, item.instance
     home = restic.home_path(fleet, instance)
     argv = restic.backup_argv(restic_bin, fleet, host, item.snapshot, instance, tmp=tmp)
@@ -213,7 +225,10 @@ def backup(conn: Connection, restic_bin: str, item: AgentManifest, *, host: str,
         errors = instant.read_errors(err) + instant.read_errors(out)
         unreadable = _unreadable(conn, errors, host=host, live=how in ("live", None))
         if unreadable:
-            forget(conn, restic_bin, fleet, [summary.snapshot_id], host=host, prune=False)
+            if forget_later is None:
+                forget(conn, restic_bin, fleet, [summary.snapshot_id], host=host, prune=False)
+            else:  # backups run beside it: forget (an exclusive lock) once they are done
+                forget_later.append(summary.snapshot_id)
             names = ", ".join(instant.relative(p, home) for p in unreadable[:5])
             more = f" and {len(unreadable) - 5} more" if len(unreadable) > 5 else ""
             raise RemoteCommandError(f"{what}: restic could not read {names}{more}; no snapshot of {instance} kept",
@@ -236,6 +251,29 @@ def _unreadable(conn: Connection, errors: list[tuple[str, int | None]], *, host:
     return [p for p in out.split("\0") if p]
 
 
+SESSION_WAIT = 600  # seconds a session waits for one of the connection's others to end (sshd's MaxSessions)
+
+
+def open_channel(
+    transport: paramiko.Transport, *, what: str, host: str, wait: float = SESSION_WAIT
+) -> paramiko.Channel:
+    """A new session channel on ``transport``; while the host refuses one (its sshd's ``MaxSessions``: a
+    host's backups run side by side), it waits for another of the connection's sessions to end."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return transport.open_session()
+        except paramiko.ChannelException as error:
+            if time.monotonic() >= deadline or not transport.is_active():
+                raise ConnectError(f"{what}: the host refused another SSH session ({error}; its sshd's MaxSessions?)",
+                                   host=host) from None  # fmt: skip
+            time.sleep(0.5)
+        except (OSError, EOFError, paramiko.SSHException) as error:
+            raise ConnectError(
+                f"{what}: {type(error).__name__}: {' '.join(str(error).split())[:200]}", host=host
+            ) from None
+
+
 def session(conn: Connection, script: str, *, host: str, what: str, timeout: float = 60,
             stdin: bytes | None = None) -> tuple[int, str, str]:  # fmt: skip
     """Run ``script`` with bash over one SSH channel: (exit status, stdout, stderr). Its stdin stays open
@@ -244,7 +282,7 @@ def session(conn: Connection, script: str, *, host: str, what: str, timeout: flo
     transport = conn.client.get_transport()
     if transport is None or not transport.is_active():
         raise ConnectError(f"{what}: the SSH connection is closed", host=host)
-    channel = transport.open_session()
+    channel = open_channel(transport, what=what, host=host)
     channel.settimeout(timeout)
     try:
         channel.exec_command("bash -c " + shlex.quote(script))
@@ -386,7 +424,9 @@ def room_script(fleet: str, agents: list[tuple[str, str, str | None]], *, min_fr
             quota_check("$need", f"restoring snapshot {restic_id} of {instance}", "nothing was changed").strip(),
             'free=$(df -B1 --output=avail -- "$H" | tail -n 1 | tr -dc 0-9)',
             '[ -n "$free" ] || fail "cannot read the free space of the filesystem of $H (df); nothing was changed"',
-            f'rows="$rows$(stat -c %d -- "$H") $need $free {instance}\n"',
+            # homes on one filesystem share its free space: grouped by its source (not st_dev: each btrfs
+            # subvolume has its own)
+            f'rows="$rows$(df --output=source -- "$H" | tail -n 1 | tr -d " ") $need $free {instance}\n"',
         ]
     total = (f"awk -v min={int(min_free)} '{{ need[$1] += $2; free[$1] = $3; n[$1]++; who[$1] = who[$1] (who[$1] ? \", \" : \"\") $4 }}"
              " END { for (d in need) if (free[d] - need[d] < min) { printf \"%s %s %.0f bytes to restore and the "
@@ -411,52 +451,76 @@ def room(conn: Connection, fleet: str, agents: list[tuple[str, str, str | None]]
     return True
 
 
+ROOM_BUDGET = 60  # seconds the room check's finds may take on one host, all homes together
+
+
 def backup_room_script(fleet: str, instances: Sequence[str], *, min_free: int = MIN_FREE) -> str:
-    """Refuse a snapshot of ``instances`` on one host, before anything changes, when what it may add to the
-    fleet's repository would leave less than ``min_free`` free on the repository's filesystem. What it may
-    add: the space of each home's files whose inode changed since that agent's last snapshot (its manifest
-    is rewritten at each; ``-cnewer``: a ctime, which no agent can set back), the whole home for a first
-    one; restic deduplicates and compresses, so this is an upper bound. ``find`` follows no link, stays on
-    the home's filesystem, opens no file and is capped at 60 s (a home it cannot finish counts as what it
-    counted). Prints ``room``."""
+    """Which of ``instances`` a snapshot on one host may back up with restic, checked before anything
+    changes: the agents are taken smallest first while what they may add to the fleet's repository leaves
+    ``min_free`` free on its filesystem; each other one is refused (``refuse <instance> <bytes>``), so one
+    agent that made a great deal fails alone. Ends with ``free <free> <taken>``.
+
+    What an agent may add (an estimate, not a bound): the space of its home's files whose inode changed
+    since its last snapshot (its manifest is rewritten at each: ``-cnewer``, a ctime no agent can set
+    back), the whole home for a first one, each inode counted once (hard links), and at most what the
+    home's qgroup references where it has one (a reflinked copy costs nothing there). ``find`` follows no
+    link, stays on the home's filesystem, opens no file, and all homes share ``ROOM_BUDGET`` seconds (a
+    home not finished counts what was counted)."""
     repo = shlex.quote(restic.repo_path(fleet))
-    lines = ["set -u", 'fail() { echo "$*" >&2; exit 1; }',
+    lines = ["set -u", 'fail() { echo "$*" >&2; exit 1; }', QUOTA.rstrip("\n"),
              f"D={repo}; while [ ! -e \"$D\" ]; do D=$(dirname -- \"$D\"); done",
              'free=$(df -B1 --output=avail -- "$D" | tail -n 1 | tr -dc 0-9)',
              '[ -n "$free" ] || fail "cannot read the free space of the repository\'s filesystem (df); nothing was changed"',
-             "need=0; who="]  # fmt: skip
+             f"deadline=$(( $(date +%s) + {ROOM_BUDGET} )); rows="]  # fmt: skip
     for instance in instances:
         home, manifest = restic.home_path(fleet, instance), restic.manifest_path(fleet, instance)
         lines += [
             f"H={shlex.quote(home)}; M={shlex.quote(manifest)}",
             'if [ -d "$H" ] && [ ! -L "$H" ]; then',
             '  if [ -f "$M" ]; then set -- -cnewer "$M"; else set --; fi',
-            '  u=$(timeout 60 find "$H" -xdev -type f "$@" -printf \'%b\\n\' 2>/dev/null | awk \'{ s += $1 } END { printf "%.0f", s * 512 }\')',
+            '  left=$(( deadline - $(date +%s) )); [ "$left" -ge 1 ] || left=1',
+            '  u=$(timeout "$left" find "$H" -xdev -type f "$@" -printf \'%i %b\\n\' 2>/dev/null '
+            "| awk '!seen[$1]++ { s += $2 } END { printf \"%.0f\", s * 512 }')",
             '  case "$u" in ""|*[!0-9]*) u=0;; esac',
-            f'  need=$((need + u)); who="$who${{who:+, }}{instance}"',
+            '  q=$(quota "$H"); r=${q%% *}',
+            '  if [ -n "$q" ] && [ "$r" -lt "$u" ]; then u=$r; fi',
+            f'  rows="${{rows}}{instance} $u\\n"',
             "fi",
         ]
-    lines += [f'if [ "$((free - need))" -lt {int(min_free)} ]; then fail "this snapshot of $who may add up to $need bytes '
-              "to the fleet's repository (their files changed since their last snapshot) and its filesystem has "
-              f'$free free: that would leave less than {int(min_free)} (snapshots.min_free); nothing was changed"; fi',
-              "echo room"]  # fmt: skip
+    lines += ["printf '%b' \"$rows\" | sort -n -k2 | awk -v free=\"$free\" -v min=" + str(int(min_free)) +
+              " '{ if (free - t - $2 >= min) t += $2; else print \"refuse\", $1, $2 } END { printf \"free %.0f %.0f\\n\", free, t }'"]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
 ROOM = "jk-room"  # backup_room's line between the room check's answer and the restic probe's
 
 
-def backup_room(conn: Connection, fleet: str, instances: Sequence[str], *, host: str, min_free: int = MIN_FREE) -> str:
-    """Raise, with the numbers, when a snapshot of ``instances`` could fill the repository's filesystem
-    (``backup_room_script``); else the output of ``binary.restic_probe``, run in the same round trip."""
-    script = backup_room_script(fleet, instances, min_free=min_free).replace("echo room\n", f"echo {ROOM}\n")
-    done = conn.run("bash -c " + shlex.quote(script + binary.restic_probe() + "\n"), hide=True, warn=True,
-                    timeout=120)  # fmt: skip
-    before, found, probed = done.stdout.partition(ROOM + "\n")
+def backup_room(conn: Connection, fleet: str, instances: Sequence[str], *, host: str,
+                min_free: int = MIN_FREE) -> tuple[dict[str, str], str]:  # fmt: skip
+    """The agents of ``instances`` a snapshot must not back up with restic (``backup_room_script``), each
+    with why, in numbers; and the output of ``binary.restic_probe``, run in the same round trip."""
+    script = backup_room_script(fleet, instances, min_free=min_free) + f"echo {ROOM}\n" + binary.restic_probe()
+    try:
+        done = conn.run("bash -c " + shlex.quote(script + "\n"), hide=True, warn=True, timeout=ROOM_BUDGET + 60)
+    except Exception as error:  # noqa: BLE001 - a timeout or a dropped connection is that host's error
+        raise ConnectError(f"the snapshot's room check: {type(error).__name__}: {' '.join(str(error).split())[:200]}",
+                           host=host) from None  # fmt: skip
+    answer, found, probed = done.stdout.partition(ROOM + "\n")
     if done.exited != 0 or not found:
         raise RemoteCommandError(_tail(done.stderr) or f"the snapshot's room check failed (exit {done.exited})",
-                                 host=host, hint="free space on the host, or lower snapshots.min_free")  # fmt: skip
-    return probed
+                                 host=host)  # fmt: skip
+    free = taken = 0
+    refused: dict[str, str] = {}
+    for words in map(str.split, answer.splitlines()):
+        if words[:1] == ["free"] and len(words) == 3 and all(w.isdigit() for w in words[1:]):
+            free, taken = int(words[1]), int(words[2])
+    for words in map(str.split, answer.splitlines()):
+        if words[:1] == ["refuse"] and len(words) == 3 and words[2].isdigit():
+            refused[words[1]] = (f"no restic snapshot: it may add up to {int(words[2])} bytes to the fleet's repository "
+                                 f"(its files changed since its last snapshot) and the repository's filesystem has "
+                                 f"{free} free ({taken} for the other agents of this snapshot): that would leave "
+                                 f"less than {int(min_free)} (snapshots.min_free); nothing of it was changed")  # fmt: skip
+    return refused, probed
 
 
 DIG_FROM = 64 * 1024  # files larger than this in a restored tree have their runs of zeros made holes again

@@ -127,7 +127,8 @@ def _check_room(inventory: Inventory, snapshot: str, items: list[AgentSnapshot],
     the agents it restores from restic on a host would leave less than ``snapshots.min_free`` free on
     their homes' filesystem, their sizes added up, or when any agent's snapshot would not fit its home's
     disk quota (``resources.disk``; a snapshot with a checkpoint is checked against the quota only: its
-    copy takes no new space). Reads only: a host with no restic yet is not asked about restic snapshots
+    copy takes no new space), or when the pre-restore snapshot would not fit the repository's filesystem
+    (``remote.backup_room``). Reads only: a host with no restic yet is not asked about restic snapshots
     (the restore script checks each agent again)."""
     fleet, min_free = inventory.fleet.name, inventory.fleet.snapshots.min_free
 
@@ -138,6 +139,10 @@ def _check_room(inventory: Inventory, snapshot: str, items: list[AgentSnapshot],
         copies = [
             (a.instance, cow.checkpoint_path(fleet, a.instance, snapshot)) for a in here if "checkpoint" in a.tiers
         ]
+        # the pre-restore snapshot comes first: room in the repository for it, else nothing is stopped
+        refused, _ = remote.backup_room(conn, fleet, [a.instance for a in here], host=target.name, min_free=min_free)
+        if refused:
+            raise JackinError("the pre-restore snapshot: " + "; ".join(f"{i}: {why}" for i, why in refused.items()))
         if not mine and not copies:
             return True
         return remote.room(conn, fleet, mine, host=target.name, min_free=min_free, checkpoints=copies)

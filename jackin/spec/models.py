@@ -234,6 +234,7 @@ class AgentSpec(Model):
 
 
 MIN_CHECKPOINT_SIZE = parse_size("256m")
+DEFAULT_CHECKPOINT_SIZE = parse_size("10g")
 
 
 class SnapshotPolicy(Model):
@@ -262,7 +263,7 @@ class SnapshotPolicy(Model):
     # The copy-on-write checkpoint tier: ``btrfs`` puts the fleet's homes on a loop-mounted btrfs of
     # ``checkpoint_size`` (a sparse file: space is used as written) so each home is a subvolume.
     checkpoints: Literal["off", "btrfs"] = "off"
-    checkpoint_size: int = parse_size("10g")
+    checkpoint_size: int = DEFAULT_CHECKPOINT_SIZE
     # A restic restore is refused, before anything changes, when it would leave less than this free on
     # the homes' filesystem (restic 0.14 writes a sparse file's holes as zeros until jackin digs them again).
     min_free: int = parse_size("256m")
@@ -333,17 +334,22 @@ class FleetSpec(Model):
     def _disk_puts_homes_on_btrfs(cls, data: Any) -> Any:
         """A ``resources.disk`` (the fleet's or an agent's) is enforced by btrfs: it turns the checkpoint
         tier on (the fleet's homes on its btrfs) unless ``snapshots.checkpoints`` is set (``off`` with a
-        disk is refused after validation, in ``_disk_fits``)."""
+        disk is refused after validation, in ``_disk_fits``), and the btrfs (``checkpoint_size``, unless
+        set) holds the largest quota."""
         if not isinstance(data, dict) or not _sets_disk(data):
             return data
         snapshots = data.get("snapshots")
+        if isinstance(snapshots, SnapshotPolicy):
+            snapshots = snapshots.model_dump(exclude_unset=True)
         if snapshots is None:
-            return {**data, "snapshots": {"checkpoints": "btrfs"}}
-        if isinstance(snapshots, dict) and "checkpoints" not in snapshots:
-            return {**data, "snapshots": {**snapshots, "checkpoints": "btrfs"}}
-        if isinstance(snapshots, SnapshotPolicy) and "checkpoints" not in snapshots.model_fields_set:
-            return {**data, "snapshots": {**snapshots.model_dump(exclude_unset=True), "checkpoints": "btrfs"}}
-        return data
+            snapshots = {}
+        if not isinstance(snapshots, dict):
+            return data
+        snapshots = {"checkpoints": "btrfs", **snapshots}
+        largest = _largest_disk(data)
+        if "checkpoint_size" not in snapshots and largest and largest > DEFAULT_CHECKPOINT_SIZE:
+            snapshots["checkpoint_size"] = largest  # the fleet's btrfs holds the largest quota, at least
+        return {**data, "snapshots": snapshots}
 
     @model_validator(mode="after")
     def _disk_fits(self) -> FleetSpec:
@@ -381,6 +387,28 @@ class FleetSpec(Model):
         return self.resources.model_copy(update=agent.resources.model_dump(include=agent.resources.model_fields_set))
 
 
+def _resources_of(fleet: dict) -> list[Any]:
+    """The raw ``resources`` of the fleet mapping and of each of its agents (dicts, models or None)."""
+    agents = fleet.get("agents")
+    agents = agents if isinstance(agents, list) else []
+    own = [a.get("resources") if isinstance(a, dict) else getattr(a, "resources", None) for a in agents]
+    return [fleet.get("resources"), *own]
+
+
+def _largest_disk(fleet: dict) -> int | None:
+    """The largest ``resources.disk`` the raw fleet mapping sets, in bytes (None: none that parses)."""
+    found = []
+    for resources in _resources_of(fleet):
+        disk = resources.get("disk") if isinstance(resources, dict) else getattr(resources, "disk", None)
+        if disk is None:
+            continue
+        try:
+            found.append(parse_size(disk))
+        except (ValueError, TypeError):
+            continue
+    return max(found, default=None)
+
+
 def _sets_disk(fleet: dict) -> bool:
     """Whether the raw fleet mapping sets a ``resources.disk`` (its own, or an agent's)."""
 
@@ -389,11 +417,7 @@ def _sets_disk(fleet: dict) -> bool:
             return resources.get("disk") is not None
         return isinstance(resources, Resources) and resources.disk is not None
 
-    agents = fleet.get("agents")
-    agents = agents if isinstance(agents, list) else []
-    return sets(fleet.get("resources")) or any(
-        sets(a.get("resources") if isinstance(a, dict) else getattr(a, "resources", None)) for a in agents
-    )
+    return any(sets(r) for r in _resources_of(fleet))
 
 
 class Inventory(Model):

@@ -46,7 +46,7 @@ class SnapshotTables(Tables):
     def snapshot_rows(self, fleet: str, snapshot: str | None = None) -> list[dict[str, Any]]:
         """The fleet's snapshots, oldest first, each with its ``agents`` (manifests and tiers decoded)."""
         where, args = ("fleet = ? AND id = ?", (fleet, snapshot)) if snapshot else ("fleet = ?", (fleet,))
-        query = f"SELECT * FROM snapshots WHERE {where} ORDER BY created, rowid"  # noqa: S608 - where: one of two
+        query = f"SELECT * FROM snapshots WHERE {where} ORDER BY created, run, rowid"  # noqa: S608 - where: one of two
         rows = [dict(r) for r in self.db.execute(query, args)]
         for row in rows:
             agents = self.db.execute(

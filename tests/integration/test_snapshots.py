@@ -318,7 +318,7 @@ def test_a_snapshot_without_room_is_refused_first_and_a_full_disk_mid_snapshot_l
         refused = inv("snapshot.create", "-i", str(small), "--agent", "coder-1")
         assert refused.returncode == 1, refused.stdout + refused.stderr
         said = " ".join((refused.stdout + refused.stderr).split())
-        assert "this snapshot of coder-1 may add up to" in said and "(snapshots.min_free); nothing was changed" in said
+        assert "coder-1: no restic snapshot: it may add up to" in said and "(snapshots.min_free); nothing of it" in said
         assert sh(slab, files).stdout == held and listing(slab, w) == before and len(snapshots(spec)) == count
         # An estimate made blind (the manifest's time moved past the write) lets restic meet the full disk itself
         sh(slab, f"touch /var/lib/jackin/snapshots/{name}/manifests/coder-1.json")

@@ -22,6 +22,7 @@ from jackin.spec import parse_inventory
 from jackin.spec.models import DEFAULT_DISK
 
 GIB = 1024**3
+FREE = 50 * GIB  # what the stand-in df says the repository's filesystem has free
 
 
 def spec(fleet: str):
@@ -48,6 +49,13 @@ def test_an_agents_own_quota_wins_and_the_others_get_the_default() -> None:
     assert [a.disk for a in plan.agents] == [64 * 1024**2, DEFAULT_DISK]
 
 
+def test_the_fleets_btrfs_holds_the_largest_quota_unless_its_size_is_set() -> None:
+    assert spec(AGENTS + "  resources: {disk: 20g}\n").snapshots.checkpoint_size == 20 * GIB
+    assert spec(AGENTS + "  resources: {disk: 2g}\n").snapshots.checkpoint_size == 10 * GIB  # the default
+    agent = spec("  agents:\n    - name: coder\n      resources: {disk: 12g}\n").snapshots
+    assert (agent.checkpoints, agent.checkpoint_size) == ("btrfs", 12 * GIB)
+
+
 def test_the_default_quota_never_exceeds_the_fleets_filesystem() -> None:
     fleet = spec(AGENTS + "  snapshots: {checkpoints: btrfs, checkpoint_size: 2g}\n")
     assert [a.disk for a in build(fleet, {"coder-1": 60000, "coder-2": 60001}).agents] == [2 * GIB, 2 * GIB]
@@ -63,7 +71,8 @@ def test_homes_on_the_hosts_filesystem_have_no_quota_and_the_contract_says_so() 
 
 @pytest.mark.parametrize(("fleet", "said"), [
     ("  resources: {disk: 1g}\n  snapshots: {checkpoints: 'off'}\n", "fleet.resources.disk needs the fleet's homes"),
-    ("  resources: {disk: 11g}\n", "is larger than the fleet's btrfs (snapshots.checkpoint_size"),
+    ("  resources: {disk: 11g}\n  snapshots: {checkpoint_size: 10g}\n",
+     "is larger than the fleet's btrfs (snapshots.checkpoint_size"),
     ("  resources: {disk: 1m}\n", "expected at least 32m"),
     ("  resources: {disk: lots}\n", "resources.disk"),
 ])  # fmt: skip
@@ -176,30 +185,61 @@ def test_the_restore_scripts_own_check_counts_the_quota_too(tmp_path: Path) -> N
     assert "needs 3000 bytes and the home's disk quota (resources.disk) is 10000 and the home holds 8000" in done.stderr
 
 
-def run_backup_room(tmp_path: Path, min_free: int, manifest: bool) -> subprocess.CompletedProcess:
-    home, manifests = tmp_path / "home", tmp_path / "manifests"
-    script = remote.backup_room_script("demo", ["coder-1"], min_free=min_free)
-    script = script.replace(restic_paths.home_path("demo", "coder-1"), str(home))
-    script = script.replace(restic_paths.manifest_path("demo", "coder-1"), str(manifests / "coder-1.json"))
+def run_backup_room(tmp_path: Path, min_free: int, manifest: bool, instances: tuple[str, ...] = ("coder-1",)):
+    """``backup_room_script`` for ``instances`` (homes under tmp_path), run here; its output's lines."""
+    script = remote.backup_room_script("demo", list(instances), min_free=min_free)
+    for instance in instances:
+        script = script.replace(restic_paths.home_path("demo", instance), str(tmp_path / instance))
+        script = script.replace(restic_paths.manifest_path("demo", instance), str(tmp_path / "manifests" / f"{instance}.json"))
     script = script.replace(restic_paths.repo_path("demo"), str(tmp_path / "repo"))
     if manifest:
-        manifests.mkdir(exist_ok=True)
-        (manifests / "coder-1.json").write_text("{}")
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+        (tmp_path / "manifests").mkdir(exist_ok=True)
+        for instance in instances:
+            (tmp_path / "manifests" / f"{instance}.json").write_text("{}")
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / "df").write_text(f"#!/bin/sh\necho Avail; echo {FREE}\n")  # not this shared machine's moving disk
+    (bindir / "df").chmod(0o755)
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=90,
+                          env={"PATH": f"{bindir}:/usr/bin:/bin"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
 
 
-def test_a_snapshot_that_could_leave_too_little_free_is_refused_with_the_numbers(tmp_path: Path) -> None:
-    home = tmp_path / "home" / "workspace"
-    home.mkdir(parents=True)
-    (home / "data").write_bytes(b"x" * (1 << 20))
-    with (home / "sparse").open("wb") as sparse:
-        sparse.truncate(1 << 40)  # a terabyte of holes: restic stores it as a few deduplicated zero chunks
-    free = shutil.disk_usage(tmp_path).free
-    ok = run_backup_room(tmp_path, 1 << 20, manifest=False)
-    assert (ok.returncode, ok.stdout) == (0, "room\n"), ok.stderr  # control; the sparse terabyte counts as its blocks
-    refused = run_backup_room(tmp_path, free, manifest=False)  # the first snapshot: the whole home counts
-    assert refused.returncode == 1
-    assert "this snapshot of coder-1 may add up to 10" in refused.stderr  # 1 MiB and the directories' blocks
-    assert "(snapshots.min_free); nothing was changed" in refused.stderr
-    since = run_backup_room(tmp_path, free - (1 << 19), manifest=True)  # nothing changed since the last snapshot
-    assert (since.returncode, since.stdout) == (0, "room\n"), since.stderr
+def test_a_snapshot_that_could_leave_too_little_free_refuses_the_biggest_agents_with_the_numbers(tmp_path: Path) -> None:
+    big, small = tmp_path / "coder-1" / "workspace", tmp_path / "coder-2" / "workspace"
+    big.mkdir(parents=True)
+    small.mkdir(parents=True)
+    (big / "data").write_bytes(b"x" * (1 << 20))
+    (big / "same").hardlink_to(big / "data")  # one inode: counted once
+    with (big / "sparse").open("wb") as sparse:
+        sparse.truncate(1 << 40)  # a terabyte of holes: counted as its blocks (restic stores zeros once)
+    (small / "note").write_text("hi\n")
+    both = ("coder-1", "coder-2")
+    ok = run_backup_room(tmp_path, 1 << 20, manifest=False, instances=both)
+    assert [line for line in ok if line.startswith("refuse")] == [], ok  # control
+    taken = int(ok[-1].split()[2])
+    assert 1 << 20 <= taken < (1 << 20) + (1 << 18), ok  # 1 MiB once, not twice, and not the terabyte
+    free = int(ok[-1].split()[1])
+    tight = run_backup_room(tmp_path, free - (1 << 19), manifest=False, instances=both)  # room for the small one only
+    refused = [line.split() for line in tight if line.startswith("refuse")]
+    assert [r[1] for r in refused] == ["coder-1"] and int(refused[0][2]) >= 1 << 20, tight
+    since = run_backup_room(tmp_path, free - (1 << 19), manifest=True, instances=both)  # nothing changed since
+    assert [line for line in since if line.startswith("refuse")] == [], since
+
+
+def test_backup_room_says_why_each_refused_agent_gets_no_restic_snapshot() -> None:
+    class Done:
+        exited, stderr = 0, ""
+        stdout = "refuse coder-1 5000\nfree 9000 3000\njk-room\n/usr/bin/restic\n"
+
+    class Conn:
+        def run(self, *_: object, **__: object) -> Done:
+            return Done()
+
+    refused, probed = remote.backup_room(Conn(), "demo", ["coder-1", "coder-2"], host="h1", min_free=2000)  # type: ignore[arg-type]
+    assert probed == "/usr/bin/restic\n"
+    assert refused == {"coder-1": "no restic snapshot: it may add up to 5000 bytes to the fleet's repository (its "
+                                  "files changed since its last snapshot) and the repository's filesystem has 9000 "
+                                  "free (3000 for the other agents of this snapshot): that would leave less than "
+                                  "2000 (snapshots.min_free); nothing of it was changed"}  # fmt: skip

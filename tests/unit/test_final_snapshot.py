@@ -377,9 +377,9 @@ def test_take_snapshots_extra_pairs_the_ledger_does_not_place_with_their_rows(tm
     monkeypatch.setattr(api, "fleet_plan", lambda inventory, ledger: PLAN)
     monkeypatch.setattr(api, "in_parallel", lambda targets, work: {t.name: work(None, t) for t in targets})
     monkeypatch.setattr(api, "_prepare_or_error", lambda conn, fleet, host, probed: ("restic", None))
-    monkeypatch.setattr(api.remote, "backup_room", lambda conn, fleet, instances, host, min_free: "/usr/bin/restic\n")
+    monkeypatch.setattr(api.remote, "backup_room", lambda conn, fleet, instances, host, min_free: ({}, "/usr/bin/restic\n"))
     monkeypatch.setattr(api.remote, "container_states", lambda conn, names, host: {n: "true sha256:i" for n in names})
-    monkeypatch.setattr(api, "_every_agent", lambda conn, bin_, items, host, unprepared, max_freeze: [(
+    monkeypatch.setattr(api, "_every_agent", lambda conn, bin_, items, host, unprepared, max_freeze, refused: [(
         AgentSnapshot(host=host, instance=item.instance, agent=item.agent, restic_id="r", manifest=item), [])
         for item in items])  # fmt: skip
     gone = {"fleet": "demo", "host": "h1", "instance": "gone-1", "agent": "gone", "uid": 60007,
