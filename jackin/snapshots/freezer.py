@@ -36,6 +36,10 @@ freeze() {{
   case "$fs" in
     "true false")
       setsid /bin/sh -c {shlex.quote(unpause)} </dev/null >/dev/null 2>&1 4>&- & W=$!
+      # Not paused before the watchdog leads a session of its own: until then a kill of this script's
+      # whole group (SIGKILL: no trap runs) would take the watchdog with it, and the agent stay frozen.
+      i=0; while [ "$(sed 's/.*) //' "/proc/$W/stat" 2>/dev/null | cut -d' ' -f4)" != "$W" ] && [ "$i" -lt 500 ] \
+        && kill -0 "$W" 2>/dev/null; do sleep 0.01; i=$((i + 1)); done
       froze=$(date +%s%N)  # before the pause: a signal during it still thaws on the way out
       tries=1
       until pe=$(docker pause -- "$FC" 2>&1 >/dev/null); do
