@@ -1,0 +1,189 @@
+"""A stand-in of a model vendor's API, for running a real agent runtime against scripted answers.
+
+It speaks Anthropic's Messages API (``POST /v1/messages``, streamed as server-sent events or not) on
+127.0.0.1, the way Claude Code (and OpenCode's Anthropic provider) call it. Each request that offers
+tools (the runtime's main loop) gets the script's next step: a tool call (``bash``, ``write``) or a
+final message (``say``); every other request (a runtime's side calls: titles, summaries on a small
+model) gets a short text. A step may check the request before it answers (``expect``: the tool result
+the runtime sent back). Every request is recorded: method, path, headers (the credential it carried),
+model and body, so a test asserts on what the runtime sent.
+
+    with StandIn([bash("echo hi > f"), say("done")]) as api:
+        run the runtime with ANTHROPIC_BASE_URL=api.url ...
+        api.requests  # what it received
+
+No traffic leaves 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import http.server
+import itertools
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Step:
+    """One answer of the script: tool blocks, or a final text (``text`` only)."""
+
+    text: str = ""
+    tool: str | None = None  # the runtime's tool name (Claude Code: Bash, Write)
+    tool_input: dict[str, Any] = field(default_factory=dict)
+    expect: Callable[[dict[str, Any]], None] | None = None  # checks the request it answers (raise to fail)
+
+
+def bash(command: str, *, expect: Callable[[dict[str, Any]], None] | None = None) -> Step:
+    return Step(text="Running a command.", tool="Bash", tool_input={"command": command, "description": "run"},
+                expect=expect)  # fmt: skip
+
+
+def write(path: str, content: str) -> Step:
+    return Step(text="Writing a file.", tool="Write", tool_input={"file_path": path, "content": content})
+
+
+def say(text: str, *, expect: Callable[[dict[str, Any]], None] | None = None) -> Step:
+    return Step(text=text, expect=expect)
+
+
+def last_tool_result(request: dict[str, Any]) -> str:
+    """The text of the last tool result the runtime sent back in ``request`` ('' if none)."""
+    for message in reversed(request["body"].get("messages", [])):
+        content = message.get("content")
+        if message.get("role") != "user" or not isinstance(content, list):
+            continue
+        for block in reversed(content):
+            if block.get("type") == "tool_result":
+                inner = block.get("content")
+                if isinstance(inner, list):
+                    return "".join(part.get("text", "") for part in inner if isinstance(part, dict))
+                return str(inner or "")
+    return ""
+
+
+class StandIn:
+    """The server, in a thread of this process, on 127.0.0.1 and a free port (``url``)."""
+
+    def __init__(self, script: list[Step]):
+        self.script = list(script)
+        self.requests: list[dict[str, Any]] = []
+        self.errors: list[str] = []  # a step's expectation that failed, or a request past the script
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        handler = type("Handler", (_Handler,), {"standin": self})
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> StandIn:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @property
+    def main_requests(self) -> list[dict[str, Any]]:
+        """The requests of the runtime's main loop (they offer tools), in order."""
+        return [r for r in self.requests if r["body"].get("tools")]
+
+    def answer(self, request: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+        """(content blocks, stop reason) for ``request``."""
+        with self._lock:
+            self.requests.append(request)
+            if not request["body"].get("tools"):
+                return [{"type": "text", "text": "ok"}], "end_turn"
+            if not self.script:
+                self.errors.append(f"request {len(self.requests)} came after the script's end")
+                return [{"type": "text", "text": "The script has ended."}], "end_turn"
+            step = self.script.pop(0)
+        if step.expect is not None:
+            try:
+                step.expect(request)
+            except Exception as error:  # noqa: BLE001 - recorded for the test to report
+                self.errors.append(f"step before {step.text!r}: {error}")
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": step.text}]
+        if step.tool is None:
+            return blocks, "end_turn"
+        blocks.append({"type": "tool_use", "id": f"toolu_{next(self._ids):04d}", "name": step.tool,
+                       "input": step.tool_input})  # fmt: skip
+        return blocks, "tool_use"
+
+
+def _events(model: str, message_id: str, blocks: list[dict[str, Any]], stop: str) -> list[tuple[str, dict]]:
+    """The Messages API's stream of one message: message_start, each block's start/delta/stop,
+    message_delta (stop reason, usage), message_stop."""
+    usage = {"input_tokens": 12, "output_tokens": 1}
+    events: list[tuple[str, dict]] = [("message_start", {"type": "message_start", "message": {
+        "id": message_id, "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": usage}})]  # fmt: skip
+    for index, block in enumerate(blocks):
+        if block["type"] == "text":
+            start = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": block["text"]}
+        else:
+            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        events += [("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
+                   ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}),
+                   ("content_block_stop", {"type": "content_block_stop", "index": index})]  # fmt: skip
+    events += [("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                  "usage": {"output_tokens": 7}}),
+               ("message_stop", {"type": "message_stop"})]  # fmt: skip
+    return events
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    standin: StandIn
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+    def _json(self, status: int, payload: dict[str, Any]) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.standin.requests.append({"method": "GET", "path": self.path, "headers": dict(self.headers), "body": {}})
+        self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not in the stand-in"}})
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        length = int(self.headers.get("content-length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            body = {}
+        request = {"method": "POST", "path": self.path, "headers": dict(self.headers), "body": body}
+        if not self.path.startswith("/v1/messages"):
+            self.standin.requests.append(request)
+            self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
+            return
+        if self.path.startswith("/v1/messages/count_tokens"):
+            self.standin.requests.append(request)
+            self._json(200, {"input_tokens": 12})
+            return
+        blocks, stop = self.standin.answer(request)
+        model, message_id = body.get("model", "stand-in"), f"msg_{len(self.standin.requests):04d}"
+        if not body.get("stream"):
+            self._json(200, {"id": message_id, "type": "message", "role": "assistant", "model": model,
+                             "content": blocks, "stop_reason": stop, "stop_sequence": None,
+                             "usage": {"input_tokens": 12, "output_tokens": 7}})  # fmt: skip
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")  # no length: the stream ends with the connection
+        self.close_connection = True
+        self.end_headers()
+        for name, data in _events(model, message_id, blocks, stop):
+            self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
