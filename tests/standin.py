@@ -17,11 +17,16 @@ No traffic leaves 127.0.0.1.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import http.server
 import itertools
 import json
+import os
+import subprocess
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,17 +69,63 @@ def last_tool_result(request: dict[str, Any]) -> str:
     return ""
 
 
-class StandIn:
-    """The server, in a thread of this process, on 127.0.0.1 and a free port (``url``)."""
+CLONE_NEWNET = 0x40000000
 
-    def __init__(self, script: list[Step]):
+
+@contextlib.contextmanager
+def _in_netns(path: str | None) -> Iterator[None]:
+    """This thread in the network namespace at ``path`` (None: where it is), and back on the way out."""
+    if path is None:
+        yield
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    home, there = os.open("/proc/thread-self/ns/net", os.O_RDONLY), os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(there, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {path}")
+        try:
+            yield
+        finally:
+            if libc.setns(home, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns back")
+    finally:
+        os.close(home)
+        os.close(there)
+
+
+@contextlib.contextmanager
+def loopback_only() -> Iterator[str]:
+    """A network namespace with only a loopback interface, held by a sleeping process; its path. A runtime
+    run in it (``nsenter --net=PATH``) reaches a stand-in made in it (``StandIn(netns=PATH)``) and nothing
+    else: no packet of a test can leave this machine, whatever the runtime tries."""
+    holder = subprocess.Popen(["unshare", "--net", "sh", "-c", "ip link set lo up 2>/dev/null || "
+                               "busybox ip link set lo up; exec sleep 3600"], start_new_session=True)  # fmt: skip
+    path = f"/proc/{holder.pid}/ns/net"
+    try:
+        for _ in range(100):  # the holder's own namespace, once unshare has made it and lo is up
+            if os.readlink(path) != os.readlink("/proc/self/ns/net"):
+                break
+            time.sleep(0.02)
+        time.sleep(0.1)
+        yield path
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+class StandIn:
+    """The server, in a thread of this process, on 127.0.0.1 and a free port (``url``); ``netns``: in that
+    network namespace (``loopback_only``)."""
+
+    def __init__(self, script: list[Step], *, netns: str | None = None):
         self.script = list(script)
         self.requests: list[dict[str, Any]] = []
         self.errors: list[str] = []  # a step's expectation that failed, or a request past the script
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         handler = type("Handler", (_Handler,), {"standin": self})
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        with _in_netns(netns):  # its socket lives there: a runtime in that namespace reaches it, and nothing else
+            self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

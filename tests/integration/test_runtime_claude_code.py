@@ -6,7 +6,8 @@ On this machine, not in a lab: the role's image is built on a host from the node
 image runs, the same way: roles/common's scripts on PATH as in /usr/local/bin, the entrypoint given the
 role's command, the credential as the file the entrypoint exports, ANTHROPIC_BASE_URL as the spec's
 ``api_url`` sets it, and Claude Code from the npm registry at the Dockerfile's pin (on Node from this
-machine). Its traffic goes to 127.0.0.1 only.
+machine). It runs in a network namespace whose only interface is loopback, where the stand-in listens:
+nothing it sends can leave this machine.
 
 The stand-in's script is a day's work in small: the runtime writes a file with its Write tool, runs the
 project's test with its Bash tool and commits, asks the operator with ``jackin-ask`` (the test answers as
@@ -31,7 +32,7 @@ import pytest
 from jackin.images import pins
 from jackin.spec import roles
 from jackin.work import handoffs
-from tests.standin import StandIn, bash, last_tool_result, say, write
+from tests.standin import StandIn, bash, last_tool_result, loopback_only, say, write
 
 NPM, NODE = shutil.which("npm"), shutil.which("node")
 PIN = next(p for p in pins.pins() if p.role == "claude-code")
@@ -126,7 +127,7 @@ def test_claude_code_writes_tests_asks_hands_off_and_is_done_against_the_stand_i
              "$(git rev-parse HEAD)\nEOF", expect=answered),
         say("Done: hello.sh is in."),
     ]  # fmt: skip
-    with StandIn(script) as api:
+    with loopback_only() as netns, StandIn(script, netns=netns) as api:
         script[0].expect = first
         env = {"PATH": f"{bindir}:{claude}:{Path(NODE or '').parent}:/usr/bin:/bin", "HOME": str(workspace),
                "JACKIN_DIR": str(jackin_dir), "JACKIN_WORK": str(work), "JACKIN_REPO": str(repo),
@@ -134,7 +135,10 @@ def test_claude_code_writes_tests_asks_hands_off_and_is_done_against_the_stand_i
                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "LANG": "C.UTF-8",
                "TMPDIR": str(temp)}  # fmt: skip - in its container, /tmp is its own tmpfs
         role = roles.load("claude-code")
-        as_agent = ["setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_UID}", "--clear-groups", "--"]
+        as_agent = [f"--net={netns}", "setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_UID}", "--clear-groups", "--"]
+        as_agent = ["nsenter", *as_agent]  # in a namespace whose only interface is loopback: nothing leaves
+        links = subprocess.run(["nsenter", f"--net={netns}", "ip", "-o", "link"], capture_output=True, text=True)
+        assert [line.split(":")[1].strip() for line in links.stdout.splitlines()] == ["lo"], links.stdout
         agent = subprocess.Popen([*as_agent, str(bindir / "jackin-entrypoint"), *role.command], cwd=workspace, env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         seen, deadline = [], time.monotonic() + 120
