@@ -115,6 +115,10 @@ class Role(Model):
     api: ApiEndpoint | None = None  # the model provider's base URL, which the spec may replace
     state: StateDetection = StateDetection()
     healthcheck: Healthcheck
+    # What has proven the role here, naming the test (None: nothing has: role.list says unverified, with the
+    # ``unverified`` reason when the role gives one).
+    verified: str | None = Field(None, min_length=1, max_length=300)
+    unverified: str | None = Field(None, min_length=1, max_length=300)
 
     @field_validator("credentials", "egress")
     @classmethod
@@ -289,6 +293,14 @@ class RoleRow(Model):
     command: list[str]
     credentials: list[str]
     egress: list[str]
+    verified: str  # "verified: <what proves it>" or "unverified: <why>"
+
+
+def verification(role: Role) -> str:
+    """What ``role.list`` says of the role: verified, by what, or unverified, and why."""
+    if role.verified is not None:
+        return f"verified: {role.verified}"
+    return f"unverified: {role.unverified or 'no test of jackin runs it'}"
 
 
 def rows() -> tuple[list[RoleRow], list[SpecError]]:
@@ -300,5 +312,5 @@ def rows() -> tuple[list[RoleRow], list[SpecError]]:
                   else f"debootstrap {' '.join(role.image.debootstrap or [])}")  # fmt: skip
         out.append(RoleRow(name=role.name, description=role.description, image=f"{role.image.build}: {recipe}",
                            tag=role.tag, command=role.command, credentials=role.credentials,
-                           egress=role.egress))  # fmt: skip
+                           egress=role.egress, verified=verification(role)))  # fmt: skip
     return out, errors
