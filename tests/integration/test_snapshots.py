@@ -176,7 +176,10 @@ def test_a_sparse_file_comes_back_sparse_and_a_restore_without_room_is_refused(s
     refused = restore(str(tight), taken["id"], "--agent", "coder-1", "--stop")
     assert refused.returncode == 1, refused.stdout + refused.stderr
     said = refused.stdout + refused.stderr
-    assert "refused before anything changed" in said and "snapshots.min_free" in said and "coder-1 needs" in said, said
+    # the first gate: its pre-restore snapshot would not fit either (the restore's own size check, restic
+    # stats against df, is run here with stand-ins: tests/unit/test_snapshot_host.py)
+    assert "refused before anything changed" in said and "snapshots.min_free" in said, said
+    assert "the pre-restore snapshot: coder-1: no restic snapshot" in said, said
     assert listing(slab, w) == before
     assert len(snapshots(spec)) == count  # refused before its pre-restore snapshot, too
     assert sh(slab, started).stdout == running  # and before --stop stopped the agent
