@@ -21,8 +21,10 @@ the runtime's registries; ``source`` gives that step what it needs.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -41,6 +43,7 @@ from jackin.lab.image import _run, apt_mirror
 from jackin.operations.files import Refused
 from jackin.paths import private_dir, state_dir
 from jackin.spec import roles
+from jackin.spec.role_checks import dockerfile_instructions
 from jackin.spec.roles import dockerfile, suite
 from jackin.store import locks
 from jackin.transport import fanout
@@ -88,29 +91,83 @@ def ensure_built(role: roles.Role, *, log: Log = lambda _: None) -> str:
     tag = role.tag
     if present(tag):
         return tag
-    if role.image.build != "operator":
-        raise JackinError(f"role {role.name}: its image is built on the host (build: host), not here",
-                          hint="see README, Roles: building on the host")  # fmt: skip
     with _locked(role.name):
         if present(tag):
             return tag
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="jackin-role-", dir="/var/tmp") as work:
             base = None
+            if role.image.build == "host":  # offline, for the lab: its Dockerfile's recipe on the demo's root
+                log(f"building {tag} here from its Dockerfile's npm pins, on the demo role's root (offline)")
+                context = offline_context(role, Path(work) / "context", base=ensure_built(roles.load("demo"), log=log))
+                _docker_build(tag, context)
+                log(f"built {tag} in {time.monotonic() - started:.0f}s")
+                return tag
             if role.image.debootstrap is not None:
                 base = f"{roles.REPOSITORY}{role.name}-base:{tag.split(':')[1]}"
                 log(f"building the base of {tag} with debootstrap (a minute or two)")
                 _base(role, Path(work) / "root", base)
             context = build_context(role, Path(work) / "context", base=base)
             log(f"building {tag} (docker build)")
-            done = subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], capture_output=True,
-                                  check=False, env={**os.environ, "DOCKER_BUILDKIT": "0"})  # fmt: skip
-            if base:
-                _docker("rmi", base, check=False)  # its layer stays, under the role's tag
-            if done.returncode != 0:
-                raise LabError(f"docker build of {tag} failed:\n{done.stderr.decode(errors='replace')[-3000:]}")
+            try:
+                _docker_build(tag, context)
+            finally:
+                if base:
+                    _docker("rmi", base, check=False)  # its layer stays, under the role's tag
         log(f"built {tag} in {time.monotonic() - started:.0f}s")
     return tag
+
+
+def _docker_build(tag: str, context: Path) -> None:
+    """A legacy ``docker build`` (offline: its ``FROM`` is a local image) of ``context`` as ``tag``."""
+    done = subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], capture_output=True,
+                          check=False, env={**os.environ, "DOCKER_BUILDKIT": "0"})  # fmt: skip
+    if done.returncode != 0:
+        raise LabError(f"docker build of {tag} failed:\n{done.stderr.decode(errors='replace')[-3000:]}")
+
+
+NODE_ARCH = {"x86_64": "x64", "aarch64": "arm64"}  # this machine's, as npm's node-linux-<arch> packages name it
+NODE_FROM = re.compile(r"^node:(\d+\.\d+\.\d+)(?:-|$)")
+
+
+def offline_context(role: roles.Role, context: Path, *, base: str) -> Path:
+    """The build context of a ``build: host`` role built here, with no registry (the lab's hosts reach
+    none): its Dockerfile's recipe, taken from the Dockerfile itself. Node at the version of its ``FROM
+    node:<version>-...`` (npm's ``node-linux-<arch>`` package) and every npm package its ``npm install``
+    pins (``jackin.images.pins``), installed by this machine's npm into ``local/`` (the image's
+    /usr/local); on ``base`` (the demo role's root: Debian minbase, git, busybox), with roles/common, the
+    Dockerfile's ``ENV`` lines, the role's user, HEALTHCHECK, ENTRYPOINT and CMD."""
+    from jackin.images import pins  # the Dockerfile's pins: only this build needs them
+
+    text = (role.directory / str(role.image.dockerfile)).read_text()
+    steps = dockerfile_instructions(text)
+    image = next((rest.split()[0] for _, word, rest in steps if word == "FROM"), "")
+    node = NODE_FROM.match(image)
+    if node is None:
+        raise LabError(f"role {role.name}: its Dockerfile's FROM {image!r} is not node:<version>-...: the lab "
+                       "cannot build it offline (it takes Node from npm at that version)")  # fmt: skip
+    arch = NODE_ARCH.get(os.uname().machine)
+    npm = shutil.which("npm")
+    if arch is None or npm is None:
+        raise LabError(f"role {role.name}: building it here needs npm and a machine npm has Node for "
+                       f"(this one: {os.uname().machine}, npm {'found' if npm else 'missing'})",
+                       hint="apt-get install npm")  # fmt: skip
+    packages = [f"node-linux-{arch}@{node.group(1)}"]
+    packages += [f"{p.package}@{p.version}" for p in pins.pins() if p.role == role.name]
+    context.mkdir(parents=True)
+    shutil.copytree(roles.roles_dir() / roles.COMMON, context / roles.COMMON, symlinks=False)
+    _run([npm, "install", "--global", "--prefix", str(context / "local"), "--no-fund", "--no-audit",
+          "--loglevel=error", *packages], f"npm install of {' '.join(packages)}")  # fmt: skip
+    shutil.rmtree(
+        context / "local" / "lib" / "node_modules" / f"node-linux-{arch}" / "include", ignore_errors=True
+    )  # C headers: 56 MB
+    env = [f"ENV {rest}" for _, word, rest in steps if word == "ENV"]
+    lines = [f"FROM {base}", "COPY local/ /usr/local/", "COPY common/ /usr/local/bin/", *env,
+             "WORKDIR /workspace", "USER 65534:65534", role.healthcheck.instruction(),
+             f"ENTRYPOINT {json.dumps([roles.ENTRYPOINT])}", f"CMD {json.dumps(role.command)}",
+             f"LABEL jackin.role={role.name} jackin.recipe={role.tag.split(':')[1]} jackin.build=offline"]  # fmt: skip
+    (context / "Dockerfile").write_text("\n".join(lines) + "\n")
+    return context
 
 
 def _base(role: roles.Role, root: Path, base: str) -> None:
@@ -241,6 +298,16 @@ def archive(tag: str, *, log: Log = lambda _: None) -> Path:
 # --- delivery ------------------------------------------------------------------------------------
 
 
+def built_here(image: str) -> bool:
+    """Whether a role image is built on the operator's machine for every fleet (``build: operator``)."""
+    if not is_role_image(image):
+        return False
+    try:
+        return roles.load(role_of(image)).image.build == "operator"
+    except JackinError:
+        return True  # prepare() says what is wrong with it
+
+
 def missing(images: Sequence[str], present_images: Sequence[str]) -> list[str]:
     """The role images of ``images`` a host's state read did not find there."""
     return sorted({i for i in images if is_role_image(i) and i not in present_images})
@@ -309,17 +376,18 @@ def deliver(
     return fanout.each_host(hosts, one, grace=math.inf, workers=8).failed
 
 
-def source(tag: str) -> dict:
+def source(tag: str, *, here: bool = False) -> dict:
     """What the host's image step needs of a role image (pure of the host): how it is built, the
-    archive's size when cached here (``build: operator``), the build context (``build: host``).
-    Refused when ``tag`` is not the role's current image (nothing could bring that one to a host)."""
+    archive's size when cached here (``build: operator``, or any role with ``here``: a lab fleet), the
+    build context (``build: host``). Refused when ``tag`` is not the role's current image (nothing could
+    bring that one to a host)."""
     try:
         role = roles.load(role_of(tag))
     except JackinError as error:
         raise Refused(f"image {tag}: {error.message}") from None
     if role.tag != tag:
         raise Refused(f"image {tag} is not role {role.name}'s current image ({role.tag}) and is not on the host")
-    if role.image.build == "operator":
+    if role.image.build == "operator" or here:
         return {"build": "operator", "size": archive_size(tag)}
     return {"build": "host", "files": context_files(role)}
 
@@ -346,8 +414,9 @@ class _Split(Protocol):
 
 
 def _wanted(plan: FleetPlan, states: Mapping[str, object], hosts: Sequence[str] | None = None) -> dict[str, list[str]]:
-    """Per readable host (of ``hosts``, default all), the plan's role images its state read lacks."""
-    planned = [a.image for a in plan.agents]
+    """Per readable host (of ``hosts``, default all), the plan's role images built here that its state read
+    lacks (a ``build: host`` role's image is built by the host's own step, unless ``plan.images_here``)."""
+    planned = [a.image for a in plan.agents if plan.images_here or built_here(a.image)]
     return {name: missing(planned, state.images) for name, state in states.items()
             if isinstance(state, HostState) and (hosts is None or name in hosts)}  # fmt: skip
 

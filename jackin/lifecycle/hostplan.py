@@ -69,7 +69,7 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
     busybox = bool(state.host.get("busybox"))
     for image in sorted({a.image for a in plan.agents}):
         out.append(_built("image", f"agent image {image}",
-                          partial(_image_commands, image, state, busybox=busybox),
+                          partial(_image_commands, image, state, busybox=busybox, here=plan.images_here),
                           noop=f"image {image} is present"))  # fmt: skip
         if out[-1].commands and isinstance(out[-1].commands[0], host_ops.ImageLoad):  # named as it is shown
             out[-1].name = out[-1].commands[0].shown
@@ -145,13 +145,14 @@ def _batch(agents: list[Step]) -> Step:
                 noop=f"agents {', '.join(names)} are up to date")  # fmt: skip
 
 
-def _image_commands(image: str, state: HostState, *, busybox: bool) -> list[Command]:
-    """The agent image on the host: a role's (loaded from the operator, or built there) or the busybox one.
-    Nothing when the host has it (the role is not loaded and hashed again for each host of a warm run)."""
+def _image_commands(image: str, state: HostState, *, busybox: bool, here: bool = False) -> list[Command]:
+    """The agent image on the host: a role's (loaded from the operator, or built there; ``here``: every
+    role's loaded from the operator) or the busybox one. Nothing when the host has it (the role is not
+    loaded and hashed again for each host of a warm run)."""
     if image in state.images:
         return []
     if images.is_role_image(image):
-        return host_ops.role_image_commands(image, state.images, **images.source(image))
+        return host_ops.role_image_commands(image, state.images, **images.source(image, here=here))
     return host_ops.image_commands(image, state.images, busybox=busybox)
 
 

@@ -199,6 +199,9 @@ class FleetPlan(_Model):
     fleet_hosts: list[str] = Field(default_factory=list)  # every fleet host's IP addresses: always denied to agents
     checkpoints: CheckpointPlan | None = None  # None: homes are plain directories (no checkpoint tier)
     ttl_deadline: int | None = None  # epoch seconds (operator clock) the time-to-live ends (jackin/plan/ttl.py)
+    # Every role image built on the operator's machine and loaded over SSH, ``build: host`` roles too (from
+    # their Dockerfile, offline: jackin/images/build.py): lab hosts reach no registry.
+    images_here: bool = False
 
     @property
     def fleet_dir(self) -> str:
@@ -287,6 +290,7 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
         checkpoints=(
             CheckpointPlan(size=spec.snapshots.checkpoint_size) if spec.snapshots.checkpoints == "btrfs" else None
         ),  # fmt: skip
+        images_here=spec.provider == "lab",
     )
 
 
