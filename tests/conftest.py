@@ -36,6 +36,7 @@ COST = {
     "test_dns_filter.py": 80,
     "test_final_pull.py": 71,
     "test_transfer.py": 69,
+    "test_runtime_lab.py": 65,  # the claude-code image built (npm) and loaded once; a real runtime's run
     "test_exit_codes.py": 58,
     "test_checkpoints.py": 57,
     "test_snapshot_tiers.py": 56,
@@ -54,6 +55,7 @@ COST = {
     "test_fleet_plan.py": 20,
     "test_roles.py": 18,
     "test_contract.py": 17,
+    "test_runtime_claude_code.py": 12,
 }
 COST_UNKNOWN = 10
 # Modules that share a session fixture share a worker, so that one worker makes it once.

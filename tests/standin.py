@@ -117,7 +117,7 @@ class StandIn:
     """The server, in a thread of this process, on 127.0.0.1 and a free port (``url``); ``netns``: in that
     network namespace (``loopback_only``)."""
 
-    def __init__(self, script: list[Step], *, netns: str | None = None):
+    def __init__(self, script: list[Step], *, netns: str | None = None, bind: tuple[str, int] = ("127.0.0.1", 0)):
         self.script = list(script)
         self.requests: list[dict[str, Any]] = []
         self.errors: list[str] = []  # a step's expectation that failed, or a request past the script
@@ -125,8 +125,8 @@ class StandIn:
         self._ids = itertools.count(1)
         handler = type("Handler", (_Handler,), {"standin": self})
         with _in_netns(netns):  # its socket lives there: a runtime in that namespace reaches it, and nothing else
-            self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+            self.server = http.server.ThreadingHTTPServer(bind, handler)
+        self.url = f"http://{bind[0]}:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> StandIn:
@@ -238,3 +238,31 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         for name, data in _events(model, message_id, blocks, stop):
             self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
             self.wfile.flush()
+
+
+# --- as a process of its own: the lab's stand-in (python3 standin.py ADDRESS PORT SCRIPT LOG) ---------------
+
+
+def serve(address: str, port: int, script: list[dict[str, Any]], log: str) -> None:
+    """Serve ``script`` (steps as JSON: ``text``, and ``tool`` with ``input`` for a tool call) on
+    ``address:port`` until killed, appending each request to ``log`` as a JSON line (a request past the
+    script's end is logged with ``"past_end": true``)."""
+    standin = StandIn([Step(text=s.get("text", ""), tool=s.get("tool"), tool_input=s.get("input") or {})
+                       for s in script], bind=(address, port))  # fmt: skip
+    answer = standin.answer
+
+    def logged(request: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+        past = bool(request["body"].get("tools")) and not standin.script
+        out = answer(request)
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({**request, "past_end": past}) + "\n")
+        return out
+
+    standin.answer = logged  # type: ignore[method-assign]
+    standin.server.serve_forever()
+
+
+if __name__ == "__main__":
+    import sys
+
+    serve(sys.argv[1], int(sys.argv[2]), json.loads(open(sys.argv[3], encoding="utf-8").read()), sys.argv[4])
