@@ -117,8 +117,11 @@ class StandIn:
     """The server, in a thread of this process, on 127.0.0.1 and a free port (``url``); ``netns``: in that
     network namespace (``loopback_only``)."""
 
-    def __init__(self, script: list[Step], *, netns: str | None = None, bind: tuple[str, int] = ("127.0.0.1", 0)):
+    def __init__(self, script: list[Step], *, netns: str | None = None, bind: tuple[str, int] = ("127.0.0.1", 0),
+                 key: str | None = None):
         self.script = list(script)
+        self.key = key  # the only credential it accepts (None: any); another gets the API's 401
+        self.log: str | None = None  # a file each request is appended to, as a JSON line
         self.requests: list[dict[str, Any]] = []
         self.errors: list[str] = []  # a step's expectation that failed, or a request past the script
         self._lock = threading.Lock()
@@ -137,6 +140,13 @@ class StandIn:
         self.server.shutdown()
         self.server.server_close()
 
+    def record(self, request: dict[str, Any]) -> None:
+        """Keep ``request`` (and append it to ``log`` as a JSON line, when the stand-in has one)."""
+        self.requests.append(request)
+        if self.log is not None:
+            with open(self.log, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(request) + "\n")
+
     @property
     def main_requests(self) -> list[dict[str, Any]]:
         """The requests of the runtime's main loop (they offer tools), in order."""
@@ -145,7 +155,8 @@ class StandIn:
     def answer(self, request: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
         """(content blocks, stop reason) for ``request``."""
         with self._lock:
-            self.requests.append(request)
+            past = bool(request["body"].get("tools")) and not self.script
+            self.record({**request, "past_end": past})
             if not request["body"].get("tools"):
                 return [{"type": "text", "text": "ok"}], "end_turn"
             if not self.script:
@@ -204,7 +215,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self.standin.requests.append({"method": "GET", "path": self.path, "headers": dict(self.headers), "body": {}})
+        self.standin.record({"method": "GET", "path": self.path, "headers": dict(self.headers), "body": {}})
         self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not in the stand-in"}})
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
@@ -215,12 +226,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body = {}
         request = {"method": "POST", "path": self.path, "headers": dict(self.headers), "body": body}
         if not self.path.startswith("/v1/messages"):
-            self.standin.requests.append(request)
+            self.standin.record(request)
             self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
             return
         if self.path.startswith("/v1/messages/count_tokens"):
-            self.standin.requests.append(request)
+            self.standin.record(request)
             self._json(200, {"input_tokens": 12})
+            return
+        if self.standin.key is not None and self.headers.get("x-api-key") != self.standin.key:
+            self.standin.record(request)
+            self._json(401, {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}})
             return
         blocks, stop = self.standin.answer(request)
         model, message_id = body.get("model", "stand-in"), f"msg_{len(self.standin.requests):04d}"
@@ -243,26 +258,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 # --- as a process of its own: the lab's stand-in (python3 standin.py ADDRESS PORT SCRIPT LOG) ---------------
 
 
-def serve(address: str, port: int, script: list[dict[str, Any]], log: str) -> None:
+def serve(address: str, port: int, script: list[dict[str, Any]], log: str, key: str | None = None) -> None:
     """Serve ``script`` (steps as JSON: ``text``, and ``tool`` with ``input`` for a tool call) on
-    ``address:port`` until killed, appending each request to ``log`` as a JSON line (a request past the
-    script's end is logged with ``"past_end": true``)."""
+    ``address:port`` until killed, appending each request to ``log`` as a JSON line (a main-loop request
+    past the script's end with ``"past_end": true``); ``key``: the only credential it accepts."""
     standin = StandIn([Step(text=s.get("text", ""), tool=s.get("tool"), tool_input=s.get("input") or {})
-                       for s in script], bind=(address, port))  # fmt: skip
-    answer = standin.answer
-
-    def logged(request: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
-        past = bool(request["body"].get("tools")) and not standin.script
-        out = answer(request)
-        with open(log, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({**request, "past_end": past}) + "\n")
-        return out
-
-    standin.answer = logged  # type: ignore[method-assign]
+                       for s in script], bind=(address, port), key=key)  # fmt: skip
+    standin.log = log
     standin.server.serve_forever()
 
 
 if __name__ == "__main__":
     import sys
 
-    serve(sys.argv[1], int(sys.argv[2]), json.loads(open(sys.argv[3], encoding="utf-8").read()), sys.argv[4])
+    serve(sys.argv[1], int(sys.argv[2]), json.loads(open(sys.argv[3], encoding="utf-8").read()), sys.argv[4],
+          sys.argv[5] if len(sys.argv) > 5 else None)

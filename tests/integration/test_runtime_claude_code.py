@@ -85,23 +85,63 @@ def status(jackin_dir: Path) -> dict:
         return {}
 
 
+class Agent:
+    """An agent's paths under ``tmp_path``, set up as its container has them: the delivered work, its
+    credential file (``key``), roles/common as the image's /usr/local/bin, its workspace and /tmp its own."""
+
+    def __init__(self, tmp_path: Path, key: str):
+        self.work, self.base = delivered(tmp_path)
+        self.workspace, self.creds, self.bindir = tmp_path / "workspace", tmp_path / "credentials", tmp_path / "bin"
+        self.jackin_dir, self.repo, self.temp = self.workspace / ".jackin", self.workspace / "repo", tmp_path / "tmp"
+        self.creds.mkdir()
+        (self.creds / "ANTHROPIC_API_KEY").write_text(key)
+        shutil.copytree(COMMON, self.bindir)
+        for mine in (self.workspace, self.temp):
+            mine.mkdir()
+            os.chown(mine, AGENT_UID, AGENT_UID)  # the agent's, as its workspace is; the rest it only reads
+        for part in (tmp_path, *tmp_path.parents):
+            if part == Path("/tmp"):
+                break
+            part.chmod(part.stat().st_mode | 0o755)
+
+    def run(self, claude: Path, api: StandIn, netns: str, *, answer: str | None = None, timeout: float = 120,
+            extra: dict[str, str] | None = None) -> tuple[list[str], str]:  # fmt: skip
+        """The role's command through the entrypoint, as the agent, in ``netns``, until done or failed (answering
+        a question with ``answer``, as agent.answer delivers it); (the states seen, the container's output)."""
+        env = {"PATH": f"{self.bindir}:{claude}:{Path(NODE or '').parent}:/usr/bin:/bin", "HOME": str(self.workspace),
+               "JACKIN_DIR": str(self.jackin_dir), "JACKIN_WORK": str(self.work), "JACKIN_REPO": str(self.repo),
+               "JACKIN_CREDENTIALS": str(self.creds), "ANTHROPIC_BASE_URL": api.url, "DISABLE_AUTOUPDATER": "1",
+               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "LANG": "C.UTF-8",
+               "TMPDIR": str(self.temp), **(extra or {})}  # fmt: skip - in its container, /tmp is its own tmpfs
+        as_agent = ["nsenter", f"--net={netns}", "setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_UID}",
+                    "--clear-groups", "--"]  # in a namespace whose only interface is loopback: nothing leaves
+        links = subprocess.run(["nsenter", f"--net={netns}", "ip", "-o", "link"], capture_output=True, text=True)
+        assert [line.split(":")[1].strip() for line in links.stdout.splitlines()] == ["lo"], links.stdout
+        agent = subprocess.Popen([*as_agent, str(self.bindir / "jackin-entrypoint"), *roles.load("claude-code").command],
+                                 cwd=self.workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 start_new_session=True)  # fmt: skip
+        seen, deadline = [], time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline and agent.poll() is None:
+                now = status(self.jackin_dir)
+                if now.get("state") and (not seen or seen[-1] != now["state"]):
+                    seen.append(now["state"])
+                if now.get("state") == "blocked" and answer is not None and not (self.jackin_dir / "answer").exists():
+                    (self.jackin_dir / "answer.tmp").write_text(answer + "\n")  # as agent.answer delivers it
+                    os.replace(self.jackin_dir / "answer.tmp", self.jackin_dir / "answer")
+                if now.get("state") in ("done", "failed"):
+                    break
+                time.sleep(0.1)
+        finally:
+            os.killpg(agent.pid, signal.SIGKILL)  # the entrypoint idles after done, as in a container
+            output = agent.communicate(timeout=30)[0].decode(errors="replace")
+        return seen, output
+
+
 def test_claude_code_writes_tests_asks_hands_off_and_is_done_against_the_stand_in(claude: Path, tmp_path: Path):
-    work, base = delivered(tmp_path)
-    workspace, creds, bindir = tmp_path / "workspace", tmp_path / "credentials", tmp_path / "bin"
-    jackin_dir, repo = workspace / ".jackin", workspace / "repo"
-    creds.mkdir()
     key = f"sk-ant-standin-{os.getpid()}"
-    (creds / "ANTHROPIC_API_KEY").write_text(key)
-    shutil.copytree(COMMON, bindir)  # as the image's /usr/local/bin
-    temp = tmp_path / "tmp"
-    for mine in (workspace, temp):
-        mine.mkdir()
-        os.chown(mine, AGENT_UID, AGENT_UID)  # the agent's, as its workspace is; the rest it only reads
-    for part in (tmp_path, *tmp_path.parents):
-        if part == Path("/tmp"):
-            break
-        part.chmod(part.stat().st_mode | 0o755)
-    handoff = jackin_dir / "handoff.md"
+    agent = Agent(tmp_path, key)
+    repo, handoff = agent.repo, agent.jackin_dir / "handoff.md"
 
     def first(request: dict) -> None:
         text = json.dumps(request["body"]["messages"][0])
@@ -127,43 +167,16 @@ def test_claude_code_writes_tests_asks_hands_off_and_is_done_against_the_stand_i
              "$(git rev-parse HEAD)\nEOF", expect=answered),
         say("Done: hello.sh is in."),
     ]  # fmt: skip
-    with loopback_only() as netns, StandIn(script, netns=netns) as api:
-        script[0].expect = first
-        env = {"PATH": f"{bindir}:{claude}:{Path(NODE or '').parent}:/usr/bin:/bin", "HOME": str(workspace),
-               "JACKIN_DIR": str(jackin_dir), "JACKIN_WORK": str(work), "JACKIN_REPO": str(repo),
-               "JACKIN_CREDENTIALS": str(creds), "ANTHROPIC_BASE_URL": api.url, "DISABLE_AUTOUPDATER": "1",
-               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "LANG": "C.UTF-8",
-               "TMPDIR": str(temp)}  # fmt: skip - in its container, /tmp is its own tmpfs
-        role = roles.load("claude-code")
-        as_agent = [f"--net={netns}", "setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_UID}", "--clear-groups", "--"]
-        as_agent = ["nsenter", *as_agent]  # in a namespace whose only interface is loopback: nothing leaves
-        links = subprocess.run(["nsenter", f"--net={netns}", "ip", "-o", "link"], capture_output=True, text=True)
-        assert [line.split(":")[1].strip() for line in links.stdout.splitlines()] == ["lo"], links.stdout
-        agent = subprocess.Popen([*as_agent, str(bindir / "jackin-entrypoint"), *role.command], cwd=workspace, env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-        seen, deadline = [], time.monotonic() + 120
-        try:
-            while time.monotonic() < deadline and agent.poll() is None:
-                now = status(jackin_dir)
-                if now.get("state") and (not seen or seen[-1] != now["state"]):
-                    seen.append(now["state"])
-                if now.get("state") == "blocked" and not (jackin_dir / "answer").exists():
-                    assert now["question"] == "Ship hello.sh as it is?"
-                    (jackin_dir / "answer.tmp").write_text("yes, ship it\n")  # as agent.answer delivers it
-                    os.replace(jackin_dir / "answer.tmp", jackin_dir / "answer")
-                if now.get("state") in ("done", "failed"):
-                    break
-                time.sleep(0.1)
-        finally:
-            os.killpg(agent.pid, signal.SIGKILL)  # the entrypoint idles after done, as in a container
-            output = agent.communicate(timeout=30)[0].decode(errors="replace")
+    script[0].expect = first
+    with loopback_only() as netns, StandIn(script, netns=netns, key=key) as api:
+        seen, output = agent.run(claude, api, netns, answer="yes, ship it")
         assert not api.errors, api.errors
-    final = status(jackin_dir)
+    final = status(agent.jackin_dir)
     assert final.get("state") == "done", (final, output[-3000:])
-    assert "blocked" in seen, seen  # jackin-ask set it, and the answer let it go on
+    assert "blocked" in seen and final["question"] is None, seen  # jackin-ask set it, the answer let it go on
     git = ["git", "-c", "safe.directory=*", "-C", str(repo)]  # the agent's repository, read as root
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    log = subprocess.run([*git, "log", "--format=%s", f"{base}..HEAD"], capture_output=True, text=True).stdout.split("\n")
+    log = subprocess.run([*git, "log", "--format=%s", f"{agent.base}..HEAD"], capture_output=True, text=True).stdout.split("\n")
     assert final["commit"] == head and log[0] == "Add hello.sh", (final, log)
     evidence = handoffs.check(handoff.read_text(), lambda c: head if head.startswith(c) else None)
     assert evidence.ok and evidence.commit == head, evidence.problems
@@ -172,3 +185,20 @@ def test_claude_code_writes_tests_asks_hands_off_and_is_done_against_the_stand_i
     assert {r["body"].get("model") for r in main} and all(r["body"].get("stream") for r in main)
     print(f"\n{PIN.package}@{PIN.version}: {len(api.requests)} requests, models "
           f"{sorted({r['body'].get('model') for r in api.requests})}")
+
+
+def test_a_wrong_credential_fails_the_agent_with_the_runtimes_own_words(claude: Path, tmp_path: Path):
+    """Claude Code 2.0.0 retries a 401 (it clears its key cache and asks again) up to CLAUDE_CODE_MAX_RETRIES
+    times, with backoff (10 by default: still retrying after 90 s here); with 1, it gives up at once. The
+    entrypoint then records the agent failed with the runtime's own last words."""
+    agent = Agent(tmp_path, "sk-ant-not-the-one")
+    with loopback_only() as netns, StandIn([say("never reached")], netns=netns, key="sk-ant-the-one") as api:
+        started = time.monotonic()
+        seen, output = agent.run(claude, api, netns, timeout=60, extra={"CLAUDE_CODE_MAX_RETRIES": "1"})
+        took = time.monotonic() - started
+    final = status(agent.jackin_dir)
+    assert final.get("state") == "failed", (final, seen, output[-3000:])
+    assert final["message"] == "sh exited with status 1: Invalid API key · Fix external API key", final
+    assert api.requests and all(r["headers"].get("x-api-key") == "sk-ant-not-the-one" for r in api.requests)
+    assert api.script, "no step was answered"  # control: the stand-in answered no request with a step
+    print(f"\nwrong credential: failed in {took:.1f}s: {final['message']}")
