@@ -56,6 +56,7 @@ COST = {
     "test_roles.py": 18,
     "test_contract.py": 17,
     "test_runtime_claude_code.py": 12,
+    "test_runtime_gemini.py": 10,
 }
 COST_UNKNOWN = 10
 # Modules that share a session fixture share a worker, so that one worker makes it once.

@@ -1,7 +1,8 @@
 """A stand-in of a model vendor's API, for running a real agent runtime against scripted answers.
 
-It speaks Anthropic's Messages API (``POST /v1/messages``, streamed as server-sent events or not) on
-127.0.0.1, the way Claude Code (and OpenCode's Anthropic provider) call it. Each request that offers
+It speaks Anthropic's Messages API (``POST /v1/messages``, streamed as server-sent events or not), the
+way Claude Code calls it, and Gemini's (``/v1beta/models/<model>:streamGenerateContent``), the way
+Gemini CLI calls it. Each request that offers
 tools (the runtime's main loop) gets the script's next step: a tool call (``bash``, ``write``) or a
 final message (``say``); every other request (a runtime's side calls: titles, summaries on a small
 model) gets a short text. A step may check the request before it answers (``expect``: the tool result
@@ -55,7 +56,13 @@ def say(text: str, *, expect: Callable[[dict[str, Any]], None] | None = None) ->
 
 
 def last_tool_result(request: dict[str, Any]) -> str:
-    """The text of the last tool result the runtime sent back in ``request`` ('' if none)."""
+    """The text of the last tool result the runtime sent back in ``request`` ('' if none): Anthropic's
+    ``tool_result`` block, or Gemini's ``functionResponse`` part."""
+    for content in reversed(request["body"].get("contents", [])):
+        for part in reversed(content.get("parts") or []):
+            if "functionResponse" in part:
+                response = part["functionResponse"].get("response") or {}
+                return str(response.get("output", response.get("error", json.dumps(response))))
     for message in reversed(request["body"].get("messages", [])):
         content = message.get("content")
         if message.get("role") != "user" or not isinstance(content, list):
@@ -176,6 +183,14 @@ class StandIn:
         return blocks, "tool_use"
 
 
+_GEMINI_USAGE = {"usageMetadata": {"promptTokenCount": 12, "candidatesTokenCount": 7, "totalTokenCount": 19}}
+# A step's tool, as Gemini CLI names it and its arguments.
+_GEMINI_TOOLS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
+    "Bash": ("run_shell_command", lambda i: {"command": i["command"], "description": i.get("description", "run")}),
+    "Write": ("write_file", lambda i: {"file_path": i["file_path"], "content": i["content"]}),
+}
+
+
 def _events(model: str, message_id: str, blocks: list[dict[str, Any]], stop: str) -> list[tuple[str, dict]]:
     """The Messages API's stream of one message: message_start, each block's start/delta/stop,
     message_delta (stop reason, usage), message_stop."""
@@ -214,6 +229,47 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _gemini(self, request: dict[str, Any]) -> None:
+        """Gemini's API (``/v1beta/models/<model>:streamGenerateContent?alt=sse``, ``:generateContent``,
+        ``:countTokens``), as Gemini CLI calls it; the key in ``x-goog-api-key``. A step's tool is sent as
+        Gemini CLI's own (Bash: ``run_shell_command``, Write: ``write_file``)."""
+        path = self.path
+        if ":countTokens" in path:
+            self.standin.record(request)
+            self._json(200, {"totalTokens": 12})
+            return
+        if self.standin.key is not None and self.headers.get("x-goog-api-key") != self.standin.key:
+            self.standin.record(request)
+            self._json(400, {"error": {"code": 400, "message": "API key not valid. Please pass a valid API key.",
+                                       "status": "INVALID_ARGUMENT"}})  # fmt: skip
+            return
+        if not request["body"].get("tools"):  # a side call (Gemini CLI's model router): a short JSON answer
+            self.standin.record(request)
+            text = json.dumps({"reasoning": "a stand-in", "model_choice": "flash"})
+            self._json(200, {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]},
+                                             "finishReason": "STOP", "index": 0}], **_GEMINI_USAGE})  # fmt: skip
+            return
+        blocks, _ = self.standin.answer(request)
+        parts: list[dict[str, Any]] = []
+        for block in blocks:
+            if block["type"] == "text":
+                parts.append({"text": block["text"]})
+                continue
+            name, args = _GEMINI_TOOLS.get(block["name"], (block["name"], None))
+            parts.append({"functionCall": {"name": name, "args": args(block["input"]) if args else block["input"]}})
+        event = {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+                 **_GEMINI_USAGE}  # fmt: skip
+        if ":generateContent" in path:
+            self._json(200, event)
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.close_connection = True
+        self.end_headers()
+        self.wfile.write(f"data: {json.dumps(event)}\r\n\r\n".encode())
+        self.wfile.flush()
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.standin.record({"method": "GET", "path": self.path, "headers": dict(self.headers), "body": {}})
         self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not in the stand-in"}})
@@ -225,6 +281,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except ValueError:
             body = {}
         request = {"method": "POST", "path": self.path, "headers": dict(self.headers), "body": body}
+        if self.path.startswith("/v1beta/models/"):
+            self._gemini(request)
+            return
         if not self.path.startswith("/v1/messages"):
             self.standin.record(request)
             self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from jackin.images import pins
+from jackin.spec.role_checks import dockerfile_instructions
 from jackin.spec import roles
 from jackin.work import handoffs
 from tests.standin import StandIn, bash, last_tool_result, loopback_only, say, write
@@ -47,17 +48,7 @@ AGENT_UID = 65534  # the runtime runs as a user of its own, as in its container 
 @pytest.fixture(scope="module")
 def claude(tmp_path_factory) -> Path:
     """The directory of ``claude``, installed from the npm registry at the role's pin (readable by all)."""
-    if NPM is None or NODE is None:
-        pytest.fail("npm and node are needed (.ci/setup installs them): the runtime comes from the npm registry")
-    prefix = tmp_path_factory.mktemp("claude-code")
-    for part in (prefix, *prefix.parents):  # pytest's base dirs are root's 0700: the agent's uid must reach it
-        if part == Path("/tmp"):
-            break
-        part.chmod(part.stat().st_mode | 0o755)
-    done = subprocess.run([NPM, "install", "--global", "--prefix", str(prefix), "--no-fund", "--no-audit",
-                           f"{PIN.package}@{PIN.version}"], capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    return prefix / "bin"
+    return install(tmp_path_factory, "claude-code")
 
 
 def delivered(tmp_path: Path) -> tuple[Path, str]:
@@ -85,16 +76,40 @@ def status(jackin_dir: Path) -> dict:
         return {}
 
 
+def image_env(role: roles.Role) -> dict[str, str]:
+    """The ``ENV`` of the role's Dockerfile (but its PATH), as its image sets them."""
+    text = (role.directory / str(role.image.dockerfile)).read_text()
+    pairs = [rest.split("=", 1) for _, word, rest in dockerfile_instructions(text) if word == "ENV" and "=" in rest]
+    return {k.strip(): v.strip() for k, v in pairs if k.strip() != "PATH"}
+
+
+def install(tmp_path_factory, role: str) -> Path:
+    """The directory of the role's runtime, installed from the npm registry at its Dockerfile's pins."""
+    if NPM is None or NODE is None:
+        pytest.fail("npm and node are needed (.ci/setup installs them): the runtime comes from the npm registry")
+    prefix = tmp_path_factory.mktemp(role)
+    for part in (prefix, *prefix.parents):  # pytest's base dirs are root's 0700: the agent's uid must reach it
+        if part == Path("/tmp"):
+            break
+        part.chmod(part.stat().st_mode | 0o755)
+    wanted = [f"{p.package}@{p.version}" for p in pins.pins() if p.role == role]
+    done = subprocess.run([NPM, "install", "--global", "--prefix", str(prefix), "--no-fund", "--no-audit", *wanted],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return prefix / "bin"
+
+
 class Agent:
     """An agent's paths under ``tmp_path``, set up as its container has them: the delivered work, its
     credential file (``key``), roles/common as the image's /usr/local/bin, its workspace and /tmp its own."""
 
-    def __init__(self, tmp_path: Path, key: str):
+    def __init__(self, tmp_path: Path, key: str, *, role: str = "claude-code"):
+        self.role = roles.load(role)
         self.work, self.base = delivered(tmp_path)
         self.workspace, self.creds, self.bindir = tmp_path / "workspace", tmp_path / "credentials", tmp_path / "bin"
         self.jackin_dir, self.repo, self.temp = self.workspace / ".jackin", self.workspace / "repo", tmp_path / "tmp"
         self.creds.mkdir()
-        (self.creds / "ANTHROPIC_API_KEY").write_text(key)
+        (self.creds / self.role.credentials[0]).write_text(key)
         shutil.copytree(COMMON, self.bindir)
         for mine in (self.workspace, self.temp):
             mine.mkdir()
@@ -108,16 +123,16 @@ class Agent:
             extra: dict[str, str] | None = None) -> tuple[list[str], str]:  # fmt: skip
         """The role's command through the entrypoint, as the agent, in ``netns``, until done or failed (answering
         a question with ``answer``, as agent.answer delivers it); (the states seen, the container's output)."""
-        env = {"PATH": f"{self.bindir}:{claude}:{Path(NODE or '').parent}:/usr/bin:/bin", "HOME": str(self.workspace),
-               "JACKIN_DIR": str(self.jackin_dir), "JACKIN_WORK": str(self.work), "JACKIN_REPO": str(self.repo),
-               "JACKIN_CREDENTIALS": str(self.creds), "ANTHROPIC_BASE_URL": api.url, "DISABLE_AUTOUPDATER": "1",
-               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "LANG": "C.UTF-8",
-               "TMPDIR": str(self.temp), **(extra or {})}  # fmt: skip - in its container, /tmp is its own tmpfs
+        assert self.role.api is not None
+        env = {**image_env(self.role), "PATH": f"{self.bindir}:{claude}:{Path(NODE or '').parent}:/usr/bin:/bin",
+               "HOME": str(self.workspace), "JACKIN_DIR": str(self.jackin_dir), "JACKIN_WORK": str(self.work),
+               "JACKIN_REPO": str(self.repo), "JACKIN_CREDENTIALS": str(self.creds), self.role.api.env: api.url,
+               "LANG": "C.UTF-8", "TMPDIR": str(self.temp), **(extra or {})}  # fmt: skip - /tmp: its own tmpfs
         as_agent = ["nsenter", f"--net={netns}", "setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_UID}",
                     "--clear-groups", "--"]  # in a namespace whose only interface is loopback: nothing leaves
         links = subprocess.run(["nsenter", f"--net={netns}", "ip", "-o", "link"], capture_output=True, text=True)
         assert [line.split(":")[1].strip() for line in links.stdout.splitlines()] == ["lo"], links.stdout
-        agent = subprocess.Popen([*as_agent, str(self.bindir / "jackin-entrypoint"), *roles.load("claude-code").command],
+        agent = subprocess.Popen([*as_agent, str(self.bindir / "jackin-entrypoint"), *self.role.command],
                                  cwd=self.workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  start_new_session=True)  # fmt: skip
         seen, deadline = [], time.monotonic() + timeout
