@@ -226,11 +226,29 @@ class AgentSpec(Model):
         api = _role(self.role).api if self.role in _role_names() else None
         if self.api_url is not None and api is None:
             raise ValueError(f"agent {self.name!r}: api_url: role {self.role!r} declares no API base URL to replace")
+        if api is not None and api.https and self.api_url is not None and _plain_http_elsewhere(self.api_url):
+            raise ValueError(f"agent {self.name!r}: api_url {self.api_url}: role {self.role!r}'s runtime refuses a base "
+                             "URL that is not https:// unless its host is localhost (it would fail at its start); "
+                             "give an https:// URL")  # fmt: skip
         if api is not None and api.env in {c.name for c in self.credentials}:
             # The entrypoint exports every credential as a variable: this one would replace the URL in force.
             raise ValueError(f"agent {self.name!r}: a credential may not be named {api.env}: that is the variable "
                              f"role {self.role!r} reads its API base URL from (set api_url instead)")  # fmt: skip
         return self
+
+
+def _plain_http_elsewhere(url: str) -> bool:
+    """Whether ``url`` is http:// to a host other than localhost (and its loopback addresses)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if parts.scheme != "http" or host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
 
 
 MIN_CHECKPOINT_SIZE = parse_size("256m")

@@ -103,6 +103,9 @@ class ApiEndpoint(Model):
 
     env: CredentialName
     url: ApiUrl
+    # The runtime takes only an https:// base URL, but for localhost (Gemini CLI 0.40: "Custom base URL must
+    # use HTTPS unless it is localhost"): a spec's plain-http api_url elsewhere is refused before any host.
+    https: bool = False
 
 
 class Role(Model):

@@ -104,13 +104,22 @@ def test_a_bad_or_unreachable_url_is_refused_with_its_line(url: str, message: st
         ('{name: coder, api_url: "https://x.example"}', "role 'demo' declares no API base URL to replace"),
         ("{name: coder, role: claude-code, credentials: [{name: ANTHROPIC_API_KEY, from_env: K}, "
          "{name: ANTHROPIC_BASE_URL, from_env: U}]}", "a credential may not be named ANTHROPIC_BASE_URL"),
+        ('{name: g, role: gemini, api_url: "http://198.19.0.1:8091", credentials: [{name: GEMINI_API_KEY, '
+         'from_env: K}]}', "runtime refuses a base URL that is not https:// unless its host is localhost"),
     ],
-    ids=["role-without-api", "credential-named-as-the-variable"],
+    ids=["role-without-api", "credential-named-as-the-variable", "gemini-plain-http"],
 )  # fmt: skip
 def test_an_api_url_the_role_cannot_take_is_refused(agent: str, message: str) -> None:
     with pytest.raises(SpecError) as caught:
         parse_inventory(f"fleet:\n  name: demo\n  provider: lab\n  agents: [{agent}]\n")
     assert any(message in p for p in caught.value.problems), caught.value.problems
+
+
+def test_a_runtime_that_takes_only_https_takes_https_anywhere_and_http_on_loopback() -> None:
+    for url in ("https://198.19.0.1:8443", "http://127.0.0.1:8091"):  # controls: both run (the second on loopback)
+        parse_inventory(f"fleet:\n  name: demo\n  provider: lab\n  agents: [{{name: g, role: gemini, api_url: "
+                        f'"{url}", credentials: [{{name: GEMINI_API_KEY, from_env: K}}]}}]\n')  # fmt: skip
+    assert roles.load("gemini").api.https and not roles.load("claude-code").api.https  # type: ignore[union-attr]
 
 
 def test_the_allowlist_entry_of_a_url() -> None:
