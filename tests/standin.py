@@ -109,11 +109,15 @@ def loopback_only() -> Iterator[str]:
                                "busybox ip link set lo up; exec sleep 3600"], start_new_session=True)  # fmt: skip
     path = f"/proc/{holder.pid}/ns/net"
     try:
-        for _ in range(100):  # the holder's own namespace, once unshare has made it and lo is up
+        for _ in range(250):  # the holder's own namespace, once unshare has made it and lo has 127.0.0.1
             if os.readlink(path) != os.readlink("/proc/self/ns/net"):
-                break
+                shown = subprocess.run(["nsenter", f"--net={path}", "ip", "-o", "addr", "show", "dev", "lo"],
+                                       capture_output=True, text=True)  # fmt: skip
+                if "127.0.0.1" in shown.stdout:
+                    break
             time.sleep(0.02)
-        time.sleep(0.1)
+        else:
+            raise RuntimeError("the loopback-only namespace did not come up")
         yield path
     finally:
         holder.kill()

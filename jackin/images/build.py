@@ -135,7 +135,7 @@ def offline_context(role: roles.Role, context: Path, *, base: str) -> Path:
     none): its Dockerfile's recipe, taken from the Dockerfile itself. Node at the version of its ``FROM
     node:<version>-...`` (npm's ``node-linux-<arch>`` package) and every npm package its ``npm install``
     pins (``jackin.images.pins``), installed by this machine's npm into ``local/`` (the image's
-    /usr/local); on ``base`` (the demo role's root: Debian minbase, git, busybox), with roles/common, the
+    /usr/local; no install script runs); on ``base`` (the demo role's root: Debian minbase, git, busybox), with roles/common, the
     Dockerfile's ``ENV`` lines, the role's user, HEALTHCHECK, ENTRYPOINT and CMD."""
     from jackin.images import pins  # the Dockerfile's pins: only this build needs them
 
@@ -156,8 +156,15 @@ def offline_context(role: roles.Role, context: Path, *, base: str) -> Path:
     packages += [f"{p.package}@{p.version}" for p in pins.pins() if p.role == role.name]
     context.mkdir(parents=True)
     shutil.copytree(roles.roles_dir() / roles.COMMON, context / roles.COMMON, symlinks=False)
-    _run([npm, "install", "--global", "--prefix", str(context / "local"), "--no-fund", "--no-audit",
-          "--loglevel=error", *packages], f"npm install of {' '.join(packages)}")  # fmt: skip
+    # No package's install script runs here (on this machine, as this user, beside the operator's
+    # credentials): only their files are taken. npm keeps this machine's own settings (its registry, proxy
+    # and certificate authorities, from ~/.npmrc and the environment).
+    done = subprocess.run([npm, "install", "--global", "--prefix", str(context / "local"), "--no-fund", "--no-audit",
+                           "--ignore-scripts", "--loglevel=error", *packages], capture_output=True, timeout=900,
+                          check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise LabError(f"npm install of {' '.join(packages)} failed (exit {done.returncode}):\n"
+                       f"{done.stderr.decode(errors='replace')[-2000:]}")  # fmt: skip
     shutil.rmtree(
         context / "local" / "lib" / "node_modules" / f"node-linux-{arch}" / "include", ignore_errors=True
     )  # C headers: 56 MB

@@ -46,8 +46,7 @@ def test_the_host_is_told_to_load_a_host_roles_image_in_the_lab_and_to_build_it_
 
 def test_an_offline_build_needs_a_node_base_image(tmp_path, monkeypatch) -> None:
     role = roles.load("claude-code")
-    bad = role.model_copy(update={"name": "claude-code"})
     monkeypatch.setattr(type(role), "directory", property(lambda self: tmp_path))
     (tmp_path / "Dockerfile").write_text("FROM debian:bookworm-slim\nRUN true\n")
     with pytest.raises(images.LabError, match="is not node:<version>"):
-        images.offline_context(bad, tmp_path / "ctx", base="jackin/role-demo:x")
+        images.offline_context(role, tmp_path / "ctx", base="jackin/role-demo:x")
