@@ -5,11 +5,13 @@ read), every ``every`` seconds. The agents waited on are the spec's instances on
 fleet: one without a container is ``unknown`` until it has one. Conditions (``until``):
 
     done     every agent is done, failed or idle (idle: it has no work, so it will never be done)
-    blocked  some agent is blocked (waiting for the operator's answer)
+    blocked  some agent is blocked (waiting for the operator's answer); it ends unheld, reason ``settled``,
+             when every agent is done, failed or idle (none can block any more)
     any      some agent's state changed since the first poll
 
 Exit status of the result (``WaitResult.exit_code``, documented in the README's "Agent state"):
-0 the condition held (``done``: no agent failed); 1 ``done`` held and some agent failed;
+0 the condition held (``done``: no agent failed); 1 ``done`` held and some agent failed (or a ``blocked``
+wait ended settled with one failed; settled without a failure: 0);
 3 a host could not be read on ``UNREACHABLE_POLLS`` polls in a row; 4 the timeout passed first.
 
 The clock, the sleep and the poll are parameters, so the logic is tested without hosts or time.
@@ -77,7 +79,8 @@ class Poll(_Model):
 
 
 class WaitResult(_Model):
-    """How a wait ended. ``reason``: the condition's name when it held, else ``timeout`` or ``unreachable``."""
+    """How a wait ended. ``reason``: the condition's name when it held, else ``timeout``, ``unreachable``,
+    or ``settled`` (``blocked``: every agent is done, failed or idle, so none can block)."""
 
     fleet: str
     until: Until
@@ -110,6 +113,12 @@ def condition(until: Until, poll: Poll, changed: bool) -> tuple[bool, int]:
         return changed, EXIT_OK
     held = bool(states) and not poll.errors and all(s in SETTLED for s in states)
     return held, EXIT_FAILED if "failed" in states else EXIT_OK
+
+
+def settled(poll: Poll) -> bool:
+    """Every agent done, failed or idle, every host read: no agent of this poll can change any more."""
+    states = [a.state for a in poll.agents.values()]
+    return bool(states) and not poll.errors and all(s in SETTLED for s in states)
 
 
 def changes(before: dict[str, AgentView], after: dict[str, AgentView], at: float) -> list[Change]:
@@ -155,7 +164,13 @@ def wait(
         failing = {h: failing.get(h, 0) + 1 for h in current.errors}
         held, code = condition(until, current, changed)
         reason, stop = until if held else "", held
-        if not held and any(n >= UNREACHABLE_POLLS for n in failing.values()):
+        if not held and until == "blocked" and settled(current):  # none of them can block any more
+            reason, code, stop = (
+                "settled",
+                EXIT_FAILED if any(a.state == "failed" for a in seen.values()) else EXIT_OK,
+                True,
+            )
+        elif not held and any(n >= UNREACHABLE_POLLS for n in failing.values()):
             reason, code, stop = "unreachable", EXIT_CONNECT, True
         elif not held and timeout is not None and clock() - start >= timeout:
             reason, code, stop = "timeout", EXIT_TIMEOUT, True

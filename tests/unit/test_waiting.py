@@ -86,6 +86,14 @@ def test_blocked_positive_control_times_out_when_none_blocks() -> None:
     assert (result.reason, result.exit_code) == ("timeout", EXIT_TIMEOUT)
 
 
+@pytest.mark.parametrize(("states", "code"), [(("done", "failed"), 1), (("done", "idle"), 0)])
+def test_blocked_ends_settled_when_no_agent_can_block_any_more(states: tuple[str, str], code: int) -> None:
+    result = Script(poll("working", "working"), poll(*states)).run("blocked", timeout=300)
+    assert (result.held, result.reason, result.exit_code, result.polls) == (False, "settled", code, 2)
+    unread = poll(*states, errors={"h1": "connection refused"})  # a host not read: they may still change
+    assert Script(unread).run("blocked", timeout=5).reason == "timeout"
+
+
 def test_any_ignores_the_first_poll_and_returns_on_the_first_change() -> None:
     script = Script(poll("working", "working"), poll("working", "working"), poll("working", "stuck"))
     result = script.run("any")
