@@ -56,14 +56,21 @@ find {mnt} -mindepth 1 -maxdepth 1 -type d -inum {SUBVOLUME_INODE} -printf '%p\\
 {quota_lines(mnt)}; fi"""
 
 
+# A shell function: ``quota PATH`` prints the bytes the btrfs subvolume at PATH references and its qgroup's
+# limit (``none`` when it has none); nothing where PATH is no subvolume with qgroups. Read by its path (``-F``):
+# only that subvolume's own qgroup. The state read, the restores' room checks and the checkpoint restore use it.
+QUOTA_FUNCTION = ("quota() { command -v btrfs >/dev/null 2>&1 && btrfs qgroup show --raw -re -F -- \"$1\" "
+                  "2>/dev/null | awk '$1 ~ /^0\\// { print $2, $4; exit }'; }")  # fmt: skip
+
+
 def quota_lines(mnt: str) -> str:
     """Shell printing ``##cowquota``, then ``on`` when the btrfs at ``mnt`` (quoted) has qgroups, and one
     ``<instance> <referenced> <limit|none>`` per home subvolume. The names are the fleet dir's entries,
     which only root makes (0711 root); each home's qgroup is read by its path (``-F``), so nothing an agent
     names (a subvolume it made in its workspace) can stand in for a home's line."""
-    return f"""echo '##cowquota'; if btrfs qgroup show --raw -F -- {mnt} >/dev/null 2>&1; then echo on; \
+    return f"""echo '##cowquota'; if btrfs qgroup show --raw -F -- {mnt} >/dev/null 2>&1; then echo on; {QUOTA_FUNCTION}; \
 for h in $(find {mnt} -mindepth 1 -maxdepth 1 -type d -inum {SUBVOLUME_INODE} -printf '%f\\n' | grep -E '^[a-z0-9-]+$'); do \
-btrfs qgroup show --raw -re -F -- {mnt}/"$h" 2>/dev/null | awk -v h="$h" '$1 ~ /^0\\// {{ print h, $2, $4; exit }}'; done; fi"""
+q=$(quota {mnt}/"$h"); [ -z "$q" ] || echo "$h $q"; done; fi"""
 
 
 def parse_state(cow: Sequence[str], subvolumes: Sequence[str], quota: Sequence[str] = ()) -> CowState:

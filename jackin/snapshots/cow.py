@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from jackin import hostpaths
 from jackin.errors import RemoteCommandError, SpecError
-from jackin.facts.cow import SUBVOLUME_INODE
+from jackin.facts.cow import QUOTA_FUNCTION, SUBVOLUME_INODE
 from jackin.hostpaths import user_name
 from jackin.snapshots import freezer
 from jackin.spec.values import SLUG
@@ -137,14 +137,17 @@ command -v btrfs >/dev/null || fail "btrfs (btrfs-progs) is not installed on thi
 
 # The home's disk quota (its qgroup's limit, ``resources.disk``) goes with it to the restored copy (a new
 # subvolume, with a qgroup of its own); a checkpoint that references more than the limit is refused.
-_QUOTA = """qg() { btrfs qgroup show --raw -re -F -- "$1" 2>/dev/null | awk '$1 ~ /^0\\// { print $2, $4; exit }'; }
-L=; if [ -e "$H" ]; then L=$(qg "$H" | awk '$2 ~ /^[0-9]+$/ { print $2 }'); fi
+_QUOTA = (
+    QUOTA_FUNCTION
+    + """
+L=; if [ -e "$H" ]; then L=$(quota "$H" | awk '$2 ~ /^[0-9]+$/ { print $2 }'); fi
 if [ -n "$L" ]; then
-  N=$(qg "$C" | awk '{ print $1 }')
+  N=$(quota "$C" | awk '{ print $1 }')
   if [ -n "$N" ] && [ "$N" -gt "$L" ]; then
     refuse "checkpoint $(basename "$C") holds $N bytes and the home's disk quota (resources.disk) is $L; nothing was changed"
   fi
 fi"""
+)
 
 
 def _names(fleet: str, instance: str) -> str:

@@ -26,6 +26,7 @@ import paramiko
 from fabric import Connection
 
 from jackin.errors import ConnectError, RemoteCommandError
+from jackin.facts.cow import QUOTA_FUNCTION
 from jackin.hostpaths import UPLOADED_RESTIC
 from jackin.snapshots import binary, freezer, instant, newrepo, repokey, restic
 from jackin.snapshots.models import AgentDiff, AgentManifest, BackupSummary
@@ -356,10 +357,7 @@ def remap_commands(owner: tuple[int, int, int, int] | None) -> str:
 MIN_FREE = 256 << 20  # the spec's default (snapshots.min_free)
 
 
-# A shell function: ``quota PATH`` prints the bytes the btrfs subvolume at PATH references and its
-# qgroup's limit (``none`` when it has none); nothing where PATH is no subvolume with qgroups.
-QUOTA = ("quota() { command -v btrfs >/dev/null 2>&1 && btrfs qgroup show --raw -re -F -- \"$1\" 2>/dev/null "
-         "| awk '$1 ~ /^0\\// { print $2, $4; exit }'; }\n")  # fmt: skip
+QUOTA = QUOTA_FUNCTION + "\n"  # ``quota PATH``: the subvolume's referenced bytes and its qgroup's limit
 
 
 def quota_check(need: str, what: str, kept: str, *, staged: bool = True) -> str:
