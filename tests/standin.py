@@ -58,6 +58,14 @@ def say(text: str, *, expect: Callable[[dict[str, Any]], None] | None = None) ->
 def last_tool_result(request: dict[str, Any]) -> str:
     """The text of the last tool result the runtime sent back in ``request`` ('' if none): Anthropic's
     ``tool_result`` block, or Gemini's ``functionResponse`` part."""
+    for item in reversed(request["body"].get("input") or []):
+        if isinstance(item, dict) and item.get("type") == "function_call_output":
+            output = item.get("output")
+            try:  # Codex CLI sends {"output": ..., "metadata": ...} as a string
+                output = json.loads(output).get("output", output)
+            except (TypeError, ValueError, AttributeError):
+                pass
+            return output if isinstance(output, str) else json.dumps(output)
     for content in reversed(request["body"].get("contents", [])):
         for part in reversed(content.get("parts") or []):
             if "functionResponse" in part:
@@ -195,6 +203,50 @@ _GEMINI_TOOLS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]]
 }
 
 
+def _apply_patch_add(path: str, content: str) -> str:
+    """Codex CLI's own file-writing patch (its apply_patch format) that adds ``path`` with ``content``."""
+    lines = "".join(f"+{line}\n" for line in content.splitlines())
+    return f"*** Begin Patch\n*** Add File: {path}\n{lines}*** End Patch\n"
+
+
+# A step's tool, as Codex CLI calls it: its shell tool (an argv), and apply_patch through it (Codex applies
+# such a call itself, as its own file tool). ``bash -c``, not the ``bash -lc`` models tend to send: a login
+# shell takes PATH from /etc/profile, which in a role's image has /usr/local/bin (jackin-ask) but not the
+# directory a test on this machine puts it in.
+_CODEX_TOOLS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "Bash": lambda i: {"command": ["bash", "-c", i["command"]]},
+    "Write": lambda i: {"command": ["apply_patch", _apply_patch_add(i["file_path"], i["content"])]},
+}
+_RESPONSES_USAGE = {"input_tokens": 12, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 7,
+                    "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 19}  # fmt: skip
+
+
+def _responses_events(model: str, response_id: str, blocks: list[dict[str, Any]]) -> list[tuple[str, dict]]:
+    """OpenAI's Responses API stream of one response: response.created, each output item (text deltas,
+    then the item done), response.completed with its usage."""
+    base = {"id": response_id, "object": "response", "model": model, "status": "in_progress", "output": []}
+    events: list[tuple[str, dict]] = [("response.created", {"type": "response.created", "response": base})]
+    items: list[dict[str, Any]] = []
+    for index, block in enumerate(blocks):
+        if block["type"] == "text":
+            item_id = f"msg_{response_id}_{index}"
+            events.append(("response.output_text.delta", {"type": "response.output_text.delta", "item_id": item_id,
+                                                          "output_index": index, "content_index": 0,
+                                                          "delta": block["text"]}))  # fmt: skip
+            item = {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
+                    "content": [{"type": "output_text", "text": block["text"], "annotations": []}]}  # fmt: skip
+        else:
+            args = _CODEX_TOOLS[block["name"]](block["input"]) if block["name"] in _CODEX_TOOLS else block["input"]
+            item = {"type": "function_call", "id": f"fc_{block['id']}", "call_id": block["id"], "name": "shell",
+                    "arguments": json.dumps(args), "status": "completed"}  # fmt: skip
+        items.append(item)
+        events.append(("response.output_item.done", {"type": "response.output_item.done", "output_index": index,
+                                                     "item": item}))  # fmt: skip
+    done = {**base, "status": "completed", "output": items, "usage": _RESPONSES_USAGE}
+    events.append(("response.completed", {"type": "response.completed", "response": done}))
+    return events
+
+
 def _events(model: str, message_id: str, blocks: list[dict[str, Any]], stop: str) -> list[tuple[str, dict]]:
     """The Messages API's stream of one message: message_start, each block's start/delta/stop,
     message_delta (stop reason, usage), message_stop."""
@@ -274,6 +326,30 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(f"data: {json.dumps(event)}\r\n\r\n".encode())
         self.wfile.flush()
 
+    def _responses(self, request: dict[str, Any]) -> None:
+        """OpenAI's Responses API (``POST /v1/responses``, streamed), as Codex CLI calls it; the key as
+        ``Authorization: Bearer``. A step's tool is sent as a call of Codex's ``shell`` tool (Write: its
+        ``apply_patch``)."""
+        if self.standin.key is not None and self.headers.get("authorization") != f"Bearer {self.standin.key}":
+            self.standin.record(request)
+            self._json(401, {"error": {"message": "Incorrect API key provided.", "type": "invalid_request_error",
+                                       "param": None, "code": "invalid_api_key"}})  # fmt: skip
+            return
+        blocks, _ = self.standin.answer(request)
+        model = request["body"].get("model", "stand-in")
+        events = _responses_events(model, f"resp_{len(self.standin.requests):04d}", blocks)
+        if not request["body"].get("stream"):
+            self._json(200, events[-1][1]["response"])
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.close_connection = True
+        self.end_headers()
+        for name, data in events:
+            self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.standin.record({"method": "GET", "path": self.path, "headers": dict(self.headers), "body": {}})
         self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not in the stand-in"}})
@@ -287,6 +363,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         request = {"method": "POST", "path": self.path, "headers": dict(self.headers), "body": body}
         if self.path.startswith("/v1beta/models/"):
             self._gemini(request)
+            return
+        if self.path.startswith("/v1/responses"):
+            self._responses(request)
             return
         if not self.path.startswith("/v1/messages"):
             self.standin.record(request)

@@ -51,6 +51,31 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class Usage(BaseModel):
+    """The tokens (and, where the runtime reports it, the cost) a runtime's own output says its run took
+    (``roles/common/jackin-digest``): the status file's ``usage``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    cost_usd: float | None = Field(None, ge=0)
+
+    @property
+    def label(self) -> str:
+        """``36 in, 21 out, $0.0006`` (the cost when known)."""
+        cost = "" if self.cost_usd is None else f", ${self.cost_usd:.4f}"
+        return f"{self.input_tokens} in, {self.output_tokens} out{cost}"
+
+    @classmethod
+    def of(cls, found: object) -> Usage | None:
+        """From a status file's (or a ledger row's) ``usage``; None when absent or not one."""
+        try:
+            return cls.model_validate(found) if isinstance(found, dict) else None
+        except ValidationError:
+            return None
+
+
 class StatusFile(BaseModel):
     """The status file's document, schema version 1 (written by ``roles/common/jackin-entrypoint``)."""
 
@@ -62,6 +87,7 @@ class StatusFile(BaseModel):
     question: str | None = None
     heartbeat: float
     commit: str | None = Field(None, pattern=r"^[0-9a-f]{7,64}$")
+    usage: Usage | None = None
 
 
 class AgentFacts(_Model):
@@ -89,6 +115,7 @@ class AgentState(_Model):
     heartbeat_age: float | None = None  # seconds since the last heartbeat, on the host's clock
     health: str = "none"
     health_output: str | None = None
+    usage: Usage | None = None  # what the runtime reported its run took (its status file's usage)
 
 
 def clean(text: str | None, limit: int = MAX_TEXT) -> str | None:
@@ -149,7 +176,7 @@ def derive(facts: AgentFacts, *, stale_after: float = STALE_AFTER) -> AgentState
     said: dict[str, object] = {}
     if document is not None:
         said = {"reported": document.state, "commit": document.commit, "message": clean(document.message) or "",
-                "heartbeat_age": round(max(0.0, facts.now - document.heartbeat), 1)}  # fmt: skip
+                "heartbeat_age": round(max(0.0, facts.now - document.heartbeat), 1), "usage": document.usage}  # fmt: skip
         if document.state in ("done", "failed"):  # final, whatever the container or heartbeat does since
             return AgentState(state=document.state, **said, **health)
     if facts.container != "running":

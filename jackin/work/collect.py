@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jackin.agents.state import clean
+from jackin.agents.state import Usage, clean
 from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecError
 from jackin.facts import agent_files
 from jackin.lab.providers import targets
@@ -83,6 +83,7 @@ class AgentCollect(BaseModel):
     handoff: str | None = None  # where the handoff was kept on this machine
     evidence: handoffs.Evidence | None = None
     checks: list[str] = Field(default_factory=list)  # git fsck's message ids that refused its bundle
+    usage: Usage | None = None  # the tokens (and cost) its runtime reported (its status file's usage)
 
 
 class CollectReport(BaseModel):
@@ -307,6 +308,7 @@ def _one(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, h
         result.result, result.reason = "failed", clean(error.message, 500)
         return result
     result.state = state_of(status)
+    result.usage = Usage.of(status.get("usage"))
     if not asked and result.state != "done":
         result.reason = f"state {result.state} (not done; --agent collects any state)"
         return result
@@ -417,9 +419,16 @@ def collect(inventory: Inventory, *, agents: Sequence[str] | None = None, into: 
                                          repo=item.repo, ref=item.ref, commit_id=item.commit,
                                          source_commit=item.source_commit, handoff=item.handoff,
                                          evidence=item.evidence.label if item.evidence else None,
-                                         detail={"reason": item.reason, **({"checks": item.checks} if item.checks else {})}
-                                         if item.reason else None)  # fmt: skip
+                                         detail=_detail(item))  # fmt: skip
     return report
+
+
+def _detail(item: AgentCollect) -> dict | None:
+    """A collection's ledger detail: why it failed (and git fsck's checks), the runtime's usage."""
+    detail = {"reason": item.reason, **({"checks": item.checks} if item.checks else {})} if item.reason else {}
+    if item.usage is not None:
+        detail["usage"] = item.usage.model_dump()
+    return detail or None
 
 
 # --- review ---------------------------------------------------------------------------------
@@ -438,6 +447,7 @@ class ReviewRow(BaseModel):
     handoff: str | None = None
     ref: str | None = None
     repo: str | None = None
+    usage: Usage | None = None  # live from the status file, else as collected
 
 
 class Review(BaseModel):
@@ -457,16 +467,18 @@ def diff_stat(repo: str | None, source: str | None, ref: str | None) -> str | No
     return found.stdout.decode(errors="replace").strip() or "no changes"
 
 
-def _live(target: SshTarget, agents: list[planning.AgentPlan]) -> dict[str, str]:
+def _live(target: SshTarget, agents: list[planning.AgentPlan]) -> dict[str, tuple[str, Usage | None]]:
     with connect(target, timeout=10) as conn:
         return {a.instance: _live_state(conn, a, host=target.name) for a in agents}
 
 
-def _live_state(conn: Connection, agent: planning.AgentPlan, *, host: str) -> str:
+def _live_state(conn: Connection, agent: planning.AgentPlan, *, host: str) -> tuple[str, Usage | None]:
+    """(its state, its runtime's usage) from its status file."""
     try:
-        return state_of(read_status(conn, agent, host=host))
+        status = read_status(conn, agent, host=host)
     except RemoteCommandError:  # its status file cannot be read (fleet.status says why)
-        return "unknown"
+        return "unknown", None
+    return state_of(status), Usage.of(status.get("usage"))
 
 
 def review(inventory: Inventory) -> Review:
@@ -477,7 +489,7 @@ def review(inventory: Inventory) -> Review:
         collected = {(r["host"], r["instance"]): r for r in ledger.collections(plan.fleet)}
     hosts = targets(inventory, bring_up=False)
     result = Review(fleet=plan.fleet)
-    live: dict[tuple[str, str], str] = {}
+    live: dict[tuple[str, str], tuple[str, Usage | None]] = {}
     if hosts:
         found = fanout.each_host(hosts, lambda t: _live(t, list(plan.agents)), faults=_SSH_FAULTS, grace=math.inf,
                                  workers=8)  # fmt: skip
@@ -486,9 +498,11 @@ def review(inventory: Inventory) -> Review:
             live.update({(name, i): s for i, s in states.items()})
     for key in sorted(set(live) | set(collected)):
         row = collected.get(key, {})
-        state = live.get(key) or (f"{row['state']} (at collection)" if row.get("state") else "unknown")
+        now, usage = live.get(key, (None, None))
+        state = now or (f"{row['state']} (at collection)" if row.get("state") else "unknown")
+        usage = usage or Usage.of((row.get("detail") or {}).get("usage"))
         result.rows.append(ReviewRow(host=key[0], instance=key[1], state=state, commit=row.get("commit_id"),
                                      source_commit=row.get("source_commit"), evidence=row.get("evidence"),
-                                     handoff=row.get("handoff"), ref=row.get("ref"), repo=row.get("repo"),
+                                     handoff=row.get("handoff"), ref=row.get("ref"), repo=row.get("repo"), usage=usage,
                                      diff=diff_stat(row.get("repo"), row.get("source_commit"), row.get("ref"))))  # fmt: skip
     return result

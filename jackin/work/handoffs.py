@@ -22,6 +22,9 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The first line of a handoff the entrypoint composed from the runtime's output (roles/common/jackin-digest)
+# because the runtime wrote none: flagged, whatever else it holds.
+COMPOSED = "<!-- jackin: composed by jackin-entrypoint from the runtime's output: the runtime wrote no handoff -->"
 HEADINGS = ("What I did", "Files changed", "Tests run", "Could not verify", "Risks", "Commit")
 MAX_HANDOFF = 256 * 1024
 _HEADING = re.compile(r"^##\s+(.+?)\s*#*\s*$")
@@ -69,6 +72,8 @@ def check(text: str | None, on_branch: Callable[[str], str | None]) -> Evidence:
         return Evidence(ok=False, problems=["the handoff is empty"])
     found = sections(text)
     problems = []
+    if text.lstrip().startswith(COMPOSED):
+        problems.append("composed by jackin from the runtime's output (the runtime wrote no handoff)")
     for heading in HEADINGS:
         body = found.get(heading.lower())
         if body is None:

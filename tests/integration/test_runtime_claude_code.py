@@ -26,6 +26,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -126,7 +127,7 @@ class Agent:
         assert self.role.api is not None
         env = {**image_env(self.role), "PATH": f"{self.bindir}:{claude}:{Path(NODE or '').parent}:/usr/bin:/bin",
                "HOME": str(self.workspace), "JACKIN_DIR": str(self.jackin_dir), "JACKIN_WORK": str(self.work),
-               "JACKIN_REPO": str(self.repo), "JACKIN_CREDENTIALS": str(self.creds), self.role.api.env: api.url,
+               "JACKIN_REPO": str(self.repo), "JACKIN_CREDENTIALS": str(self.creds), self.role.api.env: api.url + urlsplit(self.role.api.url).path,
                "LANG": "C.UTF-8", "TMPDIR": str(self.temp), **(extra or {})}  # fmt: skip - /tmp: its own tmpfs
         as_agent = ["nsenter", f"--net={netns}", "setpriv", f"--reuid={AGENT_UID}", f"--regid={AGENT_UID}",
                     "--clear-groups", "--"]  # in a namespace whose only interface is loopback: nothing leaves
@@ -198,6 +199,8 @@ def test_claude_code_writes_tests_asks_hands_off_and_is_done_against_the_stand_i
     main = api.main_requests
     assert len(main) == 5 and {r["headers"].get("x-api-key") for r in api.requests} == {key}
     assert all(r["body"].get("model") and r["body"].get("stream") for r in main)  # a model named, streamed
+    usage = final["usage"]  # from its stream-json result event: tokens of the main loop, its own cost figure
+    assert usage["input_tokens"] >= 12 * len(main) and usage["output_tokens"] >= 7 * len(main) and usage["cost_usd"] > 0
     print(f"\n{PIN.package}@{PIN.version}: {len(api.requests)} requests, models "
           f"{sorted({r['body'].get('model') for r in api.requests})}")
 
@@ -213,7 +216,7 @@ def test_a_wrong_credential_fails_the_agent_with_the_runtimes_own_words(claude: 
         took = time.monotonic() - started
     final = status(agent.jackin_dir)
     assert final.get("state") == "failed", (final, seen, output[-3000:])
-    assert final["message"] == "sh exited with status 1: Invalid API key · Fix external API key", final
+    assert final["message"] == "claude exited with status 1: Invalid API key · Fix external API key", final
     assert api.requests and all(r["headers"].get("x-api-key") == "sk-ant-not-the-one" for r in api.requests)
     assert api.script, "no step was answered"  # control: the stand-in answered no request with a step
     print(f"\nwrong credential: failed in {took:.1f}s: {final['message']}")

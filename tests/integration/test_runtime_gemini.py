@@ -63,4 +63,5 @@ def test_gemini_cli_writes_tests_asks_and_is_done_against_the_stand_in(gemini: P
     main = api.main_requests
     assert len(main) == len(script) and {r["headers"].get("x-goog-api-key") for r in api.requests} == {key}
     assert all("streamGenerateContent" in r["path"] for r in main)
+    assert final["usage"]["input_tokens"] >= 12 * len(main) and final["usage"]["cost_usd"] is None
     print(f"\ngemini: {len(api.requests)} requests: {sorted({r['path'].split('?')[0] for r in api.requests})}")

@@ -64,12 +64,14 @@ def agents_table(status: FleetStatus) -> Table:
     """Every agent read, blocked first (then stuck, failed, unknown, working, idle, done), with its
     message or question; the caption is the fleet's roll-up."""
     table = Table(title=f"fleet {status.fleet}: agents", title_justify="left")
-    for column in ("state", "host", "agent", "heartbeat", "message / question"):
-        table.add_column(column, justify="right" if column == "heartbeat" else "left")
     rows = [(h.host, a.instance, a.agent_state) for h in status.hosts for a in h.agents if a.agent_state]
+    usage = any(state.usage for _, _, state in rows)  # a column only when some runtime reported its usage
+    for column in ("state", "host", "agent", "heartbeat", *(("usage",) if usage else ()), "message / question"):
+        table.add_column(column, justify="right" if column == "heartbeat" else "left")
     for host, instance, state in sorted(rows, key=lambda r: (order(r[2].state), r[0], r[1])):
         age = "-" if state.heartbeat_age is None else f"{duration(state.heartbeat_age)} ago"
-        table.add_row(agent_state_text(state.state), host, instance, age, said(state.message, state.question))
+        used = (state.usage.label if state.usage else "-",) if usage else ()
+        table.add_row(agent_state_text(state.state), host, instance, age, *used, said(state.message, state.question))
     table.caption = status.rollup or "0 agents"
     return table
 

@@ -28,13 +28,17 @@ def collect_table(report: CollectReport) -> Table:
 
 
 def review_table(review: Review) -> Table:
-    """fleet.review: per host and agent its state, collected commit, diff stat, evidence and handoff."""
+    """fleet.review: per host and agent its state, collected commit, diff stat, its runtime's usage, evidence
+    and handoff."""
     table = Table(title=f"fleet {review.fleet}: review", title_justify="left")
-    for column in ("host", "agent", "state", "commit", "diff", "evidence", "handoff"):
+    usage = any(r.usage for r in review.rows)  # a column only when some runtime reported its usage
+    for column in ("host", "agent", "state", "commit", "diff", *(("usage",) if usage else ()), "evidence", "handoff"):
         table.add_column(column)
     for r in review.rows:
         evidence = Text(r.evidence or "not collected", style="green" if r.evidence == "ok" else "yellow")
-        table.add_row(r.host, r.instance, r.state, (r.commit or "")[:12], r.diff or "", evidence, r.handoff or "")
+        used = (r.usage.label if r.usage else "",) if usage else ()
+        table.add_row(r.host, r.instance, r.state, (r.commit or "")[:12], r.diff or "", *used, evidence,
+                      r.handoff or "")  # fmt: skip
     for host, why in review.unreachable.items():
-        table.add_row(host, "", Text(f"unreachable: {why}", style="bold red"), "", "", "", "")
+        table.add_row(host, "", Text(f"unreachable: {why}", style="bold red"), *[""] * (len(table.columns) - 3))
     return table

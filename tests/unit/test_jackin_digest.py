@@ -1,0 +1,144 @@
+"""roles/common/jackin-digest and the entrypoint's use of it, run here (sh, node, git) on recorded output of
+the real runtimes (tests/fixtures/runtime-output: Claude Code 2.0.0 and Gemini CLI 0.40.1 stream-json,
+Codex CLI 0.39.0 exec --json, each against the stand-in, with a good key and a wrong one): the usage,
+final message, commands and error each runtime reports; a run whose runtime exits 0 after an API error is
+failed; a handoff the runtime did not write is composed, and flagged by the evidence check."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from jackin.agents.state import parse_status_file
+from jackin.work import handoffs
+
+COMMON = Path(__file__).resolve().parents[2] / "roles" / "common"
+OUTPUT = Path(__file__).resolve().parents[1] / "fixtures" / "runtime-output"
+
+pytestmark = pytest.mark.skipif(shutil.which("node") is None or shutil.which("flock") is None,
+                                reason="node and flock are needed (every runtime image has them)")  # fmt: skip
+
+
+def digest(log: Path, tmp_path: Path) -> tuple[dict, str]:
+    done = subprocess.run(["node", str(COMMON / "jackin-digest"), str(log), str(tmp_path)], capture_output=True,
+                          text=True, check=True, timeout=30)  # fmt: skip
+    return json.loads((tmp_path / "runtime.json").read_text()), done.stdout
+
+
+@pytest.mark.parametrize(("log", "runtime", "final", "error", "usage"), [
+    ("claude-good", "claude-code", "fin: all good", None, {"input_tokens": 36, "output_tokens": 21, "cost_usd": 0.0006486}),
+    ("claude-bad", "claude-code", None, "Invalid API key · Fix external API key", None),
+    ("gemini-good", "gemini", "fin: all good", None, {"input_tokens": 48, "output_tokens": 28, "cost_usd": None}),
+    ("gemini-bad", "gemini", None, "API key not valid. Please pass a valid API key.", None),
+    ("codex-good", "codex", "fin: all good", None, {"input_tokens": 36, "output_tokens": 21, "cost_usd": None}),
+    ("codex-bad", "codex", None, "exceeded retry limit, last status: 401 Unauthorized", None),
+])  # fmt: skip
+def test_the_digest_reads_each_runtimes_own_output(tmp_path: Path, log: str, runtime: str, final: str | None,
+                                                   error: str | None, usage: dict | None) -> None:  # fmt: skip
+    run, said = digest(OUTPUT / f"{log}.log", tmp_path)
+    assert (run["runtime"], run["error"]) == (runtime, error), run
+    if final is not None:
+        assert run["final"] == final
+        assert run["usage"] == usage
+        assert run["commands"] == [{"command": "sh hello.sh && git add -A && git commit -qm add", "exit": 0}]
+        assert said.startswith("usage ")
+    else:
+        assert f"error {error}\n" in said
+    assert not (tmp_path / "handoff.md").exists()  # no repository given: nothing composed
+
+
+def test_a_log_that_is_not_a_file_or_not_json_gives_an_empty_digest(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")  # opened without blocking, refused as not a regular file
+    run, said = digest(tmp_path / "fifo", tmp_path)
+    assert run == {"runtime": None, "session": None, "final": None, "error": None, "commands": [], "usage": None}
+    (tmp_path / "text.log").write_text("plain words\n{not json\n")
+    assert digest(tmp_path / "text.log", tmp_path)[0]["runtime"] is None and said == ""
+
+
+def _delivered(tmp_path: Path) -> tuple[Path, str]:
+    source, work = tmp_path / "source", tmp_path / "work"
+    work.mkdir()
+    git = ["git", "-C", str(source), "-c", "user.name=op", "-c", "user.email=op@example.invalid"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(source)], check=True)
+    (source / "README.md").write_text("a project\n")
+    subprocess.run([*git, "add", "README.md"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "start"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run([*git, "bundle", "create", "-q", str(work / "repo.bundle"), "main"], check=True, capture_output=True)
+    (work / "work.json").write_text(json.dumps({"branch": "jackin/coder-1", "commit": commit}, separators=(",", ":")))
+    (work / "task.md").write_text("a task\n")
+    return work, commit
+
+
+def entrypoint(tmp_path: Path, script: str, name: str) -> tuple[dict, Path]:
+    """The entrypoint running ``sh -c SCRIPT NAME`` as a role's command does, until the state is final;
+    (the status file, the agent's .jackin directory)."""
+    work, _ = _delivered(tmp_path)
+    jackin_dir, repo, temp = tmp_path / "workspace" / ".jackin", tmp_path / "workspace" / "repo", tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "PATH": f"{COMMON}:{os.environ['PATH']}", "JACKIN_DIR": str(jackin_dir),
+           "JACKIN_WORK": str(work), "JACKIN_REPO": str(repo), "JACKIN_CREDENTIALS": str(tmp_path / "none"),
+           "TMPDIR": str(temp), "OUTPUT": str(OUTPUT)}  # fmt: skip
+    agent = subprocess.Popen([str(COMMON / "jackin-entrypoint"), "sh", "-c", script, name], env=env, cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    deadline, found = time.monotonic() + 30, {}
+    try:
+        while time.monotonic() < deadline:
+            try:
+                found = json.loads((jackin_dir / "status.json").read_text())
+            except (OSError, ValueError):
+                found = {}
+            if found.get("state") in ("done", "failed"):
+                break
+            time.sleep(0.05)
+    finally:
+        os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait(timeout=10)
+    return found, jackin_dir
+
+
+def test_a_runtime_that_exits_0_after_an_api_error_is_failed_with_its_own_words(tmp_path: Path) -> None:
+    """Codex CLI 0.39 gives up on a 401 and exits 0: its --json output says so."""
+    found, _ = entrypoint(tmp_path, 'cat "$OUTPUT/codex-bad.log"', "codex")
+    assert found["state"] == "failed", found
+    assert found["message"] == ("codex exited with status 0 but its runtime ended in error: "
+                                "exceeded retry limit, last status: 401 Unauthorized")  # fmt: skip
+
+
+def test_a_failed_runtimes_message_is_its_api_error_not_a_stack_frame(tmp_path: Path) -> None:
+    found, _ = entrypoint(tmp_path, 'cat "$OUTPUT/gemini-bad.log"; exit 144', "gemini")
+    assert (found["state"], found["message"]) == (
+        "failed", "gemini exited with status 144: API key not valid. Please pass a valid API key."), found
+
+
+def test_a_runtime_without_a_handoff_gets_one_composed_and_flagged_and_its_usage_recorded(tmp_path: Path) -> None:
+    found, jackin_dir = entrypoint(tmp_path, 'cat "$OUTPUT/claude-good.log"; echo hi > hello.sh', "claude")
+    document = parse_status_file((jackin_dir / "status.json").read_bytes())  # the operator's strict parse
+    assert (document.state, document.message) == ("done", "claude finished"), found
+    assert document.usage is not None and document.usage.model_dump() == {
+        "input_tokens": 36, "output_tokens": 21, "cost_usd": 0.000649}  # fmt: skip
+    assert document.usage.label == "36 in, 21 out, $0.0006"
+    text = (jackin_dir / "handoff.md").read_text()
+    head = document.commit
+    assert head and text.rstrip().endswith(head)  # the entrypoint's commit of what was left uncommitted
+    sections = handoffs.sections(text)
+    assert "> fin: all good" in sections["what i did"] and "hello.sh" in sections["files changed"]
+    assert "`sh hello.sh && git add -A && git commit -qm add` (exit 0)" in sections["tests run"]
+    evidence = handoffs.check(text, lambda c: head if head.startswith(c) else None)
+    assert not evidence.ok and evidence.problems == [
+        "composed by jackin from the runtime's output (the runtime wrote no handoff)"], evidence
+    assert evidence.commit == head  # control: all else in it holds
+
+
+def test_a_handoff_the_runtime_wrote_is_kept(tmp_path: Path) -> None:
+    found, jackin_dir = entrypoint(tmp_path, 'cat "$OUTPUT/gemini-good.log"; echo mine > "$JACKIN_DIR/handoff.md"',
+                                   "gemini")  # fmt: skip
+    assert found["state"] == "done" and found["usage"] == {"input_tokens": 48, "output_tokens": 28, "cost_usd": None}
+    assert (jackin_dir / "handoff.md").read_text() == "mine\n"
