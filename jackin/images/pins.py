@@ -8,7 +8,9 @@ A version copied from documentation may not exist, and a package may be deprecat
 ``@sourcegraph/amp`` was, to ``@ampcode/cli``): the first user to build the role would be the first to
 find out. So CI asks the registry this machine's npm is configured with (``npm view``: never a host
 name written here) for each pin, and fails naming the role and the pin when one does not resolve to
-exactly that version, or is deprecated.
+exactly that version, or is deprecated, or ships its native runtime as platform packages of which the
+one for Linux on this machine's architecture does not resolve (Amp's pin once did not: its wrapper
+installed, with only a stub saying "Amp native binary not installed").
 
 The parsing is pure (``pins``); the registry is asked by ``npm`` (``check``), which ``main`` runs for
 every pin, printing one line per pin, exiting 1 when any fails and 2 when npm is missing.
@@ -17,6 +19,7 @@ every pin, printing one line per pin, exiting 1 when any fails and 2 when npm is
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -33,6 +36,7 @@ from jackin.spec.role_checks import dockerfile_instructions
 ARG = re.compile(r"^([A-Z][A-Z0-9_]*)=(.+)$")
 INSTALLERS = {("npm", "install"), ("npm", "i"), ("npm", "add"), ("pnpm", "add"), ("yarn", "add")}
 SPEC = re.compile(r"^((?:@[a-z0-9._-]+/)?[a-z0-9._-]+)(?:@(.+))?$")
+EXACT = re.compile(r"^\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")
 VARIABLE = re.compile(r"^\$\{?([A-Z][A-Z0-9_]*)\}?$")
 
 
@@ -104,11 +108,12 @@ NETWORK = ("ENOTFOUND", "ETIMEDOUT", "ECONNREFUSED", "ECONNRESET", "EAI_AGAIN", 
 
 
 def npm_view(package: str, version: str) -> tuple[int, str]:
-    """``npm view PACKAGE@VERSION version deprecated --json``: (exit status, output); asked once more
+    """``npm view PACKAGE@VERSION version deprecated optionalDependencies --json``: (exit status, output); asked once more
     when the registry did not answer (a passing network error, not a missing version)."""
     for attempt in (1, 2):
         try:
-            done = subprocess.run(["npm", "view", f"{package}@{version}", "version", "deprecated", "--json"],
+            done = subprocess.run(["npm", "view", f"{package}@{version}", "version", "deprecated", "optionalDependencies",
+                                   "--json"],
                                   capture_output=True, text=True, timeout=90, check=False)  # fmt: skip
         except subprocess.TimeoutExpired:
             code, out = 1, "npm view timed out after 90 s (the registry did not answer)"
@@ -146,6 +151,26 @@ def check(pin: Pin, view: Callable[[str, str], tuple[int, str]] = npm_view) -> s
         return f"no version {pin.version} of {pin.package} in the registry"
     if found.get("deprecated"):
         return f"{pin.package}@{pin.version} is deprecated: {found['deprecated']}"
+    # Its native build for Linux on this machine's architecture, when it ships one as an optional dependency
+    # (Amp, OpenCode): npm installs the wrapper without it, and the runtime only says it is not installed.
+    optional = found.get("optionalDependencies")
+    optional = optional if isinstance(optional, dict) else {}
+    arch = {"x86_64": "x64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+    for name, version in sorted(optional.items()):
+        # glibc builds (the images are Debian's) pinned exactly (a range is another package's choice, not a build)
+        if f"linux-{arch}" not in name or "musl" in name or not isinstance(version, str) or not EXACT.match(version):
+            continue
+        code, out = view(name, version)
+        try:
+            shown = json.loads(out) if code == 0 and out else None
+        except ValueError:
+            shown = None
+        shown = shown.get("version") if isinstance(shown, dict) else shown
+        if shown != version:
+            return (
+                f"its Linux {arch} build {name}@{version} is not in the registry"
+                f"{f' ({_npm_error(out)})' if code != 0 else ''}: the package would install without its runtime"
+            )
     return None
 
 

@@ -3,6 +3,7 @@ answers. The registry itself is asked in CI (``.ci/run``'s pins step), never her
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,31 @@ def test_main_names_each_failing_role_and_exits_1(tmp_path: Path, monkeypatch, c
     assert err == "pins: 1 of 2 pins do not resolve\n"
     monkeypatch.setattr(pins.shutil, "which", lambda _: None)
     assert pins.main([str(tmp_path)]) == 2
+
+
+def test_a_runtime_whose_linux_build_is_missing_does_not_resolve(monkeypatch) -> None:
+    """Amp's pin installed its wrapper, whose native build for Linux was never published at that version: the
+    wrapper's bin only said "Amp native binary not installed". Only this machine's architecture's glibc
+    builds pinned exactly are asked for (musl builds and version ranges are not runtimes the images run)."""
+    monkeypatch.setattr(pins.os, "uname", lambda: type("U", (), {"machine": "x86_64"})())
+    pin = Pin(role="amp", package="@ampcode/cli", version="0.0.2-g1")
+    optional = {"@ampcode/cli-linux-x64": "0.0.2-g1", "@ampcode/cli-linux-arm64": "0.0.2-g1",
+                "@ampcode/cli-linux-x64-musl": "0.0.2-g1", "@ampcode/cli-darwin-x64": "0.0.2-g1",
+                "@img/sharp-linux-x64": "^0.33.5"}  # fmt: skip
+    asked = []
+
+    def view(missing: set[str]):
+        def answer(package: str, version: str) -> tuple[int, str]:
+            asked.append(package)
+            if package == "@ampcode/cli":
+                return 0, json.dumps({"version": version, "optionalDependencies": optional})
+            if package in missing:
+                return 1, json.dumps({"error": {"code": "E404", "summary": f"No match found for version {version}"}})
+            return 0, json.dumps(version)
+        return answer
+
+    assert check(pin, view(set())) is None
+    assert asked == ["@ampcode/cli", "@ampcode/cli-linux-x64"]  # not arm64, musl, darwin or a range
+    assert check(pin, view({"@ampcode/cli-linux-x64"})) == (
+        "its Linux x64 build @ampcode/cli-linux-x64@0.0.2-g1 is not in the registry (No match found for version "
+        "0.0.2-g1): the package would install without its runtime")  # fmt: skip
