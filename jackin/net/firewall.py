@@ -51,7 +51,10 @@ Traffic from an agent to the host itself (sshd, the Docker API, any service)
 is dropped in the input hook, except DNS to its own filtering resolver: port 53
 on an address of the agent's own bridge (``fib daddr . iif type local``).
 Denials are counted per agent and the denied destinations kept for an hour in
-a set (``agent.denials``).
+a set (``agent.denials``). A denied packet is rejected, not silently dropped: the agent's connect fails
+at once ("No route to host", ICMP administratively prohibited) instead of waiting out a TCP timeout, so a
+runtime whose API the policy does not allow fails fast and says why. Nothing is forwarded either way; the
+wall and the lockdown table still drop.
 """
 
 from __future__ import annotations
@@ -190,7 +193,7 @@ def render(plan: FleetPlan) -> str:
                                         f"jump egress_{name}"]))  # fmt: skip
         chains.append((f"deny_{name}", [
             f"meta nfproto ipv4 meta l4proto {{ tcp, udp }} update @denied_{name} {{ ip daddr . th dport }}",
-            f'counter name "drops_{name}" drop',
+            f'counter name "drops_{name}" reject with icmpx type admin-prohibited',
         ]))  # fmt: skip
     if plan.agents:  # first: the wall (jackin/net/wall.py) drops agent packets that no fleet's table marked
         marks = wall.mark_rule([agent.bridge for agent in plan.agents])

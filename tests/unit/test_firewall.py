@@ -162,7 +162,7 @@ table inet jackin-demo {
 \t}
 \tchain deny_quiet_1 {
 \t\tmeta nfproto ipv4 meta l4proto { tcp, udp } update @denied_quiet_1 { ip daddr . th dport }
-\t\tcounter name "drops_quiet_1" drop
+\t\tcounter name "drops_quiet_1" reject with icmpx type admin-prohibited
 \t}
 \tchain egress_picky_1 {
 \t\tct direction reply accept
@@ -185,7 +185,7 @@ table inet jackin-demo {
 \t}
 \tchain deny_picky_1 {
 \t\tmeta nfproto ipv4 meta l4proto { tcp, udp } update @denied_picky_1 { ip daddr . th dport }
-\t\tcounter name "drops_picky_1" drop
+\t\tcounter name "drops_picky_1" reject with icmpx type admin-prohibited
 \t}
 \tchain egress_roam_1 {
 \t\tct direction reply accept
@@ -205,7 +205,7 @@ table inet jackin-demo {
 \t}
 \tchain deny_roam_1 {
 \t\tmeta nfproto ipv4 meta l4proto { tcp, udp } update @denied_roam_1 { ip daddr . th dport }
-\t\tcounter name "drops_roam_1" drop
+\t\tcounter name "drops_roam_1" reject with icmpx type admin-prohibited
 \t}
 }
 """
@@ -392,7 +392,7 @@ def test_hooks_input_output_and_user_chains(key: str) -> None:
         # The agent's Unix user on the host: no loopback, no IPv6 unique-local, then its egress policy.
         assert found[f"user_{name}"] == [f'oifname "lo" goto deny_{name}', f"ip6 daddr fc00::/7 goto deny_{name}",
                                          f"jump egress_{name}"]  # fmt: skip
-        assert found[f"deny_{name}"][-1] == f'counter name "drops_{name}" drop'
+        assert found[f"deny_{name}"][-1] == f'counter name "drops_{name}" reject with icmpx type admin-prohibited'
     assert len(found["input"]) == 1 + 2 * len(plan.agents) + sum(a.dns_filter for a in plan.agents)
 
 
