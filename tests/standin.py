@@ -1,8 +1,9 @@
 """A stand-in of a model vendor's API, for running a real agent runtime against scripted answers.
 
 It speaks Anthropic's Messages API (``POST /v1/messages``, streamed as server-sent events or not), the
-way Claude Code calls it, and Gemini's (``/v1beta/models/<model>:streamGenerateContent``), the way
-Gemini CLI calls it. Each request that offers
+way Claude Code and OpenCode call it, OpenAI's Responses API (``POST /v1/responses``, streamed), the way
+Codex CLI calls it, and Gemini's (``/v1beta/models/<model>:streamGenerateContent``), the way Gemini CLI
+calls it. Each request that offers
 tools (the runtime's main loop) gets the script's next step: a tool call (``bash``, ``write``) or a
 final message (``say``); every other request (a runtime's side calls: titles, summaries on a small
 model) gets a short text. A step may check the request before it answers (``expect``: the tool result
@@ -190,9 +191,22 @@ class StandIn:
         blocks: list[dict[str, Any]] = [{"type": "text", "text": step.text}]
         if step.tool is None:
             return blocks, "end_turn"
-        blocks.append({"type": "tool_use", "id": f"toolu_{next(self._ids):04d}", "name": step.tool,
-                       "input": step.tool_input})  # fmt: skip
+        name, tool_input = _as_offered(step.tool, step.tool_input, request["body"].get("tools") or [])
+        blocks.append({"type": "tool_use", "id": f"toolu_{next(self._ids):04d}", "name": name,
+                       "input": tool_input})  # fmt: skip
         return blocks, "tool_use"
+
+
+def _as_offered(name: str, tool_input: dict[str, Any], tools: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """A step's tool (Claude Code's names: Bash, Write) as the runtime offers it on the Messages API: OpenCode's
+    ``bash`` and ``write`` take ``command`` and ``filePath``. Unchanged when offered as it is."""
+    offered = {t.get("name"): t for t in tools if isinstance(t, dict)}
+    if name in offered or name.lower() not in offered:
+        return name, tool_input
+    properties = (offered[name.lower()].get("input_schema") or {}).get("properties") or {}
+    camel = {k: "".join(w.capitalize() if i else w for i, w in enumerate(k.split("_"))) for k in tool_input}
+    return name.lower(), {camel[k] if camel[k] in properties and k not in properties else k: v
+                          for k, v in tool_input.items() if k in properties or camel[k] in properties}  # fmt: skip
 
 
 _GEMINI_USAGE = {"usageMetadata": {"promptTokenCount": 12, "candidatesTokenCount": 7, "totalTokenCount": 19}}

@@ -135,7 +135,7 @@ def offline_context(role: roles.Role, context: Path, *, base: str) -> Path:
     none): its Dockerfile's recipe, taken from the Dockerfile itself. Node at the version of its ``FROM
     node:<version>-...`` (npm's ``node-linux-<arch>`` package) and every npm package its ``npm install``
     pins (``jackin.images.pins``), installed by this machine's npm into ``local/`` (the image's
-    /usr/local; no install script runs); on ``base`` (the demo role's root: Debian minbase, git, busybox), with roles/common, the
+    /usr/local; no install script runs here: a pinned package's own runs in a container, ``_install_scripts``); on ``base`` (the demo role's root: Debian minbase, git, busybox), with roles/common, the
     Dockerfile's ``ENV`` lines, the role's user, HEALTHCHECK, ENTRYPOINT and CMD."""
     from jackin.images import pins  # the Dockerfile's pins: only this build needs them
 
@@ -168,6 +168,8 @@ def offline_context(role: roles.Role, context: Path, *, base: str) -> Path:
     shutil.rmtree(
         context / "local" / "lib" / "node_modules" / f"node-linux-{arch}" / "include", ignore_errors=True
     )  # C headers: 56 MB
+    for pin in (p for p in pins.pins() if p.role == role.name):
+        _install_scripts(context / "local", pin.package, base=base)
     env = [f"ENV {rest}" for _, word, rest in steps if word == "ENV"]
     lines = [f"FROM {base}", "COPY local/ /usr/local/", "COPY common/ /usr/local/bin/", *env,
              "WORKDIR /workspace", "USER 65534:65534", role.healthcheck.instruction(),
@@ -175,6 +177,51 @@ def offline_context(role: roles.Role, context: Path, *, base: str) -> Path:
              f"LABEL jackin.role={role.name} jackin.recipe={role.tag.split(':')[1]} jackin.build=offline"]  # fmt: skip
     (context / "Dockerfile").write_text("\n".join(lines) + "\n")
     return context
+
+
+INSTALL_SCRIPTS = ("preinstall", "install", "postinstall")  # npm's order
+
+
+def _install_scripts(local: Path, package: str, *, base: str) -> None:
+    """Run the install scripts of ``package`` (a pinned runtime, not its dependencies), as the host's
+    ``npm install -g`` would, but not on this machine: in a container of ``base`` with no network,
+    ``local`` mounted as its /usr/local (OpenCode's postinstall puts its platform's binary in place;
+    without it, its ``opencode`` only says to reinstall without --ignore-scripts). The platform builds
+    it did not choose are then removed (``_unchosen``): weight in every host's load."""
+    directory = local / "lib" / "node_modules" / package
+    try:
+        scripts = json.loads((directory / "package.json").read_text()).get("scripts") or {}
+    except (OSError, ValueError):
+        return
+    wanted = [scripts[name] for name in INSTALL_SCRIPTS if isinstance(scripts.get(name), str)]
+    if not wanted:
+        return
+    inside = f"/usr/local/lib/node_modules/{package}"
+    done = subprocess.run(["docker", "run", "--rm", "--network", "none", "--user", "0", "-v", f"{local}:/usr/local",
+                           "-w", inside, "-e", "PATH=/usr/local/bin:/usr/bin:/bin", "--entrypoint", "/bin/sh", base, "-ec",
+                           " && ".join(wanted)], capture_output=True, timeout=300, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise LabError(f"the install script of {package} failed in its build container (exit {done.returncode}):\n"
+                       f"{done.stderr.decode(errors='replace')[-2000:]}")  # fmt: skip
+    # The platform variants the script did not choose: none of their files is linked from the package's own
+    for variant in _unchosen(directory):
+        shutil.rmtree(variant, ignore_errors=True)
+
+
+def _unchosen(directory: Path) -> list[Path]:
+    """The optional dependencies of the package at ``directory`` (its platform builds) that share no file
+    with the package's own files (outside node_modules): the ones its install script did not put in place.
+    None when it linked none of them (then it may pick one at run time: all stay)."""
+    try:
+        optional = json.loads((directory / "package.json").read_text()).get("optionalDependencies") or {}
+    except (OSError, ValueError):
+        return []
+    own = {(f.stat().st_dev, f.stat().st_ino) for f in directory.rglob("*")
+           if f.is_file() and not f.is_symlink() and "node_modules" not in f.relative_to(directory).parts}  # fmt: skip
+    present = [directory / "node_modules" / name for name in optional if (directory / "node_modules" / name).is_dir()]
+    chosen = [d for d in present if any((f.stat().st_dev, f.stat().st_ino) in own for f in d.rglob("*")
+                                        if f.is_file() and not f.is_symlink())]  # fmt: skip
+    return [d for d in present if d not in chosen] if chosen else []
 
 
 def _base(role: roles.Role, root: Path, base: str) -> None:

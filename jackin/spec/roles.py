@@ -31,7 +31,7 @@ COMMON = "common"
 REPOSITORY = "jackin/role-"
 DEFAULT_ROLE = "demo"
 ENTRYPOINT = "/usr/local/bin/jackin-entrypoint"
-BUILDER_VERSION = "1"  # bump when jackin/images/build.py changes what an image holds (it is in every tag)
+BUILDER_VERSION = "3"  # bump when jackin/images/build.py changes what an image holds (it is in every tag)
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # a debootstrap image's PATH
 # Files of a role a recipe may name: plain relative names, no way out of the role's directory.
 FileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$", max_length=200)]

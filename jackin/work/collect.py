@@ -32,7 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -425,7 +425,9 @@ def collect(inventory: Inventory, *, agents: Sequence[str] | None = None, into: 
 
 def _detail(item: AgentCollect) -> dict | None:
     """A collection's ledger detail: why it failed (and git fsck's checks), the runtime's usage."""
-    detail = {"reason": item.reason, **({"checks": item.checks} if item.checks else {})} if item.reason else {}
+    detail: dict[str, Any] = {}
+    if item.reason:
+        detail = {"reason": item.reason, **({"checks": item.checks} if item.checks else {})}
     if item.usage is not None:
         detail["usage"] = item.usage.model_dump()
     return detail or None

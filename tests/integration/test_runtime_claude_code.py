@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -80,8 +81,8 @@ def status(jackin_dir: Path) -> dict:
 def image_env(role: roles.Role) -> dict[str, str]:
     """The ``ENV`` of the role's Dockerfile (but its PATH), as its image sets them."""
     text = (role.directory / str(role.image.dockerfile)).read_text()
-    pairs = [rest.split("=", 1) for _, word, rest in dockerfile_instructions(text) if word == "ENV" and "=" in rest]
-    return {k.strip(): v.strip() for k, v in pairs if k.strip() != "PATH"}
+    pairs = [w.split("=", 1) for _, word, rest in dockerfile_instructions(text) if word == "ENV" for w in shlex.split(rest)]
+    return {k: v for k, v in pairs if k != "PATH"}
 
 
 def install(tmp_path_factory, role: str) -> Path:

@@ -1,4 +1,4 @@
-"""Real runtimes in their role images on a lab host (Claude Code): each image built here offline
+"""Real runtimes in their role images on a lab host (Claude Code, Codex CLI, OpenCode): each image built here offline
 from its Dockerfile's recipe (the lab reaches no registry: jackin/images/build.py ``offline_context``),
 loaded over SSH, run by ``fleet.up`` with work, against a stand-in of its vendor's API (tests/standin.py:
 Anthropic's Messages API, Gemini's) on the lab's outside-standing address, reached through the agent's
@@ -20,10 +20,13 @@ import shlex
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from jackin.lab import Lab
+from jackin.spec import roles
+from jackin.store.ledger import Ledger
 
 from .conftest import inv, module_lab, sh
 
@@ -86,11 +89,13 @@ def requests(lab: Lab, log: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
-# role, its credential, the header the stand-in reads it from, its port. Not Gemini CLI: 0.40.1 refuses a base
-# URL that is not HTTPS unless it is localhost ("Custom base URL must use HTTPS unless it is localhost"), and
-# the lab's stand-in is plain HTTP on the lab's outside address (the spec refuses such an api_url for it).
+# role, its credential, the header the stand-in reads it from (Codex: "Bearer KEY"), its port. Not Gemini CLI:
+# 0.40.1 refuses a base URL that is not HTTPS unless it is localhost ("Custom base URL must use HTTPS unless it is
+# localhost"), and the lab's stand-in is plain HTTP on the lab's outside address (the spec refuses such an api_url).
 RUNTIMES = [
     ("claude-code", "ANTHROPIC_API_KEY", "x-api-key", 8090),
+    ("codex", "OPENAI_API_KEY", "authorization", 8091),
+    ("opencode", "ANTHROPIC_API_KEY", "x-api-key", 8092),
 ]
 
 
@@ -107,14 +112,22 @@ def test_a_runtime_in_its_image_works_asks_and_hands_off_through_fleet_up(rlab, 
     subprocess.run([*git, "commit", "-qm", "first"], check=True)
     spec = tmp_path / f"{name}.yaml"
     monkeypatch.setenv("JK_TEST_RUNTIME_KEY", key)
+    carried = f"Bearer {key}" if header == "authorization" else key
+    # With Codex, a second agent whose policy does not name the stand-in (network mode none: no allowlist entry
+    # at all): its runtime fails at once, its own words in its status, and agent.denials shows the connection.
+    fenced = role == "codex"
     with standin(rlab, port, key) as (url, log):
+        url += urlsplit(roles.load(role).api.url).path  # type: ignore[union-attr] - the role's API path (Codex: /v1)
         spec.write_text(json.dumps({"fleet": {
             "name": name, "provider": "lab", "lab": {"name": rlab.name, "hosts": 1},
             "resources": {"memory": "768m", "cpus": 1, "pids": 256},
             "network": {"mode": "allowlist"},
             "agents": [{"name": "coder", "role": role, "api_url": url,
                         "credentials": [{"name": credential, "from_env": "JK_TEST_RUNTIME_KEY"}],
-                        "work": {"repo": str(repo), "task": TASK}}],
+                        "work": {"repo": str(repo), "task": TASK}},
+                       *([{"name": "fenced", "role": role, "api_url": url, "network": {"mode": "none"},
+                           "credentials": [{"name": credential, "from_env": "JK_TEST_RUNTIME_KEY"}],
+                           "work": {"repo": str(repo), "task": TASK}}] if fenced else [])],
         }}))  # fmt: skip
         try:
             up = inv("fleet.up", "-i", str(spec), "--yes")
@@ -122,12 +135,18 @@ def test_a_runtime_in_its_image_works_asks_and_hands_off_through_fleet_up(rlab, 
             blocked = inv("fleet.wait", "-i", str(spec), "--until", "blocked", "--timeout", "90s", "--json")
             logs = sh(rlab, f"docker logs --tail 40 jk-{name}--coder-1 2>&1", warn=True).stdout
             assert blocked.returncode == 0, blocked.stdout[-1500:] + logs[-4000:] + json.dumps(requests(rlab, log))[-2000:]
-            [agent] = json.loads(blocked.stdout)["agents"]
-            assert (agent["state"], agent["question"]) == ("blocked", QUESTION), agent
+            agents = {a["instance"]: a for a in json.loads(blocked.stdout)["agents"]}
+            assert (agents["coder-1"]["state"], agents["coder-1"]["question"]) == ("blocked", QUESTION), agents
             answered = inv("agent.answer", "coder-1", ANSWER, "-i", str(spec))
             assert answered.returncode == 0, answered.stdout + answered.stderr
             done = inv("fleet.wait", "-i", str(spec), "--until", "done", "--timeout", "3m", "--json")
-            assert done.returncode == 0, done.stdout + done.stderr + json.dumps(requests(rlab, log))[-3000:]
+            assert done.returncode == (1 if fenced else 0), done.stdout + done.stderr + json.dumps(requests(rlab, log))[-3000:]
+            if fenced:  # exit 1: done, but an agent failed
+                shut = {a["instance"]: a for a in json.loads(done.stdout)["agents"]}["fenced-1"]
+                assert shut["state"] == "failed" and "its runtime ended in error" in shut["message"], shut
+                denied = json.loads(inv("agent.denials", "fenced-1", "-i", str(spec), "--json").stdout)["denials"]
+                address, port_ = urlsplit(url).hostname, urlsplit(url).port
+                assert any((d["destination"], d["port"]) == (address, port_) for d in denied), denied
             collected = inv("fleet.collect", "-i", str(spec), "--into", str(repo), "--json")
             assert collected.returncode == 0, collected.stdout + collected.stderr
             refs = subprocess.run([*git, "for-each-ref", "--format=%(refname)", "refs/jackin/"], capture_output=True,
@@ -137,13 +156,22 @@ def test_a_runtime_in_its_image_works_asks_and_hands_off_through_fleet_up(rlab, 
             assert {"README.md", "hello.sh", "answer.txt"} <= set(files.split()), files
             shown = subprocess.run([*git, "show", f"{ref}:answer.txt"], capture_output=True, text=True).stdout
             assert shown.strip() == ANSWER
-            [result] = json.loads(collected.stdout)["agents"]
+            [result] = [a for a in json.loads(collected.stdout)["agents"] if a["instance"] == "coder-1"]
             assert (result["state"], result["result"], result["evidence"]["ok"]) == ("done", "collected", True), result
             assert result["evidence"]["commit"] == result["commit"]  # the handoff names the branch's head
+            # the tokens its runtime reported: in fleet.status --json, fleet.review and the ledger's collection
+            status = json.loads(inv("fleet.status", "-i", str(spec), "--json").stdout)
+            [usage] = [a["agent_state"]["usage"] for h in status["hosts"] for a in h["agents"] if a["instance"] == "coder-1"]
+            assert usage["input_tokens"] >= 12 * len(SCRIPT) and usage["output_tokens"] >= 7 * len(SCRIPT), usage
+            assert result["usage"] == usage
+            reviewed = inv("fleet.review", "-i", str(spec), "--json")
+            assert [r["usage"] for r in json.loads(reviewed.stdout)["rows"] if r["instance"] == "coder-1"] == [usage]
+            with Ledger() as ledger:
+                assert [r["detail"]["usage"] for r in ledger.collections(name)] == [usage]  # only coder-1 collected
         finally:
             inv("fleet.down", "-i", str(spec), "--yes", "--keep-lab", "--discard-snapshots")
         seen = requests(rlab, log)
-    main = [r for r in seen if r["body"].get("tools")]
+    main = [r for r in seen if r["body"].get("tools")]  # all coder-1's: nothing of fenced-1's arrived
     assert len(main) == len(SCRIPT) and not any(r.get("past_end") for r in seen), [r["path"] for r in seen]
-    assert {r["headers"].get(header) for r in seen if r["method"] == "POST"} == {key}  # its credential, every time
+    assert {r["headers"].get(header) for r in seen if r["method"] == "POST"} == {carried}  # its credential, every time
     assert TASK in json.dumps(main[0]["body"]) and "jackin-ask" in json.dumps(main[0]["body"])

@@ -38,7 +38,7 @@ def test_every_runtime_role_names_its_base_url_and_the_variable_its_runtime_read
         "claude-code": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
         "codex": ("OPENAI_BASE_URL", "https://api.openai.com/v1"),
         "gemini": ("GOOGLE_GEMINI_BASE_URL", "https://generativelanguage.googleapis.com"),
-        "opencode": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+        "opencode": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com/v1"),
     }
     assert roles.load("demo").api is None
 

@@ -50,3 +50,23 @@ def test_an_offline_build_needs_a_node_base_image(tmp_path, monkeypatch) -> None
     (tmp_path / "Dockerfile").write_text("FROM debian:bookworm-slim\nRUN true\n")
     with pytest.raises(images.LabError, match="is not node:<version>"):
         images.offline_context(role, tmp_path / "ctx", base="jackin/role-demo:x")
+
+
+def test_the_platform_builds_an_install_script_did_not_link_are_the_ones_left_out(tmp_path) -> None:
+    """OpenCode's postinstall hard-links the build it chose (by CPU) to its bin; the other builds of the
+    same platform are weight in every host's load. A package that linked none keeps them all."""
+    import json as _json
+    import os as _os
+
+    from jackin.images.build import _unchosen
+
+    package = tmp_path / "opencode-ai"
+    for name in ("opencode-linux-x64", "opencode-linux-x64-baseline"):
+        (package / "node_modules" / name / "bin").mkdir(parents=True)
+        (package / "node_modules" / name / "bin" / "opencode").write_bytes(name.encode())
+    (package / "bin").mkdir()
+    (package / "package.json").write_text(_json.dumps({"optionalDependencies": {
+        "opencode-linux-x64": "1", "opencode-linux-x64-baseline": "1", "opencode-darwin-x64": "1"}}))  # fmt: skip
+    assert _unchosen(package) == []  # nothing linked yet: all stay
+    _os.link(package / "node_modules" / "opencode-linux-x64" / "bin" / "opencode", package / "bin" / "opencode.exe")
+    assert _unchosen(package) == [package / "node_modules" / "opencode-linux-x64-baseline"]

@@ -1,6 +1,6 @@
 """roles/common/jackin-digest and the entrypoint's use of it, run here (sh, node, git) on recorded output of
 the real runtimes (tests/fixtures/runtime-output: Claude Code 2.0.0 and Gemini CLI 0.40.1 stream-json,
-Codex CLI 0.39.0 exec --json, each against the stand-in, with a good key and a wrong one): the usage,
+Codex CLI 0.39.0 exec --json, OpenCode 1.18.33 run --format json, each against the stand-in, with a good key and a wrong one): the usage,
 final message, commands and error each runtime reports; a run whose runtime exits 0 after an API error is
 failed; a handoff the runtime did not write is composed, and flagged by the evidence check."""
 
@@ -39,6 +39,8 @@ def digest(log: Path, tmp_path: Path) -> tuple[dict, str]:
     ("gemini-bad", "gemini", None, "API key not valid. Please pass a valid API key.", None),
     ("codex-good", "codex", "fin: all good", None, {"input_tokens": 36, "output_tokens": 21, "cost_usd": None}),
     ("codex-bad", "codex", None, "exceeded retry limit, last status: 401 Unauthorized", None),
+    ("opencode-good", "opencode", "fin: all good", None, {"input_tokens": 36, "output_tokens": 21, "cost_usd": 0.000423}),
+    ("opencode-bad", "opencode", None, "invalid x-api-key", None),
 ])  # fmt: skip
 def test_the_digest_reads_each_runtimes_own_output(tmp_path: Path, log: str, runtime: str, final: str | None,
                                                    error: str | None, usage: dict | None) -> None:  # fmt: skip
@@ -46,7 +48,7 @@ def test_the_digest_reads_each_runtimes_own_output(tmp_path: Path, log: str, run
     assert (run["runtime"], run["error"]) == (runtime, error), run
     if final is not None:
         assert run["final"] == final
-        assert run["usage"] == usage
+        assert run["usage"] == pytest.approx(usage)
         assert run["commands"] == [{"command": "sh hello.sh && git add -A && git commit -qm add", "exit": 0}]
         assert said.startswith("usage ")
     else:
