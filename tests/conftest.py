@@ -36,7 +36,7 @@ COST = {
     "test_dns_filter.py": 80,
     "test_final_pull.py": 71,
     "test_transfer.py": 69,
-    "test_runtime_lab.py": 65,  # the claude-code image built (npm) and loaded once; a real runtime's run
+    "test_runtime_lab.py": 150,  # three real runtimes in their images (built before the suite: .ci/run), each fleet.up
     "test_exit_codes.py": 58,
     "test_checkpoints.py": 57,
     "test_snapshot_tiers.py": 56,
@@ -57,6 +57,8 @@ COST = {
     "test_contract.py": 17,
     "test_runtime_claude_code.py": 12,
     "test_runtime_gemini.py": 10,
+    "test_runtime_codex.py": 8,
+    "test_runtime_opencode.py": 12,
 }
 COST_UNKNOWN = 10
 # Modules that share a session fixture share a worker, so that one worker makes it once.
