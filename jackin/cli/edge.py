@@ -31,8 +31,8 @@ def guard() -> Iterator[None]:
     """Around every task: our errors as one message and their exit code; a Ctrl-C as exit 130 (the
     command has started: from here a Ctrl-C is a KeyboardInterrupt, see ``jackin.transport.interrupts``). A
     Ctrl-C that interrupted SSH work ends the process at once (``interrupts.end_if_interrupted``)."""
-    interrupts.started()
     try:
+        interrupts.started()  # inside the try: a Ctrl-C the moment SIGINT is Python's again is still ours
         yield
     except JackinError as exc:
         ui.error(exc)
