@@ -245,6 +245,16 @@ def agent_shell(c: Context, agent: str, inventory: str | None = None, host: str 
         raise Exit(code=agent_cli.agent_shell(inventory, agent, host=host))
 
 
+@task(help={"agent": "instance (coder-1)", "inventory": INVENTORY,
+            "host": "the host to open it on (needed when the fleet has more than one)"})  # fmt: skip
+def agent_attach(c: Context, agent: str, inventory: str | None = None, host: str | None = None) -> None:
+    """Take the agent's runtime over: stop its headless run and resume its own session on this terminal, as
+    the agent (its role's attach command: claude --resume, codex resume...); needs a terminal. When you leave,
+    the agent's state is what the session left (idle, unless it set one)."""
+    with guard():
+        raise Exit(code=agent_cli.agent_attach(inventory, agent, host=host))
+
+
 # --- snapshot ----------------------------------------------------------------
 
 
@@ -379,6 +389,7 @@ fleet.add_task(fleet_review, "review")
 agent_ns = Collection("agent")
 agent_ns.add_task(agent_netcheck, "netcheck")
 agent_ns.add_task(agent_denials, "denials")
+agent_ns.add_task(agent_attach, "attach")
 agent_ns.add_task(agent_answer, "answer")
 agent_ns.add_task(agent_exec, "exec")
 agent_ns.add_task(agent_logs, "logs")

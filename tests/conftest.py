@@ -36,7 +36,8 @@ COST = {
     "test_dns_filter.py": 80,
     "test_final_pull.py": 71,
     "test_transfer.py": 69,
-    "test_runtime_lab.py": 150,  # three real runtimes in their images (built before the suite: .ci/run), each fleet.up
+    "test_runtime_lab.py": 100,  # Claude Code (then agent.attach) and Codex in their images (built before the suite: .ci/run)
+    "test_runtime_lab_more.py": 100,  # OpenCode and Gemini CLI (its stand-in over TLS) in their images
     "test_exit_codes.py": 58,
     "test_checkpoints.py": 57,
     "test_snapshot_tiers.py": 56,

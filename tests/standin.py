@@ -414,18 +414,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 # --- as a process of its own: the lab's stand-in (python3 standin.py ADDRESS PORT SCRIPT LOG) ---------------
 
 
-def serve(address: str, port: int, script: list[dict[str, Any]], log: str, key: str | None = None) -> None:
+def serve(address: str, port: int, script: list[dict[str, Any]], log: str, key: str | None = None,
+          tls: tuple[str, str] | None = None) -> None:  # fmt: skip
     """Serve ``script`` (steps as JSON: ``text``, and ``tool`` with ``input`` for a tool call) on
     ``address:port`` until killed, appending each request to ``log`` as a JSON line (a main-loop request
-    past the script's end with ``"past_end": true``); ``key``: the only credential it accepts."""
+    past the script's end with ``"past_end": true``); ``key``: the only credential it accepts; ``tls``:
+    (certificate chain, key) PEM files, to serve HTTPS."""
     standin = StandIn([Step(text=s.get("text", ""), tool=s.get("tool"), tool_input=s.get("input") or {})
                        for s in script], bind=(address, port), key=key)  # fmt: skip
     standin.log = log
+    if tls is not None:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        standin.server.socket = context.wrap_socket(standin.server.socket, server_side=True)
     standin.server.serve_forever()
 
 
 if __name__ == "__main__":
     import sys
 
+    # standin.py ADDRESS PORT SCRIPT LOG [KEY [CERT CERT_KEY]]
     serve(sys.argv[1], int(sys.argv[2]), json.loads(open(sys.argv[3], encoding="utf-8").read()), sys.argv[4],
-          sys.argv[5] if len(sys.argv) > 5 else None)
+          sys.argv[5] if len(sys.argv) > 5 else None, (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else None)

@@ -6,6 +6,8 @@ agent runs on, and runs ``docker`` there as root, the way an operator logged in 
     agent.exec AGENT -- CMD...   docker exec --user UID:GID <container> CMD...  (argv quoted, exit status passed through)
     agent.logs AGENT             docker logs [--follow] [--tail N] <container>  (Ctrl-C ends --follow cleanly)
     agent.shell AGENT            docker exec -it --user UID:GID <container> bash -l, else sh -l  (needs a terminal)
+    agent.attach AGENT           docker exec -it --user UID:GID <container> jackin-attach <the role's attach argv>
+                                 (the runtime's own session resumed on the operator's terminal; needs one)
 
 The command runs as the agent's own uid and gid (the container's ``--user``), never as root in the
 container. AGENT is an instance name (``coder-1``); an unknown one is a usage error naming the
@@ -17,7 +19,9 @@ from __future__ import annotations
 import re
 import shlex
 import sys
+import termios
 import threading
+import tty
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -127,6 +131,54 @@ def logs_command(ref: AgentRef, *, follow: bool = False, tail: int | None = None
 def shell_command(ref: AgentRef) -> str:
     return (f"{_present(ref.container)}; exec docker exec -it --user {ref.user} {shlex.quote(ref.container)} "
             f"/bin/sh -c {shlex.quote(SHELL)}")  # fmt: skip
+
+
+def attach_argv(inventory: Inventory, agent: str) -> list[str]:
+    """The role's ``attach`` argv of the instance ``agent`` (the runtime resuming its own session); a usage
+    error (exit 2) when its role has none."""
+    by_name = {a.name: a for a in inventory.fleet.agents}
+    owner = next((by_name[name] for name, instance in planning.instances(inventory.fleet) if instance == agent), None)
+    if owner is None:
+        return []  # resolve() names the known instances
+    from jackin.spec import roles  # the role file: only this command reads it
+
+    role = roles.load(owner.role)
+    if role.attach is None:
+        raise SpecError(f"agent {agent}'s role {role.name!r} has no session to take over (its role file names no "
+                        f"attach command); for a shell in its container use inv agent.shell {agent}")  # fmt: skip
+    return list(role.attach)
+
+
+def attach_command(ref: AgentRef, argv: Sequence[str]) -> str:
+    """``docker exec -it`` of ``jackin-attach ARGV`` in the agent's container as the agent: it ends the headless
+    run (if it still runs) and resumes the runtime's own session on this terminal (roles/common/jackin-attach)."""
+    return (f"{_present(ref.container)}; exec docker exec -it --user {ref.user} {shlex.quote(ref.container)} "
+            f"jackin-attach {shlex.join(argv)}")  # fmt: skip
+
+
+def run_attach(ref: AgentRef, argv: Sequence[str], *, stdin: Any = None, stdout: Any = None) -> int:
+    """The operator's session of the agent's runtime, on this terminal; refused without one on both ends.
+    Its exit status is the runtime's."""
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    if not (stdin.isatty() and stdout.isatty()):
+        raise SpecError(f"agent.attach needs a terminal (stdin and stdout are not both one): it resumes the "
+                        f"runtime's session interactively; to follow the agent use inv agent.logs {ref.instance} "
+                        "--follow")  # fmt: skip
+    from jackin.transport.ssh import connect  # lazy: Fabric and paramiko load only for a command that opens SSH
+
+    # The local terminal raw, not only Fabric's cbreak: cbreak keeps ICRNL, so Enter would reach the runtime's
+    # TUI as a line feed (a new line in Claude Code's prompt, not a submit), and Ctrl-C would be this side's.
+    fd = stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setraw(fd)
+        with connect(ref.target) as conn:
+            result = conn.run(attach_command(ref, argv), pty=True, warn=True, in_stream=stdin)
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+    if result.exited == MISSING and "jackin: no container" in (result.stdout or ""):
+        raise _missing(ref)
+    return result.exited
 
 
 def _missing(ref: AgentRef) -> JackinError:

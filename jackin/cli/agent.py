@@ -81,3 +81,10 @@ def agent_logs(inventory: str | None, agent: str, *, follow: bool, tail: str | i
 
 def agent_shell(inventory: str | None, agent: str, *, host: str | None) -> int:
     return agent_tools.run_shell(agent_tools.resolve(fleet_api.load(inventory), agent, host=host))
+
+
+def agent_attach(inventory: str | None, agent: str, *, host: str | None) -> int:
+    """The runtime's own session, resumed on this terminal (its role's ``attach``); the headless run stops."""
+    spec = fleet_api.load(inventory)
+    argv = agent_tools.attach_argv(spec, agent)
+    return agent_tools.run_attach(agent_tools.resolve(spec, agent, host=host), argv)

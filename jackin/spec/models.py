@@ -142,6 +142,9 @@ class Resources(Model):
         return value
 
 
+API_CA = "JACKIN_API_CA"  # the credential an agent's api_ca is delivered as
+
+
 class Credential(Model):
     """Names a secret and where the operator's machine keeps it; never its value.
     Delivered to the agent as a read-only file, ``/run/jackin/credentials/<name>`` in its
@@ -202,6 +205,11 @@ class AgentSpec(Model):
     # The model provider's base URL, in place of the role's (its api.url): a gateway, a stand-in of the
     # vendor's API. The runtime gets it in the role's api.env; the allowlist and the contract follow it.
     api_url: ApiUrl | None = None
+    # The certificate authority (a PEM file on this machine) that signed an https:// api_url's certificate:
+    # a gateway's or a stand-in's own CA. Delivered as the credential JACKIN_API_CA (a file like any other:
+    # /run/jackin/credentials/JACKIN_API_CA); the entrypoint points NODE_EXTRA_CA_CERTS at it, so a Node
+    # runtime trusts it beside the system's authorities (never in place of them).
+    api_ca: Path | None = None
 
     @field_validator("mounts")
     @classmethod
@@ -230,6 +238,15 @@ class AgentSpec(Model):
             raise ValueError(f"agent {self.name!r}: api_url {self.api_url}: role {self.role!r}'s runtime refuses a base "
                              "URL that is not https:// unless its host is localhost (it would fail at its start); "
                              "give an https:// URL")  # fmt: skip
+        if self.api_ca is not None:
+            if self.api_url is None or not self.api_url.startswith("https://"):
+                raise ValueError(f"agent {self.name!r}: api_ca: the authority of an https:// api_url's certificate; "
+                                 f"{'no api_url is set' if self.api_url is None else f'api_url {self.api_url} is not https://'}")  # fmt: skip
+            given = next((c for c in self.credentials if c.name == API_CA), None)
+            if given is None:
+                self.credentials.append(Credential(name=API_CA, from_file=self.api_ca))
+            elif given.from_file != self.api_ca:  # the same one again (a spec read back from its dump) is fine
+                raise ValueError(f"agent {self.name!r}: credential {API_CA} is api_ca's: give the file as api_ca")
         if api is not None and api.env in {c.name for c in self.credentials}:
             # The entrypoint exports every credential as a variable: this one would replace the URL in force.
             raise ValueError(f"agent {self.name!r}: a credential may not be named {api.env}: that is the variable "

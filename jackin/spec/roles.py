@@ -116,6 +116,10 @@ class Role(Model):
     credentials: list[CredentialName] = Field(default_factory=list)
     egress: list[AllowEntry] = Field(default_factory=list)  # joins an allowlist agent's allowlist
     api: ApiEndpoint | None = None  # the model provider's base URL, which the spec may replace
+    # The runtime's own conversation resumed interactively (inv agent.attach): an argv run through
+    # jackin-attach in the repository, as the agent, on the operator's terminal, with the credentials in its
+    # environment and JACKIN_SESSION the session the runtime's output named (None: it cannot be attached).
+    attach: list[str] | None = Field(None, min_length=1)
     state: StateDetection = StateDetection()
     healthcheck: Healthcheck
     # What has proven the role here, naming the test (None: nothing has: role.list says unverified, with the

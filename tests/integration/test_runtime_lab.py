@@ -1,4 +1,4 @@
-"""Real runtimes in their role images on a lab host (Claude Code, Codex CLI, OpenCode): each image built here offline
+"""Real runtimes in their role images on a lab host (Claude Code, Codex CLI, OpenCode, Gemini CLI): each image built here offline
 from its Dockerfile's recipe (the lab reaches no registry: jackin/images/build.py ``offline_context``),
 loaded over SSH, run by ``fleet.up`` with work, against a stand-in of its vendor's API (tests/standin.py:
 Anthropic's Messages API, Gemini's) on the lab's outside-standing address, reached through the agent's
@@ -14,10 +14,19 @@ carried this agent's credential, and the first the preamble and the task.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
+import pty
+import re
 import secrets
+import select
 import shlex
+import signal
+import struct
 import subprocess
+import sys
+import termios
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -34,9 +43,10 @@ QUESTION = "Ship hello.sh as it is?"
 ANSWER = f"yes, ship it {secrets.token_hex(3)}"
 TASK = "Add hello.sh, which prints hello, and run it as the project's test."
 STANDIN = Path(__file__).resolve().parent.parent / "standin.py"
-HANDOFF = ("cat > /workspace/.jackin/handoff.md <<EOF\n## What I did\nAdded hello.sh.\n## Files changed\nhello.sh\n"
-           "## Tests run\nsh hello.sh: printed hello\n## Could not verify\nNothing.\n## Risks\nNone.\n"
-           "## Commit\n$(git rev-parse HEAD)\nEOF")  # fmt: skip
+# No command substitution: Gemini CLI's shell tool refuses $(...).
+HANDOFF = ("{ printf '## What I did\\nAdded hello.sh.\\n## Files changed\\nhello.sh\\n## Tests run\\nsh hello.sh: printed "
+           "hello\\n## Could not verify\\nNothing.\\n## Risks\\nNone.\\n## Commit\\n'; git rev-parse HEAD; } "
+           "> /workspace/.jackin/handoff.md")  # fmt: skip
 SCRIPT = [
     {"text": "Writing the file.", "tool": "Write",
      "input": {"file_path": "/workspace/repo/hello.sh", "content": "#!/bin/sh\necho hello\n"}},
@@ -62,26 +72,118 @@ def svc(lab: Lab, command: str, *, check: bool = True) -> subprocess.CompletedPr
                           capture_output=True, text=True, check=check, timeout=60)  # fmt: skip
 
 
+def authority(directory: Path, address: str) -> tuple[Path, Path, Path]:
+    """A certificate authority of the test's own and a server certificate it signed for ``address`` (an IP
+    subject name): (the authority's PEM, the server's chain, the server's key)."""
+    ca, ca_key, csr, cert, key = (directory / n for n in ("ca.pem", "ca.key", "srv.csr", "srv.pem", "srv.key"))
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    for argv in (["req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "2", "-subj", "/CN=jackin test CA"],
+                 ["req", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=stand-in"],
+                 ["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert, "-days", "2",
+                  "-extfile", directory / "san.ext"]):  # fmt: skip
+        (directory / "san.ext").write_text(f"subjectAltName=IP:{address}\n")
+        subprocess.run(["openssl", *map(str, argv)], check=True, capture_output=True, timeout=30)
+    return ca, cert, key
+
+
 @contextlib.contextmanager
-def standin(lab: Lab, port: int, key: str):
-    """A stand-in serving SCRIPT on the lab's public address and ``port``, accepting only ``key``; (its URL,
-    its log's path in the service container)."""
+def standin(lab: Lab, port: int, key: str, tls: tuple[Path, Path] | None = None, script: list[dict] | None = None):
+    """A stand-in serving SCRIPT on the lab's public address and ``port``, accepting only ``key``, over TLS with
+    ``tls`` (its certificate chain and key); (its URL, its log's path in the service container)."""
     address, container = lab.status().service.public_address, lab.status().service.container  # type: ignore[union-attr]
     files = f"/dev/shm/standin-{port}"
-    # its root is read-only (/tmp too): /dev/shm is a tmpfs (and docker cp refuses a read-only root: stdin)
-    subprocess.run(["docker", "exec", "-i", container, "sh", "-c", "cat > /dev/shm/standin.py"], input=STANDIN.read_bytes(),
-                   check=True, timeout=30)  # fmt: skip
-    svc(lab, f"printf '%s' {shlex.quote(json.dumps(SCRIPT))} > {files}.json && rm -f {files}.log && "
-             f"(setsid python3 /dev/shm/standin.py {address} {port} {files}.json {files}.log {shlex.quote(key)} "
+
+    def put(data: bytes, path: str) -> None:
+        # its root is read-only (/tmp too): /dev/shm is a tmpfs (and docker cp refuses a read-only root: stdin)
+        subprocess.run(["docker", "exec", "-i", container, "sh", "-c", f"umask 077; cat > {path}"], input=data,
+                       check=True, timeout=30)  # fmt: skip
+
+    put(STANDIN.read_bytes(), "/dev/shm/standin.py")
+    served = ""
+    if tls is not None:
+        put(tls[0].read_bytes(), f"{files}.pem")
+        put(tls[1].read_bytes(), f"{files}.key")
+        served = f" {files}.pem {files}.key"
+    svc(lab, f"printf '%s' {shlex.quote(json.dumps(script or SCRIPT))} > {files}.json && rm -f {files}.log && "
+             f"(setsid python3 /dev/shm/standin.py {address} {port} {files}.json {files}.log {shlex.quote(key)}{served} "
              f">{files}.out 2>&1 &)")  # fmt: skip
     for _ in range(50):
         if svc(lab, f"python3 -c 'import socket; socket.create_connection((\"{address}\", {port}), 1)'", check=False).returncode == 0:
             break
         time.sleep(0.1)
     try:
-        yield f"http://{address}:{port}", f"{files}.log"
+        yield f"{'https' if tls else 'http'}://{address}:{port}", f"{files}.log"
     finally:
-        svc(lab, f"pkill -f 'standin.py {address} {port} '; rm -f {files}.json", check=False)
+        svc(lab, f"pkill -f 'standin.py {address} {port} '; rm -f {files}.json {files}.pem {files}.key", check=False)
+
+
+ATTACHED = {"text": "Picked up where I left off."}  # the stand-in's answer to the operator's turn (agent.attach)
+ANSI = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def take_over(spec: Path, key: str, log: str, lab: Lab) -> None:
+    """``inv agent.attach coder-1`` on a terminal (a pty of this test's): Claude Code's own session resumed in its
+    TUI, shown up to its last message; one turn typed, which the stand-in answers with the whole conversation
+    before it; Ctrl-C twice, and the agent is idle, the operator's session ended. Claude Code's first-run
+    dialogs (theme, trust, the custom key, bypass mode) are answered beforehand in its config, as an operator
+    who has run it before has them."""
+    config = ("const f='/workspace/.claude.json', fs=require('fs'); const c=JSON.parse(fs.readFileSync(f,'utf8'));"
+              "Object.assign(c,{hasCompletedOnboarding:true,bypassPermissionsModeAccepted:true,theme:'dark',"
+              f"customApiKeyResponses:{{approved:['{key[-20:]}'],rejected:[]}}}});"
+              "c.projects=c.projects||{}; c.projects['/workspace/repo']=Object.assign(c.projects['/workspace/repo']||{},"
+              "{hasTrustDialogAccepted:true}); fs.writeFileSync(f,JSON.stringify(c));")  # fmt: skip
+    prepared = inv("agent.exec", "coder-1", "-i", str(spec), "--", "node", "-e", config)
+    assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+    pid, fd = pty.fork()
+    if pid == 0:  # the operator's terminal: inv agent.attach in it
+        os.execve(sys.executable, [sys.executable, "-m", "invoke", "agent.attach", "coder-1", "-i", str(spec)],
+                  {**os.environ, "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "48"})  # fmt: skip
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 160, 0, 0))
+    screen = bytearray()
+
+    def until(text: bytes, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while text not in ANSI.sub(b"", bytes(screen)).replace(b"\r", b""):
+            assert time.monotonic() < deadline, f"{text!r} not shown: {ANSI.sub(b'', bytes(screen))[-3000:]!r}"
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    screen.extend(os.read(fd, 65536))
+                except OSError:  # the session ended
+                    raise AssertionError(f"ended before {text!r}: {ANSI.sub(b'', bytes(screen))[-3000:]!r}") from None
+
+    try:
+        until(b"Done: hello.sh is in.", 60)  # its conversation, resumed: the last message it gave headless
+        time.sleep(1)
+        os.write(fd, b"go on from here")
+        time.sleep(0.5)  # Enter apart from the text: in one read, Claude Code takes it as a paste (a new line)
+        os.write(fd, b"\r")
+        until(ATTACHED["text"].encode(), 60)
+        os.write(fd, b"\x03")
+        time.sleep(0.5)
+        os.write(fd, b"\x03")
+        deadline = time.monotonic() + 30
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            assert time.monotonic() < deadline, ANSI.sub(b"", bytes(screen))[-2000:]
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    screen.extend(os.read(fd, 65536))
+                except OSError:
+                    pass
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0, ANSI.sub(b"", bytes(screen))[-2000:]
+    turn = [r for r in requests(lab, log) if "go on from here" in json.dumps(r["body"].get("messages", []))]
+    assert turn and TASK in json.dumps(turn[-1]["body"]["messages"]), "the operator's turn carried the session before it"
+    assert turn[-1]["headers"].get("x-api-key") == key  # the agent's credential, given to the session too
+    after = json.loads(inv("fleet.status", "-i", str(spec), "--json").stdout)
+    [state] = [a["agent_state"] for h in after["hosts"] for a in h["agents"] if a["instance"] == "coder-1"]
+    assert (state["state"], state["message"]) == ("idle", "the operator's session ended (exit 0)"), state
 
 
 def requests(lab: Lab, log: str) -> list[dict]:
@@ -89,19 +191,33 @@ def requests(lab: Lab, log: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
-# role, its credential, the header the stand-in reads it from (Codex: "Bearer KEY"), its port. Not Gemini CLI:
-# 0.40.1 refuses a base URL that is not HTTPS unless it is localhost ("Custom base URL must use HTTPS unless it is
-# localhost"), and the lab's stand-in is plain HTTP on the lab's outside address (the spec refuses such an api_url).
+# role, its credential, the header the stand-in reads it from (Codex: "Bearer KEY"), its port, whether over TLS.
+# Gemini CLI 0.40.1 refuses a base URL that is not HTTPS unless it is localhost ("Custom base URL must use HTTPS
+# unless it is localhost"): its stand-in serves HTTPS with a certificate of the test's own authority, which the
+# spec gives as api_ca (the entrypoint points NODE_EXTRA_CA_CERTS at it).
 RUNTIMES = [
-    ("claude-code", "ANTHROPIC_API_KEY", "x-api-key", 8090),
-    ("codex", "OPENAI_API_KEY", "authorization", 8091),
-    ("opencode", "ANTHROPIC_API_KEY", "x-api-key", 8092),
+    ("claude-code", "ANTHROPIC_API_KEY", "x-api-key", 8090, False),
+    ("codex", "OPENAI_API_KEY", "authorization", 8091, False),
+    ("opencode", "ANTHROPIC_API_KEY", "x-api-key", 8092, False),
+    ("gemini", "GEMINI_API_KEY", "x-goog-api-key", 8093, True),
 ]
 
 
-@pytest.mark.parametrize(("role", "credential", "header", "port"), RUNTIMES, ids=[r[0] for r in RUNTIMES])
+HERE = [r for r in RUNTIMES if r[0] in ("claude-code", "codex")]  # the others: test_runtime_lab_more.py (a worker
+# of their own: the four runs take about 200 s)
+
+
+@pytest.mark.parametrize(("role", "credential", "header", "port", "tls"), HERE, ids=[r[0] for r in HERE])
 def test_a_runtime_in_its_image_works_asks_and_hands_off_through_fleet_up(rlab, tmp_path, monkeypatch, role: str,
-                                                                          credential: str, header: str, port: int):  # fmt: skip
+                                                                          credential: str, header: str, port: int,
+                                                                          tls: bool):  # fmt: skip
+    run_runtime(rlab, tmp_path, monkeypatch, role, credential, header, port, tls)
+
+
+def run_runtime(rlab: Lab, tmp_path: Path, monkeypatch, role: str, credential: str, header: str, port: int,
+                tls: bool) -> None:  # fmt: skip
+    """The runtime of ``role`` in its image on the lab host, through fleet.up, against its stand-in (the module's
+    docstring)."""
     key = f"{role}-key-{secrets.token_hex(6)}"
     name = f"rt{secrets.token_hex(3)}"
     repo = tmp_path / "repo"
@@ -116,13 +232,20 @@ def test_a_runtime_in_its_image_works_asks_and_hands_off_through_fleet_up(rlab, 
     # With Codex, a second agent whose policy does not name the stand-in (network mode none: no allowlist entry
     # at all): its runtime fails at once, its own words in its status, and agent.denials shows the connection.
     fenced = role == "codex"
-    with standin(rlab, port, key) as (url, log):
+    ca = None
+    if tls:
+        (tmp_path / "tls").mkdir()
+        ca, cert, cert_key = authority(tmp_path / "tls", rlab.status().service.public_address)  # type: ignore[union-attr]
+    # With Claude Code, the operator then takes it over (agent.attach): its session resumed in its TUI, one
+    # more turn against the stand-in (ATTACHED), and out.
+    attach = role == "claude-code"
+    with standin(rlab, port, key, (cert, cert_key) if tls else None, [*SCRIPT, ATTACHED] if attach else None) as (url, log):
         url += urlsplit(roles.load(role).api.url).path  # type: ignore[union-attr] - the role's API path (Codex: /v1)
         spec.write_text(json.dumps({"fleet": {
             "name": name, "provider": "lab", "lab": {"name": rlab.name, "hosts": 1},
             "resources": {"memory": "768m", "cpus": 1, "pids": 256},
             "network": {"mode": "allowlist"},
-            "agents": [{"name": "coder", "role": role, "api_url": url,
+            "agents": [{"name": "coder", "role": role, "api_url": url, **({"api_ca": str(ca)} if ca else {}),
                         "credentials": [{"name": credential, "from_env": "JK_TEST_RUNTIME_KEY"}],
                         "work": {"repo": str(repo), "task": TASK}},
                        *([{"name": "fenced", "role": role, "api_url": url, "network": {"mode": "none"},
@@ -164,6 +287,8 @@ def test_a_runtime_in_its_image_works_asks_and_hands_off_through_fleet_up(rlab, 
             [usage] = [a["agent_state"]["usage"] for h in status["hosts"] for a in h["agents"] if a["instance"] == "coder-1"]
             assert usage["input_tokens"] >= 12 * len(SCRIPT) and usage["output_tokens"] >= 7 * len(SCRIPT), usage
             assert result["usage"] == usage
+            if attach:
+                take_over(spec, key, log, rlab)
             reviewed = inv("fleet.review", "-i", str(spec), "--json")
             assert [r["usage"] for r in json.loads(reviewed.stdout)["rows"] if r["instance"] == "coder-1"] == [usage]
             with Ledger() as ledger:
@@ -172,6 +297,6 @@ def test_a_runtime_in_its_image_works_asks_and_hands_off_through_fleet_up(rlab, 
             inv("fleet.down", "-i", str(spec), "--yes", "--keep-lab", "--discard-snapshots")
         seen = requests(rlab, log)
     main = [r for r in seen if r["body"].get("tools")]  # all coder-1's: nothing of fenced-1's arrived
-    assert len(main) == len(SCRIPT) and not any(r.get("past_end") for r in seen), [r["path"] for r in seen]
+    assert len(main) == len(SCRIPT) + attach and not any(r.get("past_end") for r in seen), [r["path"] for r in seen]
     assert {r["headers"].get(header) for r in seen if r["method"] == "POST"} == {carried}  # its credential, every time
     assert TASK in json.dumps(main[0]["body"]) and "jackin-ask" in json.dumps(main[0]["body"])

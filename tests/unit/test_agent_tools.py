@@ -77,6 +77,23 @@ def test_shell_refuses_without_a_terminal() -> None:
     assert error.value.exit_code == EXIT_SPEC
 
 
+def test_attach_runs_the_roles_attach_through_jackin_attach_and_refuses_without_a_terminal_or_one() -> None:
+    runtime = parse_inventory("fleet:\n  name: demo\n  provider: lab\n  agents:\n    - name: coder\n      role: claude-code\n"
+                              "      credentials: [{name: ANTHROPIC_API_KEY, from_env: K}]\n", "f.yaml")  # fmt: skip
+    argv = agent_tools.attach_argv(runtime, "coder-1")
+    assert argv[:2] == ["sh", "-c"] and 'claude --resume "$JACKIN_SESSION"' in argv[2]
+    assert agent_tools.attach_command(ref(), ["claude", "--resume", "a b"]) == (
+        "docker inspect --format ok jk-demo--coder-2 >/dev/null 2>&1 || { echo 'jackin: no container "
+        "jk-demo--coder-2 on this host (is the fleet up?)' >&2; exit 125; }; "
+        "exec docker exec -it --user 60001:60001 jk-demo--coder-2 jackin-attach claude --resume 'a b'")  # fmt: skip
+    with pytest.raises(SpecError, match="role 'demo' has no session to take over") as error:  # the demo: no runtime
+        agent_tools.attach_argv(SPEC, "coder-1")
+    assert error.value.exit_code == EXIT_SPEC
+    with pytest.raises(SpecError, match="agent.attach needs a terminal") as error:
+        agent_tools.run_attach(ref(), argv, stdin=io.StringIO(), stdout=io.StringIO())
+    assert error.value.exit_code == EXIT_SPEC
+
+
 def _inv(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "invoke", "-r", str(ROOT), *args], cwd=cwd, capture_output=True,
                           text=True, env={**os.environ, "COLUMNS": "200"}, timeout=60)  # fmt: skip

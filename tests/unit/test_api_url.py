@@ -106,8 +106,17 @@ def test_a_bad_or_unreachable_url_is_refused_with_its_line(url: str, message: st
          "{name: ANTHROPIC_BASE_URL, from_env: U}]}", "a credential may not be named ANTHROPIC_BASE_URL"),
         ('{name: g, role: gemini, api_url: "http://198.19.0.1:8091", credentials: [{name: GEMINI_API_KEY, '
          'from_env: K}]}', "runtime refuses a base URL that is not https:// unless its host is localhost"),
+        ('{name: c, role: claude-code, api_url: "http://198.19.0.1:8091", api_ca: ca.pem, credentials: '
+         '[{name: ANTHROPIC_API_KEY, from_env: K}]}', "api_ca: the authority of an https:// api_url's certificate; "
+         "api_url http://198.19.0.1:8091 is not https://"),
+        ('{name: c, role: claude-code, api_ca: ca.pem, credentials: [{name: ANTHROPIC_API_KEY, from_env: K}]}',
+         "no api_url is set"),
+        ('{name: c, role: claude-code, api_url: "https://198.19.0.1", api_ca: ca.pem, credentials: '
+         '[{name: ANTHROPIC_API_KEY, from_env: K}, {name: JACKIN_API_CA, from_env: CA}]}',
+         "credential JACKIN_API_CA is api_ca's: give the file as api_ca"),
     ],
-    ids=["role-without-api", "credential-named-as-the-variable", "gemini-plain-http"],
+    ids=["role-without-api", "credential-named-as-the-variable", "gemini-plain-http", "api-ca-plain-http",
+         "api-ca-without-url", "api-ca-credential-given-otherwise"],
 )  # fmt: skip
 def test_an_api_url_the_role_cannot_take_is_refused(agent: str, message: str) -> None:
     with pytest.raises(SpecError) as caught:
@@ -136,3 +145,19 @@ def test_a_role_whose_base_url_is_not_in_its_egress_is_refused() -> None:
     with pytest.raises(pydantic.ValidationError, match=r"api.url https://api.anthropic.com needs egress entry "
                                                        r"api.anthropic.com:443"):  # fmt: skip
         roles.Role.model_validate(data)
+
+
+def test_api_ca_is_delivered_as_a_credential_and_shown_in_the_contract() -> None:
+    """The authority of a stand-in's or gateway's certificate reaches the agent as the credential JACKIN_API_CA (a
+    file; the entrypoint points NODE_EXTRA_CA_CERTS at it): planned and shown like any credential."""
+    inv = parse_inventory('fleet:\n  name: demo\n  provider: lab\n  agents: [{name: g, role: gemini, api_url: '
+                          '"https://198.19.0.1:8443", api_ca: ca.pem, credentials: [{name: GEMINI_API_KEY, from_env: K}]}]\n')  # fmt: skip
+    [agent] = inv.fleet.agents
+    assert [(c.name, str(c.from_file or c.from_env)) for c in agent.credentials] == [
+        ("GEMINI_API_KEY", "K"), ("JACKIN_API_CA", "ca.pem")]  # fmt: skip
+    again = type(agent).model_validate(agent.model_dump())  # a spec read back from its dump: the same, once
+    assert [c.name for c in again.credentials] == ["GEMINI_API_KEY", "JACKIN_API_CA"]
+    plan = planning.build(inv.fleet, {"g-1": 60001})
+    assert plan.agents[0].credentials == ["GEMINI_API_KEY", "JACKIN_API_CA"]
+    shown = contract.build(inv, plan).agent("g-1").credentials
+    assert [c.name for c in shown] == ["GEMINI_API_KEY", "JACKIN_API_CA"]

@@ -79,13 +79,18 @@ def _delivered(tmp_path: Path) -> tuple[Path, str]:
     return work, commit
 
 
-def entrypoint(tmp_path: Path, script: str, name: str) -> tuple[dict, Path]:
+def entrypoint(tmp_path: Path, script: str, name: str, credentials: dict[str, str] | None = None) -> tuple[dict, Path]:
     """The entrypoint running ``sh -c SCRIPT NAME`` as a role's command does, until the state is final;
     (the status file, the agent's .jackin directory)."""
+    tmp_path.mkdir(exist_ok=True)
     work, _ = _delivered(tmp_path)
     jackin_dir, repo, temp = tmp_path / "workspace" / ".jackin", tmp_path / "workspace" / "repo", tmp_path / "tmp"
     temp.mkdir()
-    env = {**os.environ, "PATH": f"{COMMON}:{os.environ['PATH']}", "JACKIN_DIR": str(jackin_dir),
+    (tmp_path / "none").mkdir()
+    for cred, value in (credentials or {}).items():
+        (tmp_path / "none" / cred).write_text(value)
+    mine = {k: v for k, v in os.environ.items() if k != "NODE_EXTRA_CA_CERTS"}  # this machine's, not a container's
+    env = {**mine, "PATH": f"{COMMON}:{os.environ['PATH']}", "JACKIN_DIR": str(jackin_dir),
            "JACKIN_WORK": str(work), "JACKIN_REPO": str(repo), "JACKIN_CREDENTIALS": str(tmp_path / "none"),
            "TMPDIR": str(temp), "OUTPUT": str(OUTPUT)}  # fmt: skip
     agent = subprocess.Popen([str(COMMON / "jackin-entrypoint"), "sh", "-c", script, name], env=env, cwd=tmp_path,
@@ -144,3 +149,61 @@ def test_a_handoff_the_runtime_wrote_is_kept(tmp_path: Path) -> None:
                                    "gemini")  # fmt: skip
     assert found["state"] == "done" and found["usage"] == {"input_tokens": 48, "output_tokens": 28, "cost_usd": None}
     assert (jackin_dir / "handoff.md").read_text() == "mine\n"
+
+
+def test_api_cas_credential_is_what_node_trusts_beside_the_system(tmp_path: Path) -> None:
+    """The credential JACKIN_API_CA (a spec's api_ca) is the file NODE_EXTRA_CA_CERTS names, in the runtime's
+    environment only; without it the variable is not set (control)."""
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    script = 'printf "%s" "${NODE_EXTRA_CA_CERTS:-unset}" > ../ca-seen'
+    found, _ = entrypoint(tmp_path / "a", script, "gemini", {"JACKIN_API_CA": pem, "GEMINI_API_KEY": "k"})
+    assert found["state"] == "done", found
+    assert (tmp_path / "a" / "workspace" / "ca-seen").read_text() == str(tmp_path / "a" / "none" / "JACKIN_API_CA")
+    found, _ = entrypoint(tmp_path / "b", script, "gemini", {"GEMINI_API_KEY": "k"})
+    assert (tmp_path / "b" / "workspace" / "ca-seen").read_text() == "unset"
+
+
+def test_attach_stops_the_headless_run_and_its_commands_resumes_the_session_and_leaves_idle(tmp_path: Path) -> None:
+    """jackin-attach (inv agent.attach's, in the container): the headless runtime and a command it runs (a
+    jackin-ask waiting) end; the entrypoint records nothing for that run; the attach command runs in the
+    repository with the runtime's session (from its output) and its credentials; when it ends, a state it
+    did not set becomes idle."""
+    init = '{"type":"system","subtype":"init","session_id":"5fb90492-d926-449e-8d35"}'
+    script = f"echo '{init}'; sleep 300 & echo $! > ../asked; wait"  # the runtime, and a command it waits on
+    base = tmp_path / "a"
+    base.mkdir()
+    work, _ = _delivered(base)
+    jackin_dir, repo, temp, creds = base / "workspace" / ".jackin", base / "workspace" / "repo", base / "tmp", base / "creds"
+    temp.mkdir()
+    creds.mkdir()
+    (creds / "ANTHROPIC_API_KEY").write_text("sk-the-agents")
+    mine = {k: v for k, v in os.environ.items() if k != "NODE_EXTRA_CA_CERTS"}
+    env = {**mine, "PATH": f"{COMMON}:{os.environ['PATH']}", "JACKIN_DIR": str(jackin_dir), "JACKIN_WORK": str(work),
+           "JACKIN_REPO": str(repo), "JACKIN_CREDENTIALS": str(creds), "TMPDIR": str(temp)}  # fmt: skip
+    agent = subprocess.Popen([str(COMMON / "jackin-entrypoint"), "sh", "-c", script, "claude"], env=env, cwd=base,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while not ((jackin_dir / ".runtime").exists() and (base / "workspace" / "asked").exists()):
+            assert time.monotonic() < deadline and agent.poll() is None
+            time.sleep(0.05)
+        runtime, asked = int((jackin_dir / ".runtime").read_text()), int((base / "workspace" / "asked").read_text())
+        seen = base / "seen"
+        attach = subprocess.run([str(COMMON / "jackin-attach"), "sh", "-c",
+                                 f'printf "%s %s %s\\n" "$JACKIN_SESSION" "$ANTHROPIC_API_KEY" "$(pwd)" > {seen}; '
+                                 f'cat "$JACKIN_DIR/status.json" >> {seen}; exit 3'],
+                                env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert attach.returncode == 3, attach.stderr  # the session's own exit status
+        said, during = seen.read_text().split("\n", 1)
+        session, key, where = said.split(" ")
+        assert (session, key, where) == ("5fb90492-d926-449e-8d35", "sk-the-agents", str(repo))
+        assert json.loads(during)["message"] == "attached: the operator's session"
+        for pid in (runtime, asked):  # the headless run and the command it ran: ended
+            assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+        time.sleep(1)  # the entrypoint has seen its runtime end (and recorded nothing: the session's state stays)
+        final = json.loads((jackin_dir / "status.json").read_text())
+        assert (final["state"], final["message"]) == ("idle", "the operator's session ended (exit 3)"), final
+        assert not (jackin_dir / "attached").exists() and not (jackin_dir / "handoff.md").exists()
+    finally:
+        os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait(timeout=10)
