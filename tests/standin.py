@@ -228,7 +228,7 @@ def _apply_patch_add(path: str, content: str) -> str:
 # shell takes PATH from /etc/profile, which in a role's image has /usr/local/bin (jackin-ask) but not the
 # directory a test on this machine puts it in.
 _CODEX_TOOLS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    "Bash": lambda i: {"command": ["bash", "-c", i["command"]]},
+    "Bash": lambda i: {"command": ["bash", "-c", i["command"]], **({"timeout_ms": i["timeout"]} if "timeout" in i else {})},
     "Write": lambda i: {"command": ["apply_patch", _apply_patch_add(i["file_path"], i["content"])]},
 }
 _RESPONSES_USAGE = {"input_tokens": 12, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 7,

@@ -44,6 +44,8 @@ Reported = Literal["idle", "working", "blocked", "done", "failed"]
 STALE_AFTER = 120.0  # seconds without a heartbeat before a running agent is stuck (a role may say otherwise)
 MAX_STATUS = 8192  # bytes of the status file read; a larger file is refused as malformed
 MAX_TEXT = 2000  # characters of a message, question or health output kept
+MAX_TOKENS = 10**12  # a runtime's reported tokens, at most (the agent writes them: bounded, as all it writes)
+MAX_COST = 1e6  # USD
 STOP_CODES = (0, 137, 143)  # exit codes of a container stopped (docker stop: TERM, then KILL): not a failure
 
 
@@ -57,14 +59,19 @@ class Usage(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    input_tokens: int = Field(ge=0)
-    output_tokens: int = Field(ge=0)
-    cost_usd: float | None = Field(None, ge=0)
+    input_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    output_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    cost_usd: float | None = Field(None, ge=0, le=MAX_COST, allow_inf_nan=False)
 
     @property
     def label(self) -> str:
-        """``36 in, 21 out, $0.0006`` (the cost when known)."""
-        cost = "" if self.cost_usd is None else f", ${self.cost_usd:.4f}"
+        """``36 in, 21 out, $0.0006`` (the cost when known; ``<$0.0001`` below that)."""
+        if self.cost_usd is None:
+            cost = ""
+        elif 0 < self.cost_usd < 0.0001:
+            cost = ", <$0.0001"
+        else:
+            cost = f", ${self.cost_usd:.4f}"
         return f"{self.input_tokens} in, {self.output_tokens} out{cost}"
 
     @classmethod

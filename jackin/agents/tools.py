@@ -168,14 +168,15 @@ def run_attach(ref: AgentRef, argv: Sequence[str], *, stdin: Any = None, stdout:
 
     # The local terminal raw, not only Fabric's cbreak: cbreak keeps ICRNL, so Enter would reach the runtime's
     # TUI as a line feed (a new line in Claude Code's prompt, not a submit), and Ctrl-C would be this side's.
+    # Raw only once connected: until then a Ctrl-C is this side's, and ends a connection that hangs.
     fd = stdin.fileno()
     saved = termios.tcgetattr(fd)
-    try:
-        tty.setraw(fd)
-        with connect(ref.target) as conn:
+    with connect(ref.target) as conn:
+        try:
+            tty.setraw(fd)
             result = conn.run(attach_command(ref, argv), pty=True, warn=True, in_stream=stdin)
-    finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        finally:
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
     if result.exited == MISSING and "jackin: no container" in (result.stdout or ""):
         raise _missing(ref)
     return result.exited

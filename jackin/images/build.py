@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -184,8 +185,9 @@ INSTALL_SCRIPTS = ("preinstall", "install", "postinstall")  # npm's order
 
 def _install_scripts(local: Path, package: str, *, base: str) -> None:
     """Run the install scripts of ``package`` (a pinned runtime, not its dependencies), as the host's
-    ``npm install -g`` would, but not on this machine: in a container of ``base`` with no network,
-    ``local`` mounted as its /usr/local (OpenCode's postinstall puts its platform's binary in place;
+    ``npm install -g`` would, but not on this machine: in a container of ``base`` with no network, no
+    capabilities, as this machine's user, ``local`` mounted read-only as its /usr/local but for the
+    package's own directory (OpenCode's postinstall puts its platform's binary in place;
     without it, its ``opencode`` only says to reinstall without --ignore-scripts). The platform builds
     it did not choose are then removed (``_unchosen``): weight in every host's load."""
     directory = local / "lib" / "node_modules" / package
@@ -197,9 +199,19 @@ def _install_scripts(local: Path, package: str, *, base: str) -> None:
     if not wanted:
         return
     inside = f"/usr/local/lib/node_modules/{package}"
-    done = subprocess.run(["docker", "run", "--rm", "--network", "none", "--user", "0", "-v", f"{local}:/usr/local",
-                           "-w", inside, "-e", "PATH=/usr/local/bin:/usr/bin:/bin", "--entrypoint", "/bin/sh", base, "-ec",
-                           " && ".join(wanted)], capture_output=True, timeout=300, check=False)  # fmt: skip
+    name = f"jackin-install-{secrets.token_hex(6)}"
+    # As this machine's user, no network, no capabilities, no new privileges, a read-only root and /usr/local;
+    # the package's own directory the one place it writes (a postinstall links a binary there).
+    argv = ["docker", "run", "--rm", "--name", name, "--network", "none", "--user", f"{os.getuid()}:{os.getgid()}",
+            "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only", "--tmpfs", "/tmp",
+            "--pids-limit", "256", "--memory", "1g", "-v", f"{local}:/usr/local:ro", "-v", f"{directory}:{inside}",
+            "-w", inside, "-e", "PATH=/usr/local/bin:/usr/bin:/bin", "-e", "HOME=/tmp", "--entrypoint", "/bin/sh",
+            base, "-ec", " && ".join(wanted)]  # fmt: skip
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=300, check=False)
+    except subprocess.TimeoutExpired:
+        _docker("rm", "-f", name, check=False)
+        raise LabError(f"the install script of {package} ran over 300 s in its build container: stopped") from None
     if done.returncode != 0:
         raise LabError(f"the install script of {package} failed in its build container (exit {done.returncode}):\n"
                        f"{done.stderr.decode(errors='replace')[-2000:]}")  # fmt: skip

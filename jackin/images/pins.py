@@ -166,6 +166,8 @@ def check(pin: Pin, view: Callable[[str, str], tuple[int, str]] = npm_view) -> s
         except ValueError:
             shown = None
         shown = shown.get("version") if isinstance(shown, dict) else shown
+        if code != 0 and not any(word in out for word in ("E404", "404", "No match found")):
+            return f"npm view of its Linux {arch} build {name}@{version} failed: {_npm_error(out) or f'exit {code}'}"
         if shown != version:
             return (
                 f"its Linux {arch} build {name}@{version} is not in the registry"

@@ -48,11 +48,12 @@ checks every 10 s as the backstop; a missing or altered table is loaded
 again, else the lockdown table, else the fleet's agent containers are stopped.
 
 Traffic from an agent to the host itself (sshd, the Docker API, any service)
-is dropped in the input hook, except DNS to its own filtering resolver: port 53
+is denied in the input hook, except DNS to its own filtering resolver: port 53
 on an address of the agent's own bridge (``fib daddr . iif type local``).
 Denials are counted per agent and the denied destinations kept for an hour in
 a set (``agent.denials``). A denied packet is rejected, not silently dropped: the agent's connect fails
-at once ("No route to host", ICMP administratively prohibited) instead of waiting out a TCP timeout, so a
+at once (ICMP administratively prohibited: "No route to host" over IPv4, "Permission denied" over IPv6)
+instead of waiting out a TCP timeout, so a
 runtime whose API the policy does not allow fails fast and says why. Nothing is forwarded either way; the
 wall and the lockdown table still drop.
 """

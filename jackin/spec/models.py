@@ -239,6 +239,10 @@ class AgentSpec(Model):
                              "URL that is not https:// unless its host is localhost (it would fail at its start); "
                              "give an https:// URL")  # fmt: skip
         if self.api_ca is not None:
+            if api is not None and not api.extra_ca:
+                raise ValueError(f"agent {self.name!r}: api_ca: role {self.role!r}'s runtime does not take an extra "
+                                 "certificate authority (NODE_EXTRA_CA_CERTS is Node's); give its api_url a "
+                                 "certificate the system trusts")  # fmt: skip
             if self.api_url is None or not self.api_url.startswith("https://"):
                 raise ValueError(f"agent {self.name!r}: api_ca: the authority of an https:// api_url's certificate; "
                                  f"{'no api_url is set' if self.api_url is None else f'api_url {self.api_url} is not https://'}")  # fmt: skip

@@ -106,6 +106,9 @@ class ApiEndpoint(Model):
     # The runtime takes only an https:// base URL, but for localhost (Gemini CLI 0.40: "Custom base URL must
     # use HTTPS unless it is localhost"): a spec's plain-http api_url elsewhere is refused before any host.
     https: bool = False
+    # The runtime trusts an extra certificate authority from the file NODE_EXTRA_CA_CERTS names (a Node
+    # runtime): a spec's api_ca is given to it so. False (Codex CLI, a Rust binary): api_ca is refused.
+    extra_ca: bool = True
 
 
 class Role(Model):

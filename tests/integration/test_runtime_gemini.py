@@ -65,3 +65,16 @@ def test_gemini_cli_writes_tests_asks_and_is_done_against_the_stand_in(gemini: P
     assert all("streamGenerateContent" in r["path"] for r in main)
     assert final["usage"]["input_tokens"] >= 12 * len(main) and final["usage"]["cost_usd"] is None
     print(f"\ngemini: {len(api.requests)} requests: {sorted({r['path'].split('?')[0] for r in api.requests})}")
+
+
+def test_a_wrong_credential_fails_the_agent_with_the_apis_own_words(gemini: Path, tmp_path: Path):
+    """Gemini CLI 0.40 stops on the API's 400 for a bad key (exit 144, a stack trace last on its output): the
+    entrypoint records the agent failed with the API's message, from its stream-json result event."""
+    agent = Agent(tmp_path, "gk-not-the-one", role="gemini")
+    with loopback_only() as netns, StandIn([say("never reached")], netns=netns, key="gk-the-one") as api:
+        seen, output = agent.run(gemini, api, netns, timeout=60)
+    final = status(agent.jackin_dir)
+    assert final.get("state") == "failed", (final, seen, output[-3000:])
+    assert final["message"] == "gemini exited with status 144: API key not valid. Please pass a valid API key.", final
+    assert all(r["headers"].get("x-goog-api-key") == "gk-not-the-one" for r in api.requests if r["method"] == "POST")
+    assert api.script, "no step was answered"  # control: the stand-in answered no request with a step

@@ -55,7 +55,8 @@ SCRIPT = [
                "description": "test and commit"}},
     {"text": "Asking.", "tool": "Bash",
      "input": {"command": f"jackin-ask {shlex.quote(QUESTION)} > answer.txt && cat answer.txt && git add answer.txt "
-                          "&& git commit -qm 'Record the answer'", "description": "ask"}},
+                          "&& git commit -qm 'Record the answer'", "description": "ask",
+               "timeout": 600000}},  # as the preamble asks: the longest the shell tool allows (Codex's default: 10 s)
     {"text": "Handing off.", "tool": "Bash", "input": {"command": HANDOFF, "description": "handoff"}},
     {"text": "Done: hello.sh is in."},
 ]  # fmt: skip
@@ -183,7 +184,8 @@ def take_over(spec: Path, key: str, log: str, lab: Lab) -> None:
     assert turn[-1]["headers"].get("x-api-key") == key  # the agent's credential, given to the session too
     after = json.loads(inv("fleet.status", "-i", str(spec), "--json").stdout)
     [state] = [a["agent_state"] for h in after["hosts"] for a in h["agents"] if a["instance"] == "coder-1"]
-    assert (state["state"], state["message"]) == ("idle", "the operator's session ended (exit 0)"), state
+    # it was done before the session, which set no state: done again, at the branch's head
+    assert (state["state"], state["message"]) == ("done", "the operator's session ended (exit 0); done before it"), state
 
 
 def requests(lab: Lab, log: str) -> list[dict]:
@@ -255,6 +257,7 @@ def run_runtime(rlab: Lab, tmp_path: Path, monkeypatch, role: str, credential: s
         try:
             up = inv("fleet.up", "-i", str(spec), "--yes")
             assert up.returncode == 0, up.stdout + up.stderr
+            upped = time.monotonic()
             blocked = inv("fleet.wait", "-i", str(spec), "--until", "blocked", "--timeout", "90s", "--json")
             logs = sh(rlab, f"docker logs --tail 40 jk-{name}--coder-1 2>&1", warn=True).stdout
             assert blocked.returncode == 0, blocked.stdout[-1500:] + logs[-4000:] + json.dumps(requests(rlab, log))[-2000:]
@@ -262,11 +265,21 @@ def run_runtime(rlab: Lab, tmp_path: Path, monkeypatch, role: str, credential: s
             assert (agents["coder-1"]["state"], agents["coder-1"]["question"]) == ("blocked", QUESTION), agents
             answered = inv("agent.answer", "coder-1", ANSWER, "-i", str(spec))
             assert answered.returncode == 0, answered.stdout + answered.stderr
+            fenced_failed = upped
+            while fenced:  # how soon its runtime gives up on a connection the policy rejects (not TCP's 2 minutes)
+                now = json.loads(inv("fleet.status", "-i", str(spec), "--json").stdout)
+                [state] = [a["agent_state"]["state"] for h in now["hosts"] for a in h["agents"] if a["instance"] == "fenced-1"]
+                fenced_failed = time.monotonic()
+                if state == "failed" or fenced_failed - upped > 120:
+                    break
+                time.sleep(1)
             done = inv("fleet.wait", "-i", str(spec), "--until", "done", "--timeout", "3m", "--json")
             assert done.returncode == (1 if fenced else 0), done.stdout + done.stderr + json.dumps(requests(rlab, log))[-3000:]
             if fenced:  # exit 1: done, but an agent failed
                 shut = {a["instance"]: a for a in json.loads(done.stdout)["agents"]}["fenced-1"]
                 assert shut["state"] == "failed" and "its runtime ended in error" in shut["message"], shut
+                assert fenced_failed - upped < 45, f"fenced-1 failed {fenced_failed - upped:.0f} s after fleet.up"
+                print(f"\nfenced-1 failed {fenced_failed - upped:.1f} s after fleet.up: {shut['message']}")
                 denied = json.loads(inv("agent.denials", "fenced-1", "-i", str(spec), "--json").stdout)["denials"]
                 address, port_ = urlsplit(url).hostname, urlsplit(url).port
                 assert any((d["destination"], d["port"]) == (address, port_) for d in denied), denied

@@ -75,3 +75,16 @@ def test_opencode_writes_tests_asks_and_is_done_against_the_stand_in(opencode: P
     assert evidence.problems == ["composed by jackin from the runtime's output (the runtime wrote no handoff)"]
     assert "jackin-ask" in handoffs.sections(text)["tests run"] and "> Done: hello.sh is in." in text
     print(f"\nopencode: {len(api.requests)} requests, models {sorted({r['body'].get('model') for r in api.requests})}")
+
+
+def test_a_wrong_credential_fails_the_agent_with_opencodes_own_words(opencode: Path, tmp_path: Path):
+    """OpenCode 1.18 gives up on a 401 at once (exit 1); the entrypoint records the agent failed with the API's
+    error as OpenCode reported it, from its --format json output."""
+    agent = Agent(tmp_path, "sk-ant-not-the-one", role="opencode")
+    with loopback_only() as netns, StandIn([say("never reached")], netns=netns, key="sk-ant-the-one") as api:
+        seen, output = agent.run(opencode, api, netns, timeout=60)
+    final = status(agent.jackin_dir)
+    assert final.get("state") == "failed", (final, seen, output[-3000:])
+    assert final["message"] == "opencode exited with status 1: invalid x-api-key", final
+    assert api.requests and all(r["headers"].get("x-api-key") == "sk-ant-not-the-one" for r in api.requests)
+    assert api.script, "no step was answered"  # control: the stand-in answered no request with a step

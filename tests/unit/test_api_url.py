@@ -114,9 +114,11 @@ def test_a_bad_or_unreachable_url_is_refused_with_its_line(url: str, message: st
         ('{name: c, role: claude-code, api_url: "https://198.19.0.1", api_ca: ca.pem, credentials: '
          '[{name: ANTHROPIC_API_KEY, from_env: K}, {name: JACKIN_API_CA, from_env: CA}]}',
          "credential JACKIN_API_CA is api_ca's: give the file as api_ca"),
+        ('{name: x, role: codex, api_url: "https://198.19.0.1", api_ca: ca.pem, credentials: '
+         '[{name: OPENAI_API_KEY, from_env: K}]}', "role 'codex''s runtime does not take an extra certificate authority"),
     ],
     ids=["role-without-api", "credential-named-as-the-variable", "gemini-plain-http", "api-ca-plain-http",
-         "api-ca-without-url", "api-ca-credential-given-otherwise"],
+         "api-ca-without-url", "api-ca-credential-given-otherwise", "api-ca-codex"],
 )  # fmt: skip
 def test_an_api_url_the_role_cannot_take_is_refused(agent: str, message: str) -> None:
     with pytest.raises(SpecError) as caught:

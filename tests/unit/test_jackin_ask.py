@@ -46,3 +46,18 @@ def test_without_a_question_it_refuses(tmp_path: Path) -> None:
         done = subprocess.run(["jackin-ask", *args], env=env, capture_output=True, text=True, timeout=10)
         assert done.returncode == 2 and "usage: jackin-ask QUESTION" in done.stderr
     assert not (tmp_path / "status.json").exists()
+
+
+def test_a_question_whose_asker_is_ended_does_not_leave_the_agent_blocked(tmp_path: Path) -> None:
+    """A runtime's shell tool that times out ends jackin-ask (TERM): the agent is working again, saying it stopped
+    waiting, so agent.answer is not asked to answer a question nothing reads."""
+    env = {**os.environ, "PATH": f"{COMMON}:{os.environ['PATH']}", "JACKIN_DIR": str(tmp_path)}
+    ask = subprocess.Popen(["jackin-ask", "Which port?"], env=env, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "status.json").exists() or status(tmp_path)["state"] != "blocked":
+        assert time.monotonic() < deadline and ask.poll() is None
+        time.sleep(0.05)
+    ask.terminate()
+    assert ask.wait(timeout=10) == 143
+    assert (status(tmp_path)["state"], status(tmp_path)["message"]) == (
+        "working", "stopped waiting for an answer: Which port?")  # fmt: skip

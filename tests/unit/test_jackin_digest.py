@@ -52,16 +52,41 @@ def test_the_digest_reads_each_runtimes_own_output(tmp_path: Path, log: str, run
         assert run["commands"] == [{"command": "sh hello.sh && git add -A && git commit -qm add", "exit": 0}]
         assert said.startswith("usage ")
     else:
-        assert f"error {error}\n" in said
+        assert f"error {error}\n" in said and not (run["usage"] or {}).get("output_tokens")
     assert not (tmp_path / "handoff.md").exists()  # no repository given: nothing composed
 
 
 def test_a_log_that_is_not_a_file_or_not_json_gives_an_empty_digest(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")  # opened without blocking, refused as not a regular file
-    run, said = digest(tmp_path / "fifo", tmp_path)
-    assert run == {"runtime": None, "session": None, "final": None, "error": None, "commands": [], "usage": None}
+    empty = {"runtime": None, "session": None, "final": None, "error": None, "commands": [], "usage": None}
+    assert digest(tmp_path / "fifo", tmp_path) == (empty, "")
     (tmp_path / "text.log").write_text("plain words\n{not json\n")
-    assert digest(tmp_path / "text.log", tmp_path)[0]["runtime"] is None and said == ""
+    assert digest(tmp_path / "text.log", tmp_path) == (empty, "")
+
+
+def test_events_of_an_unexpected_shape_are_skipped_and_the_rest_still_read(tmp_path: Path) -> None:
+    """A null content block, an empty command, a warning before success: the digest keeps going, a later
+    success clears an earlier error, and a handoff is still composed (the entrypoint acts on what it prints)."""
+    events = [
+        {"type": "system", "subtype": "init", "session_id": "s-1"},
+        {"type": "assistant", "message": {"content": [None, 7, {"type": "tool_use", "id": "t1", "name": "Bash",
+                                                                "input": {"command": "   "}}]}},
+        {"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "t2", "name": "Bash",
+                                                       "input": {"command": "make test"}}]}},
+        {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t2", "is_error": False}]}},
+        {"type": "result", "subtype": "error_during_execution", "is_error": True, "result": "overloaded"},
+        {"type": "result", "subtype": "success", "is_error": False, "result": "fine", "usage": {"input_tokens": 5,
+                                                                                               "output_tokens": 2}},
+    ]  # fmt: skip
+    (tmp_path / "run.log").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    done = subprocess.run(["node", str(COMMON / "jackin-digest"), str(tmp_path / "run.log"), str(tmp_path), str(repo), ""],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    run = json.loads((tmp_path / "runtime.json").read_text())
+    assert (run["error"], run["final"], run["session"]) == (None, "fine", "s-1"), run
+    assert run["commands"] == [{"command": "make test", "exit": 0}]
+    assert done.stdout == "usage 5 2 null\n" and "- `make test` (exit 0)" in (tmp_path / "handoff.md").read_text()
 
 
 def _delivered(tmp_path: Path) -> tuple[Path, str]:
@@ -130,7 +155,7 @@ def test_a_runtime_without_a_handoff_gets_one_composed_and_flagged_and_its_usage
     document = parse_status_file((jackin_dir / "status.json").read_bytes())  # the operator's strict parse
     assert (document.state, document.message) == ("done", "claude finished"), found
     assert document.usage is not None and document.usage.model_dump() == {
-        "input_tokens": 36, "output_tokens": 21, "cost_usd": 0.000649}  # fmt: skip
+        "input_tokens": 36, "output_tokens": 21, "cost_usd": 0.0006486}  # fmt: skip
     assert document.usage.label == "36 in, 21 out, $0.0006"
     text = (jackin_dir / "handoff.md").read_text()
     head = document.commit
@@ -200,10 +225,55 @@ def test_attach_stops_the_headless_run_and_its_commands_resumes_the_session_and_
         assert json.loads(during)["message"] == "attached: the operator's session"
         for pid in (runtime, asked):  # the headless run and the command it ran: ended
             assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
-        time.sleep(1)  # the entrypoint has seen its runtime end (and recorded nothing: the session's state stays)
-        final = json.loads((jackin_dir / "status.json").read_text())
+        deadline = time.monotonic() + 30  # the entrypoint has seen its runtime end, and digested its output
+        while (jackin_dir / ".runtime").exists() or not (jackin_dir / "runtime.json").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.5)
+        final = json.loads((jackin_dir / "status.json").read_text())  # it recorded nothing: the session's state
         assert (final["state"], final["message"]) == ("idle", "the operator's session ended (exit 3)"), final
         assert not (jackin_dir / "attached").exists() and not (jackin_dir / "handoff.md").exists()
     finally:
         os.killpg(agent.pid, signal.SIGKILL)
         agent.wait(timeout=10)
+    # a restart of its container runs the task no more (the run was taken over), as after done
+    again = subprocess.Popen([str(COMMON / "jackin-entrypoint"), "sh", "-c", "echo ran > ../ran-again", "claude"],
+                             env=env, cwd=base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while "a restart does not run it again" not in (jackin_dir / "status.json").read_text():
+            assert time.monotonic() < deadline, (jackin_dir / "status.json").read_text()
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert not (base / "workspace" / "ran-again").exists()
+        assert json.loads((jackin_dir / "status.json").read_text())["state"] == "idle"
+    finally:
+        os.killpg(again.pid, signal.SIGKILL)
+        again.wait(timeout=10)
+
+
+def test_attaching_to_a_done_agent_leaves_it_done_with_the_sessions_commits(tmp_path: Path) -> None:
+    """No headless run to stop: the session runs; one that set no state leaves the agent done again, its commit
+    the branch's head (the session committed); a failed one stays failed with its message."""
+    found, jackin_dir = entrypoint(tmp_path / "d", "echo hi > a.txt", "claude")
+    assert found["state"] == "done", found
+    repo = tmp_path / "d" / "workspace" / "repo"
+    env = {**os.environ, "PATH": f"{COMMON}:{os.environ['PATH']}", "JACKIN_DIR": str(jackin_dir),
+           "JACKIN_REPO": str(repo), "JACKIN_CREDENTIALS": str(tmp_path / "d" / "none"),
+           "TMPDIR": str(tmp_path / "d" / "tmp")}  # fmt: skip
+    session = ("git -c user.name=op -c user.email=op@x.invalid commit -q --allow-empty -m more && "
+               "grep -q attached \"$JACKIN_DIR/status.json\"")  # fmt: skip
+    done = subprocess.run([str(COMMON / "jackin-attach"), "sh", "-c", session], env=env, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    final = json.loads((jackin_dir / "status.json").read_text())
+    assert (final["state"], final["commit"]) == ("done", head) and head != found["commit"], final
+    assert final["message"] == "the operator's session ended (exit 0); done before it"
+    failed, failed_dir = entrypoint(tmp_path / "f", "exit 4", "claude")
+    assert failed["state"] == "failed", failed
+    env["JACKIN_DIR"], env["JACKIN_REPO"] = str(failed_dir), str(tmp_path / "f" / "workspace" / "repo")
+    subprocess.run([str(COMMON / "jackin-attach"), "true"], env=env, capture_output=True, timeout=60, check=True)
+    after = json.loads((failed_dir / "status.json").read_text())
+    assert (after["state"], after["message"]) == ("failed", failed["message"]), after

@@ -133,3 +133,16 @@ def test_a_runtime_whose_linux_build_is_missing_does_not_resolve(monkeypatch) ->
     assert check(pin, view({"@ampcode/cli-linux-x64"})) == (
         "its Linux x64 build @ampcode/cli-linux-x64@0.0.2-g1 is not in the registry (No match found for version "
         "0.0.2-g1): the package would install without its runtime")  # fmt: skip
+
+
+def test_a_platform_build_the_registry_did_not_answer_for_is_not_called_missing(monkeypatch) -> None:
+    monkeypatch.setattr(pins.os, "uname", lambda: type("U", (), {"machine": "x86_64"})())
+    pin = Pin(role="amp", package="@ampcode/cli", version="0.0.2-g1")
+
+    def view(package: str, version: str) -> tuple[int, str]:
+        if package == "@ampcode/cli":
+            return 0, json.dumps({"version": version, "optionalDependencies": {"@ampcode/cli-linux-x64": version}})
+        return 1, "npm error code ETIMEDOUT\nnpm error network request to the registry timed out"
+
+    assert check(pin, view) == ("npm view of its Linux x64 build @ampcode/cli-linux-x64@0.0.2-g1 failed: "
+                                "network request to the registry timed out")  # fmt: skip
