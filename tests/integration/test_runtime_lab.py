@@ -1,4 +1,5 @@
-"""Real runtimes in their role images on a lab host (Claude Code, Codex CLI, OpenCode, Gemini CLI): each image built here offline
+"""Real runtimes in their role images on a lab host (Claude Code and Codex CLI here; OpenCode and Gemini CLI in
+test_runtime_lab_more.py): each image built here offline
 from its Dockerfile's recipe (the lab reaches no registry: jackin/images/build.py ``offline_context``),
 loaded over SSH, run by ``fleet.up`` with work, against a stand-in of its vendor's API (tests/standin.py:
 Anthropic's Messages API, Gemini's) on the lab's outside-standing address, reached through the agent's
@@ -193,31 +194,26 @@ def requests(lab: Lab, log: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
-# role, its credential, the header the stand-in reads it from (Codex: "Bearer KEY"), its port, whether over TLS.
-# Gemini CLI 0.40.1 refuses a base URL that is not HTTPS unless it is localhost ("Custom base URL must use HTTPS
-# unless it is localhost"): its stand-in serves HTTPS with a certificate of the test's own authority, which the
-# spec gives as api_ca (the entrypoint points NODE_EXTRA_CA_CERTS at it).
+# role, its credential, the header the stand-in reads it from (Codex: "Bearer KEY"), its port. Gemini CLI's run is
+# fleet.run's, its stand-in over TLS (test_runtime_lab_more.py).
 RUNTIMES = [
-    ("claude-code", "ANTHROPIC_API_KEY", "x-api-key", 8090, False),
-    ("codex", "OPENAI_API_KEY", "authorization", 8091, False),
-    ("opencode", "ANTHROPIC_API_KEY", "x-api-key", 8092, False),
-    ("gemini", "GEMINI_API_KEY", "x-goog-api-key", 8093, True),
+    ("claude-code", "ANTHROPIC_API_KEY", "x-api-key", 8090),
+    ("codex", "OPENAI_API_KEY", "authorization", 8091),
+    ("opencode", "ANTHROPIC_API_KEY", "x-api-key", 8092),
 ]
 
 
-HERE = [r for r in RUNTIMES if r[0] in ("claude-code", "codex")]  # the others: test_runtime_lab_more.py (a worker
-# of their own: the four runs take about 200 s)
+HERE = [r for r in RUNTIMES if r[0] in ("claude-code", "codex")]  # OpenCode's and Gemini CLI's: test_runtime_lab_more.py
+# (a worker of their own: the four runs take about 200 s)
 
 
-@pytest.mark.parametrize(("role", "credential", "header", "port", "tls"), HERE, ids=[r[0] for r in HERE])
+@pytest.mark.parametrize(("role", "credential", "header", "port"), HERE, ids=[r[0] for r in HERE])
 def test_a_runtime_in_its_image_works_asks_and_hands_off_through_fleet_up(rlab, tmp_path, monkeypatch, role: str,
-                                                                          credential: str, header: str, port: int,
-                                                                          tls: bool):  # fmt: skip
-    run_runtime(rlab, tmp_path, monkeypatch, role, credential, header, port, tls)
+                                                                          credential: str, header: str, port: int):  # fmt: skip
+    run_runtime(rlab, tmp_path, monkeypatch, role, credential, header, port)
 
 
-def run_runtime(rlab: Lab, tmp_path: Path, monkeypatch, role: str, credential: str, header: str, port: int,
-                tls: bool) -> None:  # fmt: skip
+def run_runtime(rlab: Lab, tmp_path: Path, monkeypatch, role: str, credential: str, header: str, port: int) -> None:
     """The runtime of ``role`` in its image on the lab host, through fleet.up, against its stand-in (the module's
     docstring)."""
     key = f"{role}-key-{secrets.token_hex(6)}"
@@ -234,20 +230,16 @@ def run_runtime(rlab: Lab, tmp_path: Path, monkeypatch, role: str, credential: s
     # With Codex, a second agent whose policy does not name the stand-in (network mode none: no allowlist entry
     # at all): its runtime fails at once, its own words in its status, and agent.denials shows the connection.
     fenced = role == "codex"
-    ca = None
-    if tls:
-        (tmp_path / "tls").mkdir()
-        ca, cert, cert_key = authority(tmp_path / "tls", rlab.status().service.public_address)  # type: ignore[union-attr]
     # With Claude Code, the operator then takes it over (agent.attach): its session resumed in its TUI, one
     # more turn against the stand-in (ATTACHED), and out.
     attach = role == "claude-code"
-    with standin(rlab, port, key, (cert, cert_key) if tls else None, [*SCRIPT, ATTACHED] if attach else None) as (url, log):
+    with standin(rlab, port, key, None, [*SCRIPT, ATTACHED] if attach else None) as (url, log):
         url += urlsplit(roles.load(role).api.url).path  # type: ignore[union-attr] - the role's API path (Codex: /v1)
         spec.write_text(json.dumps({"fleet": {
             "name": name, "provider": "lab", "lab": {"name": rlab.name, "hosts": 1},
             "resources": {"memory": "768m", "cpus": 1, "pids": 256},
             "network": {"mode": "allowlist"},
-            "agents": [{"name": "coder", "role": role, "api_url": url, **({"api_ca": str(ca)} if ca else {}),
+            "agents": [{"name": "coder", "role": role, "api_url": url,
                         "credentials": [{"name": credential, "from_env": "JK_TEST_RUNTIME_KEY"}],
                         "work": {"repo": str(repo), "task": TASK}},
                        *([{"name": "fenced", "role": role, "api_url": url, "network": {"mode": "none"},
