@@ -57,9 +57,7 @@ COST = {
     "test_roles.py": 18,
     "test_contract.py": 17,
     "test_runtime_claude_code.py": 12,
-    "test_runtime_gemini.py": 10,
-    "test_runtime_codex.py": 8,
-    "test_runtime_opencode.py": 12,
+    "test_runtime_local.py": 30,  # Codex CLI, OpenCode and Gemini CLI on this machine
 }
 COST_UNKNOWN = 10
 # Modules that share a session fixture share a worker, so that one worker makes it once.

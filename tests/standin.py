@@ -315,7 +315,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if not request["body"].get("tools"):  # a side call (Gemini CLI's model router): a short JSON answer
             self.standin.record(request)
-            text = json.dumps({"reasoning": "a stand-in", "model_choice": "flash"})
+            text = json.dumps({"reasoning": "a stand-in", "model_choice": "flash",  # and the classifier's fields
+                               "complexity_reasoning": "a stand-in", "complexity_score": 1})  # (0.40 logs a ZodError)
             self._json(200, {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]},
                                              "finishReason": "STOP", "index": 0}], **_GEMINI_USAGE})  # fmt: skip
             return

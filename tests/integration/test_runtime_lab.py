@@ -126,7 +126,7 @@ ANSI = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@
 def take_over(spec: Path, key: str, log: str, lab: Lab) -> None:
     """``inv agent.attach coder-1`` on a terminal (a pty of this test's): Claude Code's own session resumed in its
     TUI, shown up to its last message; one turn typed, which the stand-in answers with the whole conversation
-    before it; Ctrl-C twice, and the agent is idle, the operator's session ended. Claude Code's first-run
+    before it; /exit, and the agent is done again (it was before, and the session set nothing). Claude Code's first-run
     dialogs (theme, trust, the custom key, bypass mode) are answered beforehand in its config, as an operator
     who has run it before has them."""
     config = ("const f='/workspace/.claude.json', fs=require('fs'); const c=JSON.parse(fs.readFileSync(f,'utf8'));"
@@ -160,10 +160,10 @@ def take_over(spec: Path, key: str, log: str, lab: Lab) -> None:
         time.sleep(0.5)  # Enter apart from the text: in one read, Claude Code takes it as a paste (a new line)
         os.write(fd, b"\r")
         until(ATTACHED["text"].encode(), 60)
-        os.write(fd, b"\x03")
+        os.write(fd, b"/exit")  # its own way out (exit 0), typed as a person would, Enter apart
         time.sleep(0.5)
-        os.write(fd, b"\x03")
-        deadline = time.monotonic() + 30
+        os.write(fd, b"\r")
+        deadline = time.monotonic() + 45
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
