@@ -28,8 +28,9 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -131,6 +132,24 @@ def loopback_only() -> Iterator[str]:
     finally:
         holder.kill()
         holder.wait()
+
+
+def delivered(tmp_path: Path, task: str) -> tuple[Path, str]:
+    """The work as fleet.up delivers it to a runtime's entrypoint (jackin.work): a bundle of a one-commit
+    repository, work.json with the agent's branch and the commit, and the task, under ``tmp_path/work``;
+    (the work dir, the commit)."""
+    source, work = tmp_path / "source", tmp_path / "work"
+    work.mkdir()
+    git = ["git", "-C", str(source), "-c", "user.name=op", "-c", "user.email=op@example.invalid"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(source)], check=True)
+    (source / "README.md").write_text("a project\n")
+    subprocess.run([*git, "add", "README.md"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "start"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run([*git, "bundle", "create", "-q", str(work / "repo.bundle"), "main"], check=True, capture_output=True)
+    (work / "work.json").write_text(json.dumps({"branch": "jackin/coder-1", "commit": commit}, separators=(",", ":")))
+    (work / "task.md").write_text(task + "\n")
+    return work, commit
 
 
 class StandIn:
@@ -299,6 +318,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _stream(self, events: Iterable[tuple[str | None, dict]], *, end: str = "\n\n") -> None:
+        """Server-sent events, each written as it comes (``event:`` when named); no length: the stream
+        ends with the connection."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.close_connection = True
+        self.end_headers()
+        for name, data in events:
+            head = f"event: {name}\n" if name else ""
+            self.wfile.write(f"{head}data: {json.dumps(data)}{end}".encode())
+            self.wfile.flush()
+
     def _gemini(self, request: dict[str, Any]) -> None:
         """Gemini's API (``/v1beta/models/<model>:streamGenerateContent?alt=sse``, ``:generateContent``,
         ``:countTokens``), as Gemini CLI calls it; the key in ``x-goog-api-key``. A step's tool is sent as
@@ -333,13 +366,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if ":generateContent" in path:
             self._json(200, event)
             return
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("connection", "close")
-        self.close_connection = True
-        self.end_headers()
-        self.wfile.write(f"data: {json.dumps(event)}\r\n\r\n".encode())
-        self.wfile.flush()
+        self._stream([(None, event)], end="\r\n\r\n")  # Gemini's framing: data lines only
 
     def _responses(self, request: dict[str, Any]) -> None:
         """OpenAI's Responses API (``POST /v1/responses``, streamed), as Codex CLI calls it; the key as
@@ -356,14 +383,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not request["body"].get("stream"):
             self._json(200, events[-1][1]["response"])
             return
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("connection", "close")
-        self.close_connection = True
-        self.end_headers()
-        for name, data in events:
-            self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-            self.wfile.flush()
+        self._stream(events)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.standin.record({"method": "GET", "path": self.path, "headers": dict(self.headers), "body": {}})
@@ -401,15 +421,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                              "content": blocks, "stop_reason": stop, "stop_sequence": None,
                              "usage": {"input_tokens": 12, "output_tokens": 7}})  # fmt: skip
             return
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("connection", "close")  # no length: the stream ends with the connection
-        self.close_connection = True
-        self.end_headers()
-        for name, data in _events(model, message_id, blocks, stop):
-            self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-            self.wfile.flush()
+        self._stream(_events(model, message_id, blocks, stop))
 
 
 # --- as a process of its own: the lab's stand-in (python3 standin.py ADDRESS PORT SCRIPT LOG) ---------------

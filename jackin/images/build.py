@@ -127,7 +127,6 @@ def _docker_build(tag: str, context: Path) -> None:
         raise LabError(f"docker build of {tag} failed:\n{done.stderr.decode(errors='replace')[-3000:]}")
 
 
-NODE_ARCH = {"x86_64": "x64", "aarch64": "arm64"}  # this machine's, as npm's node-linux-<arch> packages name it
 NODE_FROM = re.compile(r"^node:(\d+\.\d+\.\d+)(?:-|$)")
 
 
@@ -136,8 +135,9 @@ def offline_context(role: roles.Role, context: Path, *, base: str) -> Path:
     none): its Dockerfile's recipe, taken from the Dockerfile itself. Node at the version of its ``FROM
     node:<version>-...`` (npm's ``node-linux-<arch>`` package) and every npm package its ``npm install``
     pins (``jackin.images.pins``), installed by this machine's npm into ``local/`` (the image's
-    /usr/local; no install script runs here: a pinned package's own runs in a container, ``_install_scripts``); on ``base`` (the demo role's root: Debian minbase, git, busybox), with roles/common, the
-    Dockerfile's ``ENV`` lines, the role's user, HEALTHCHECK, ENTRYPOINT and CMD."""
+    /usr/local; no install script runs here: a pinned package's own runs in a container,
+    ``_install_scripts``); on ``base`` (the demo role's root: Debian minbase, git, busybox), with
+    roles/common, the Dockerfile's ``ENV`` lines, the role's user, HEALTHCHECK, ENTRYPOINT and CMD."""
     from jackin.images import pins  # the Dockerfile's pins: only this build needs them
 
     text = (role.directory / str(role.image.dockerfile)).read_text()
@@ -147,14 +147,14 @@ def offline_context(role: roles.Role, context: Path, *, base: str) -> Path:
     if node is None:
         raise LabError(f"role {role.name}: its Dockerfile's FROM {image!r} is not node:<version>-...: the lab "
                        "cannot build it offline (it takes Node from npm at that version)")  # fmt: skip
-    arch = NODE_ARCH.get(os.uname().machine)
+    arch = pins.NODE_ARCH.get(os.uname().machine)
     npm = shutil.which("npm")
     if arch is None or npm is None:
         raise LabError(f"role {role.name}: building it here needs npm and a machine npm has Node for "
                        f"(this one: {os.uname().machine}, npm {'found' if npm else 'missing'})",
                        hint="apt-get install npm")  # fmt: skip
-    packages = [f"node-linux-{arch}@{node.group(1)}"]
-    packages += [f"{p.package}@{p.version}" for p in pins.pins() if p.role == role.name]
+    pinned = [p for p in pins.pins() if p.role == role.name]
+    packages = [f"node-linux-{arch}@{node.group(1)}", *(f"{p.package}@{p.version}" for p in pinned)]
     context.mkdir(parents=True)
     shutil.copytree(roles.roles_dir() / roles.COMMON, context / roles.COMMON, symlinks=False)
     # No package's install script runs here (on this machine, as this user, beside the operator's
@@ -169,7 +169,7 @@ def offline_context(role: roles.Role, context: Path, *, base: str) -> Path:
     shutil.rmtree(
         context / "local" / "lib" / "node_modules" / f"node-linux-{arch}" / "include", ignore_errors=True
     )  # C headers: 56 MB
-    for pin in (p for p in pins.pins() if p.role == role.name):
+    for pin in pinned:
         _install_scripts(context / "local", pin.package, base=base)
     env = [f"ENV {rest}" for _, word, rest in steps if word == "ENV"]
     lines = [f"FROM {base}", "COPY local/ /usr/local/", "COPY common/ /usr/local/bin/", *env,
@@ -517,9 +517,10 @@ def load_missing(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Build here the lab images of the named roles (default: every role), each once per machine: a tag already in the local Docker engine is kept (the tag is the
-    content's hash). Prints each one's tag, whether it was built or found, the time and its size, so CI
-    shows the cold build's cost apart from the suite's. Exit 1 when one fails to build."""
+    """Build here the lab images of the named roles (default: every role), each once per machine: a tag
+    already in the local Docker engine is kept (the tag is the content's hash). Prints each one's tag,
+    whether it was built or found, the time and its size, so CI shows the cold build's cost apart from the
+    suite's. Exit 1 when one fails to build."""
     import sys
 
     wanted = list(argv if argv is not None else sys.argv[1:])

@@ -36,6 +36,7 @@ from jackin.spec.role_checks import dockerfile_instructions
 ARG = re.compile(r"^([A-Z][A-Z0-9_]*)=(.+)$")
 INSTALLERS = {("npm", "install"), ("npm", "i"), ("npm", "add"), ("pnpm", "add"), ("yarn", "add")}
 SPEC = re.compile(r"^((?:@[a-z0-9._-]+/)?[a-z0-9._-]+)(?:@(.+))?$")
+NODE_ARCH = {"x86_64": "x64", "aarch64": "arm64"}  # a machine's architecture as npm's platform packages name it
 EXACT = re.compile(r"^\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")
 VARIABLE = re.compile(r"^\$\{?([A-Z][A-Z0-9_]*)\}?$")
 
@@ -108,12 +109,12 @@ NETWORK = ("ENOTFOUND", "ETIMEDOUT", "ECONNREFUSED", "ECONNRESET", "EAI_AGAIN", 
 
 
 def npm_view(package: str, version: str) -> tuple[int, str]:
-    """``npm view PACKAGE@VERSION version deprecated optionalDependencies --json``: (exit status, output); asked once more
-    when the registry did not answer (a passing network error, not a missing version)."""
+    """``npm view PACKAGE@VERSION version deprecated optionalDependencies --json``: (exit status, output);
+    asked once more when the registry did not answer (a passing network error, not a missing version)."""
     for attempt in (1, 2):
         try:
-            done = subprocess.run(["npm", "view", f"{package}@{version}", "version", "deprecated", "optionalDependencies",
-                                   "--json"],
+            fields = ["version", "deprecated", "optionalDependencies"]
+            done = subprocess.run(["npm", "view", f"{package}@{version}", *fields, "--json"],
                                   capture_output=True, text=True, timeout=90, check=False)  # fmt: skip
         except subprocess.TimeoutExpired:
             code, out = 1, "npm view timed out after 90 s (the registry did not answer)"
@@ -155,7 +156,7 @@ def check(pin: Pin, view: Callable[[str, str], tuple[int, str]] = npm_view) -> s
     # (Amp, OpenCode): npm installs the wrapper without it, and the runtime only says it is not installed.
     optional = found.get("optionalDependencies")
     optional = optional if isinstance(optional, dict) else {}
-    arch = {"x86_64": "x64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+    arch = NODE_ARCH.get(os.uname().machine, os.uname().machine)
     for name, version in sorted(optional.items()):
         # glibc builds (the images are Debian's) pinned exactly (a range is another package's choice, not a build)
         if f"linux-{arch}" not in name or "musl" in name or not isinstance(version, str) or not EXACT.match(version):

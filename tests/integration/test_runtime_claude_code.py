@@ -35,7 +35,7 @@ from jackin.images import pins
 from jackin.spec.role_checks import dockerfile_instructions
 from jackin.spec import roles
 from jackin.work import handoffs
-from tests.standin import StandIn, bash, last_tool_result, loopback_only, say, write
+from tests.standin import StandIn, bash, delivered, last_tool_result, loopback_only, say, write
 
 NPM, NODE = shutil.which("npm"), shutil.which("node")
 PIN = next(p for p in pins.pins() if p.role == "claude-code")
@@ -51,24 +51,6 @@ AGENT_UID = 65534  # the runtime runs as a user of its own, as in its container 
 def claude(tmp_path_factory) -> Path:
     """The directory of ``claude``, installed from the npm registry at the role's pin (readable by all)."""
     return install(tmp_path_factory, "claude-code")
-
-
-def delivered(tmp_path: Path) -> tuple[Path, str]:
-    """The work as fleet.up delivers it (jackin.work): a bundle of a one-commit repository, work.json
-    with the agent's branch and the commit, and the task; (the work dir, the commit)."""
-    source, work = tmp_path / "source", tmp_path / "work"
-    work.mkdir()
-    git = ["git", "-C", str(source), "-c", "user.name=op", "-c", "user.email=op@example.invalid"]
-    subprocess.run(["git", "init", "-q", "-b", "main", str(source)], check=True)
-    (source / "README.md").write_text("a project\n")
-    subprocess.run([*git, "add", "README.md"], check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "start"], check=True)
-    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-    subprocess.run([*git, "bundle", "create", "-q", str(work / "repo.bundle"), "main"], check=True,
-                   capture_output=True)  # fmt: skip
-    (work / "work.json").write_text(json.dumps({"branch": "jackin/coder-1", "commit": commit}, separators=(",", ":")))
-    (work / "task.md").write_text(TASK + "\n")
-    return work, commit
 
 
 def status(jackin_dir: Path) -> dict:
@@ -107,7 +89,7 @@ class Agent:
 
     def __init__(self, tmp_path: Path, key: str, *, role: str = "claude-code"):
         self.role = roles.load(role)
-        self.work, self.base = delivered(tmp_path)
+        self.work, self.base = delivered(tmp_path, TASK)
         self.workspace, self.creds, self.bindir = tmp_path / "workspace", tmp_path / "credentials", tmp_path / "bin"
         self.jackin_dir, self.repo, self.temp = self.workspace / ".jackin", self.workspace / "repo", tmp_path / "tmp"
         self.creds.mkdir()

@@ -18,6 +18,7 @@ import pytest
 
 from jackin.agents.state import parse_status_file
 from jackin.work import handoffs
+from tests.standin import delivered
 
 COMMON = Path(__file__).resolve().parents[2] / "roles" / "common"
 OUTPUT = Path(__file__).resolve().parents[1] / "fixtures" / "runtime-output"
@@ -89,26 +90,11 @@ def test_events_of_an_unexpected_shape_are_skipped_and_the_rest_still_read(tmp_p
     assert done.stdout == "usage 5 2 null\n" and "- `make test` (exit 0)" in (tmp_path / "handoff.md").read_text()
 
 
-def _delivered(tmp_path: Path) -> tuple[Path, str]:
-    source, work = tmp_path / "source", tmp_path / "work"
-    work.mkdir()
-    git = ["git", "-C", str(source), "-c", "user.name=op", "-c", "user.email=op@example.invalid"]
-    subprocess.run(["git", "init", "-q", "-b", "main", str(source)], check=True)
-    (source / "README.md").write_text("a project\n")
-    subprocess.run([*git, "add", "README.md"], check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "start"], check=True)
-    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-    subprocess.run([*git, "bundle", "create", "-q", str(work / "repo.bundle"), "main"], check=True, capture_output=True)
-    (work / "work.json").write_text(json.dumps({"branch": "jackin/coder-1", "commit": commit}, separators=(",", ":")))
-    (work / "task.md").write_text("a task\n")
-    return work, commit
-
-
 def entrypoint(tmp_path: Path, script: str, name: str, credentials: dict[str, str] | None = None) -> tuple[dict, Path]:
     """The entrypoint running ``sh -c SCRIPT NAME`` as a role's command does, until the state is final;
     (the status file, the agent's .jackin directory)."""
     tmp_path.mkdir(exist_ok=True)
-    work, _ = _delivered(tmp_path)
+    work, _ = delivered(tmp_path, "a task")
     jackin_dir, repo, temp = tmp_path / "workspace" / ".jackin", tmp_path / "workspace" / "repo", tmp_path / "tmp"
     temp.mkdir()
     (tmp_path / "none").mkdir()
@@ -197,7 +183,7 @@ def test_attach_stops_the_headless_run_and_its_commands_resumes_the_session_and_
     script = f"echo '{init}'; sleep 300 & echo $! > ../asked; wait"  # the runtime, and a command it waits on
     base = tmp_path / "a"
     base.mkdir()
-    work, _ = _delivered(base)
+    work, _ = delivered(base, "a task")
     jackin_dir, repo, temp, creds = base / "workspace" / ".jackin", base / "workspace" / "repo", base / "tmp", base / "creds"
     temp.mkdir()
     creds.mkdir()
