@@ -245,3 +245,32 @@ def systemd_escape_path(path: str) -> str:
 def cow_unit(fleet: str) -> str:
     """The systemd mount unit of the fleet's checkpoint filesystem (``systemd-escape -p --suffix=mount``)."""
     return systemd_escape_path(fleet_dir(fleet)) + ".mount"
+
+
+# --- the credential gateway (jackin/net/gateway.py) ---------------------------------------------
+
+GATEWAY_ETC = f"{ETC_DIR}/gateway"  # per fleet: <fleet>/{config,secrets,logins}.json, root:<its group> 0440
+GATEWAY_STATE = "/var/lib/jackin-gateway"  # per fleet: <fleet>/, the gateway's own (systemd StateDirectory=)
+GATEWAY_PROGRAM = f"{LIB_DIR}/gatewayd"  # jackin/net/gatewayd.py, shared by the host's fleets
+GATEWAY_PORT = 8377  # on each agent's bridge address
+
+
+def gateway_dir(fleet: str) -> str:
+    return f"{GATEWAY_ETC}/{fleet}"
+
+
+def gateway_state(fleet: str) -> str:
+    return f"{GATEWAY_STATE}/{fleet}"
+
+
+def gateway_unit(fleet: str) -> str:
+    return f"jackin-gateway-{fleet}.service"
+
+
+def gateway_user(fleet: str) -> str:
+    """The gateway's system user and group: ``jk-gw-<fleet>``, hashed when too long. No agent's name can
+    be it: theirs have ``--`` after the fleet's (``user_prefix``)."""
+    name = f"jk-gw-{fleet}"
+    if len(name) <= MAX_NAME:
+        return name
+    return f"{name[: MAX_NAME - 7]}-{hashlib.sha256(name.encode()).hexdigest()[:6]}"

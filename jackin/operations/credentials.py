@@ -77,7 +77,8 @@ def _agent(agent: AgentPlan, state: HostState, values: Secrets) -> list[Command]
         raise Refused(f"credential {', '.join(missing)} of agent {agent.agent} was not handed to the engine "
                              "(run the deploy through inv fleet.up, which reads credentials first)")  # fmt: skip
     directory = agent.credentials_dir
-    want = {n: values.digest(agent.fleet, agent.instance, agent.agent, n) for n in agent.credentials}
+    delivered = {n: delivered_value(agent, n, values) for n in agent.credentials}
+    want = {n: values.digest(agent.fleet, agent.instance, agent.agent, n, delivered[n]) for n in agent.credentials}
     have = state.credential_digests.get(agent.instance, {})
     entries = children(state.credentials, directory)
     file_ok = PathInfo(kind="f", mode=FILE_MODE, uid=agent.uid, gid=agent.uid)
@@ -94,7 +95,7 @@ def _agent(agent: AgentPlan, state: HostState, values: Secrets) -> list[Command]
         commands += [q("rm", "-rf", staging), q("install", "-d", "-m", "0700", UPLOAD_DIR, staging)]
         for n, name in enumerate(deliver):
             target, new = f"{directory}/{name}", f"{directory}/.{name}.jackin-new"
-            commands.append(SecretUpload(values.value(agent.agent, name), f"{staging}/{n}", target=target))
+            commands.append(SecretUpload(delivered[name], f"{staging}/{n}", target=target))
             commands.append(q("install", "-m", FILE_MODE, "-o", str(agent.uid), "-g", str(agent.uid), "-T",
                               f"{staging}/{n}", new))  # fmt: skip
             commands.append(q("mv", "-f", "-T", new, target))  # atomic: the container sees old or new, never half
@@ -104,6 +105,13 @@ def _agent(agent: AgentPlan, state: HostState, values: Secrets) -> list[Command]
         {digests_file(agent.fleet, agent.instance): record}, modes={digests_file(agent.fleet, agent.instance): "0600"}
     )  # last: a failure re-delivers
     return commands
+
+
+def delivered_value(agent: AgentPlan, name: str, values: Secrets) -> bytes:
+    """What the agent's file holds: the value, or in gateway mode its placeholder (jackin/net/gateway.py)."""
+    if agent.gateway is not None and agent.gateway.credential == name:
+        return values.placeholder(agent.fleet, agent.instance, name)
+    return values.value(agent.agent, name)
 
 
 def credential_commands(plan: FleetPlan, state: HostState, values: Secrets) -> list[Command]:

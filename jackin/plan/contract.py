@@ -110,7 +110,8 @@ def _agent(agent: AgentPlan, spec: AgentSpec, hosts: list[HostFacts], trusted: l
     creds = [CredentialTerm(name=c.name, host_path=f"{agent.credentials_dir}/{c.name}",
                             container_path=f"{CREDENTIALS_TARGET}/{c.name}", owner=agent.user,
                             source="env" if c.from_env else "file",
-                            source_path=sources.resolved(c.from_file) if c.from_file else None) for c in given]  # fmt: skip
+                            source_path=sources.resolved(c.from_file) if c.from_file else None,
+                            **_held(agent, c.name)) for c in given]  # fmt: skip
     work = _work(agent, spec.work)
     mounts = _mounts(agent)
     docker = _docker(mounts).model_copy(update={"apparmor": [h.apparmor_line() for h in hosts] or
@@ -123,14 +124,24 @@ def _agent(agent: AgentPlan, spec: AgentSpec, hosts: list[HostFacts], trusted: l
                          + _source_risks(given, creds, spec.work, work, trusted))  # fmt: skip
 
 
+def _held(agent: AgentPlan, name: str) -> dict[str, str]:
+    """A credential through the gateway: who holds its value, and the one host it goes to."""
+    if agent.gateway is None or agent.gateway.credential != name:
+        return {}
+    return {"delivery": "gateway", "upstream": agent.gateway.upstream,
+            "holds": f"the agent never holds the value: it holds a placeholder, which the host's credential gateway "
+                     f"({hostpaths.gateway_unit(agent.fleet)}) replaces in its requests to {agent.gateway.upstream} only"}  # fmt: skip
+
+
 def _api(agent: AgentPlan, spec: AgentSpec) -> ApiTerm | None:
-    """The base URL in force: the spec's ``api_url``, else the role's."""
+    """The base URL in force: the spec's ``api_url``, else the role's; reached directly or through the gateway."""
     api = _role(agent.role).api if agent.role in _role_names() else None
     if api is None:
         return None
+    via = {"via": "gateway", "budget": agent.gateway.budget} if agent.gateway is not None else {}
     if spec.api_url is not None:
-        return ApiTerm(url=spec.api_url, env=api.env, source="spec")
-    return ApiTerm(url=api.url, env=api.env, source="role")
+        return ApiTerm(url=spec.api_url, env=api.env, source="spec", **via)
+    return ApiTerm(url=api.url, env=api.env, source="role", **via)
 
 
 def _work(agent: AgentPlan, spec: WorkSpec | None) -> WorkTerm | None:
@@ -248,13 +259,19 @@ def _role_risks(agent: AgentPlan, creds: list[CredentialTerm]) -> list[str]:
     """What the agent's role adds (jackin/spec/roles.py): its credentials live in the runtime's environment, and
     its default egress entries are in the allowlist (allowlist mode)."""
     risks = []
-    if creds and agent.image != planning.DEFAULT_IMAGE:  # the busybox image has no entrypoint: files only
-        risks.append(f"the role's entrypoint exports {', '.join(c.name for c in creds)} into the runtime's process "
+    held = [c for c in creds if c.delivery == "file"]
+    if held and agent.image != planning.DEFAULT_IMAGE:  # the busybox image has no entrypoint: files only
+        risks.append(f"the role's entrypoint exports {', '.join(c.name for c in held)} into the runtime's process "
                      "environment: the runtime and every command it runs can read it (and a prompt can make it leak "
                      "through any allowed destination)")  # fmt: skip
+    if agent.gateway is not None:
+        spend = "its budget" if agent.gateway.budget else "no budget of its own (none in the spec)"
+        risks.append(f"through the gateway the agent can spend {agent.gateway.credential}'s quota at "
+                     f"{agent.gateway.upstream}, up to {spend}")  # fmt: skip
     if agent.role in _role_names() and agent.policy.mode == "allowlist":
         api = _role(agent.role).api
-        egress = [e for e in role_egress(agent.role, agent.env.get(api.env) if api else None)
+        egress = [e for e in role_egress(agent.role, agent.env.get(api.env) if api else None,
+                                         gateway=agent.gateway is not None)
                   if e in agent.policy.allow]  # fmt: skip
         if egress:
             risks.append(f"role {agent.role} adds {', '.join(egress)} to the allowlist (its model provider's API)")
@@ -296,10 +313,20 @@ def _effects(plan: FleetPlan) -> HostEffects:
         files += [hostpaths.ttl_file(fleet), hostpaths.unit_path(hostpaths.ttl_unit(fleet, "timer")),
                   hostpaths.unit_path(hostpaths.ttl_unit(fleet, "service"))]  # fmt: skip
     files.append(f"{UPLOADED_RESTIC} (when a snapshot is taken and the host has no restic)")
+    users = [a.user for a in plan.agents]
+    if plan.gateway_agents:  # the credential gateway (jackin/net/gateway.py)
+        packages.append(PackageTerm(name="python3-aiohttp", when="an agent's credential is in gateway mode and it is missing"))
+        services.append(f"{hostpaths.gateway_unit(fleet)} (the credential gateway: its own user, no capabilities, "
+                        f"listening on port {hostpaths.GATEWAY_PORT} of its agents' bridges only)")  # fmt: skip
+        gw = hostpaths.gateway_dir(fleet)
+        files += [hostpaths.GATEWAY_PROGRAM, f"{gw}/config.json", f"{gw}/secrets.json (the values: root, and only the "
+                  "gateway's group may read it)", hostpaths.unit_path(hostpaths.gateway_unit(fleet))]  # fmt: skip
+        directories += [gw, f"{hostpaths.gateway_state(fleet)} (the gateway's usage and audit records)"]
+        users.append(f"{hostpaths.gateway_user(fleet)} (system user of the credential gateway)")
     return HostEffects(packages=packages, services=services, files=files, directories=directories,
                        firewall_tables=[f"inet {hostpaths.table_name(fleet)}"],
                        daemon_json_keys=DAEMON_KEYS + (["default-address-pools"] if plan.address_pools else []),
-                       users=[a.user for a in plan.agents],
+                       users=users,
                        docker_objects=[f"network {a.network}" for a in plan.agents] +
                                       [f"container {a.container}" for a in plan.agents] +
                                       [f"image {i}" for i in sorted({a.image for a in plan.agents})])  # fmt: skip

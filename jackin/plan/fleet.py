@@ -24,13 +24,14 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin import hostpaths
 from jackin.hostpaths import CREDENTIALS_TARGET, ROOT, WORK_TARGET, user_name
 from jackin.spec import roles
-from jackin.spec.models import AddressPool, FleetSpec, Mount, NetworkPolicy, WorkSpec
+from jackin.spec.models import AddressPool, AgentSpec, FleetSpec, Mount, NetworkPolicy, WorkSpec, gateway_credential
 from jackin.spec.values import SLUG
 
 DEFAULT_IMAGE = "jackin/agent:busybox"
@@ -58,6 +59,18 @@ class WorkPlan(_Model):
     branch: str  # jackin/<instance>: the agent's own branch, fixed by jackin
     commit: str | None = None
     files: dict[str, str] = Field(default_factory=dict)  # file name -> sha256 hex; empty: not prepared
+
+
+class GatewayPlan(_Model):
+    """An agent's credential in gateway mode (jackin/net/gateway.py): the runtime holds a placeholder in
+    ``header`` and reaches its API at the gateway on its bridge; the gateway forwards to ``upstream`` only."""
+
+    credential: str
+    header: str
+    upstream: str  # scheme://host[:port] of the URL in force (the spec's api_url, else the role's)
+    ca: bool = False  # the spec's api_ca: the gateway trusts it for the upstream (beside the system's)
+    prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    budget: dict[str, float | int | None] | None = None
 
 
 class Health(_Model):
@@ -99,6 +112,7 @@ class AgentPlan(_Model):
     healthcheck: Health | None = None  # the role's Docker HEALTHCHECK (None: the image's own, if any)
     # Set in the container: the spec's api_url, in the variable its role's runtime reads (api.env).
     env: dict[str, str] = Field(default_factory=dict)
+    gateway: GatewayPlan | None = None  # its API credential through the host's credential gateway
     work: WorkPlan | None = None  # a repository and a task delivered to /run/jackin/work (jackin/work/bundles.py)
 
     @property
@@ -202,6 +216,11 @@ class FleetPlan(_Model):
     # Every role image built on the operator's machine and loaded over SSH, ``build: host`` roles too (from
     # their Dockerfile, offline: jackin/images/build.py): lab hosts reach no registry.
     images_here: bool = False
+    budget: dict[str, float | int | None] | None = None  # the fleet's whole budget (each host enforces a share)
+
+    @property
+    def gateway_agents(self) -> list[AgentPlan]:
+        return [a for a in self.agents if a.gateway is not None]
 
     @property
     def fleet_dir(self) -> str:
@@ -276,7 +295,8 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
                 policy=spec.agent_network(agent),
                 credentials=sorted({c.name for c in agent.credentials}),
                 mounts=agent.mounts,
-                env=api_env(agent.role, agent.api_url),
+                env=api_env(agent.role, agent.api_url, gateway=gateway_credential(agent) is not None),
+                gateway=gateway_plan(agent),
             )  # fmt: skip
         )
     agents = [a.model_copy(update={"work": work_plan(by_name[a.agent].work, a.instance)}) for a in agents]
@@ -291,16 +311,36 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
             CheckpointPlan(size=spec.snapshots.checkpoint_size) if spec.snapshots.checkpoints == "btrfs" else None
         ),  # fmt: skip
         images_here=spec.provider == "lab",
+        budget=spec.budget.model_dump() if spec.budget is not None else None,
     )
 
 
-def api_env(role_name: str, api_url: str | None) -> dict[str, str]:
+def api_env(role_name: str, api_url: str | None, *, gateway: bool = False) -> dict[str, str]:
     """The runtime's base URL variable when the spec replaces the role's (none otherwise: the runtime's
-    own default is the vendor's)."""
-    if api_url is None or role_name not in roles.names():
+    own default is the vendor's); with ``gateway``, the gateway on the agent's bridge, with the path of the
+    URL in force (``http://<bridge address>:8377/v1``: the address is filled in on the host)."""
+    if (api_url is None and not gateway) or role_name not in roles.names():
         return {}
     api = roles.load(role_name).api
-    return {api.env: api_url} if api is not None else {}
+    if api is None:
+        return {}
+    if gateway:
+        path = urlsplit(api_url or api.url).path.rstrip("/")
+        return {api.env: f"http://{BRIDGE_GATEWAY}:{hostpaths.GATEWAY_PORT}{path}"}
+    return {api.env: api_url} if api_url is not None else {}
+
+
+def gateway_plan(agent: AgentSpec) -> GatewayPlan | None:
+    """The agent's credential in gateway mode, or None (``jackin.spec.models.gateway_credential``)."""
+    name = gateway_credential(agent)
+    if name is None:
+        return None
+    role = roles.load(agent.role)
+    assert role.api is not None  # gateway_credential says the role has one
+    parts = urlsplit(agent.api_url or role.api.url)
+    return GatewayPlan(credential=name, header=role.api.header, upstream=f"{parts.scheme}://{parts.netloc}",
+                       ca=agent.api_ca is not None, prices={m: p.model_dump() for m, p in role.prices.items()},
+                       budget=agent.budget.model_dump() if agent.budget is not None else None)  # fmt: skip
 
 
 def work_plan(work: WorkSpec | None, instance: str) -> WorkPlan | None:

@@ -49,7 +49,10 @@ class CredentialTerm(_Model):
     """How one credential reaches the agent; its value is never part of a contract."""
 
     name: str
-    delivery: Literal["file"] = "file"
+    # file: the value in the agent's file; gateway: a placeholder there, the value with the host's gateway
+    delivery: Literal["file", "gateway"] = "file"
+    holds: str = "the agent's process holds the value (residual risk)"  # who holds the value, in words
+    upstream: str | None = None  # gateway: the only host the gateway sends the value to
     host_path: str
     container_path: str
     mode: str = FILE_MODE
@@ -113,6 +116,10 @@ class ApiTerm(_Model):
     url: str
     env: str
     source: Literal["role", "spec"]
+    # gateway: the runtime reaches ``url`` through the credential gateway on its bridge (``env`` is
+    # http://<bridge address>:8377<path>); direct: itself
+    via: Literal["direct", "gateway"] = "direct"
+    budget: dict[str, float | int | None] | None = None  # the agent's, enforced by the gateway
 
 
 class AgentContract(_Model):

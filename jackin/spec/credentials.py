@@ -40,7 +40,7 @@ from pathlib import Path, PurePosixPath
 
 from jackin.errors import SpecError
 from jackin.paths import private_dir, state_dir
-from jackin.spec.models import AgentSpec, Credential, FleetSpec
+from jackin.spec.models import API_CA, AgentSpec, Credential, FleetSpec, gateway_credential
 
 FILE_MODE = "0400"
 DIR_MODE = "0750"
@@ -77,10 +77,24 @@ class Secrets:
     def value(self, agent: str, name: str) -> bytes:
         return self._values[agent][name]
 
-    def digest(self, fleet: str, instance: str, agent: str, name: str) -> str:
-        """HMAC-SHA256 of one delivered value, bound to where it goes (fleet, instance, name)."""
-        message = f"{fleet}\0{instance}\0{name}\0".encode() + self._values[agent][name]
+    def digest(self, fleet: str, instance: str, agent: str, name: str, data: bytes | None = None) -> str:
+        """HMAC-SHA256 of one delivered value (``data``: what is delivered instead, a placeholder), bound to
+        where it goes (fleet, instance, name)."""
+        message = f"{fleet}\0{instance}\0{name}\0".encode() + (self._values[agent][name] if data is None else data)
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    def has(self, agent: str, name: str) -> bool:
+        return name in self._values.get(agent, {})
+
+    def placeholder(self, fleet: str, instance: str, name: str) -> bytes:
+        """What an agent holds for a credential in gateway mode: ``jackin-placeholder-<40 hex>``, an HMAC under the
+        fleet's key of where it goes (the same on every run, different per agent, and nothing of the value)."""
+        message = f"placeholder\0{fleet}\0{instance}\0{name}".encode()
+        return b"jackin-placeholder-" + hmac.new(self._key, message, hashlib.sha256).hexdigest()[:40].encode()
+
+    def sealed(self, data: bytes) -> str:
+        """HMAC-SHA256 of ``data`` under the fleet's key (the gateway's secrets file's record on its host)."""
+        return hmac.new(self._key, b"gateway\0" + data, hashlib.sha256).hexdigest()
 
     def to_wire(self) -> str:
         """One JSON line for the engine child's stdin (never a file others can read, never argv or env)."""
@@ -153,7 +167,10 @@ def read(spec: FleetSpec, *, environ: Mapping[str, str] | None = None, key: byte
     values: dict[str, dict[str, bytes]] = {}
     problems: list[str] = []
     for agent in spec.agents:
-        for credential in agent.credentials:
+        given = list(agent.credentials)
+        if agent.api_ca is not None and gateway_credential(agent) is not None:  # for the gateway, not the agent
+            given.append(Credential(name=API_CA, from_file=agent.api_ca))
+        for credential in given:
             try:
                 values.setdefault(agent.name, {})[credential.name] = _read_one(agent, credential, environ)
             except CredentialError as error:

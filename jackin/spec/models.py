@@ -153,6 +153,10 @@ class Credential(Model):
     name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
     from_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     from_file: Path | None = None
+    # gateway: the agent holds a placeholder, and the host's credential gateway (jackin/net/gateway.py) puts
+    # the value into its API requests; file: the agent's process holds the value (residual risk). Unset:
+    # gateway for the credential the role's runtime authenticates its API calls with, where it can.
+    mode: Literal["gateway", "file"] | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> Credential:
@@ -192,6 +196,22 @@ class Mount(Model):
         return value
 
 
+class Budget(Model):
+    """What an agent (or the whole fleet) may spend through the credential gateway; the request after it is
+    spent is refused (HTTP 429), and the agent shows ``blocked: budget spent``. A higher budget applied by
+    ``fleet.up`` lets it go on, with no restart."""
+
+    tokens: int | None = Field(None, ge=1)  # input and output (cached input included), as the API reports them
+    usd: float | None = Field(None, gt=0, allow_inf_nan=False)  # counted with the role's price table
+    requests: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _something(self) -> Budget:
+        if self.tokens is None and self.usd is None and self.requests is None:
+            raise ValueError("a budget needs at least one of tokens, usd or requests")
+        return self
+
+
 class AgentSpec(Model):
     name: Slug
     role: str = "demo"  # one of the roles found under roles/ (jackin/spec/roles.py); checked below
@@ -210,6 +230,7 @@ class AgentSpec(Model):
     # /run/jackin/credentials/JACKIN_API_CA); the entrypoint points NODE_EXTRA_CA_CERTS at it, so a Node
     # runtime trusts it beside the system's authorities (never in place of them).
     api_ca: Path | None = None
+    budget: Budget | None = None  # counted and enforced by the credential gateway (jackin/net/gateway.py)
 
     @field_validator("mounts")
     @classmethod
@@ -230,6 +251,10 @@ class AgentSpec(Model):
         return _check_role_credentials(self)
 
     @model_validator(mode="after")
+    def _gateway(self) -> AgentSpec:
+        return _check_gateway(self)
+
+    @model_validator(mode="after")
     def _role_api(self) -> AgentSpec:
         api = _role(self.role).api if self.role in _role_names() else None
         if self.api_url is not None and api is None:
@@ -239,23 +264,69 @@ class AgentSpec(Model):
                              "URL that is not https:// unless its host is localhost (it would fail at its start); "
                              "give an https:// URL")  # fmt: skip
         if self.api_ca is not None:
-            if api is not None and not api.extra_ca:
+            through = gateway_credential(self) is not None  # the gateway trusts it for the upstream, not the agent
+            if not through and api is not None and not api.extra_ca:
                 raise ValueError(f"agent {self.name!r}: api_ca: role {self.role!r}'s runtime does not take an extra "
                                  "certificate authority (NODE_EXTRA_CA_CERTS is Node's); give its api_url a "
-                                 "certificate the system trusts")  # fmt: skip
+                                 "certificate the system trusts, or its credential mode gateway")  # fmt: skip
             if self.api_url is None or not self.api_url.startswith("https://"):
                 raise ValueError(f"agent {self.name!r}: api_ca: the authority of an https:// api_url's certificate; "
                                  f"{'no api_url is set' if self.api_url is None else f'api_url {self.api_url} is not https://'}")  # fmt: skip
             given = next((c for c in self.credentials if c.name == API_CA), None)
-            if given is None:
-                self.credentials.append(Credential(name=API_CA, from_file=self.api_ca))
-            elif given.from_file != self.api_ca:  # the same one again (a spec read back from its dump) is fine
+            if given is not None and given.from_file != self.api_ca:
                 raise ValueError(f"agent {self.name!r}: credential {API_CA} is api_ca's: give the file as api_ca")
+            if through and given is not None:  # a dump of an earlier file-mode spec: the agent gets none now
+                self.credentials.remove(given)
+            elif not through and given is None:
+                self.credentials.append(Credential(name=API_CA, from_file=self.api_ca))
         if api is not None and api.env in {c.name for c in self.credentials}:
             # The entrypoint exports every credential as a variable: this one would replace the URL in force.
             raise ValueError(f"agent {self.name!r}: a credential may not be named {api.env}: that is the variable "
                              f"role {self.role!r} reads its API base URL from (set api_url instead)")  # fmt: skip
         return self
+
+
+def gateway_credential(agent: AgentSpec) -> str | None:
+    """The credential of ``agent`` that goes through the credential gateway, or None (file mode, or a role
+    whose runtime cannot reach its API through the gateway)."""
+    api = _role(agent.role).api if agent.role in _role_names() else None
+    if api is None or api.credential is None:
+        return None
+    given = next((c for c in agent.credentials if c.name == api.credential), None)
+    if given is None:
+        return None
+    mode = given.mode or ("gateway" if api.gateway else "file")
+    return api.credential if mode == "gateway" else None
+
+
+def _check_gateway(agent: AgentSpec) -> AgentSpec:
+    """``mode: gateway`` only where the gateway can serve it; a budget only where the gateway counts it."""
+    if agent.role not in _role_names():
+        return agent
+    role = _role(agent.role)
+    api = role.api
+    for credential in agent.credentials:
+        if credential.mode != "gateway":
+            continue
+        if api is None or api.credential != credential.name:
+            raise ValueError(f"agent {agent.name!r}: credential {credential.name}: mode gateway is for the credential "
+                             f"role {agent.role!r}'s runtime authenticates its API calls with "
+                             f"({api.credential if api and api.credential else 'it has none'}); use mode: file")  # fmt: skip
+        if not api.gateway:
+            raise ValueError(f"agent {agent.name!r}: credential {credential.name}: role {agent.role!r}'s runtime takes "
+                             "only an https:// base URL, and the gateway serves agents plain HTTP on their own bridge; "
+                             "use mode: file")  # fmt: skip
+    through = gateway_credential(agent)
+    if through is not None and agent.api_url is not None and _plain_http_elsewhere(agent.api_url):
+        raise ValueError(f"agent {agent.name!r}: api_url {agent.api_url}: the credential gateway forwards over "
+                         "verified TLS only: give an https:// api_url, or mode: file for its credential")  # fmt: skip
+    if agent.budget is not None:
+        if through is None:
+            raise ValueError(f"agent {agent.name!r}: budget: the credential gateway counts it, and this agent's API "
+                             "credential is not in mode gateway")  # fmt: skip
+        if agent.budget.usd is not None and not role.prices:
+            raise ValueError(f"agent {agent.name!r}: budget.usd: role {agent.role!r} has no price table (prices:)")
+    return agent
 
 
 def _plain_http_elsewhere(url: str) -> bool:
@@ -362,6 +433,20 @@ class FleetSpec(Model):
     ttl: Annotated[int, Field(gt=0)] | None = None
     uid_base: int = Field(60000, ge=1000, le=4_000_000_000)
     address_pools: list[AddressPool] = Field(default_factory=list)
+    # The whole fleet's, beside each agent's: each host's gateway enforces its share (the total times its
+    # agents over all the fleet's), so the fleet never spends more, with no host waiting on another.
+    budget: Budget | None = None
+
+    @model_validator(mode="after")
+    def _fleet_budget(self) -> FleetSpec:
+        if self.budget is not None and not any(gateway_credential(a) for a in self.agents):
+            raise ValueError("budget: the credential gateway counts it, and no agent of the fleet has its API "
+                             "credential in mode gateway")  # fmt: skip
+        if self.budget is not None and self.budget.usd is not None:
+            unpriced = sorted({a.role for a in self.agents if gateway_credential(a) and not _role(a.role).prices})
+            if unpriced:
+                raise ValueError(f"budget.usd: role(s) {', '.join(unpriced)} have no price table (prices:)")
+        return self
 
     @field_validator("ttl", mode="before")
     @classmethod
@@ -417,7 +502,8 @@ class FleetSpec(Model):
     def agent_network(self, agent: AgentSpec) -> NetworkPolicy:
         """An agent's own policy replaces the fleet's whole: a policy is read as one piece. In allowlist
         mode its role's ``egress`` entries (e.g. the model provider's API host) join the allowlist."""
-        return with_role_egress(agent.network or self.network, agent.role, agent.api_url)
+        return with_role_egress(agent.network or self.network, agent.role, agent.api_url,
+                                gateway=gateway_credential(agent) is not None)
 
     def agent_resources(self, agent: AgentSpec) -> Resources:
         """The fleet's resources, with what the agent sets itself taking precedence, field by field."""
@@ -526,11 +612,14 @@ def _role_names() -> list[str]:
     return roles.names()
 
 
-def role_egress(role: str, api_url: str | None = None) -> list[str]:
-    """The role's egress entries, its API's entry being that of ``api_url`` when the spec replaces it."""
+def role_egress(role: str, api_url: str | None = None, *, gateway: bool = False) -> list[str]:
+    """The role's egress entries, its API's entry being that of ``api_url`` when the spec replaces it, and
+    none with ``gateway`` (the agent reaches its API only through the credential gateway on its bridge)."""
     if role not in _role_names():
         return []
     found = _role(role)
+    if gateway and found.api is not None:
+        return [e for e in found.egress if e != api_entry(found.api.url)]
     if api_url is None or found.api is None:
         return list(found.egress)
     default, wanted = api_entry(found.api.url), api_entry(api_url)
@@ -538,12 +627,13 @@ def role_egress(role: str, api_url: str | None = None) -> list[str]:
     return list(dict.fromkeys(entries))
 
 
-def with_role_egress(policy: NetworkPolicy, role: str, api_url: str | None = None) -> NetworkPolicy:
+def with_role_egress(policy: NetworkPolicy, role: str, api_url: str | None = None, *,
+                     gateway: bool = False) -> NetworkPolicy:  # fmt: skip
     """``policy`` with the role's egress entries added to its allowlist (allowlist mode only); the API's
-    entry is that of ``api_url`` when the spec replaces the role's base URL."""
+    entry is that of ``api_url`` when the spec replaces the role's base URL, none through the gateway."""
     if policy.mode != "allowlist" or role not in _role_names():
         return policy
-    extra = [entry for entry in role_egress(role, api_url) if entry not in policy.allow]
+    extra = [entry for entry in role_egress(role, api_url, gateway=gateway) if entry not in policy.allow]
     if not extra:
         return policy
     return NetworkPolicy.model_validate({**policy.model_dump(), "allow": [*policy.allow, *extra]})

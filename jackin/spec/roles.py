@@ -109,6 +109,23 @@ class ApiEndpoint(Model):
     # The runtime trusts an extra certificate authority from the file NODE_EXTRA_CA_CERTS names (a Node
     # runtime): a spec's api_ca is given to it so. False (Codex CLI, a Rust binary): api_ca is refused.
     extra_ca: bool = True
+    # The credential that authenticates its API calls, and the header it sends it in: with the credential
+    # gateway (jackin/net/gateway.py) the runtime holds a placeholder there, which the gateway replaces.
+    credential: CredentialName | None = None
+    header: Literal["x-api-key", "authorization", "x-goog-api-key"] = "x-api-key"
+
+    @property
+    def gateway(self) -> bool:
+        """Whether the runtime can reach its API through the gateway: it has a credential to swap, and takes
+        a plain-http base URL (the gateway listens on the agent's bridge without TLS; ``https``: it does not)."""
+        return self.credential is not None and not self.https
+
+
+class Price(Model):
+    """USD per million tokens (a budget's ``usd`` is counted with these; cached input counts as input)."""
+
+    input: float = Field(ge=0, le=10_000)
+    output: float = Field(ge=0, le=10_000)
 
 
 class Role(Model):
@@ -119,6 +136,9 @@ class Role(Model):
     credentials: list[CredentialName] = Field(default_factory=list)
     egress: list[AllowEntry] = Field(default_factory=list)  # joins an allowlist agent's allowlist
     api: ApiEndpoint | None = None  # the model provider's base URL, which the spec may replace
+    # USD per million tokens by model name (a prefix names every model it begins; ``*``: any other), for the
+    # gateway's ``usd`` budgets. From the vendors' price pages: check them before relying on a usd budget.
+    prices: dict[str, Price] = Field(default_factory=dict)
     # The runtime's own conversation resumed interactively (inv agent.attach): an argv run through
     # jackin-attach in the repository, as the agent, on the operator's terminal, with the credentials in its
     # environment and JACKIN_SESSION the session the runtime's output named (None: it cannot be attached).
@@ -139,6 +159,8 @@ class Role(Model):
 
     @model_validator(mode="after")
     def _api_in_egress(self) -> Role:
+        if self.api is not None and self.api.credential is not None and self.api.credential not in self.credentials:
+            raise ValueError(f"api.credential {self.api.credential} is not one of the role's credentials")
         if self.api is not None and api_entry(self.api.url) not in self.egress:
             raise ValueError(f"api.url {self.api.url} needs egress entry {api_entry(self.api.url)} (the allowlist "
                              "follows the URL in force: a spec's api_url replaces that entry)")  # fmt: skip

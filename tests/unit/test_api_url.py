@@ -13,7 +13,8 @@ from jackin.spec import parse_inventory, roles
 from jackin.spec.values import api_entry
 
 
-def inventory(api_url: str | None = None, mode: str = "allowlist", role: str = "claude-code"):
+def inventory(api_url: str | None = None, mode: str = "allowlist", role: str = "claude-code", cred: str = "file"):
+    """(Its credential in file mode: the agent reaches the URL itself. Through the gateway: test_gateway.py.)"""
     line = f"\n      api_url: {api_url!r}" if api_url else ""
     return parse_inventory(f"""
 fleet:
@@ -23,7 +24,7 @@ fleet:
   agents:
     - name: coder
       role: {role}
-      credentials: [{{name: ANTHROPIC_API_KEY, from_env: KEY}}]{line}
+      credentials: [{{name: ANTHROPIC_API_KEY, from_env: KEY, mode: {cred}}}]{line}
 """)
 
 
@@ -107,7 +108,7 @@ def test_a_bad_or_unreachable_url_is_refused_with_its_line(url: str, message: st
         ('{name: g, role: gemini, api_url: "http://198.19.0.1:8091", credentials: [{name: GEMINI_API_KEY, '
          'from_env: K}]}', "runtime refuses a base URL that is not https:// unless its host is localhost"),
         ('{name: c, role: claude-code, api_url: "http://198.19.0.1:8091", api_ca: ca.pem, credentials: '
-         '[{name: ANTHROPIC_API_KEY, from_env: K}]}', "api_ca: the authority of an https:// api_url's certificate; "
+         '[{name: ANTHROPIC_API_KEY, from_env: K, mode: file}]}', "api_ca: the authority of an https:// api_url's certificate; "
          "api_url http://198.19.0.1:8091 is not https://"),
         ('{name: c, role: claude-code, api_ca: ca.pem, credentials: [{name: ANTHROPIC_API_KEY, from_env: K}]}',
          "no api_url is set"),
@@ -115,7 +116,7 @@ def test_a_bad_or_unreachable_url_is_refused_with_its_line(url: str, message: st
          '[{name: ANTHROPIC_API_KEY, from_env: K}, {name: JACKIN_API_CA, from_env: CA}]}',
          "credential JACKIN_API_CA is api_ca's: give the file as api_ca"),
         ('{name: x, role: codex, api_url: "https://198.19.0.1", api_ca: ca.pem, credentials: '
-         '[{name: OPENAI_API_KEY, from_env: K}]}', "role 'codex''s runtime does not take an extra certificate authority"),
+         '[{name: OPENAI_API_KEY, from_env: K, mode: file}]}', "role 'codex''s runtime does not take an extra certificate authority"),
     ],
     ids=["role-without-api", "credential-named-as-the-variable", "gemini-plain-http", "api-ca-plain-http",
          "api-ca-without-url", "api-ca-credential-given-otherwise", "api-ca-codex"],

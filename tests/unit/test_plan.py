@@ -137,7 +137,8 @@ def test_build_fleet() -> None:
 
 def test_build_agent() -> None:
     coder = agent("coder-2")
-    assert coder.model_dump(exclude={"command", "policy", "credentials", "mounts", "work", "healthcheck", "env"}) == {
+    assert coder.model_dump(exclude={"command", "policy", "credentials", "mounts", "work", "healthcheck", "env",
+                                     "gateway"}) == {
         "fleet": "demo",
         "agent": "coder",
         "instance": "coder-2",

@@ -168,6 +168,7 @@ def fleet(role: str = "demo", extra: str = "", mode: str = "allowlist"):
 
 
 CLAUDE_KEY = "      credentials: [{name: ANTHROPIC_API_KEY, from_env: ANTHROPIC_API_KEY}]\n"
+CLAUDE_KEY_FILE = "      credentials: [{name: ANTHROPIC_API_KEY, from_env: ANTHROPIC_API_KEY, mode: file}]\n"
 
 
 def test_a_role_credential_not_given_is_a_spec_error_naming_agent_role_and_credential() -> None:
@@ -180,8 +181,10 @@ def test_a_role_credential_not_given_is_a_spec_error_naming_agent_role_and_crede
 
 
 def test_role_egress_joins_the_allowlist_in_allowlist_mode_only() -> None:
-    spec = fleet("claude-code", CLAUDE_KEY)
+    spec = fleet("claude-code", CLAUDE_KEY_FILE)
     assert spec.agent_network(spec.agents[0]).allow == ["github.com:443", "api.anthropic.com:443"]
+    through = fleet("claude-code", CLAUDE_KEY)  # through the credential gateway: the API is not in the allowlist
+    assert through.agent_network(through.agents[0]).allow == ["github.com:443"]
     none = fleet("claude-code", CLAUDE_KEY, mode="none")
     assert none.agent_network(none.agents[0]).allow == []
     demo = fleet("demo")
@@ -190,7 +193,7 @@ def test_role_egress_joins_the_allowlist_in_allowlist_mode_only() -> None:
 
 def test_the_plan_and_contract_carry_the_role_egress_and_the_runtime_environment_risk() -> None:
     from jackin.plan import contract
-    inventory = parse_inventory(SPEC.format(role="claude-code", extra=CLAUDE_KEY, mode="allowlist"), "f.yaml")
+    inventory = parse_inventory(SPEC.format(role="claude-code", extra=CLAUDE_KEY_FILE, mode="allowlist"), "f.yaml")
     fleet_plan = plan.build(inventory.fleet, {"coder-1": 60000})
     agent = fleet_plan.agents[0]
     assert agent.image == roles.load("claude-code").tag and agent.command == roles.load("claude-code").command
@@ -201,6 +204,8 @@ def test_the_plan_and_contract_carry_the_role_egress_and_the_runtime_environment
     risks = " | ".join(coder.residual_risks)
     assert "exports ANTHROPIC_API_KEY into the runtime's process environment" in risks
     assert "role claude-code adds api.anthropic.com:443 to the allowlist" in risks
+    [cred] = coder.credentials
+    assert (cred.delivery, cred.holds) == ("file", "the agent's process holds the value (residual risk)")
 
 
 # --- the image step ----------------------------------------------------------------------------
