@@ -19,6 +19,7 @@ from jackin.agents.state import AgentFacts, AgentState
 from jackin.errors import JackinError
 from jackin.facts import agent_files as files
 from jackin.facts import dockerapi
+from jackin.facts.gateway import GatewayAccount, gateway_accounts, gateway_files
 from jackin.hostpaths import ROOT
 
 # One ``docker inspect`` line per container feeds both reads (the status row and the agent state):
@@ -136,7 +137,7 @@ def agents_command(fleet: str, *, root: str = ROOT) -> str:
     ``-`` none, ``!PROBLEM`` not read). A uid or gid below 1000, or an instance label that is not a
     plain name, is never read (``-``)."""
     return (f"echo '##agents-now'; date +%s; {inspect_command(fleet)}[ -n \"$info\" ] || exit 0; "
-            f"echo '##agents'; printf '%s\\n' \"$info\"; {agent_files(fleet, root=root)}")  # fmt: skip
+            f"echo '##agents'; printf '%s\\n' \"$info\"; {agent_files(fleet, root=root)}{gateway_files(fleet)}")  # fmt: skip
 
 
 def agent_files(fleet: str, *, root: str = ROOT) -> str:
@@ -179,10 +180,12 @@ def parse_agents(output: str, *, section: str = "agents") -> dict[str, AgentFact
     unanswered = files.FileRead(problem="not read: the host's read gave no answer for it")
     missing = unanswered if "agent-files" in sections else files.FileRead()
     found: dict[str, AgentFacts] = {}
+    accounts = gateway_accounts(output)
     for line in sections.get(section, []):
         instance, facts = _agent_row(line, now, answers, missing)
         if instance:
-            found[instance] = facts
+            account = GatewayAccount.parse(accounts.get(f"{instance}.json"))
+            found[instance] = facts.model_copy(update={"gateway": account}) if account else facts
     return found
 
 

@@ -6,7 +6,9 @@ of the status file the role's entrypoint keeps at ``/workspace/.jackin/status.js
 agent, capped), and the host's clock. Output (``AgentState``): one of
 
     working   the agent says so, its heartbeat is fresh and its healthcheck does not fail
-    blocked   the agent waits for the operator (``question``): ``inv agent.answer`` unblocks it
+    blocked   the agent waits for the operator (``question``): ``inv agent.answer`` unblocks it; or its
+              budget at the credential gateway is spent (``budget spent: ...``): a higher one applied by
+              ``fleet.up`` unblocks it
     done      the agent says so (final: a stopped container or a stale heartbeat does not change it)
     failed    the agent says so, or its container exited with an error code
     idle      the agent has no work
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jackin.errors import JackinError
+from jackin.facts.gateway import GatewayAccount
 from jackin.plan import fleet as planning
 from jackin.spec import roles
 
@@ -109,6 +112,7 @@ class AgentFacts(_Model):
     status: bytes | None = None  # the status file's bytes; None: missing, empty or not read
     status_problem: str | None = None  # why it was not read ("is a FIFO, not a regular file"...); None: it was
     now: float  # the host's clock (epoch seconds)
+    gateway: GatewayAccount | None = None  # its record at the credential gateway; None: none (or not read)
 
 
 class AgentState(_Model):
@@ -123,6 +127,7 @@ class AgentState(_Model):
     health: str = "none"
     health_output: str | None = None
     usage: Usage | None = None  # what the runtime reported its run took (its status file's usage)
+    gateway: GatewayAccount | None = None  # what the credential gateway counted and refused for it
 
 
 def clean(text: str | None, limit: int = MAX_TEXT) -> str | None:
@@ -168,7 +173,20 @@ def parse_status_file(raw: bytes) -> StatusFile:
 
 
 def derive(facts: AgentFacts, *, stale_after: float = STALE_AFTER) -> AgentState:
-    """The agent's state from what its host shows; see the module's docstring for the rules."""
+    """The agent's state from what its host shows; see the module's docstring for the rules. A budget the
+    gateway says is spent makes a working, failed, stuck or idle agent ``blocked`` with the gateway's words
+    (its runtime waits or fails on the 429s; the operator raises the budget): only done stays done."""
+    found = _derive(facts, stale_after=stale_after)
+    account = facts.gateway
+    if account is None:
+        return found
+    if account.spent and found.state != "done":
+        return found.model_copy(update={"state": "blocked", "message": clean(account.spent) or "", "gateway": account,
+                                        "question": None})  # fmt: skip
+    return found.model_copy(update={"gateway": account})
+
+
+def _derive(facts: AgentFacts, *, stale_after: float = STALE_AFTER) -> AgentState:
     health: dict[str, object] = {"health": facts.health, "health_output": clean(facts.health_output)}
     if facts.container == "missing":
         return AgentState(state="unknown", message="no container", **health)

@@ -48,6 +48,8 @@ def agent_denials(inventory: str | None, agent: str, *, json: bool) -> int:
         ui.print_json(found.model_dump(mode="json"))
     else:
         ui.out.print(view.denials_table(found.denials, agent))
+        if found.gateway:
+            ui.out.print(view.refusals_table(found.gateway, agent))
     return host_errors(found.errors)
 
 

@@ -123,7 +123,7 @@ def status_exit(status: FleetStatus) -> int:
     must notice a silent security fault first), or its allowed egress is broken; else 1 when a host answered but its read failed;
     else 3 when a host is unreachable; else 0."""
     return worst(
-        EXIT_NOT_ENFORCED if h.not_enforced or h.egress_broken else EXIT_CONNECT if not h.reachable else EXIT_FAILED if h.error
+        EXIT_NOT_ENFORCED if h.not_enforced or h.egress_broken or h.gateway_down else EXIT_CONNECT if not h.reachable else EXIT_FAILED if h.error
         else EXIT_OK
         for h in status.hosts
     )  # fmt: skip

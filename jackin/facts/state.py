@@ -106,6 +106,38 @@ class AppArmor(BaseModel):
     docker_default: str | None = None  # "enforce", "complain"...; None: not loaded (or unreadable)
 
 
+class GatewayState(BaseModel):
+    """The fleet's credential gateway on the host (jackin/net/gateway.py): what of it is there."""
+
+    model_config = ConfigDict(frozen=True)
+    dir: bool = False
+    state: bool = False  # its state directory
+    config: str | None = None  # sha256 of each file, None: missing
+    program: str | None = None
+    unit: str | None = None
+    user: int | None = None  # its user's uid
+    active: str = ""
+    enabled: str = ""
+
+    @property
+    def present(self) -> bool:
+        return self.dir or self.state or self.unit is not None or self.user is not None
+
+    def leftovers(self) -> list[str]:
+        found = [k for k in ("dir", "state") if getattr(self, k)]
+        return found + (["unit"] if self.unit else []) + (["user"] if self.user is not None else [])
+
+
+def parse_gateway(lines: list[str]) -> GatewayState:
+    words = {line.strip() for line in lines}
+    pairs = dict(line.strip().split("=", 1) for line in lines if "=" in line)
+    sha = re.compile(r"^[0-9a-f]{64}$")
+    return GatewayState(dir="dir" in words, state="state" in words,
+                        **{k: pairs[k] for k in ("config", "program", "unit") if sha.match(pairs.get(k, ""))},
+                        user=int(pairs["user"]) if pairs.get("user", "").isdigit() else None,
+                        active=pairs.get("active", ""), enabled=pairs.get("enabled", ""))  # fmt: skip
+
+
 class HostState(BaseModel):
     """What a host has of one fleet."""
 
@@ -139,6 +171,7 @@ class HostState(BaseModel):
     # instance the sha256 of each delivered file (name -> digest), from its root-only record.
     work: dict[str, PathInfo] = Field(default_factory=dict)
     work_digests: dict[str, dict[str, str]] = Field(default_factory=dict)
+    gateway: GatewayState = Field(default_factory=GatewayState)  # the fleet's credential gateway
 
     def user_by_uid(self, uid: int) -> User | None:
         return next((u for u in self.users.values() if u.uid == uid), None)
@@ -171,6 +204,7 @@ class HostState(BaseModel):
             "credentials": sorted(self.credentials),
             "ttl": [] if self.fleet is None else self.ttl.leftovers(self.fleet),
             "work": sorted(self.work),
+            "gateway": self.gateway.leftovers(),
         }
 
 
@@ -347,4 +381,5 @@ def _parse_state(lines: list[str]) -> HostState:
                                                      "active": timer.get("ActiveState", "")})  # fmt: skip
     data["work"] = _paths(sections.get("work", []))
     data["work_digests"] = _digests(sections.get("workdigests", []), _WORK_DIGEST)
+    data["gateway"] = parse_gateway(sections.get("gateway", []))
     return HostState(**data)

@@ -39,6 +39,7 @@ echo '##fleet'; echo {f}
 echo '##host'; set -- $(uname -n -r -m); echo "hostname=$1"; (. /etc/os-release 2>/dev/null; echo "distro=${{NAME%% GNU/Linux}} $VERSION_ID")
 echo "kernel=$2"; echo "arch=$3"; echo "dockerd=$(command -v dockerd)"; echo "nft=$(command -v nft)"
 echo "dnsmasq=$(command -v dnsmasq)"; echo "mkfs_btrfs=$(command -v mkfs.btrfs)"; [ -e /bin/busybox ] && echo "busybox=/bin/busybox"
+[ -f /usr/lib/python3/dist-packages/aiohttp/__init__.py ] && [ -x /usr/bin/python3 ] && echo "aiohttp=yes"
 echo '##users'; getent passwd | awk -F: -v c={shlex.quote(f"jackin/{fleet}/")} 'index($5, c) == 1 || ($3 >= {int(uid_min)} && $3 <= {int(uid_max)})'
 echo '##groups'; getent group | awk -F: '$3 >= {int(uid_min)} && $3 <= {int(uid_max)} {{print $1 ":" $3}}'
 echo '##paths'; {paths}
@@ -64,6 +65,7 @@ echo '##files'; for p in {" ".join(shlex.quote(p) for p in firewall_paths(fleet)
 {APPARMOR_SECTION}
 {ttl_facts.state_section(fleet, systemd=False)}
 {_work_command(fleet)}
+{gateway_section(fleet)}
 {daemon_section(live=False, pid="$dp") if bootstrap else ""}
 true
 """.strip()
@@ -157,6 +159,22 @@ def _credentials_command(fleet: str) -> str:
             f"echo '##creds'; [ -d {d} ] && find {d} -maxdepth 2 -printf {fmt} | od -An -v -tx1",
             f"echo '##creddigests'; [ -d {d} ] && grep -H '' {d}/*.digests 2>/dev/null",
         ]
+    )
+
+
+def gateway_section(fleet: str) -> str:
+    """``##gateway``: the credential gateway's pieces (jackin/net/gateway.py): ``dir``, the sha256 of its config,
+    program and unit files (root's, in directories only root writes), its user's uid, its unit's state."""
+    d, unit = shlex.quote(hostpaths.gateway_dir(fleet)), shlex.quote(hostpaths.gateway_unit(fleet))
+    files = {"config": f"{d}/config.json", "program": hostpaths.GATEWAY_PROGRAM,
+             "unit": shlex.quote(hostpaths.unit_path(hostpaths.gateway_unit(fleet)))}  # fmt: skip
+    sums = "; ".join(f'[ -f {p} ] && echo "{k}=$(sha256sum < {p} | cut -d" " -f1)"' for k, p in files.items())
+    return (
+        f"echo '##gateway'; [ -d {d} ] && echo dir; {sums}; "
+        f"[ -d {shlex.quote(hostpaths.gateway_state(fleet))} ] && echo state; "
+        f'u=$(id -u {shlex.quote(hostpaths.gateway_user(fleet))} 2>/dev/null) && echo "user=$u"; '
+        f'echo "active=$(systemctl is-active {unit} 2>/dev/null)"; '
+        f'echo "enabled=$(systemctl is-enabled {unit} 2>/dev/null)"'
     )
 
 

@@ -27,6 +27,7 @@ from jackin.facts.state import HostState
 from jackin.hostpaths import credentials_dir as fleet_dir
 from jackin.images import build as images
 from jackin.operations import cow, credentials, firewall, fleet, work
+from jackin.operations import gateway as gateway_ops
 from jackin.operations import host as host_ops
 from jackin.operations import ttl as ttl_ops
 from jackin.operations.files import Command, Refused, Step, Upload
@@ -60,6 +61,9 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
     if any(a.dns_filter for a in plan.agents) and not state.host.get("dnsmasq"):
         # The agents' filtering resolvers (jackin/net/dns.py); dnsmasq-base has no system unit of its own.
         out.append(Step("bootstrap", "install dnsmasq (the agents' filtering resolvers)", packages=["dnsmasq-base"]))
+    if plan.gateway_agents and not state.host.get("aiohttp"):
+        # The credential gateway (jackin/net/gateway.py): Debian's python3 and its aiohttp.
+        out.append(Step("bootstrap", "install python3-aiohttp (the credential gateway)", packages=["python3-aiohttp"]))
     if missing or (state.host.get("docker_active"), state.host.get("docker_enabled")) != ("active", "enabled"):
         out.append(Step("bootstrap", "Docker engine running and enabled", service=True))
     # Hardening (CIS Docker section 2) and address pools; agents survive a needed restart (live-restore).
@@ -88,6 +92,10 @@ def steps(plan: FleetPlan, state: HostState, values: Secrets) -> list[Step]:
         out.append(_built("credentials", f"credentials of fleet {plan.fleet}",
                           lambda: credentials.credential_commands(plan, state, values),
                           noop=f"credentials of fleet {plan.fleet} are up to date"))  # fmt: skip
+    if plan.gateway_agents or state.gateway.present:  # before the containers that reach it
+        out.append(_built("credentials", f"credential gateway of fleet {plan.fleet}",
+                          lambda: gateway_ops.gateway_commands(plan, state, values),
+                          noop=f"the credential gateway of fleet {plan.fleet} is up to date"))  # fmt: skip
     if any(a.work for a in plan.agents) or state.work:  # before the containers that mount it (jackin/work/bundles.py)
         out.append(_built("work", f"work of fleet {plan.fleet}", lambda: work.work_commands(plan, state),
                           noop=f"work of fleet {plan.fleet} is up to date"))  # fmt: skip

@@ -18,11 +18,19 @@ from functools import partial
 from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.agents import state as derivation
-from jackin.agents.read import Inspected, agent_files, agent_states, inspect_command, parse_agents, read_sections
+from jackin.agents.read import (
+    Inspected,
+    agent_files,
+    agent_states,
+    inspect_command,
+    parse_agents,
+    read_sections,
+)
 from jackin.agents.state import AgentState
 from jackin.errors import ConnectError, JackinError
 from jackin.facts.cow import parse_state as parse_cow
 from jackin.facts.cow import quota_lines
+from jackin.facts.gateway import gateway_files
 from jackin.hostpaths import (
     DAEMON_JSON,
     GUARD,
@@ -31,6 +39,7 @@ from jackin.hostpaths import (
     WALL_UNIT,
     check_timer,
     fleet_dir,
+    gateway_unit,
     guard_unit,
     table_name,
     ttl_unit,
@@ -91,6 +100,8 @@ class HostStatus(_Model):
     nat_bridges: list[str] | None = None  # bridges Docker masquerades (its NAT); None: not read (no iptables)
     egress_broken: str | None = None  # why allowed egress cannot work here (Docker's NAT is gone); None if it can
     ttl_timer: str | None = None  # the time-to-live's timer (systemctl is-active; inactive: none here)
+    gateway: str | None = None  # the fleet's credential gateway (ActiveState); None: it has none here
+    gateway_down: str | None = None  # why its agents' API requests fail here (the gateway is not running)
     agents: list[AgentStatus] = Field(default_factory=list)
 
 
@@ -132,6 +143,7 @@ def status_command(fleet: str, *, inside: str = "") -> str:
     units = [guard_unit(fleet), check_timer(fleet), ttl_unit(fleet, "timer")]
     checks = (f"echo '##drops'; nft list counters table inet {table} 2>/dev/null && {{ echo '##table'; echo loaded; }}; "
               f"echo '##guard'; systemctl is-active {' '.join(map(shlex.quote, units))} 2>/dev/null; "
+              f"echo '##gateway'; systemctl show -p LoadState -p ActiveState {shlex.quote(gateway_unit(fleet))} 2>/dev/null; "
               f"echo '##policy'; [ -x {GUARD} ] && {GUARD} verify {shlex.quote(fleet)} 2>/dev/null; "
               f"echo '##wall'; [ -x {GUARD} ] && {GUARD} wall verify 2>/dev/null; "
               # Docker's NAT, which a flush of the ruleset removes and nothing restores (see egress_broken);
@@ -177,6 +189,9 @@ def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, 
         "guard": guard[0] if guard else "unknown", "guard_timer": guard[1] if len(guard) > 1 else "unknown",
     }  # fmt: skip
     fields["ttl_timer"] = guard[2] if len(guard) > 2 else None  # the time-to-live's timer
+    unit = dict(line.split("=", 1) for line in sections.get("gateway", []) if "=" in line)
+    if unit.get("LoadState") == "loaded":
+        fields["gateway"] = unit.get("ActiveState") or "unknown"
     wall = sections.get("wall", [])
     fields["wall"] = wall[0] if wall and wall[0] in ("held", "missing") else "missing"
     if "nat" in sections:  # "-A POSTROUTING -s 172.18.0.0/16 ! -o jk0123abcd -j MASQUERADE"
@@ -189,6 +204,16 @@ def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, 
         if agent.instance in disk:
             agent.disk, agent.disk_limit = disk[agent.instance]
     return now, agents, fields
+
+
+def gateway_down(fleet: str, host: HostStatus) -> str | None:
+    """Why the agents' API requests fail on this host: its credential gateway is not running (None: it is,
+    or the fleet has none here). The agents have no other way to their APIs: they fail fast, nothing leaks."""
+    if not host.reachable or host.gateway in (None, "active"):
+        return None
+    return (f"the credential gateway ({gateway_unit(fleet)}) is {host.gateway}: its agents' API requests fail "
+            "(they have no other way out to their APIs); run fleet.up to start it, or see "
+            f"journalctl -u {gateway_unit(fleet)}")  # fmt: skip
 
 
 def not_enforced(fleet: str, host: HostStatus) -> str | None:
@@ -298,6 +323,7 @@ def fleet_status(fleet: str, targets: list[SshTarget], *, timeout: float = 8,
             host = HostStatus(host=target.name, address=target.address, port=target.port,
                               reachable=True, agents=result[1], **result[2])  # fmt: skip
             host.not_enforced = not_enforced(fleet, host)
+            host.gateway_down = gateway_down(fleet, host)
             hosts.append(host)
     return fill_rollup(FleetStatus(fleet=fleet, at=time.time(), hosts=hosts))
 
@@ -386,7 +412,8 @@ def parse_host_status_with_agents(output: str, *, stale_after: Mapping[str, floa
 def status_with_agents_command(fleet: str, *, root: str = ROOT) -> str:
     """The status read with the agent-state read inside its CPU window (one round trip): the agent
     sections of ``agents_command`` but ``##agents``, whose lines are the ``##rows`` already printed."""
-    agents = f"echo '##agents-now'; date +%s; [ -z \"$info\" ] || {{ {agent_files(fleet, root=root)}}}; "
+    agents = (f"echo '##agents-now'; date +%s; [ -z \"$info\" ] || {{ {agent_files(fleet, root=root)}}}; "
+              f"{gateway_files(fleet)}")  # fmt: skip
     return status_command(fleet, inside=agents)
 
 

@@ -49,7 +49,9 @@ again, else the lockdown table, else the fleet's agent containers are stopped.
 
 Traffic from an agent to the host itself (sshd, the Docker API, any service)
 is denied in the input hook, except DNS to its own filtering resolver: port 53
-on an address of the agent's own bridge (``fib daddr . iif type local``).
+on an address of the agent's own bridge (``fib daddr . iif type local``), and, for an agent whose API
+credential is in gateway mode (and whose mode is not ``none``), TCP to the credential gateway's port on
+that same address (``jackin.net.gateway``): never another agent's bridge address.
 Denials are counted per agent and the denied destinations kept for an hour in
 a set (``agent.denials``). A denied packet is rejected, not silently dropped: the agent's connect fails
 at once (ICMP administratively prohibited: "No route to host" over IPv4, "Permission denied" over IPv6)
@@ -63,7 +65,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from jackin.hostpaths import GUARD, nft_unit, table_name
+from jackin.hostpaths import GATEWAY_PORT, GUARD, nft_unit, table_name
 from jackin.net import wall
 from jackin.plan.fleet import AgentPlan, FleetPlan
 from jackin.spec.values import Entry, parse_entry
@@ -187,6 +189,8 @@ def render(plan: FleetPlan) -> str:
             inp.append(
                 f'iifname "{agent.bridge}" meta l4proto {{ tcp, udp }} th dport 53 fib daddr . iif type local accept'
             )
+        if agent.gateway is not None and agent.policy.mode != "none":  # its credential gateway, on its own bridge
+            inp.append(f'iifname "{agent.bridge}" tcp dport {GATEWAY_PORT} fib daddr . iif type local accept')
         inp.append(f'iifname "{agent.bridge}" goto deny_{name}')
         output.append(f"meta skuid {agent.uid} jump user_{name}")
         chains.append((f"egress_{name}", body))

@@ -207,7 +207,9 @@ class Account:
 
     def deny(self, kind: str, detail: str) -> None:
         self.denied += 1
-        self.denials = [*self.denials, {"time": round(time.time(), 3), "kind": kind, "detail": detail[:300]}][-MAX_DENIALS:]
+        self.denials = [*self.denials, {"time": round(time.time(), 3), "kind": kind, "detail": detail[:300]}][
+            -MAX_DENIALS:
+        ]
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()} | {"tokens": self.tokens}
@@ -254,7 +256,7 @@ class Gateway:
     # files ---------------------------------------------------------------------------------------
 
     def _stamp(self) -> tuple[Any, ...]:
-        out = []
+        out: list[tuple[int, int, int] | None] = []
         for name in ("config.json", "secrets.json", "logins.json"):
             try:
                 st = os.stat(os.path.join(self.config_dir, name))
@@ -359,9 +361,10 @@ class Gateway:
         for instance, agent in self.config["agents"].items():
             if instance in self.sites:
                 continue
-            address = interface_ipv4(agent["bridge"])
-            if address is None:
+            found = interface_ipv4(agent["bridge"])
+            if found is None:
                 continue
+            address = found
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -425,7 +428,9 @@ class Gateway:
             return self._refuse(403, "this address serves no agent")
         address, _ = self.sites[instance]
         if not peer or ipaddress.ip_address(peer[0]) not in address.network:
-            return self._deny(instance, "network", f"a request from {peer[0] if peer else '?'}, outside the agent's network")
+            return self._deny(
+                instance, "network", f"a request from {peer[0] if peer else '?'}, outside the agent's network"
+            )
         host = (request.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]")
         if request.method == "CONNECT" or not request.raw_path.startswith("/") or host not in ("", str(address.ip)):
             wanted = request.raw_path if not request.raw_path.startswith("/") else host
@@ -434,7 +439,9 @@ class Gateway:
         if found is None:
             owner = self._owner(request)
             if owner and owner != instance:
-                return self._deny(instance, "placeholder", f"agent {owner}'s placeholder, sent from agent {instance}'s network")
+                return self._deny(
+                    instance, "placeholder", f"agent {owner}'s placeholder, sent from agent {instance}'s network"
+                )
             return self._deny(instance, "placeholder", "no placeholder of this agent in the request", status=401)
         name, cred = found
         spent = self._spent(instance)
@@ -451,7 +458,9 @@ class Gateway:
             return self._deny(instance, "credential", f"credential {name}: {what}", status=401)
         return await self._forward(request, instance, cred, value)
 
-    async def _forward(self, request: web.Request, instance: str, cred: dict[str, Any], value: str) -> web.StreamResponse:
+    async def _forward(
+        self, request: web.Request, instance: str, cred: dict[str, Any], value: str
+    ) -> web.StreamResponse:
         account = self.accounts[instance]
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP and k.lower() not in AUTH_HEADERS}
         headers[cred["header"]] = f"Bearer {value}" if cred["header"].lower() == "authorization" else value
@@ -459,7 +468,9 @@ class Gateway:
         headers["Accept-Encoding"] = "identity"  # usage is read from the bytes as they pass
         upstream = cred["upstream"].rstrip("/")
         if not _verified(upstream):
-            return self._deny(instance, "upstream", f"upstream {upstream} is not https:// (only loopback may be plain)", 502)
+            return self._deny(
+                instance, "upstream", f"upstream {upstream} is not https:// (only loopback may be plain)", 502
+            )
         account.requests += 1
         account.last = time.time()
         account.upstreams[upstream] = account.upstreams.get(upstream, 0) + 1
@@ -494,7 +505,7 @@ class Gateway:
                     await response.write(chunk)
                 await response.write_eof()
                 return response
-        except (ClientError, asyncio.TimeoutError, ValueError, ssl.SSLError, OSError) as error:
+        except (TimeoutError, ClientError, ValueError, ssl.SSLError, OSError) as error:
             if response is not None:  # the stream had begun: end it where it broke
                 log.warning("agent %s: stream from %s broke: %s", instance, upstream, error)
                 return response

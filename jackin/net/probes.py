@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from jackin import hostpaths
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError, SpecError
+from jackin.facts.gateway import GatewayAccount, gateway_accounts, gateway_files
 from jackin.net import firewall
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory
@@ -43,6 +44,19 @@ class Denial(BaseModel):
     expires: str
 
 
+class GatewayRefusal(BaseModel):
+    """A request the credential gateway refused for the agent (jackin/net/gatewayd.py): another upstream,
+    another agent's placeholder, none at all."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str
+    instance: str
+    time: float
+    kind: str
+    detail: str
+
+
 class Denials(BaseModel):
     """Every host's denials, and the hosts that could not be read (never dropped)."""
 
@@ -50,6 +64,7 @@ class Denials(BaseModel):
 
     denials: list[Denial]
     errors: list[HostError]
+    gateway: list[GatewayRefusal] = []
 
 
 def instances(inventory: Inventory, agent: str) -> list[str]:
@@ -141,29 +156,36 @@ def denials(inventory: Inventory, hosts: list[SshTarget], agent: str) -> Denials
     names = instances(inventory, agent)
     table = hostpaths.table_name(inventory.fleet.name)
     script = "; ".join(f"echo '##{i}'; nft list set inet {table} denied_{firewall.ident(i)} 2>/dev/null" for i in names)
+    script += "; " + gateway_files(inventory.fleet.name)
 
-    def parse(out: str) -> dict[str, list[tuple[str, int, str]]]:
+    def parse(out: str) -> tuple[dict[str, list[tuple[str, int, str]]], dict[str, bytes]]:
         found: dict[str, list[tuple[str, int, str]]] = {}
         current = None
         for line in out.splitlines():
             if line.startswith("##"):
-                current = line[2:]
-                found[current] = []
+                current = line[2:] if line[2:] in names else None
+                if current:
+                    found[current] = []
             elif current:
                 for addr, port, expires in re.findall(
                     r"([0-9.]+) \. (\d+) (?:timeout \S+ )?expires (\S+?)[,\s}]", line + " "
                 ):
                     found[current].append((addr, int(port), expires))
-        return found
+        return found, gateway_accounts(out)
 
     results = gather(hosts, script, parse)
-    out, errors = [], []
+    out, errors, refused = [], [], []
     for host in hosts:
-        found = results[host.name]
-        if isinstance(found, JackinError):
-            errors.append(HostError.of(host.name, found))
+        result = results[host.name]
+        if isinstance(result, JackinError):
+            errors.append(HostError.of(host.name, result))
             continue
+        found, accounts = result
         for instance in names:
             for addr, port, expires in found.get(instance, []):
                 out.append(Denial(host=host.name, instance=instance, destination=addr, port=port, expires=expires))
-    return Denials(denials=out, errors=errors)
+            account = GatewayAccount.parse(accounts.get(f"{instance}.json"))
+            for d in account.denials if account else []:
+                refused.append(GatewayRefusal(host=host.name, instance=instance, time=d.time, kind=d.kind,
+                                              detail=d.detail))  # fmt: skip
+    return Denials(denials=out, errors=errors, gateway=refused)

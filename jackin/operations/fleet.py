@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from jackin.facts.state import HostState, PathInfo, User
 from jackin.hostpaths import ROOT, STATE_DIR
-from jackin.operations import changes, cow, credentials, restic, work
+from jackin.operations import changes, cow, credentials, gateway, restic, work
 from jackin.operations.agent_paths import end_processes, home_commands, workspace_commands
 from jackin.operations.files import Command, Refused, write_files
 from jackin.operations.firewall import remove_commands
@@ -213,6 +213,7 @@ def teardown_commands(plan: FleetPlan, state: HostState, *, keep_data: bool) -> 
         commands.append(f"rmdir {ROOT} 2>/dev/null || true")
     commands += snapshot_teardown(plan.fleet, state, keep_data=keep_data)
     commands += credentials.teardown_commands(plan.fleet, state)  # never kept, not even with --keep-data
+    commands += gateway.teardown_commands(plan.fleet, state)  # its values too, with its usage records
     commands += work.teardown_commands(plan.fleet, state)  # the operator has the repository: never kept
     if state.marker:
         commands.append(q("rm", "-f", plan.marker))

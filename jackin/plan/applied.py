@@ -22,7 +22,12 @@ from jackin.spec import Inventory
 from jackin.spec.models import AgentSpec, FleetSpec
 from jackin.store.ledger import Ledger
 
-CREDENTIAL_FIELDS = ("name", "from_env", "from_file", "mode")  # references only: where the operator keeps it, how delivered
+CREDENTIAL_FIELDS = (
+    "name",
+    "from_env",
+    "from_file",
+    "mode",
+)  # references only: where the operator keeps it, how delivered
 
 
 class AppliedSpec(BaseModel):

@@ -315,7 +315,9 @@ def _effects(plan: FleetPlan) -> HostEffects:
     files.append(f"{UPLOADED_RESTIC} (when a snapshot is taken and the host has no restic)")
     users = [a.user for a in plan.agents]
     if plan.gateway_agents:  # the credential gateway (jackin/net/gateway.py)
-        packages.append(PackageTerm(name="python3-aiohttp", when="an agent's credential is in gateway mode and it is missing"))
+        packages.append(
+            PackageTerm(name="python3-aiohttp", when="an agent's credential is in gateway mode and it is missing")
+        )
         services.append(f"{hostpaths.gateway_unit(fleet)} (the credential gateway: its own user, no capabilities, "
                         f"listening on port {hostpaths.GATEWAY_PORT} of its agents' bridges only)")  # fmt: skip
         gw = hostpaths.gateway_dir(fleet)

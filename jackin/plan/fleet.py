@@ -217,6 +217,7 @@ class FleetPlan(_Model):
     # their Dockerfile, offline: jackin/images/build.py): lab hosts reach no registry.
     images_here: bool = False
     budget: dict[str, float | int | None] | None = None  # the fleet's whole budget (each host enforces a share)
+    host_count: int = 1  # the fleet's hosts (each runs every agent): a host's share of ``budget``
 
     @property
     def gateway_agents(self) -> list[AgentPlan]:

@@ -29,4 +29,5 @@ def make_plan(
     assign = ledger.allocate_uids if store else ledger.preview_uids
     uids = assign(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET)
     built = planning.build(fleet, uids, planning.host_addresses(fleet_hosts or []))
-    return built.model_copy(update={"ttl_deadline": ttl.deadline(ledger, fleet, start=start_ttl)})
+    return built.model_copy(update={"ttl_deadline": ttl.deadline(ledger, fleet, start=start_ttl),
+                                    "host_count": max(1, len(inventory.fleet_host_names()))})  # fmt: skip

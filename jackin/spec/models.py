@@ -502,8 +502,9 @@ class FleetSpec(Model):
     def agent_network(self, agent: AgentSpec) -> NetworkPolicy:
         """An agent's own policy replaces the fleet's whole: a policy is read as one piece. In allowlist
         mode its role's ``egress`` entries (e.g. the model provider's API host) join the allowlist."""
-        return with_role_egress(agent.network or self.network, agent.role, agent.api_url,
-                                gateway=gateway_credential(agent) is not None)
+        return with_role_egress(
+            agent.network or self.network, agent.role, agent.api_url, gateway=gateway_credential(agent) is not None
+        )
 
     def agent_resources(self, agent: AgentSpec) -> Resources:
         """The fleet's resources, with what the agent sets itself taking precedence, field by field."""

@@ -236,7 +236,7 @@ def test_leftovers_of_a_full_host() -> None:
         "snapshots": [],
         "credentials": [],
         "ttl": [],
-        "work": [],
+        "work": [], "gateway": [],
     }
 
 
@@ -276,7 +276,7 @@ def test_state_command_scopes_to_the_fleet_and_its_uid_range() -> None:
         "echo '##fleet'", "echo '##host'", "echo '##users'", "echo '##groups'", "echo '##paths'", "echo '##docker'", "echo '##containers'",
         "echo '##networks'", "echo '##images'", "echo '##marker'", "echo '##nft'", "echo '##nfthash'", "echo '##wall'",
         "echo '##files'", "echo '##cow'", "echo '##cowquota'", "echo '##snapshots'", "echo '##creds'", "echo '##creddigests'",
-            "echo '##apparmor'", "echo '##ttl'", "echo '##work'", "echo '##workdigests'",
+            "echo '##apparmor'", "echo '##ttl'", "echo '##work'", "echo '##workdigests'", "echo '##gateway'",
     ]  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from jackin.cli.render.units import duration
 if TYPE_CHECKING:  # annotations only
     from jackin.agents.answer import Answered
     from jackin.agents.wait import Change, WaitResult
-    from jackin.net.probes import Denial, Probe
+    from jackin.net.probes import Denial, GatewayRefusal, Probe
 
 
 def probe_table(probes: list[Probe]) -> Table:
@@ -36,6 +36,17 @@ def denials_table(denials: list[Denial], agent: str) -> Table:
         table.add_row(d.host, d.instance, f"{d.destination}:{d.port}", d.expires)
     if not denials:
         table.caption = "none"
+    return table
+
+
+def refusals_table(refused: list[GatewayRefusal], agent: str) -> Table:
+    """Requests the credential gateway refused for the agent (its last 100 per instance), oldest first."""
+    table = Table(title=f"requests the credential gateway refused for {agent}", title_justify="left")
+    for column in ("host", "agent", "when", "kind", "why"):
+        table.add_column(column)
+    for r in sorted(refused, key=lambda r: r.time):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.time))
+        table.add_row(r.host, r.instance, when, r.kind, Text(r.detail))
     return table
 
 

@@ -14,6 +14,7 @@ from jackin.cli.render.units import duration, size
 from jackin.lifecycle.status import ttl_line  # the time-to-live's time left (jackin/plan/ttl.py)
 
 if TYPE_CHECKING:
+    from jackin.agents.state import GatewayAccount
     from jackin.lifecycle.status import FleetStatus
 
 
@@ -53,11 +54,18 @@ def status_table(status: FleetStatus) -> Table:
         table.caption += "\npolicy guard: " + ", ".join(guards)
     for host in (h for h in status.hosts if h.not_enforced):
         table.caption += f"\n{host.host}: egress policy NOT ENFORCED: {host.not_enforced}"
+    for host in (h for h in status.hosts if h.gateway_down):
+        table.caption += f"\n{host.host}: credential gateway DOWN: {host.gateway_down}"
     for host in (h for h in status.hosts if h.egress_broken):
         table.caption += f"\n{host.host}: egress BROKEN: {host.egress_broken}"
     if ttl_line(status):
         table.caption += f"\n{ttl_line(status)}"
     return table
+
+
+def gateway_label(account: GatewayAccount) -> str:
+    """What the gateway counted for an agent: ``3 requests, 36 in, 21 out, $0.0006; 2 refused``."""
+    return account.label + (f"; {account.denied} refused" if account.denied else "")
 
 
 def agents_table(status: FleetStatus) -> Table:
@@ -66,12 +74,17 @@ def agents_table(status: FleetStatus) -> Table:
     table = Table(title=f"fleet {status.fleet}: agents", title_justify="left")
     rows = [(h.host, a.instance, a.agent_state) for h in status.hosts for a in h.agents if a.agent_state]
     usage = any(state.usage for _, _, state in rows)  # a column only when some runtime reported its usage
-    for column in ("state", "host", "agent", "heartbeat", *(("usage",) if usage else ()), "message / question"):
+    gateway = any(state.gateway for _, _, state in rows)  # and when some agent goes through the credential gateway
+    columns = ("state", "host", "agent", "heartbeat", *(("usage",) if usage else ()), *(("gateway",) if gateway else ()),
+               "message / question")  # fmt: skip
+    for column in columns:
         table.add_column(column, justify="right" if column == "heartbeat" else "left")
     for host, instance, state in sorted(rows, key=lambda r: (order(r[2].state), r[0], r[1])):
         age = "-" if state.heartbeat_age is None else f"{duration(state.heartbeat_age)} ago"
         used = (state.usage.label if state.usage else "-",) if usage else ()
-        table.add_row(agent_state_text(state.state), host, instance, age, *used, said(state.message, state.question))
+        counted = (gateway_label(state.gateway) if state.gateway else "-",) if gateway else ()
+        table.add_row(agent_state_text(state.state), host, instance, age, *used, *counted,
+                      said(state.message, state.question))  # fmt: skip
     table.caption = status.rollup or "0 agents"
     return table
 
