@@ -451,7 +451,7 @@ class Gateway:
             account.statuses["429"] = account.statuses.get("429", 0) + 1
             self.dirty.add(instance)
             return self._refuse(429, f"budget spent: {spent} (agent {instance}); raise it in the spec and run fleet.up",
-                                **{"Retry-After": str(RETRY_AFTER)})  # fmt: skip
+                                **{"Retry-After": str(RETRY_AFTER), "x-should-retry": "true"})  # fmt: skip
         value = self._value(instance, name, cred)
         if value is None:
             what = f"shared login {cred['login']} has no current access token" if cred.get("login") else "no value"

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from jackin.agents.state import Usage, clean
 from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecError
 from jackin.facts import agent_files
+from jackin.facts.gateway import MAX_ACCOUNT, GatewayAccount, gateway_accounts, gateway_files
 from jackin.lab.providers import targets
 from jackin.paths import private_dir, state_dir
 from jackin.plan import fleet as planning
@@ -84,6 +85,7 @@ class AgentCollect(BaseModel):
     evidence: handoffs.Evidence | None = None
     checks: list[str] = Field(default_factory=list)  # git fsck's message ids that refused its bundle
     usage: Usage | None = None  # the tokens (and cost) its runtime reported (its status file's usage)
+    gateway: GatewayAccount | None = None  # what the credential gateway counted and refused for it
 
 
 class CollectReport(BaseModel):
@@ -271,6 +273,16 @@ def read_workspace_file(conn: Connection, agent: planning.AgentPlan, relative: s
     return read.data[:cap] if read.data else None
 
 
+def read_gateway(conn: Connection, agent: planning.AgentPlan, *, host: str) -> GatewayAccount | None:
+    """The agent's record at the host's credential gateway (None: it has none, or it cannot be read)."""
+    if agent.gateway is None:
+        return None
+    code, out, _ = _exec(conn, gateway_files(agent.fleet), cap=2 * MAX_ACCOUNT * 4, host=host, timeout=30)
+    if code != 0:
+        return None
+    return GatewayAccount.parse(gateway_accounts(out.decode("ascii", errors="replace")).get(f"{agent.instance}.json"))
+
+
 def read_status(conn: Connection, agent: planning.AgentPlan, *, host: str) -> dict:
     """The agent's status file as a dict ({} when absent or not JSON); RemoteCommandError when it
     cannot be read (``read_workspace_file``)."""
@@ -309,6 +321,7 @@ def _one(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, h
         return result
     result.state = state_of(status)
     result.usage = Usage.of(status.get("usage"))
+    result.gateway = read_gateway(conn, agent, host=host)
     if not asked and result.state != "done":
         result.reason = f"state {result.state} (not done; --agent collects any state)"
         return result
@@ -430,6 +443,8 @@ def _detail(item: AgentCollect) -> dict | None:
         detail = {"reason": item.reason, **({"checks": item.checks} if item.checks else {})}
     if item.usage is not None:
         detail["usage"] = item.usage.model_dump()
+    if item.gateway is not None:  # the audit: requests, status codes, bytes, tokens, upstreams, refusals
+        detail["gateway"] = item.gateway.model_dump()
     return detail or None
 
 

@@ -236,7 +236,8 @@ _LEFTOVERS = {
     "tables": "nft list tables | grep jackin || true",
     "units": "systemctl list-units --all --plain --no-legend 'jackin*' | awk '{print $1}'",
     "unit files": "ls /etc/systemd/system | grep '^jackin' || true",
-    "files": "find /srv/jackin /var/lib/jackin /etc/jackin /usr/local/lib/jackin -mindepth 1 2>/dev/null | head -20",
+    "files": "find /srv/jackin /var/lib/jackin /etc/jackin /usr/local/lib/jackin /var/lib/jackin-gateway -mindepth 1 "
+             "2>/dev/null | head -20",
     "mounts": "findmnt -rn -o TARGET | grep jackin || true",
 }  # (not loop devices: the kernel's list holds every lab's and every other test's)
 

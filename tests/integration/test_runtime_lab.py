@@ -3,7 +3,8 @@ test_runtime_lab_more.py): each image built here offline
 from its Dockerfile's recipe (the lab reaches no registry: jackin/images/build.py ``offline_context``),
 loaded over SSH, run by ``fleet.up`` with work, against a stand-in of its vendor's API (tests/standin.py:
 Anthropic's Messages API, Gemini's) on the lab's outside-standing address, reached through the agent's
-egress allowlist (its ``api_url``).
+egress allowlist (its ``api_url``), each credential in ``file`` mode (the runtime holds the value; through the
+credential gateway: test_gateway.py).
 
 The stand-in's script drives each runtime through a day's work in small: it writes a file with its own
 file tool, runs the project's test with its own shell tool and commits, asks with ``jackin-ask``
@@ -240,10 +241,10 @@ def run_runtime(rlab: Lab, tmp_path: Path, monkeypatch, role: str, credential: s
             "resources": {"memory": "768m", "cpus": 1, "pids": 256},
             "network": {"mode": "allowlist"},
             "agents": [{"name": "coder", "role": role, "api_url": url,
-                        "credentials": [{"name": credential, "from_env": "JK_TEST_RUNTIME_KEY"}],
+                        "credentials": [{"name": credential, "from_env": "JK_TEST_RUNTIME_KEY", "mode": "file"}],
                         "work": {"repo": str(repo), "task": TASK}},
                        *([{"name": "fenced", "role": role, "api_url": url, "network": {"mode": "none"},
-                           "credentials": [{"name": credential, "from_env": "JK_TEST_RUNTIME_KEY"}],
+                           "credentials": [{"name": credential, "from_env": "JK_TEST_RUNTIME_KEY", "mode": "file"}],
                            "work": {"repo": str(repo), "task": TASK}}] if fenced else [])],
         }}))  # fmt: skip
         try:
