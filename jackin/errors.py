@@ -17,12 +17,13 @@
     ├── TransferError            exit 1   a snapshot repository could not be copied (snapshots.mirror)
     ├── NotBlocked               exit 1   agent.answer: the agent is not waiting for an answer (agents.answer)
     ├── BundleRefused            exit 1   an agent's bundle failed git fsck --strict; nothing fetched (work.quarantine)
+    ├── LoginError               exit 1   a shared login could not be refreshed (net.logins)
     └── RollbackStopped          exit 1   a later step of fleet.rollback could not run (lifecycle.rollback)
 
 Anything else escaping to the CLI is a bug and may show its traceback.
 
 Exit 4 (EXIT_NOT_ENFORCED) is not an error but a finding of ``fleet.status``: an agent's egress
-policy is not enforced on a reachable host. It wins over 3 when a host is also unreachable.
+policy is not enforced on a reachable host, or its credential gateway is down there. It wins over 3 when a host is also unreachable.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import http.server
 import itertools
 import json
 import os
+import secrets
 import subprocess
 import threading
 import time
@@ -152,13 +153,56 @@ def delivered(tmp_path: Path, task: str) -> tuple[Path, str]:
     return work, commit
 
 
+class Login:
+    """A subscription login's side of the API: the token endpoint (``POST /v1/oauth/token``, Anthropic's refresh grant:
+    JSON ``grant_type``, ``refresh_token``, ``client_id``), whose refresh token is single-use (each refresh returns a
+    new one: the old one is then refused, as the vendors rotate them), and the access tokens it issued, each valid
+    ``lifetime`` seconds."""
+
+    def __init__(self, refresh_token: str, access_token: str, lifetime: float):
+        self.refresh_token, self.lifetime = refresh_token, lifetime
+        self.tokens = {access_token: time.time() + lifetime}  # access token -> expiry
+        self.refreshes = 0
+        self.refused = 0  # refresh grants with a used or unknown refresh token
+
+    def valid(self, token: str) -> bool:
+        return self.tokens.get(token, 0) > time.time()
+
+    def refresh(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        if body.get("grant_type") != "refresh_token" or body.get("refresh_token") != self.refresh_token:
+            self.refused += 1
+            return None
+        self.refreshes += 1
+        access, self.refresh_token = f"at-{secrets.token_hex(8)}", f"rt-{secrets.token_hex(8)}"
+        self.tokens[access] = time.time() + self.lifetime
+        return {
+            "access_token": access,
+            "refresh_token": self.refresh_token,
+            "expires_in": int(self.lifetime),
+            "token_type": "Bearer",
+            "scope": "user:inference",
+        }
+
+
 class StandIn:
     """The server, in a thread of this process, on 127.0.0.1 and a free port (``url``); ``netns``: in that
     network namespace (``loopback_only``)."""
 
-    def __init__(self, script: list[Step], *, netns: str | None = None, bind: tuple[str, int] = ("127.0.0.1", 0),
-                 key: str | None = None):
+    def __init__(
+        self,
+        script: list[Step],
+        *,
+        netns: str | None = None,
+        bind: tuple[str, int] = ("127.0.0.1", 0),
+        key: str | None = None,
+        per_conversation: bool = False,
+        login: Login | None = None,
+    ):
         self.script = list(script)
+        # per_conversation: every conversation (agent) gets the whole script, its step the number of assistant turns
+        # in the request; else one script for all, step after step
+        self.per_conversation = per_conversation
+        self.login = login  # a subscription login's token endpoint (POST /v1/oauth/token) and its access tokens
         self.key = key  # the only credential it accepts (None: any); another gets the API's 401
         self.log: str | None = None  # a file each request is appended to, as a JSON line
         self.requests: list[dict[str, Any]] = []
@@ -194,14 +238,16 @@ class StandIn:
     def answer(self, request: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
         """(content blocks, stop reason) for ``request``."""
         with self._lock:
-            past = bool(request["body"].get("tools")) and not self.script
+            turn = sum(1 for m in request["body"].get("messages") or [] if m.get("role") == "assistant")
+            left = self.script[turn:] if self.per_conversation else self.script
+            past = bool(request["body"].get("tools")) and not left
             self.record({**request, "past_end": past})
             if not request["body"].get("tools"):
                 return [{"type": "text", "text": "ok"}], "end_turn"
-            if not self.script:
+            if not left:
                 self.errors.append(f"request {len(self.requests)} came after the script's end")
                 return [{"type": "text", "text": "The script has ended."}], "end_turn"
-            step = self.script.pop(0)
+            step = left[0] if self.per_conversation else self.script.pop(0)
         if step.expect is not None:
             try:
                 step.expect(request)
@@ -247,7 +293,10 @@ def _apply_patch_add(path: str, content: str) -> str:
 # shell takes PATH from /etc/profile, which in a role's image has /usr/local/bin (jackin-ask) but not the
 # directory a test on this machine puts it in.
 _CODEX_TOOLS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    "Bash": lambda i: {"command": ["bash", "-c", i["command"]], **({"timeout_ms": i["timeout"]} if "timeout" in i else {})},
+    "Bash": lambda i: {
+        "command": ["bash", "-c", i["command"]],
+        **({"timeout_ms": i["timeout"]} if "timeout" in i else {}),
+    },
     "Write": lambda i: {"command": ["apply_patch", _apply_patch_add(i["file_path"], i["content"])]},
 }
 _RESPONSES_USAGE = {"input_tokens": 12, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 7,
@@ -348,8 +397,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if not request["body"].get("tools"):  # a side call (Gemini CLI's model router): a short JSON answer
             self.standin.record(request)
-            text = json.dumps({"reasoning": "a stand-in", "model_choice": "flash",  # and the classifier's fields
-                               "complexity_reasoning": "a stand-in", "complexity_score": 1})  # (0.40 logs a ZodError)
+            text = json.dumps(
+                {
+                    "reasoning": "a stand-in",
+                    "model_choice": "flash",  # and the classifier's fields
+                    "complexity_reasoning": "a stand-in",
+                    "complexity_score": 1,
+                }
+            )  # (0.40 logs a ZodError)
             self._json(200, {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]},
                                              "finishReason": "STOP", "index": 0}], **_GEMINI_USAGE})  # fmt: skip
             return
@@ -385,6 +440,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         self._stream(events)
 
+    def _anthropic_auth(self) -> bool:
+        """The key in x-api-key, or a current access token of the login as a bearer with the OAuth beta."""
+        login, bearer = self.standin.login, self.headers.get("authorization", "")
+        if login is not None and bearer.startswith("Bearer "):
+            return login.valid(bearer[7:]) and "oauth-2025-04-20" in self.headers.get("anthropic-beta", "")
+        return self.standin.key is None or self.headers.get("x-api-key") == self.standin.key
+
+    def _token(self, request: dict[str, Any]) -> None:
+        login = self.standin.login
+        issued = login.refresh(request["body"]) if login is not None else None
+        self.standin.record({**request, "refreshed": issued is not None})
+        if issued is None:
+            self._json(400, {"error": "invalid_grant", "error_description": "refresh token not found or already used"})
+            return
+        self._json(200, issued)
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.standin.record({"method": "GET", "path": self.path, "headers": dict(self.headers), "body": {}})
         self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "not in the stand-in"}})
@@ -395,7 +466,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body = json.loads(self.rfile.read(length) or b"{}")
         except ValueError:
             body = {}
-        request = {"method": "POST", "path": self.path, "headers": dict(self.headers), "body": body}
+        request = {
+            "method": "POST",
+            "path": self.path,
+            "headers": dict(self.headers),
+            "body": body,
+            "client": self.client_address[0],
+            "at": time.time(),
+        }
+        if self.path.startswith("/v1/oauth/token"):
+            self._token(request)
+            return
         if self.path.startswith("/v1beta/models/"):
             self._gemini(request)
             return
@@ -410,9 +491,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.standin.record(request)
             self._json(200, {"input_tokens": 12})
             return
-        if self.standin.key is not None and self.headers.get("x-api-key") != self.standin.key:
-            self.standin.record(request)
-            self._json(401, {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}})
+        if not self._anthropic_auth():
+            self.standin.record({**request, "refused": True})
+            self._json(
+                401, {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}
+            )
             return
         blocks, stop = self.standin.answer(request)
         model, message_id = body.get("model", "stand-in"), f"msg_{len(self.standin.requests):04d}"
@@ -427,14 +510,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 # --- as a process of its own: the lab's stand-in (python3 standin.py ADDRESS PORT SCRIPT LOG) ---------------
 
 
-def serve(address: str, port: int, script: list[dict[str, Any]], log: str, key: str | None = None,
+def serve(address: str, port: int, script: list[dict[str, Any]] | dict[str, Any], log: str, key: str | None = None,
           tls: tuple[str, str] | None = None) -> None:  # fmt: skip
     """Serve ``script`` (steps as JSON: ``text``, and ``tool`` with ``input`` for a tool call) on
     ``address:port`` until killed, appending each request to ``log`` as a JSON line (a main-loop request
     past the script's end with ``"past_end": true``); ``key``: the only credential it accepts; ``tls``:
     (certificate chain, key) PEM files, to serve HTTPS."""
+    options = script if isinstance(script, dict) else {"script": script}  # or {"script", "per_conversation", "login"}
+    login = options.get("login")
     standin = StandIn([Step(text=s.get("text", ""), tool=s.get("tool"), tool_input=s.get("input") or {})
-                       for s in script], bind=(address, port), key=key)  # fmt: skip
+                       for s in options["script"]], bind=(address, port), key=key,
+                      per_conversation=bool(options.get("per_conversation")),
+                      login=Login(login["refresh_token"], login["access_token"], login["lifetime"]) if login else None)  # fmt: skip
     standin.log = log
     if tls is not None:
         import ssl
@@ -449,5 +536,11 @@ if __name__ == "__main__":
     import sys
 
     # standin.py ADDRESS PORT SCRIPT LOG [KEY [CERT CERT_KEY]]
-    serve(sys.argv[1], int(sys.argv[2]), json.loads(open(sys.argv[3], encoding="utf-8").read()), sys.argv[4],
-          sys.argv[5] if len(sys.argv) > 5 else None, (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else None)
+    serve(
+        sys.argv[1],
+        int(sys.argv[2]),
+        json.loads(open(sys.argv[3], encoding="utf-8").read()),
+        sys.argv[4],
+        sys.argv[5] if len(sys.argv) > 5 else None,
+        (sys.argv[6], sys.argv[7]) if len(sys.argv) > 7 else None,
+    )

@@ -30,6 +30,7 @@ from jackin.agents.read import agent_states, agents_command, parse_agents
 from jackin.agents.state import AgentState
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError, SpecError
 from jackin.lab import providers
+from jackin.net import logins
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory
 from jackin.transport.remote import gather
@@ -197,7 +198,16 @@ def poller(spec: Inventory, *, timeout: float = 8) -> Callable[[], Poll]:
         raise JackinError(f"fleet {spec.fleet.name!r} has no hosts to wait on", hint="bring it up first: inv fleet.up")
     instances = [i for _, i in planning.instances(spec.fleet)]
     stale = derivation.stale_after(spec.fleet)
-    return lambda: read_poll(spec.fleet.name, targets, instances, stale, timeout=timeout)
+
+    def poll() -> Poll:
+        try:  # a shared login due for its refresh gets it at each poll, before the agents need it
+            logins.keep(spec, targets)
+        except JackinError as error:  # shown as the poll's error (done does not hold while it stands)
+            found = read_poll(spec.fleet.name, targets, instances, stale, timeout=timeout)
+            return found.model_copy(update={"errors": {**found.errors, "shared login": error.message}})
+        return read_poll(spec.fleet.name, targets, instances, stale, timeout=timeout)
+
+    return poll
 
 
 def read_poll(fleet: str, targets: list[SshTarget], instances: list[str], stale_after: dict[str, float],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
 from jackin import hostpaths
 
@@ -46,6 +46,7 @@ class GatewayAccount(BaseModel):
     spent: str = Field("", max_length=400)  # "budget spent: tokens 1032 of 1000" while it is
     last: float = Field(0.0, ge=0, allow_inf_nan=False)
 
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented use on a property
     @property
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens

@@ -166,7 +166,7 @@ def gateway_section(fleet: str) -> str:
     """``##gateway``: the credential gateway's pieces (jackin/net/gateway.py): ``dir``, the sha256 of its config,
     program and unit files (root's, in directories only root writes), its user's uid, its unit's state."""
     d, unit = shlex.quote(hostpaths.gateway_dir(fleet)), shlex.quote(hostpaths.gateway_unit(fleet))
-    files = {"config": f"{d}/config.json", "program": hostpaths.GATEWAY_PROGRAM,
+    files = {"config": f"{d}/config.json", "logins": f"{d}/logins.json", "program": hostpaths.GATEWAY_PROGRAM,
              "unit": shlex.quote(hostpaths.unit_path(hostpaths.gateway_unit(fleet)))}  # fmt: skip
     sums = "; ".join(f'[ -f {p} ] && echo "{k}=$(sha256sum < {p} | cut -d" " -f1)"' for k, p in files.items())
     return (

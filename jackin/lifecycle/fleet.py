@@ -26,6 +26,7 @@ from jackin.lifecycle.hostplan import HostChanges, host_changes
 from jackin.lifecycle.runs import deploys_dir, recorded_run, states_for_deploy
 from jackin.lifecycle.status import FleetStatus
 from jackin.lifecycle.status import read as read_status
+from jackin.net import logins
 from jackin.plan import fleet as planning
 from jackin.plan import pools
 from jackin.plan.applied import applied
@@ -112,6 +113,7 @@ def up(
     fleet = inventory.fleet
     check(inventory)  # refused (exit 2) before anything: credential-like mounts, duplicate names, address pools
     values = credentials.read(fleet)  # every value read here, before any host is touched; never in the plan
+    values = logins.resolve(inventory, values, refresh=not dry_run)  # shared logins: their current access tokens
     ready = work.prepare(fleet)  # every repository checked and bundled here, before any host is touched
     with (
         Ledger() as ledger,
@@ -332,7 +334,7 @@ def plan(inventory: Inventory, *, log: Log = lambda _: None) -> PlanResult:
     come first: ``check``, then every credential readable (exit 2)."""
     fleet = inventory.fleet
     check(inventory)
-    values = credentials.read(fleet)
+    values = logins.resolve(inventory, credentials.read(fleet), refresh=False)
     ready = work.prepare(fleet)
     with Ledger() as ledger:
         provider = provider_for(inventory, ledger)

@@ -45,6 +45,7 @@ from jackin.hostpaths import (
     ttl_unit,
 )
 from jackin.lab.providers import provider_for
+from jackin.net import logins
 from jackin.net.firewall import ident
 from jackin.paths import private_dir, state_dir
 from jackin.plan import ttl
@@ -112,6 +113,7 @@ class FleetStatus(_Model):
     agent_states: dict[str, int] = Field(default_factory=dict)  # agents per state, over every host read
     rollup: str | None = None  # "4 agents: 1 blocked, 2 working, 1 done"
     ttl: TtlStatus | None = None  # the time-to-live: the time left (jackin/plan/ttl.py)
+    login_error: str | None = None  # why a shared login could not be refreshed (jackin/net/logins.py)
 
 
 # CPU in nanoseconds and memory in bytes of each pid's container cgroup (v2, else v1), in one awk
@@ -334,6 +336,15 @@ def fleet_status(fleet: str, targets: list[SshTarget], *, timeout: float = 8,
 # fleet.up's results (snapshots, host plans, the engine's protocol) it does not need.
 
 
+def keep_logins(inventory: Inventory, targets: list[SshTarget]) -> str | None:
+    """Refresh the fleet's shared logins that are due, and push them (None: done, or nothing to do); else why not."""
+    try:
+        logins.keep(inventory, targets)
+    except JackinError as error:
+        return error.message
+    return None
+
+
 def read(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
     """Hosts × agents of the fleet; never brings a lab up and never hangs on a dead host.
 
@@ -342,8 +353,10 @@ def read(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
     its policy dropped in all and since the last ``status`` (kept in the state dir).
     """
     spec = inventory.fleet
-    result = fleet_status(spec.name, provider_for(inventory).targets(bring_up=False), timeout=timeout,
-                          stale_after=derivation.stale_after(spec))  # fmt: skip
+    targets = provider_for(inventory).targets(bring_up=False)
+    login_error = keep_logins(inventory, targets)  # a shared login due for its refresh gets it (jackin/net/logins.py)
+    result = fleet_status(spec.name, targets, timeout=timeout, stale_after=derivation.stale_after(spec))
+    result.login_error = login_error
     applied_there = in_place(spec.name, [h.host for h in result.hosts])  # after a rollback: not the file's
     seen_file = private_dir(state_dir() / "fleets" / spec.name) / "drops.json"
     try:

@@ -57,9 +57,10 @@ def share(plan: FleetPlan) -> dict[str, float | int | None] | None:
 def _credential(agent: AgentPlan, values: Secrets) -> dict[str, object]:
     assert agent.gateway is not None
     g = agent.gateway
+    login = {"login": g.login, "inject": "authorization", "beta": g.beta} if g.login else {}
     return {"placeholder": values.placeholder(agent.fleet, agent.instance, g.credential).decode(),
             "header": g.header, "upstream": g.upstream, "prices": g.prices,
-            "ca": f"{agent.instance}/{API_CA}" if g.ca else None}  # fmt: skip
+            "ca": f"{agent.instance}/{API_CA}" if g.ca else None, **login}  # fmt: skip
 
 
 def secrets_blob(plan: FleetPlan, values: Secrets) -> bytes:
@@ -67,12 +68,23 @@ def secrets_blob(plan: FleetPlan, values: Secrets) -> bytes:
     found: dict[str, str] = {}
     for agent in plan.gateway_agents:
         assert agent.gateway is not None
-        found[f"{agent.instance}/{agent.gateway.credential}"] = values.value(
-            agent.agent, agent.gateway.credential
-        ).decode()
+        if agent.gateway.login is None:  # a shared login's access token is in logins.json (jackin/net/logins.py)
+            name = agent.gateway.credential
+            found[f"{agent.instance}/{name}"] = values.value(agent.agent, name).decode()
         if agent.gateway.ca and values.has(agent.agent, API_CA):
             found[f"{agent.instance}/{API_CA}"] = values.value(agent.agent, API_CA).decode()
     return (json.dumps(found, sort_keys=True) + "\n").encode()
+
+
+def logins_blob(plan: FleetPlan, values: Secrets) -> bytes | None:
+    """``logins.json``: each shared login's current access token (the value fleet.up resolved: jackin/net/logins.py);
+    None when no agent of the plan uses one."""
+    found: dict[str, object] = {}
+    for agent in plan.gateway_agents:
+        assert agent.gateway is not None
+        if agent.gateway.login is not None and values.has(agent.agent, agent.gateway.credential):
+            found[agent.gateway.login] = json.loads(values.value(agent.agent, agent.gateway.credential))
+    return (json.dumps(found, sort_keys=True) + "\n").encode() if found else None
 
 
 def config(plan: FleetPlan, values: Secrets) -> str:

@@ -463,7 +463,12 @@ class Gateway:
     ) -> web.StreamResponse:
         account = self.accounts[instance]
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP and k.lower() not in AUTH_HEADERS}
-        headers[cred["header"]] = f"Bearer {value}" if cred["header"].lower() == "authorization" else value
+        inject = cred.get("inject") or cred["header"]  # a shared login's token goes as a bearer, whatever held it
+        headers[inject] = f"Bearer {value}" if inject.lower() == "authorization" else value
+        if cred.get("beta"):  # the login's beta flag, beside the runtime's own
+            given = [b for k, v in headers.items() if k.lower() == "anthropic-beta" for b in v.split(",") if b.strip()]
+            headers = {k: v for k, v in headers.items() if k.lower() != "anthropic-beta"}
+            headers["anthropic-beta"] = ",".join(dict.fromkeys([*(b.strip() for b in given), cred["beta"]]))
         headers.update(cred.get("add_headers") or {})
         headers["Accept-Encoding"] = "identity"  # usage is read from the bytes as they pass
         upstream = cred["upstream"].rstrip("/")
@@ -484,7 +489,7 @@ class Gateway:
                     raise ValueError("request body too large")
                 yield chunk
 
-        session = self._session(cred.get("ca"))
+        session = self._session(self.secrets.get(cred["ca"]) if cred.get("ca") else None)
         response: web.StreamResponse | None = None
         meter: Meter | None = None
         status = 502
@@ -532,9 +537,12 @@ class Gateway:
         self.dirty.add(instance)
 
     def _session(self, ca: str | None) -> ClientSession:
+        """One pool per authority: the system's, or the system's and a spec's ``api_ca`` (PEM, from secrets.json)."""
         key = ca or ""
         if key not in self.sessions:
-            context = ssl.create_default_context(cafile=ca) if ca else ssl.create_default_context()
+            context = ssl.create_default_context()
+            if ca:
+                context.load_verify_locations(cadata=ca)
             self.sessions[key] = ClientSession(connector=TCPConnector(ssl=context, limit=0), auto_decompress=False,
                                                timeout=ClientTimeout(sock_connect=10, sock_read=600), trust_env=False)  # fmt: skip
         return self.sessions[key]

@@ -69,6 +69,15 @@ def gateway_commands(plan: FleetPlan, state: HostState, values: Secrets) -> list
                          q("mv", "-f", "-T", new, target)]  # fmt: skip
         commands.append(q("rm", "-rf", staging))
         commands.append(f"rmdir {shlex.quote(UPLOAD_DIR)} 2>/dev/null || true")
+    logins = gateway.logins_blob(plan, values)
+    if logins is not None and have.logins != gateway.digest(logins):  # jackin/net/logins.py pushes it again on refresh
+        staging = f"{UPLOAD_DIR}/gateway-logins-{hashlib.sha256(logins).hexdigest()[:12]}"
+        target, new = f"{directory}/logins.json", f"{directory}/.logins.json.jackin-new"
+        commands += [q("rm", "-rf", staging), q("install", "-d", "-m", "0700", UPLOAD_DIR, staging),
+                     SecretUpload(logins, f"{staging}/logins.json", target=target),
+                     q("install", "-m", "0440", "-o", "root", "-g", user, "-T", f"{staging}/logins.json", new),
+                     q("mv", "-f", "-T", new, target), q("rm", "-rf", staging),
+                     f"rmdir {shlex.quote(UPLOAD_DIR)} 2>/dev/null || true"]  # fmt: skip
     if have.unit != gateway.digest(unit):
         commands += write_files({gateway.unit_path(fleet): unit})
         commands.append("systemctl daemon-reload")

@@ -27,6 +27,9 @@ CREDENTIAL_FIELDS = (
     "from_env",
     "from_file",
     "mode",
+    "kind",
+    "token_url",
+    "acknowledge_terms",
 )  # references only: where the operator keeps it, how delivered
 
 

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from jackin import hostpaths
 from jackin.hostpaths import CREDENTIALS_TARGET, ROOT, WORK_TARGET, user_name
 from jackin.spec import roles
+from jackin.spec.credentials import login_id
 from jackin.spec.models import AddressPool, AgentSpec, FleetSpec, Mount, NetworkPolicy, WorkSpec, gateway_credential
 from jackin.spec.values import SLUG
 
@@ -71,6 +72,8 @@ class GatewayPlan(_Model):
     ca: bool = False  # the spec's api_ca: the gateway trusts it for the upstream (beside the system's)
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
     budget: dict[str, float | int | None] | None = None
+    login: str | None = None  # kind oauth: the fleet's shared login (its id: jackin.spec.credentials.login_id)
+    beta: str | None = None  # kind oauth: added to anthropic-beta with the login's access token
 
 
 class Health(_Model):
@@ -297,7 +300,7 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
                 credentials=sorted({c.name for c in agent.credentials}),
                 mounts=agent.mounts,
                 env=api_env(agent.role, agent.api_url, gateway=gateway_credential(agent) is not None),
-                gateway=gateway_plan(agent),
+                gateway=gateway_plan(agent, spec.name),
             )  # fmt: skip
         )
     agents = [a.model_copy(update={"work": work_plan(by_name[a.agent].work, a.instance)}) for a in agents]
@@ -331,7 +334,7 @@ def api_env(role_name: str, api_url: str | None, *, gateway: bool = False) -> di
     return {api.env: api_url} if api_url is not None else {}
 
 
-def gateway_plan(agent: AgentSpec) -> GatewayPlan | None:
+def gateway_plan(agent: AgentSpec, fleet: str = "") -> GatewayPlan | None:
     """The agent's credential in gateway mode, or None (``jackin.spec.models.gateway_credential``)."""
     name = gateway_credential(agent)
     if name is None:
@@ -339,9 +342,12 @@ def gateway_plan(agent: AgentSpec) -> GatewayPlan | None:
     role = roles.load(agent.role)
     assert role.api is not None  # gateway_credential says the role has one
     parts = urlsplit(agent.api_url or role.api.url)
+    given = next(c for c in agent.credentials if c.name == name)
+    login = login_id(fleet, given) if given.kind == "oauth" else None
     return GatewayPlan(credential=name, header=role.api.header, upstream=f"{parts.scheme}://{parts.netloc}",
                        ca=agent.api_ca is not None, prices={m: p.model_dump() for m, p in role.prices.items()},
-                       budget=agent.budget.model_dump() if agent.budget is not None else None)  # fmt: skip
+                       budget=agent.budget.model_dump() if agent.budget is not None else None, login=login,
+                       beta=role.api.login.beta if login and role.api.login else None)  # fmt: skip
 
 
 def work_plan(work: WorkSpec | None, instance: str) -> WorkPlan | None:

@@ -83,6 +83,12 @@ class Secrets:
         message = f"{fleet}\0{instance}\0{name}\0".encode() + (self._values[agent][name] if data is None else data)
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
+    def replaced(self, agent: str, name: str, value: bytes) -> Secrets:
+        """These values with one replaced (a shared login's: its current access token, jackin/net/logins.py)."""
+        values = {a: dict(named) for a, named in self._values.items()}
+        values.setdefault(agent, {})[name] = value
+        return Secrets(values, self._key)
+
     def has(self, agent: str, name: str) -> bool:
         return name in self._values.get(agent, {})
 
@@ -182,6 +188,15 @@ def read(spec: FleetSpec, *, environ: Mapping[str, str] | None = None, key: byte
     if not values:
         return Secrets({}, b"")
     return Secrets(values, digest_key(spec.name) if key is None else key)
+
+
+def login_id(fleet: str, credential: Credential) -> str:
+    """A shared login's name in the fleet (credential kind ``oauth``): from its source (an environment variable's
+    name, or a file's path), so agents given the same source share one login (jackin/net/logins.py)."""
+    source = (
+        f"env:{credential.from_env}" if credential.from_env else f"file:{Path(str(credential.from_file)).expanduser()}"
+    )
+    return hashlib.sha256(f"{fleet}\0{source}".encode()).hexdigest()[:12]
 
 
 def digest_key(fleet: str) -> bytes:

@@ -157,6 +157,24 @@ class Credential(Model):
     # the value into its API requests; file: the agent's process holds the value (residual risk). Unset:
     # gateway for the credential the role's runtime authenticates its API calls with, where it can.
     mode: Literal["gateway", "file"] | None = None
+    # oauth: a subscription login (the runtime's login file, or its refresh token), shared by every agent given
+    # the same source and refreshed once for the fleet on the operator's machine (jackin/net/logins.py); always
+    # through the gateway. The vendors' terms restrict such use: acknowledge_terms says they were read.
+    kind: Literal["key", "oauth"] = "key"
+    token_url: ApiUrl | None = None  # kind oauth: the login's token endpoint, in place of the role's
+    acknowledge_terms: bool = False
+
+    @model_validator(mode="after")
+    def _oauth_fields(self) -> Credential:
+        if self.kind != "oauth" and (self.token_url is not None or self.acknowledge_terms):
+            raise ValueError("token_url and acknowledge_terms are for a credential of kind oauth")
+        if self.kind == "oauth" and self.mode == "file":
+            raise ValueError("a credential of kind oauth goes through the gateway only (no agent holds a token): "
+                             "leave mode unset")  # fmt: skip
+        if self.kind == "oauth" and not self.acknowledge_terms:
+            raise ValueError("kind oauth: a subscription login used by a fleet may breach the vendor's terms; read "
+                             "docs/gateway.md (one shared login), then set acknowledge_terms: true")  # fmt: skip
+        return self
 
     @model_validator(mode="after")
     def _one_source(self) -> Credential:
@@ -295,7 +313,7 @@ def gateway_credential(agent: AgentSpec) -> str | None:
     given = next((c for c in agent.credentials if c.name == api.credential), None)
     if given is None:
         return None
-    mode = given.mode or ("gateway" if api.gateway else "file")
+    mode = given.mode or ("gateway" if api.gateway or given.kind == "oauth" else "file")
     return api.credential if mode == "gateway" else None
 
 
@@ -306,6 +324,9 @@ def _check_gateway(agent: AgentSpec) -> AgentSpec:
     role = _role(agent.role)
     api = role.api
     for credential in agent.credentials:
+        if credential.kind == "oauth" and (api is None or api.login is None or api.credential != credential.name):
+            raise ValueError(f"agent {agent.name!r}: credential {credential.name}: kind oauth: role {agent.role!r} "
+                             "has no subscription login for it (api.login in its role.yaml)")  # fmt: skip
         if credential.mode != "gateway":
             continue
         if api is None or api.credential != credential.name:

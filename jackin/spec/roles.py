@@ -113,12 +113,23 @@ class ApiEndpoint(Model):
     # gateway (jackin/net/gateway.py) the runtime holds a placeholder there, which the gateway replaces.
     credential: CredentialName | None = None
     header: Literal["x-api-key", "authorization", "x-goog-api-key"] = "x-api-key"
+    # A subscription login the runtime can use instead of a key (credential kind oauth: jackin/net/logins.py).
+    login: LoginEndpoint | None = None
 
     @property
     def gateway(self) -> bool:
         """Whether the runtime can reach its API through the gateway: it has a credential to swap, and takes
         a plain-http base URL (the gateway listens on the agent's bridge without TLS; ``https``: it does not)."""
         return self.credential is not None and not self.https
+
+
+class LoginEndpoint(Model):
+    """Where the runtime's subscription login is refreshed (a credential of kind ``oauth``), and how the gateway
+    presents its access token: as a bearer, with ``beta`` added to ``anthropic-beta`` when set."""
+
+    token_url: ApiUrl
+    client_id: str = Field(min_length=1, max_length=200)
+    beta: str | None = Field(None, max_length=100)
 
 
 class Price(Model):

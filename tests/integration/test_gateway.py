@@ -22,7 +22,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 import subprocess
+import time
 
 import pytest
 
@@ -124,10 +126,20 @@ def test_claude_code_works_through_the_gateway_and_never_holds_the_key(glab, tmp
             # --- the secret never enters the sandbox (checked while its runtime runs, waiting on the 429s)
             placeholder = sh(glab, f"docker exec {coder} cat /run/jackin/credentials/ANTHROPIC_API_KEY").stdout.strip()
             assert placeholder.startswith("jackin-placeholder-") and key not in placeholder
-            inside = sh(glab, f"docker exec -u 0 {coder} sh -c 'grep -rlF -e {shq(key)} / --exclude-dir=proc "
-                              "--exclude-dir=sys --exclude-dir=dev 2>/dev/null; echo @@; grep -rlF -e "
-                              f"{shq(placeholder)} /run /workspace 2>/dev/null; echo @@; for p in /proc/[0-9]*; do "
-                              "tr '\\0' '\\n' < $p/environ 2>/dev/null; done'", timeout=120).stdout  # fmt: skip
+            # as root (no capability: no file it cannot read as root's) and as the agent (every file of its own, and
+            # its processes' environments)
+            search = f"grep -rlF -e {shq(key)} / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev 2>/dev/null"
+            as_root = sh(glab, f"docker exec -u 0 {coder} sh -c {shq(search + '; true')}", timeout=120).stdout
+            inside = sh(
+                glab,
+                f"docker exec {coder} sh -c "
+                + shq(
+                    f"{search}; echo @@; grep -rlF -e {shq(placeholder)} /run /workspace 2>/dev/null; echo @@; "
+                    "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null; done; true"
+                ),
+                timeout=120,
+            ).stdout
+            assert as_root.strip() == "", as_root
             files_with_key, files_with_placeholder, environ = inside.split("@@\n")
             assert files_with_key.strip() == "", files_with_key
             assert "/run/jackin/credentials/ANTHROPIC_API_KEY" in files_with_placeholder  # the control
@@ -140,6 +152,8 @@ def test_claude_code_works_through_the_gateway_and_never_holds_the_key(glab, tmp
             assert "listening on" in sh(glab, f"journalctl -u jackin-gateway-{name} --no-pager -o cat").stdout
             for root, _, names in os.walk(os.environ["JACKIN_STATE_DIR"]):
                 for file in names:
+                    if not stat.S_ISREG(os.lstat(os.path.join(root, file)).st_mode):
+                        continue  # the ssh multiplexers' sockets
                     with open(os.path.join(root, file), "rb") as handle:
                         assert key.encode() not in handle.read(), os.path.join(root, file)
             on_host = sh(glab, f"stat -c '%U:%G %a' /etc/jackin/gateway/{name}/secrets.json; "
@@ -160,9 +174,14 @@ def test_claude_code_works_through_the_gateway_and_never_holds_the_key(glab, tmp
             assert status.startswith("ERROR"), status  # coder's bridge address: not reachable from other at all
             status, _, body = agent_request(glab, other, host_other, 8377, "http://elsewhere.example/v1/messages", mine)
             assert status == "HTTP/1.1 403 Forbidden" and "elsewhere.example" in body, (status, body)
-            denials = json.loads(inv("agent.denials", "other", "-i", str(spec), "--json").stdout)
-            kinds = {(d["instance"], d["kind"]) for d in denials["gateway"]}
+            for _ in range(10):  # the gateway writes its records within a second
+                denials = json.loads(inv("agent.denials", "other", "-i", str(spec), "--json").stdout)
+                kinds = {(d["instance"], d["kind"]) for d in denials["gateway"]}
+                if {("other-1", "placeholder"), ("other-1", "upstream")} <= kinds:
+                    break
+                time.sleep(0.5)
             assert {("other-1", "placeholder"), ("other-1", "upstream")} <= kinds, denials
+            assert any(d["destination"] == host_coder and d["port"] == 8377 for d in denials["denials"]), denials
             assert len([r for r in requests(glab, log) if r["method"] == "POST"]) == spent_at + 1  # only the control
 
             # --- a higher budget, applied by fleet.up: no restart, the agent goes on and finishes

@@ -36,13 +36,15 @@ def test_fleet_hash_ignores_how_hosts_are_reached_but_hash_does_not() -> None:
 def test_credential_fields_are_references_only() -> None:
     """A field added to Credential fails here until it is classified: if it can hold a secret it must
     stay out of CREDENTIAL_FIELDS (and so out of the ledger)."""
-    assert set(Credential.model_fields) == set(CREDENTIAL_FIELDS) == {"name", "from_env", "from_file", "mode"}
+    assert set(Credential.model_fields) == set(CREDENTIAL_FIELDS) == {"name", "from_env", "from_file", "mode", "kind",
+                                                                         "token_url", "acknowledge_terms"}
 
 
 def test_a_credential_is_stored_by_reference_and_an_unknown_field_is_dropped() -> None:
     inv = inventory(agents=[{"name": "coder", "credentials": [{"name": "API_KEY", "from_env": "MY_KEY"}]}])
     data = redacted(inv)
-    assert data["fleet"]["agents"][0]["credentials"] == [{"name": "API_KEY", "from_env": "MY_KEY", "from_file": None, "mode": None}]
+    assert data["fleet"]["agents"][0]["credentials"] == [{"name": "API_KEY", "from_env": "MY_KEY", "from_file": None, "mode": None,
+                                                                 "kind": "key", "token_url": None, "acknowledge_terms": False}]
     # were a credential model ever to carry a value, the stored dump leaves it out
     dump = inv.model_dump(mode="json")
     dump["fleet"]["agents"][0]["credentials"][0]["value"] = "s3cret"

@@ -58,6 +58,8 @@ def status_table(status: FleetStatus) -> Table:
         table.caption += f"\n{host.host}: credential gateway DOWN: {host.gateway_down}"
     for host in (h for h in status.hosts if h.egress_broken):
         table.caption += f"\n{host.host}: egress BROKEN: {host.egress_broken}"
+    if status.login_error:
+        table.caption += f"\nshared login NOT REFRESHED: {status.login_error}"
     if ttl_line(status):
         table.caption += f"\n{ttl_line(status)}"
     return table
