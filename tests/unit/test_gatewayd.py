@@ -244,3 +244,38 @@ def test_the_meter_reads_a_json_body_and_skips_a_line_past_its_cap():
     sse.feed(b'\ndata: {"usage": {"output_tokens": 3}}\n')
     sse.done()
     assert sse.output == 3
+
+
+def test_a_shared_logins_access_token_goes_as_a_bearer_with_its_beta_and_an_expired_one_is_refused(gateway):
+    from tests.standin import Login
+
+    login = Login("rt-1", "at-current", 60)
+    with StandIn([say("ok")], key=SECRET, login=login) as upstream:
+        g = gateway(upstream.url)
+        config = json.loads((g.conf / "config.json").read_text())
+        config["agents"]["a1"]["credentials"]["KEY"].update(login="L1", inject="authorization", beta="oauth-2025-04-20")
+        (g.conf / "logins.json").write_text(
+            json.dumps({"L1": {"access_token": "at-current", "expires_at": time.time() + 60}})
+        )
+        (g.conf / "config.json.tmp").write_text(json.dumps(config))
+        os.replace(g.conf / "config.json.tmp", g.conf / "config.json")
+        side = {"model": "m"}  # a request with no tools: the stand-in answers it without taking a step
+
+        def as_bearer() -> bool:  # the gateway reads changed files within a second
+            return g.request(body=side)[0] == 200 and "authorization" in {
+                k.lower() for k in upstream.requests[-1]["headers"]
+            }
+
+        wait_for(as_bearer)
+        status, _, body = g.request(headers={"anthropic-beta": "claude-code-20250219"})
+        assert status == 200, body
+        seen = upstream.main_requests[-1]
+        headers = {k.lower(): v for k, v in seen["headers"].items()}
+        assert headers["authorization"] == "Bearer at-current" and "x-api-key" not in headers
+        assert headers["anthropic-beta"] == "claude-code-20250219,oauth-2025-04-20"
+        (g.conf / "logins.json").write_text(json.dumps({"L1": {"access_token": "at-current", "expires_at": 1}}))
+        wait_for(lambda: g.request(body=side)[0] == 401)
+        forwarded = len(upstream.requests)
+        status, _, body = g.request()
+        assert status == 401 and b"shared login L1 has no current access token" in body
+        assert len(upstream.requests) == forwarded
