@@ -57,6 +57,11 @@ class GatewayAccount(BaseModel):
         cost = f", ${self.usd:.4f}" if self.usd else ""
         return f"{self.requests} requests, {self.input_tokens} in, {self.output_tokens} out{cost}"
 
+    @property
+    def summary(self) -> str:
+        """The label, and how many requests were refused: ``3 requests, 36 in, 21 out; 2 refused``."""
+        return self.label + (f"; {self.denied} refused" if self.denied else "")
+
     @classmethod
     def parse(cls, raw: bytes | None) -> GatewayAccount | None:
         if not raw or len(raw) > MAX_ACCOUNT:

@@ -58,6 +58,7 @@ MAX_REQUEST = 64 << 20
 MAX_DENIALS = 100
 RETRY_AFTER = 10  # seconds: a runtime that honors Retry-After comes back after this, maybe to a raised budget
 SIOCGIFADDR, SIOCGIFNETMASK = 0x8915, 0x891B
+TLS_READ = 16 * 1024
 
 
 def interface_ipv4(name: str) -> ipaddress.IPv4Interface | None:
@@ -576,10 +577,22 @@ class Gateway:
                 await session.close()
 
 
+def small_tls_buffers() -> None:
+    """Read each upstream TLS connection 16 KiB at a time (a TLS record's most), not asyncio's 256 KiB: the
+    gateway holds one connection per stream in flight, and that buffer was most of its memory with many agents
+    streaming at once (bench/gateway.py). ``SSLProtocol.max_size`` is asyncio's own class attribute (3.11+);
+    left alone where it is missing."""
+    import asyncio.sslproto as sslproto
+
+    if getattr(sslproto.SSLProtocol, "max_size", 0) > TLS_READ:
+        sslproto.SSLProtocol.max_size = TLS_READ
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
+    small_tls_buffers()
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     os.umask(0o077)
     asyncio.run(Gateway(argv[1], argv[2]).run())

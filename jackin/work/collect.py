@@ -465,6 +465,7 @@ class ReviewRow(BaseModel):
     ref: str | None = None
     repo: str | None = None
     usage: Usage | None = None  # live from the status file, else as collected
+    gateway: GatewayAccount | None = None  # what the credential gateway counted: live, else as collected
 
 
 class Review(BaseModel):
@@ -484,9 +485,13 @@ def diff_stat(repo: str | None, source: str | None, ref: str | None) -> str | No
     return found.stdout.decode(errors="replace").strip() or "no changes"
 
 
-def _live(target: SshTarget, agents: list[planning.AgentPlan]) -> dict[str, tuple[str, Usage | None]]:
+Live = tuple[str, Usage | None, GatewayAccount | None]
+
+
+def _live(target: SshTarget, agents: list[planning.AgentPlan]) -> dict[str, Live]:
     with connect(target, timeout=10) as conn:
-        return {a.instance: _live_state(conn, a, host=target.name) for a in agents}
+        return {a.instance: (*_live_state(conn, a, host=target.name), read_gateway(conn, a, host=target.name))
+                for a in agents}  # fmt: skip
 
 
 def _live_state(conn: Connection, agent: planning.AgentPlan, *, host: str) -> tuple[str, Usage | None]:
@@ -506,7 +511,7 @@ def review(inventory: Inventory) -> Review:
         collected = {(r["host"], r["instance"]): r for r in ledger.collections(plan.fleet)}
     hosts = targets(inventory, bring_up=False)
     result = Review(fleet=plan.fleet)
-    live: dict[tuple[str, str], tuple[str, Usage | None]] = {}
+    live: dict[tuple[str, str], Live] = {}
     if hosts:
         found = fanout.each_host(hosts, lambda t: _live(t, list(plan.agents)), faults=_SSH_FAULTS, grace=math.inf,
                                  workers=8)  # fmt: skip
@@ -515,11 +520,14 @@ def review(inventory: Inventory) -> Review:
             live.update({(name, i): s for i, s in states.items()})
     for key in sorted(set(live) | set(collected)):
         row = collected.get(key, {})
-        now, usage = live.get(key, (None, None))
+        now, usage, counted = live.get(key, (None, None, None))
         state = now or (f"{row['state']} (at collection)" if row.get("state") else "unknown")
         usage = usage or Usage.of((row.get("detail") or {}).get("usage"))
+        if counted is None and (row.get("detail") or {}).get("gateway"):
+            counted = GatewayAccount.parse(json.dumps(row["detail"]["gateway"]).encode())
         result.rows.append(ReviewRow(host=key[0], instance=key[1], state=state, commit=row.get("commit_id"),
                                      source_commit=row.get("source_commit"), evidence=row.get("evidence"),
                                      handoff=row.get("handoff"), ref=row.get("ref"), repo=row.get("repo"), usage=usage,
+                                     gateway=counted,
                                      diff=diff_stat(row.get("repo"), row.get("source_commit"), row.get("ref"))))  # fmt: skip
     return result

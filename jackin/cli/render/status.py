@@ -14,7 +14,6 @@ from jackin.cli.render.units import duration, size
 from jackin.lifecycle.status import ttl_line  # the time-to-live's time left (jackin/plan/ttl.py)
 
 if TYPE_CHECKING:
-    from jackin.agents.state import GatewayAccount
     from jackin.lifecycle.status import FleetStatus
 
 
@@ -65,11 +64,6 @@ def status_table(status: FleetStatus) -> Table:
     return table
 
 
-def gateway_label(account: GatewayAccount) -> str:
-    """What the gateway counted for an agent: ``3 requests, 36 in, 21 out, $0.0006; 2 refused``."""
-    return account.label + (f"; {account.denied} refused" if account.denied else "")
-
-
 def agents_table(status: FleetStatus) -> Table:
     """Every agent read, blocked first (then stuck, failed, unknown, working, idle, done), with its
     message or question; the caption is the fleet's roll-up."""
@@ -84,7 +78,7 @@ def agents_table(status: FleetStatus) -> Table:
     for host, instance, state in sorted(rows, key=lambda r: (order(r[2].state), r[0], r[1])):
         age = "-" if state.heartbeat_age is None else f"{duration(state.heartbeat_age)} ago"
         used = (state.usage.label if state.usage else "-",) if usage else ()
-        counted = (gateway_label(state.gateway) if state.gateway else "-",) if gateway else ()
+        counted = (state.gateway.summary if state.gateway else "-",) if gateway else ()
         table.add_row(agent_state_text(state.state), host, instance, age, *used, *counted,
                       said(state.message, state.question))  # fmt: skip
     table.caption = status.rollup or "0 agents"

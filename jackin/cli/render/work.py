@@ -32,12 +32,16 @@ def review_table(review: Review) -> Table:
     and handoff."""
     table = Table(title=f"fleet {review.fleet}: review", title_justify="left")
     usage = any(r.usage for r in review.rows)  # a column only when some runtime reported its usage
-    for column in ("host", "agent", "state", "commit", "diff", *(("usage",) if usage else ()), "evidence", "handoff"):
+    counted = any(r.gateway for r in review.rows)  # and when some agent went through the credential gateway
+    columns = ("host", "agent", "state", "commit", "diff", *(("usage",) if usage else ()),
+               *(("gateway",) if counted else ()), "evidence", "handoff")  # fmt: skip
+    for column in columns:
         table.add_column(column)
     for r in review.rows:
         evidence = Text(r.evidence or "not collected", style="green" if r.evidence == "ok" else "yellow")
         used = (r.usage.label if r.usage else "",) if usage else ()
-        table.add_row(r.host, r.instance, r.state, (r.commit or "")[:12], r.diff or "", *used, evidence,
+        gateway = (r.gateway.summary if r.gateway else "",) if counted else ()
+        table.add_row(r.host, r.instance, r.state, (r.commit or "")[:12], r.diff or "", *used, *gateway, evidence,
                       r.handoff or "")  # fmt: skip
     for host, why in review.unreachable.items():
         table.add_row(host, "", Text(f"unreachable: {why}", style="bold red"), *[""] * (len(table.columns) - 3))
