@@ -77,6 +77,7 @@ class Poll(_Model):
     agents: dict[str, AgentView]
     errors: dict[str, str] = Field(default_factory=dict)  # host -> why it could not be read
     unreachable: list[str] = Field(default_factory=list)  # hosts not reached (a subset of errors' keys)
+    login_error: str | None = None  # why a shared login was not refreshed or pushed (jackin/net/logins.py)
 
 
 class WaitResult(_Model):
@@ -93,6 +94,7 @@ class WaitResult(_Model):
     agents: list[AgentView]
     changes: list[Change]
     errors: dict[str, str] = Field(default_factory=dict)  # hosts the last poll could not read
+    login_error: str | None = None  # the last poll's: a shared login not refreshed or pushed
 
     @property
     def failed(self) -> list[AgentView]:
@@ -179,7 +181,7 @@ def wait(
             agents = sorted(seen.values(), key=lambda a: (derivation.order(a.state), a.host, a.instance))
             return WaitResult(fleet=spec.fleet.name, until=until, held=held, reason=reason, exit_code=code,
                               elapsed=round(clock() - start, 1), polls=count, agents=agents, changes=history,
-                              errors=current.errors)  # fmt: skip
+                              errors=current.errors, login_error=current.login_error)  # fmt: skip
         pause = every if timeout is None else max(0.0, min(every, timeout - (clock() - start)))
         sleep(pause)
 
@@ -200,12 +202,13 @@ def poller(spec: Inventory, *, timeout: float = 8) -> Callable[[], Poll]:
     stale = derivation.stale_after(spec.fleet)
 
     def poll() -> Poll:
+        problem = None
         try:  # a shared login due for its refresh gets it at each poll, before the agents need it
             logins.keep(spec, targets)
-        except JackinError as error:  # shown as the poll's error (done does not hold while it stands)
-            found = read_poll(spec.fleet.name, targets, instances, stale, timeout=timeout)
-            return found.model_copy(update={"errors": {**found.errors, "shared login": error.message}})
-        return read_poll(spec.fleet.name, targets, instances, stale, timeout=timeout)
+        except JackinError as error:  # said with the result; the agents' 401s show in their states meanwhile
+            problem = error.message
+        found = read_poll(spec.fleet.name, targets, instances, stale, timeout=timeout)
+        return found.model_copy(update={"login_error": problem}) if problem else found
 
     return poll
 

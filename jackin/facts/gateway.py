@@ -82,17 +82,24 @@ def _section(output: str, name: str) -> list[str]:
     return lines
 
 
-def gateway_files(fleet: str) -> str:
+MAX_SECTION = 8 * 1024 * 1024  # bytes of the whole section (hex): what a host's read may cost
+
+
+def gateway_files(fleet: str, only: str | None = None) -> str:
     """Shell: ``##gateway-files``, one line per JSON file of the fleet's credential gateway's state directory
-    (``<instance>.json``, ``gateway.json``): its name and its first MAX_ACCOUNT bytes in hex. Read as the
-    gateway's user (its directory is 0700), never as root, in at most 5 seconds: a link or a FIFO there can
-    cost nothing but this section."""
+    (``<instance>.json``, ``gateway.json``; ``only``: that instance's alone): its name and its first MAX_ACCOUNT
+    bytes in hex. Read as the gateway's user (its directory is 0700), never as root, in at most 5 seconds: a
+    link or a FIFO there can cost nothing but this section. What that user's process prints reaches the read
+    only through root's filter (``NAME.json HEX`` lines, MAX_SECTION bytes), so a compromised gateway writing
+    into its pipe cannot forge another section."""
     d, user = shlex.quote(hostpaths.gateway_state(fleet)), shlex.quote(hostpaths.gateway_user(fleet))
-    each = ('cd "$1" || exit 0; for f in *.json; do case "$f" in *[!a-z0-9.-]*) continue;; esac; '
+    names = shlex.quote(f"{only}.json") if only else "*.json"
+    each = (f'cd "$1" || exit 0; for f in {names}; do case "$f" in *[!a-z0-9.-]*) continue;; esac; '
             f'[ -f "$f" ] || continue; printf "%s " "$f"; head -c {MAX_ACCOUNT} -- "$f" '
             '| od -An -v -tx1 | tr -d " \\n"; echo; done')  # fmt: skip
-    return (f"echo '##gateway-files'; if [ -d {d} ] && id -u {user} >/dev/null 2>&1; then setpriv --reuid={user} "
-            f"--regid={user} --clear-groups -- timeout 5 sh -c {shlex.quote(each)} sh {d} 2>/dev/null; fi; ")  # fmt: skip
+    return (f"echo '##gateway-files'; if [ -d {d} ] && id -u {user} >/dev/null 2>&1; then {{ setpriv --reuid={user} "
+            f"--regid={user} --clear-groups -- timeout 5 sh -c {shlex.quote(each)} sh {d} 2>/dev/null "
+            f"| LC_ALL=C grep -aE '^[a-z0-9.-]+[.]json [0-9a-f]*$' | head -c {MAX_SECTION}; }} || true; fi; ")  # fmt: skip
 
 
 def gateway_accounts(output: str) -> dict[str, bytes]:

@@ -117,6 +117,8 @@ class GatewayState(BaseModel):
     program: str | None = None
     unit: str | None = None
     user: int | None = None  # its user's uid
+    gid: int | None = None  # its group's gid, and its configuration directory's group
+    dirgid: int | None = None
     active: str = ""
     enabled: str = ""
 
@@ -136,6 +138,8 @@ def parse_gateway(lines: list[str]) -> GatewayState:
     return GatewayState(dir="dir" in words, state="state" in words,
                         **{k: pairs[k] for k in ("config", "logins", "program", "unit") if sha.match(pairs.get(k, ""))},
                         user=int(pairs["user"]) if pairs.get("user", "").isdigit() else None,
+                        gid=int(pairs["gid"]) if pairs.get("gid", "").isdigit() else None,
+                        dirgid=int(pairs["dirgid"]) if pairs.get("dirgid", "").isdigit() else None,
                         active=pairs.get("active", ""), enabled=pairs.get("enabled", ""))  # fmt: skip
 
 

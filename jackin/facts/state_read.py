@@ -173,6 +173,8 @@ def gateway_section(fleet: str) -> str:
         f"echo '##gateway'; [ -d {d} ] && echo dir; {sums}; "
         f"[ -d {shlex.quote(hostpaths.gateway_state(fleet))} ] && echo state; "
         f'u=$(id -u {shlex.quote(hostpaths.gateway_user(fleet))} 2>/dev/null) && echo "user=$u"; '
+        f'g=$(id -g {shlex.quote(hostpaths.gateway_user(fleet))} 2>/dev/null) && echo "gid=$g"; '
+        f'[ -d {d} ] && echo "dirgid=$(stat -c %g {d})"; '
         f'echo "active=$(systemctl is-active {unit} 2>/dev/null)"; '
         f'echo "enabled=$(systemctl is-enabled {unit} 2>/dev/null)"'
     )

@@ -113,7 +113,8 @@ def up(
     fleet = inventory.fleet
     check(inventory)  # refused (exit 2) before anything: credential-like mounts, duplicate names, address pools
     values = credentials.read(fleet)  # every value read here, before any host is touched; never in the plan
-    values = logins.resolve(inventory, values, refresh=not dry_run)  # shared logins: their current access tokens
+    if not dry_run:  # shared logins: taken from the spec's source the first time, refreshed when due
+        logins.current(inventory, values)
     ready = work.prepare(fleet)  # every repository checked and bundled here, before any host is touched
     with (
         Ledger() as ledger,
@@ -137,8 +138,13 @@ def up(
         job = _Up(fleet=fleet.name, plan=plan, hosts=hosts, split=split, auto=auto)
         if dry_run:  # changes nothing, the ledger included: the in-process plan (fleet.plan's), no engine
             return _dry_run(job, ledger, inventory, _read(states))
-        return _apply(job, ledger, inventory, provider, states, values, source=source, action=action, detail=detail,
-                      on_event=on_event, engine=engine, log=log)  # fmt: skip
+        result = _apply(job, ledger, inventory, provider, states, values, source=source, action=action, detail=detail,
+                        on_event=on_event, engine=engine, log=log)  # fmt: skip
+    try:  # every host's gateway given the shared logins' current access tokens (jackin/net/logins.py)
+        logins.keep(inventory, hosts, force=True)
+    except JackinError as error:
+        log(f"warning: {error.message}")
+    return result
 
 
 def _fleet_plan(inventory: Inventory, ledger: Ledger, provider: Provider, hosts: list[SshTarget],
@@ -334,7 +340,7 @@ def plan(inventory: Inventory, *, log: Log = lambda _: None) -> PlanResult:
     come first: ``check``, then every credential readable (exit 2)."""
     fleet = inventory.fleet
     check(inventory)
-    values = logins.resolve(inventory, credentials.read(fleet), refresh=False)
+    values = credentials.read(fleet)
     ready = work.prepare(fleet)
     with Ledger() as ledger:
         provider = provider_for(inventory, ledger)

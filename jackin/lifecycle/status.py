@@ -30,7 +30,7 @@ from jackin.agents.state import AgentState
 from jackin.errors import ConnectError, JackinError
 from jackin.facts.cow import parse_state as parse_cow
 from jackin.facts.cow import quota_lines
-from jackin.facts.gateway import gateway_files
+from jackin.facts.gateway import gateway_accounts, gateway_files
 from jackin.hostpaths import (
     DAEMON_JSON,
     GUARD,
@@ -39,6 +39,7 @@ from jackin.hostpaths import (
     WALL_UNIT,
     check_timer,
     fleet_dir,
+    gateway_dir,
     gateway_unit,
     guard_unit,
     table_name,
@@ -102,6 +103,7 @@ class HostStatus(_Model):
     egress_broken: str | None = None  # why allowed egress cannot work here (Docker's NAT is gone); None if it can
     ttl_timer: str | None = None  # the time-to-live's timer (systemctl is-active; inactive: none here)
     gateway: str | None = None  # the fleet's credential gateway (ActiveState); None: it has none here
+    gateway_behind: str | None = None  # why it does not serve fleet.up's configuration (refused it, a listener waits)
     gateway_down: str | None = None  # why its agents' API requests fail here (the gateway is not running)
     agents: list[AgentStatus] = Field(default_factory=list)
 
@@ -146,6 +148,9 @@ def status_command(fleet: str, *, inside: str = "") -> str:
     checks = (f"echo '##drops'; nft list counters table inet {table} 2>/dev/null && {{ echo '##table'; echo loaded; }}; "
               f"echo '##guard'; systemctl is-active {' '.join(map(shlex.quote, units))} 2>/dev/null; "
               f"echo '##gateway'; systemctl show -p LoadState -p ActiveState {shlex.quote(gateway_unit(fleet))} 2>/dev/null; "
+              # the configuration fleet.up wrote (root's file): the gateway's own record says which it runs
+              f"sed -n 's/^ \"digest\": \"\\([0-9a-f]*\\)\",\\{{0,1\\}}$/digest=\\1/p' "
+              f"{shlex.quote(gateway_dir(fleet))}/config.json 2>/dev/null; "
               f"echo '##policy'; [ -x {GUARD} ] && {GUARD} verify {shlex.quote(fleet)} 2>/dev/null; "
               f"echo '##wall'; [ -x {GUARD} ] && {GUARD} wall verify 2>/dev/null; "
               # Docker's NAT, which a flush of the ruleset removes and nothing restores (see egress_broken);
@@ -194,6 +199,7 @@ def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, 
     unit = dict(line.split("=", 1) for line in sections.get("gateway", []) if "=" in line)
     if unit.get("LoadState") == "loaded":
         fields["gateway"] = unit.get("ActiveState") or "unknown"
+        fields["gateway_behind"] = _gateway_behind(unit.get("digest", ""), gateway_accounts(output).get("gateway.json"))
     wall = sections.get("wall", [])
     fields["wall"] = wall[0] if wall and wall[0] in ("held", "missing") else "missing"
     if "nat" in sections:  # "-A POSTROUTING -s 172.18.0.0/16 ! -o jk0123abcd -j MASQUERADE"
@@ -208,14 +214,38 @@ def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, 
     return now, agents, fields
 
 
-def gateway_down(fleet: str, host: HostStatus) -> str | None:
-    """Why the agents' API requests fail on this host: its credential gateway is not running (None: it is,
-    or the fleet has none here). The agents have no other way to their APIs: they fail fast, nothing leaks."""
-    if not host.reachable or host.gateway in (None, "active"):
+def _gateway_behind(written: str, record: bytes | None) -> str | None:
+    """Why the running gateway does not serve what fleet.up wrote: it refused that configuration (the one before
+    stays in force: a budget not raised, an agent not served), or an agent's bridge has no listener yet."""
+    try:
+        found = json.loads(record or b"{}")
+    except ValueError:
         return None
-    return (f"the credential gateway ({gateway_unit(fleet)}) is {host.gateway}: its agents' API requests fail "
-            "(they have no other way out to their APIs); run fleet.up to start it, or see "
-            f"journalctl -u {gateway_unit(fleet)}")  # fmt: skip
+    if not isinstance(found, dict) or not record:
+        return None
+    if written and found.get("config") not in (None, written):
+        return f"it runs an older configuration ({found.get('config')}, not {written}): it refused the new one"
+    waiting = found.get("waiting")
+    if isinstance(waiting, list) and waiting:
+        return (
+            "no listener yet for " + ", ".join(str(w)[:40] for w in waiting[:10]) + " (their bridges have no address)"
+        )
+    return None
+
+
+def gateway_down(fleet: str, host: HostStatus) -> str | None:
+    """Why the agents' API requests fail on this host: its credential gateway is not running, or not serving
+    what fleet.up wrote (None: it is, or the fleet has none here). The agents have no other way to their APIs:
+    they fail fast, nothing leaks."""
+    if not host.reachable or host.gateway is None:
+        return None
+    see = f"journalctl -u {gateway_unit(fleet)}"
+    if host.gateway != "active":
+        return (f"the credential gateway ({gateway_unit(fleet)}) is {host.gateway}: its agents' API requests fail "
+                f"(they have no other way out to their APIs); run fleet.up to start it, or see {see}")  # fmt: skip
+    if host.gateway_behind and host.agents:
+        return f"the credential gateway ({gateway_unit(fleet)}) is behind: {host.gateway_behind}; see {see}"
+    return None
 
 
 def not_enforced(fleet: str, host: HostStatus) -> str | None:

@@ -59,7 +59,7 @@ def _credential(agent: AgentPlan, values: Secrets) -> dict[str, object]:
     g = agent.gateway
     login = {"login": g.login, "inject": "authorization", "beta": g.beta} if g.login else {}
     return {"placeholder": values.placeholder(agent.fleet, agent.instance, g.credential).decode(),
-            "header": g.header, "upstream": g.upstream, "prices": g.prices,
+            "header": g.header, "upstream": g.upstream, "prices": g.prices, "paths": g.paths,
             "ca": f"{agent.instance}/{API_CA}" if g.ca else None, **login}  # fmt: skip
 
 
@@ -74,17 +74,6 @@ def secrets_blob(plan: FleetPlan, values: Secrets) -> bytes:
         if agent.gateway.ca and values.has(agent.agent, API_CA):
             found[f"{agent.instance}/{API_CA}"] = values.value(agent.agent, API_CA).decode()
     return (json.dumps(found, sort_keys=True) + "\n").encode()
-
-
-def logins_blob(plan: FleetPlan, values: Secrets) -> bytes | None:
-    """``logins.json``: each shared login's current access token (the value fleet.up resolved: jackin/net/logins.py);
-    None when no agent of the plan uses one."""
-    found: dict[str, object] = {}
-    for agent in plan.gateway_agents:
-        assert agent.gateway is not None
-        if agent.gateway.login is not None and values.has(agent.agent, agent.gateway.credential):
-            found[agent.gateway.login] = json.loads(values.value(agent.agent, agent.gateway.credential))
-    return (json.dumps(found, sort_keys=True) + "\n").encode() if found else None
 
 
 def config(plan: FleetPlan, values: Secrets) -> str:
@@ -113,6 +102,8 @@ Wants=network-online.target
 [Service]
 User={user}
 Group={user}
+# The program's digest: a new program (shared by the host's fleets) changes every fleet's unit, so each restarts.
+Environment=JACKIN_GATEWAY_PROGRAM={digest(program())[:16]}
 ExecStart=/usr/bin/python3 -I {GATEWAY_PROGRAM} {gateway_dir(fleet)} {gateway_state(fleet)}
 StateDirectory={gateway_state(fleet).removeprefix("/var/lib/")}
 StateDirectoryMode=0700

@@ -53,7 +53,8 @@ HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", 
        "transfer-encoding", "upgrade", "host", "accept-encoding"}  # fmt: skip
 AUTH_HEADERS = ("authorization", "x-api-key", "x-goog-api-key")
 MAX_LINE = 1 << 20  # an SSE line longer than this is passed through but not read for usage
-MAX_JSON = 16 << 20  # a JSON body longer than this is passed through but not read for usage
+MAX_JSON = 2 << 20  # a JSON body longer than this is passed through but not read for usage
+IN_FLIGHT = 8  # requests of one agent forwarded at once (more wait): what a budget can be overrun by
 MAX_REQUEST = 64 << 20
 MAX_DENIALS = 100
 RETRY_AFTER = 10  # seconds: a runtime that honors Retry-After comes back after this, maybe to a raised budget
@@ -105,14 +106,16 @@ class Meter:
 
     def _lines(self, chunk: bytes) -> None:
         self._buffer += chunk
+        start = 0
         while True:
-            end = self._buffer.find(b"\n")
+            end = self._buffer.find(b"\n", start)
             if end < 0:
+                del self._buffer[:start]  # the lines read, at once
                 if len(self._buffer) > MAX_LINE:
                     self._buffer.clear()
                     self._skipping = True
                 return
-            line, self._buffer = bytes(self._buffer[:end]), self._buffer[end + 1 :]
+            line, start = bytes(self._buffer[start:end]), end + 1
             if self._skipping:
                 self._skipping = False
                 continue
@@ -166,6 +169,17 @@ def price(prices: dict[str, dict[str, float]], model: str) -> dict[str, float] |
     if prefixes:
         return prices[max(prefixes, key=len)]
     return prices.get("*")
+
+
+def path_allowed(raw: str, prefixes: list[str]) -> bool:
+    """Whether a request's path (its query aside) is under one of the API's ``prefixes`` (``/v1/messages`` allows
+    ``/v1/messages`` and ``/v1/messages/count_tokens``), with no dot segment nor encoded dot, slash or
+    backslash an upstream could resolve elsewhere."""
+    path = raw.split("?", 1)[0]
+    lowered = path.lower()
+    if any(s in lowered for s in ("%2e", "%2f", "%5c", "\\")) or any(seg in (".", "..") for seg in path.split("/")):
+        return False
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in prefixes)
 
 
 def _verified(url: str) -> bool:
@@ -249,7 +263,11 @@ class Gateway:
         self.stamps: tuple[Any, ...] = ()
         self.accounts: dict[str, Account] = {}
         self.dirty: set[str] = set()
-        self.sites: dict[str, tuple[ipaddress.IPv4Interface, web.BaseSite]] = {}  # by instance
+        # by instance: its bridge's address and the listener on it (asyncio's own server: closing one listener
+        # leaves every connection open, where aiohttp 3.8's site.stop() shut down every agent's requests)
+        self.sites: dict[str, tuple[ipaddress.IPv4Interface, asyncio.AbstractServer]] = {}
+        self.in_flight: dict[str, asyncio.Semaphore] = {}  # per agent: at most IN_FLIGHT requests at once
+        self.problem: tuple[Any, ...] = ()  # the files' stamp whose configuration was refused (logged once)
         self.by_address: dict[str, str] = {}  # listening address -> instance
         self.sessions: dict[str, ClientSession] = {}
         self.runner: web.AppRunner | None = None
@@ -277,12 +295,20 @@ class Gateway:
             if not isinstance(config.get("agents"), dict):
                 raise ValueError("config.json: no agents")
         except (OSError, ValueError) as error:
-            log.error("configuration not loaded, the one in force stays: %s", error)
+            if self.problem != stamp:  # once per change of the files, not at every look
+                log.error("configuration not loaded, the one in force stays: %s", error)
+                self.problem = stamp
             return False
         self.config, self.secrets, self.logins, self.stamps = config, secrets, logins, stamp
-        for instance in config["agents"]:
+        for instance, agent in config["agents"].items():
             if instance not in self.accounts:
                 self.accounts[instance] = self._restore(instance)
+            account = self.accounts[instance]
+            prices = [c.get("prices") or {} for c in agent.get("credentials", {}).values()]
+            still = [m for m in account.unpriced if not any(price(p, m) for p in prices)]
+            if still != account.unpriced:  # a price added since: its model no longer makes spend unknown
+                account.unpriced = still
+                self.dirty.add(instance)
             self._recheck(instance)
         log.info("configuration loaded: %d agents", len(config["agents"]))
         return True
@@ -302,7 +328,8 @@ class Gateway:
     def _restore(self, instance: str) -> Account:
         try:
             with open(os.path.join(self.state_dir, f"{instance}.json"), "rb") as f:
-                return Account.from_json(json.loads(f.read(MAX_JSON)))
+                data = json.loads(f.read(MAX_JSON))
+            return Account.from_json(data) if isinstance(data, dict) else Account()
         except (OSError, ValueError, TypeError):
             return Account()
 
@@ -356,7 +383,7 @@ class Gateway:
             agent = self.config["agents"].get(instance)
             now = interface_ipv4(agent["bridge"]) if agent else None
             if now != address:
-                await site.stop()
+                site.close()  # the listener only: requests in flight, this agent's and others', go on
                 del self.sites[instance]
                 self.by_address.pop(str(address.ip), None)
         for instance, agent in self.config["agents"].items():
@@ -376,9 +403,9 @@ class Gateway:
                 sock.close()
                 log.error("agent %s: cannot listen on %s:%d: %s", instance, address.ip, port, error)
                 continue
-            site = web.SockSite(self.runner, sock)
-            await site.start()
-            self.sites[instance] = (address, site)
+            assert self.runner.server is not None  # set up in run()
+            server = await asyncio.get_running_loop().create_server(self.runner.server, sock=sock)
+            self.sites[instance] = (address, server)
             self.by_address[str(address.ip)] = instance
             log.info("agent %s: listening on %s:%d (%s)", instance, address.ip, port, agent["bridge"])
 
@@ -399,7 +426,7 @@ class Gateway:
             given = request.headers.get(cred["header"], "")
             if cred["header"].lower() == "authorization" and given.lower().startswith("bearer "):
                 given = given[7:]
-            if given and hmac.compare_digest(given.encode(), cred["placeholder"].encode()):
+            if given and hmac.compare_digest(given.encode("utf-8", "surrogateescape"), cred["placeholder"].encode()):
                 return name, cred
         return None
 
@@ -408,15 +435,23 @@ class Gateway:
         values = {request.headers.get(h, "").removeprefix("Bearer ").strip() for h in AUTH_HEADERS} - {""}
         for instance, agent in self.config["agents"].items():
             for cred in agent.get("credentials", {}).values():
-                if any(hmac.compare_digest(v.encode(), cred["placeholder"].encode()) for v in values):
+                if any(hmac.compare_digest(v.encode("utf-8", "surrogateescape"), cred["placeholder"].encode())
+                       for v in values):  # fmt: skip
                     return instance
         return ""
 
     def _value(self, instance: str, name: str, cred: dict[str, Any]) -> str | None:
         login = cred.get("login")
         if login:
-            token = self.logins.get(login, {})
-            if not token.get("access_token") or float(token.get("expires_at", 0)) <= time.time():
+            token = self.logins.get(login)
+            try:
+                if (
+                    not isinstance(token, dict)
+                    or not token.get("access_token")
+                    or float(token["expires_at"]) <= time.time()
+                ):
+                    return None
+            except (KeyError, TypeError, ValueError):
                 return None
             return str(token["access_token"])
         return self.secrets.get(f"{instance}/{name}")
@@ -445,6 +480,16 @@ class Gateway:
                 )
             return self._deny(instance, "placeholder", "no placeholder of this agent in the request", status=401)
         name, cred = found
+        if not path_allowed(request.raw_path, cred.get("paths") or []):
+            return self._deny(instance, "path", f"path {request.raw_path[:200]} is not one of this API's "
+                              f"({', '.join(cred.get('paths') or []) or 'none'})")  # fmt: skip
+        gate = self.in_flight.setdefault(instance, asyncio.Semaphore(IN_FLIGHT))
+        async with gate:  # the budget is checked with at most IN_FLIGHT of the agent's requests uncounted
+            return await self._budgeted(request, instance, name, cred)
+
+    async def _budgeted(
+        self, request: web.Request, instance: str, name: str, cred: dict[str, Any]
+    ) -> web.StreamResponse:
         spent = self._spent(instance)
         account = self.accounts[instance]
         if spent:
@@ -531,8 +576,9 @@ class Gateway:
         if meter.input or meter.output:
             cost = price(cred.get("prices") or {}, meter.model)
             if cost is None:
-                if meter.model not in account.unpriced:
-                    account.unpriced = [*account.unpriced, meter.model or "?"][-20:]
+                model = meter.model or "(unnamed)"
+                if model not in account.unpriced:
+                    account.unpriced = [*account.unpriced, model][-20:]
             else:
                 account.usd += (meter.input * cost.get("input", 0.0) + meter.output * cost.get("output", 0.0)) / 1e6
         self.dirty.add(instance)

@@ -23,6 +23,7 @@ docs/gateway.md.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import time
@@ -32,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from jackin import hostpaths
@@ -151,10 +152,24 @@ def refreshed(held: Held, *, opener: Callable[..., Any] = urllib.request.urlopen
                                    "refreshes": held.refreshes + 1})  # fmt: skip
 
 
-def current(inventory: Inventory, values: Secrets | None = None, *, now: float | None = None,
-            refresh: bool = True) -> dict[str, Held]:  # fmt: skip
+def _fleet_lock(fleet: str) -> FileLock:
+    """One lock per fleet's logins: refreshes and pushes are made one at a time, so two operator commands
+    refresh once, and the last push to a host is always the newest token."""
+    return FileLock(str(private_dir(state_dir() / "logins" / fleet) / ".lock"), timeout=60)
+
+
+def current(inventory: Inventory, values: Secrets | None = None, *, now: float | None = None) -> dict[str, Held]:
     """Every shared login of the fleet, refreshed when due: held here from its first use (taken then from the
-    spec's source, ``values``); a lock per login makes concurrent operator commands refresh once."""
+    spec's source, ``values``: fleet.up)."""
+    try:
+        with _fleet_lock(inventory.fleet.name):
+            return _current(inventory, values, now=now)
+    except Timeout:
+        raise LoginError("another operator command has held the shared logins' lock for a minute",
+                         hint="let it finish, or find it (ps): nothing was refreshed") from None  # fmt: skip
+
+
+def _current(inventory: Inventory, values: Secrets | None, *, now: float | None) -> dict[str, Held]:
     fleet = inventory.fleet.name
     found: dict[str, Held] = {}
     for agent in inventory.fleet.agents:
@@ -163,23 +178,19 @@ def current(inventory: Inventory, values: Secrets | None = None, *, now: float |
             if ident in found:
                 continue
             path = _path(fleet, ident)
-            with FileLock(str(path) + ".lock", timeout=60):
-                held = _load(path)
-                if held is None:
-                    if values is None or not values.has(agent.name, credential.name):
-                        continue  # not held yet, and not read: fleet.up takes it first
-                    token_url, client_id = endpoint(agent, credential)
-                    refresh_token, access, expires = parse_login(values.value(agent.name, credential.name),
-                                                                 f"credential {credential.name} of agent {agent.name}")  # fmt: skip
-                    held = Held(token_url=token_url, client_id=client_id, refresh_token=refresh_token,
-                                access_token=access, expires_at=expires)  # fmt: skip
-                    if not refresh:  # a dry run keeps nothing
-                        found[ident] = held
-                        continue
-                    _save(path, held)
-                if refresh and held.due(time.time() if now is None else now):
-                    held = refreshed(held)
-                    _save(path, held)
+            held = _load(path)
+            if held is None:
+                if values is None or not values.has(agent.name, credential.name):
+                    continue  # not held yet, and not read: fleet.up takes it first
+                token_url, client_id = endpoint(agent, credential)
+                refresh_token, access, expires = parse_login(values.value(agent.name, credential.name),
+                                                             f"credential {credential.name} of agent {agent.name}")  # fmt: skip
+                held = Held(token_url=token_url, client_id=client_id, refresh_token=refresh_token,
+                            access_token=access, expires_at=expires)  # fmt: skip
+                _save(path, held)
+            if held.due(time.time() if now is None else now):
+                held = refreshed(held)
+                _save(path, held)
             found[ident] = held
     return found
 
@@ -195,55 +206,79 @@ def install_command(fleet: str) -> str:
     nothing when the fleet has no gateway there."""
     d, user = hostpaths.gateway_dir(fleet), hostpaths.gateway_user(fleet)
     new = f"{d}/.logins.json.jackin-new"
-    return (
-        f"[ -d {d} ] || {{ cat >/dev/null; exit 0; }}; umask 077; cat > {new} && chown root:{user} {new} && "
-        f"chmod 0440 {new} && mv -f -T {new} {d}/logins.json"
-    )
+    return (f"[ -d {d} ] || {{ cat >/dev/null; exit 0; }}; umask 077; cat > {new} && chown root:{user} {new} && "
+            f"chmod 0440 {new} && mv -f -T {new} {d}/logins.json")  # fmt: skip
 
 
 def push(targets: Sequence[SshTarget], fleet: str, data: bytes) -> dict[str, str]:
     """``data`` to every host's gateway (on stdin, never a command line); per host that failed, why."""
-    from jackin.transport import fanout  # only when a login was refreshed: fleet.status and the up path load no SSH
-    from jackin.transport.ssh import connect  # library for it (tests/unit/test_cli_imports.py)
+    from jackin.transport import fanout  # only when a login is pushed: fleet.status and the up path load no SSH
+    from jackin.transport.ssh import connect  # library for nothing (tests/unit/test_cli_imports.py)
 
     def one(target: SshTarget) -> None:
-        with connect(target, timeout=10) as conn:
-            result = conn.run(install_command(fleet), hide=True, warn=True, timeout=30,
-                              in_stream=io.StringIO(data.decode()))  # fmt: skip
-            if result.exited != 0:
-                raise JackinError(f"logins.json not written: {result.stderr.strip()[-200:]}", host=target.name)
+        try:
+            with connect(target, timeout=10) as conn:
+                result = conn.run(install_command(fleet), hide=True, warn=True, timeout=30,
+                                  in_stream=io.StringIO(data.decode()))  # fmt: skip
+        except JackinError:
+            raise
+        except Exception as error:  # noqa: BLE001 - any SSH or invoke fault: this host's, as a message
+            raise JackinError(f"logins.json not written: {type(error).__name__}: {error}", host=target.name) from None
+        if result.exited != 0:
+            raise JackinError(f"logins.json not written: {result.stderr.strip()[-200:]}", host=target.name)
 
-    done = fanout.each_host(list(targets), one, faults=(JackinError, OSError), workers=8)
+    done = fanout.each_host(list(targets), one, workers=8)
     return {name: getattr(error, "message", str(error)) for name, error in done.failed.items()}
 
 
-def resolve(inventory: Inventory, values: Secrets, *, refresh: bool = True) -> Secrets:
-    """``values`` with each shared login's value (the login file the spec names) replaced by its current access
-    token and expiry (JSON), as fleet.up hands it to the hosts' gateways; refreshed first when due, unless
-    ``refresh`` is off (fleet.plan and a dry run: the token held, or the file's own)."""
-    if not any(oauth_credentials(a) for a in inventory.fleet.agents):
-        return values
-    held = current(inventory, values, refresh=refresh)
-    for agent in inventory.fleet.agents:
-        for credential in oauth_credentials(agent):
-            found = held.get(login_id(inventory.fleet.name, credential))
-            token = {"access_token": found.access_token if found else None,
-                     "expires_at": found.expires_at if found else 0.0}  # fmt: skip
-            values = values.replaced(agent.name, credential.name, json.dumps(token).encode())
-    return values
-
-
-def keep(inventory: Inventory, targets: Sequence[SshTarget]) -> list[str]:
-    """Refresh every shared login that is due and push the new access tokens to the hosts; the logins
-    refreshed. Nothing (not even a file read) for a fleet with no login."""
+def keep(inventory: Inventory, targets: Sequence[SshTarget], *, force: bool = False) -> list[str]:
+    """Refresh every shared login that is due, and push the current access tokens to each host that does not
+    have them yet (``force``: to every host); the logins refreshed. One lock for the fleet around both, so the
+    last push to a host is the newest token. A host that could not be given them is tried again at the next
+    call, and named in the LoginError raised. Nothing (not even a file read) for a fleet with no login."""
+    fleet = inventory.fleet.name
     if not any(oauth_credentials(a) for a in inventory.fleet.agents):
         return []
-    before = {i: h.refreshes for i, h in _held_now(inventory).items()}
-    after = current(inventory)
-    refreshed = [i for i, h in after.items() if h.refreshes != before.get(i)]
-    if refreshed:
-        push(targets, inventory.fleet.name, blob(after))
-    return refreshed
+    try:
+        with _fleet_lock(fleet):
+            before = {i: h.refreshes for i, h in _held_now(inventory).items()}
+            after = _current(inventory, None, now=None)
+            refreshed_ids = [i for i, h in after.items() if h.refreshes != before.get(i)]
+            if not after:
+                return []
+            data = blob(after)
+            digest = hashlib.sha256(data).hexdigest()
+            record = _pushed(fleet)
+            stale = [t for t in targets if force or record.get(t.name) != digest]
+            failed = push(stale, fleet, data) if stale else {}
+            record.update({t.name: digest for t in stale if t.name not in failed})
+            _save_pushed(fleet, record)
+    except Timeout:
+        raise LoginError("another operator command has held the shared logins' lock for a minute",
+                         hint="let it finish, or find it (ps): nothing was refreshed") from None  # fmt: skip
+    if failed:
+        raise LoginError("the shared login's access token did not reach " +
+                         "; ".join(f"{h}: {why}" for h, why in sorted(failed.items())),
+                         hint="the next fleet.status, fleet.wait or fleet.up tries again")  # fmt: skip
+    return refreshed_ids
+
+
+def _pushed(fleet: str) -> dict[str, str]:
+    """Per host, the digest of the logins.json last pushed there."""
+    try:
+        found = json.loads((private_dir(state_dir() / "logins" / fleet) / "pushed.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return (
+        {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(found, dict) else {}
+    )
+
+
+def _save_pushed(fleet: str, record: dict[str, str]) -> None:
+    path = private_dir(state_dir() / "logins" / fleet) / "pushed.json"
+    temp = path.with_suffix(".tmp")
+    temp.write_text(json.dumps(record, sort_keys=True))
+    temp.replace(path)
 
 
 def _held_now(inventory: Inventory) -> dict[str, Held]:

@@ -156,7 +156,8 @@ def denials(inventory: Inventory, hosts: list[SshTarget], agent: str) -> Denials
     names = instances(inventory, agent)
     table = hostpaths.table_name(inventory.fleet.name)
     script = "; ".join(f"echo '##{i}'; nft list set inet {table} denied_{firewall.ident(i)} 2>/dev/null" for i in names)
-    script += "; " + gateway_files(inventory.fleet.name)
+    # the firewall's read decides the exit (a fleet never brought up has no set: a failed read), then the gateway's
+    script = f"{{ {script}; }}; rc=$?; {gateway_files(inventory.fleet.name)} exit $rc"
 
     def parse(out: str) -> tuple[dict[str, list[tuple[str, int, str]]], dict[str, bytes]]:
         found: dict[str, list[tuple[str, int, str]]] = {}

@@ -158,7 +158,8 @@ def _run(agent: AgentPlan) -> str:
     """``docker run`` of the agent; its filtering resolver's address is the network's gateway ($2 of
     the bridge check), filled in here so the plan and its hash do not depend on it."""
     gateway = '"${2:?no gateway on the agent network}"'
-    args = [gateway.join(shlex.quote(p) if p else "" for p in a.split(BRIDGE_GATEWAY)) for a in agent.run_args()]
+    args = [gateway.join(shlex.quote(p) if p else "" for p in a.split(BRIDGE_GATEWAY)) if BRIDGE_GATEWAY in a
+            else shlex.quote(a) for a in agent.run_args()]  # fmt: skip
     return " ".join(["docker", "run", "-d", *args])
 
 

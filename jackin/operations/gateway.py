@@ -50,12 +50,13 @@ def gateway_commands(plan: FleetPlan, state: HostState, values: Secrets) -> list
         commands.append(f"getent passwd {q(user)} >/dev/null || useradd --system --user-group --no-create-home "
                         f"--home-dir /nonexistent --shell /usr/sbin/nologin --comment {q('jackin-gateway/' + fleet)} "
                         f"{q(user)}")  # fmt: skip
-    if not have.dir:
+    regrouped = have.dir and (have.gid is None or have.dirgid != have.gid)  # the user made again: another gid
+    if not have.dir or regrouped:
         commands += [f"test -d {GATEWAY_ETC} || install -d -m 0755 -o root -g root {GATEWAY_ETC}",
                      q("install", "-d", "-m", "0750", "-o", "root", "-g", user, directory)]  # fmt: skip
     if have.program != gateway.digest(program):
         commands += write_files({GATEWAY_PROGRAM: program}, modes={GATEWAY_PROGRAM: "0755"})
-    if have.config != gateway.digest(config):
+    if have.config != gateway.digest(config) or regrouped:
         # The values first, then the configuration naming them (whose keyed digest of them marks them written).
         secrets = gateway.secrets_blob(plan, values)
         mac = hmac.new(values.sealed(secrets).encode(), b"staging", hashlib.sha256).hexdigest()[:16]
@@ -69,15 +70,6 @@ def gateway_commands(plan: FleetPlan, state: HostState, values: Secrets) -> list
                          q("mv", "-f", "-T", new, target)]  # fmt: skip
         commands.append(q("rm", "-rf", staging))
         commands.append(f"rmdir {shlex.quote(UPLOAD_DIR)} 2>/dev/null || true")
-    logins = gateway.logins_blob(plan, values)
-    if logins is not None and have.logins != gateway.digest(logins):  # jackin/net/logins.py pushes it again on refresh
-        staging = f"{UPLOAD_DIR}/gateway-logins-{hashlib.sha256(logins).hexdigest()[:12]}"
-        target, new = f"{directory}/logins.json", f"{directory}/.logins.json.jackin-new"
-        commands += [q("rm", "-rf", staging), q("install", "-d", "-m", "0700", UPLOAD_DIR, staging),
-                     SecretUpload(logins, f"{staging}/logins.json", target=target),
-                     q("install", "-m", "0440", "-o", "root", "-g", user, "-T", f"{staging}/logins.json", new),
-                     q("mv", "-f", "-T", new, target), q("rm", "-rf", staging),
-                     f"rmdir {shlex.quote(UPLOAD_DIR)} 2>/dev/null || true"]  # fmt: skip
     if have.unit != gateway.digest(unit):
         commands += write_files({gateway.unit_path(fleet): unit})
         commands.append("systemctl daemon-reload")

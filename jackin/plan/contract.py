@@ -265,7 +265,8 @@ def _role_risks(agent: AgentPlan, creds: list[CredentialTerm]) -> list[str]:
                      "environment: the runtime and every command it runs can read it (and a prompt can make it leak "
                      "through any allowed destination)")  # fmt: skip
     if agent.gateway is not None:
-        spend = "its budget" if agent.gateway.budget else "no budget of its own (none in the spec)"
+        spend = ("its budget (this instance's own, on each host it runs on)" if agent.gateway.budget
+                 else "no budget of its own (none in the spec)")  # fmt: skip
         risks.append(f"through the gateway the agent can spend {agent.gateway.credential}'s quota at "
                      f"{agent.gateway.upstream}, up to {spend}")  # fmt: skip
     if agent.role in _role_names() and agent.policy.mode == "allowlist":

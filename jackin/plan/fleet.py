@@ -72,6 +72,7 @@ class GatewayPlan(_Model):
     ca: bool = False  # the spec's api_ca: the gateway trusts it for the upstream (beside the system's)
     prices: dict[str, dict[str, float]] = Field(default_factory=dict)
     budget: dict[str, float | int | None] | None = None
+    paths: list[str] = Field(default_factory=list)  # the API's paths the gateway forwards (any other: refused)
     login: str | None = None  # kind oauth: the fleet's shared login (its id: jackin.spec.credentials.login_id)
     beta: str | None = None  # kind oauth: added to anthropic-beta with the login's access token
 
@@ -347,7 +348,8 @@ def gateway_plan(agent: AgentSpec, fleet: str = "") -> GatewayPlan | None:
     return GatewayPlan(credential=name, header=role.api.header, upstream=f"{parts.scheme}://{parts.netloc}",
                        ca=agent.api_ca is not None, prices={m: p.model_dump() for m, p in role.prices.items()},
                        budget=agent.budget.model_dump() if agent.budget is not None else None, login=login,
-                       beta=role.api.login.beta if login and role.api.login else None)  # fmt: skip
+                       beta=role.api.login.beta if login and role.api.login else None,
+                       paths=[parts.path.rstrip("/") + p for p in role.api.paths])  # fmt: skip
 
 
 def work_plan(work: WorkSpec | None, instance: str) -> WorkPlan | None:

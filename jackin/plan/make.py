@@ -7,6 +7,7 @@ Apart from ``jackin.plan.fleet``, which is pure: the operations render the fleet
 
 from __future__ import annotations
 
+from jackin.errors import SpecError
 from jackin.plan import fleet as planning
 from jackin.plan import ttl
 from jackin.spec import Inventory
@@ -29,5 +30,11 @@ def make_plan(
     assign = ledger.allocate_uids if store else ledger.preview_uids
     uids = assign(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET)
     built = planning.build(fleet, uids, planning.host_addresses(fleet_hosts or []))
+    hosts = max(1, len(inventory.fleet_host_names()))
+    for key, value in (fleet.budget.model_dump() if fleet.budget else {}).items():
+        if key != "usd" and value is not None and value < hosts:
+            raise SpecError(f"budget.{key} {value} is less than the fleet's {hosts} hosts: each host enforces an equal "
+                            "share of the fleet's budget, and a share would be 0",
+                            hint=f"give budget.{key} at least {hosts}, or per agent")  # fmt: skip
     return built.model_copy(update={"ttl_deadline": ttl.deadline(ledger, fleet, start=start_ttl),
-                                    "host_count": max(1, len(inventory.fleet_host_names()))})  # fmt: skip
+                                    "host_count": hosts})  # fmt: skip

@@ -193,9 +193,8 @@ def read(spec: FleetSpec, *, environ: Mapping[str, str] | None = None, key: byte
 def login_id(fleet: str, credential: Credential) -> str:
     """A shared login's name in the fleet (credential kind ``oauth``): from its source (an environment variable's
     name, or a file's path), so agents given the same source share one login (jackin/net/logins.py)."""
-    source = (
-        f"env:{credential.from_env}" if credential.from_env else f"file:{Path(str(credential.from_file)).expanduser()}"
-    )
+    source = (f"env:{credential.from_env}" if credential.from_env
+              else f"file:{Path(str(credential.from_file)).expanduser().resolve()}")  # one file, however spelled  # fmt: skip
     return hashlib.sha256(f"{fleet}\0{source}".encode()).hexdigest()[:12]
 
 

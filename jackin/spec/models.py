@@ -338,7 +338,7 @@ def _check_gateway(agent: AgentSpec) -> AgentSpec:
                              "only an https:// base URL, and the gateway serves agents plain HTTP on their own bridge; "
                              "use mode: file")  # fmt: skip
     through = gateway_credential(agent)
-    if through is not None and agent.api_url is not None and _plain_http_elsewhere(agent.api_url):
+    if through is not None and agent.api_url is not None and not agent.api_url.startswith("https://"):
         raise ValueError(f"agent {agent.name!r}: api_url {agent.api_url}: the credential gateway forwards over "
                          "verified TLS only: give an https:// api_url, or mode: file for its credential")  # fmt: skip
     if agent.budget is not None:
@@ -454,8 +454,9 @@ class FleetSpec(Model):
     ttl: Annotated[int, Field(gt=0)] | None = None
     uid_base: int = Field(60000, ge=1000, le=4_000_000_000)
     address_pools: list[AddressPool] = Field(default_factory=list)
-    # The whole fleet's, beside each agent's: each host's gateway enforces its share (the total times its
-    # agents over all the fleet's), so the fleet never spends more, with no host waiting on another.
+    # The whole fleet's, beside each agent's (which is each instance's own, on each host it runs on): each host's
+    # gateway enforces an equal share (the total over the fleet's hosts, which each run every agent, rounded
+    # down), so the fleet never spends more, with no host waiting on another.
     budget: Budget | None = None
 
     @model_validator(mode="after")

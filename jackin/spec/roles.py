@@ -115,6 +115,16 @@ class ApiEndpoint(Model):
     header: Literal["x-api-key", "authorization", "x-goog-api-key"] = "x-api-key"
     # A subscription login the runtime can use instead of a key (credential kind oauth: jackin/net/logins.py).
     login: LoginEndpoint | None = None
+    # The API's paths the gateway forwards, under the base URL's own path (``/v1/messages``: it and below);
+    # any other is refused: no endpoint whose usage the gateway cannot count is reached with the key.
+    paths: list[Annotated[str, Field(pattern=r"^/[A-Za-z0-9._~/-]*$")]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _paths_for_the_gateway(self) -> ApiEndpoint:
+        if self.gateway and not self.paths:
+            raise ValueError("api.paths: the API paths the credential gateway may forward (the runtime's inference "
+                             "endpoints, e.g. /v1/messages), for a runtime that can go through it")  # fmt: skip
+        return self
 
     @property
     def gateway(self) -> bool:

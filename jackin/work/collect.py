@@ -277,7 +277,11 @@ def read_gateway(conn: Connection, agent: planning.AgentPlan, *, host: str) -> G
     """The agent's record at the host's credential gateway (None: it has none, or it cannot be read)."""
     if agent.gateway is None:
         return None
-    code, out, _ = _exec(conn, gateway_files(agent.fleet), cap=2 * MAX_ACCOUNT * 4, host=host, timeout=30)
+    try:
+        code, out, _ = _exec(conn, gateway_files(agent.fleet, agent.instance), cap=2 * MAX_ACCOUNT + 4096, host=host,
+                             timeout=30)  # fmt: skip
+    except JackinError:  # its record cannot be read: the collection goes on without it
+        return None
     if code != 0:
         return None
     return GatewayAccount.parse(gateway_accounts(out.decode("ascii", errors="replace")).get(f"{agent.instance}.json"))

@@ -22,9 +22,9 @@ from .conftest import inv, module_lab, sh
 from .test_gateway import shq
 from .test_runtime_lab import HANDOFF, TASK, authority, requests, standin
 
-LIFETIME = 12  # seconds of each access token: the run (about 40 s) spans three of them
+LIFETIME = 8  # seconds of each access token: the run (about 25 s) spans three of them
 SCRIPT = [
-    *({"text": f"Step {n}.", "tool": "Bash", "input": {"command": "sleep 4", "description": "wait"}} for n in range(6)),
+    *({"text": f"Step {n}.", "tool": "Bash", "input": {"command": "sleep 3", "description": "wait"}} for n in range(5)),
     {"text": "Writing the file.", "tool": "Write",
      "input": {"file_path": "/workspace/repo/hello.sh", "content": "#!/bin/sh\necho hello\n"}},
     {"text": "Committing.", "tool": "Bash",

@@ -207,9 +207,78 @@ def test_agents_given_one_login_share_it_and_the_gateway_injects_its_token_as_a_
     access = json.dumps({"access_token": "at-1", "expires_at": 9e9}).encode()
     values = Secrets({"coder": {"ANTHROPIC_API_KEY": access}}, b"k" * 32)
     assert json.loads(gateway.secrets_blob(plan, values)) == {}  # the login is never in secrets.json
-    assert json.loads(gateway.logins_blob(plan, values) or b"") == {
-        one.login: {"access_token": "at-1", "expires_at": 9e9}
-    }
+    held = logins.Held(token_url="https://t.example/x", client_id="c", refresh_token="r", access_token="at-1",
+                       expires_at=9e9)  # fmt: skip
+    # logins.json: each login's access token and expiry alone, never its refresh token
+    assert json.loads(logins.blob({one.login: held})) == {one.login: {"access_token": "at-1", "expires_at": 9e9}}
     cred = json.loads(gateway.config(plan, values))["agents"]["coder-1"]["credentials"]["ANTHROPIC_API_KEY"]
     assert (cred["login"], cred["inject"], cred["beta"], cred["header"]) == (one.login, "authorization",
                                                                             "oauth-2025-04-20", "x-api-key")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [("/v1/messages", True), ("/v1/messages?beta=true", True), ("/v1/messages/count_tokens", True),
+     ("/v1/messagesX", False), ("/v1/files", False), ("/v1/messages/../files", False), ("/v1/messages/%2e%2e/files", False),
+     ("/v1/messages/..%2Ffiles", False), ("/v1/messages\\..\\files", False), ("/", False)],
+)  # fmt: skip
+def test_the_gateway_forwards_only_the_apis_own_paths(path: str, allowed: bool):
+    from jackin.net import gatewayd
+
+    assert gatewayd.path_allowed(path, ["/v1/messages"]) is allowed
+
+
+def test_the_plan_binds_the_paths_under_the_api_urls_own():
+    inv = inventory('\n      api_url: "https://proxy.example/anthropic"')
+    [agent] = plan_of(inv).agents
+    assert agent.gateway is not None and agent.gateway.paths == ["/anthropic/v1/messages"]
+    assert agent.env == {"ANTHROPIC_BASE_URL": f"http://{planning.BRIDGE_GATEWAY}:8377/anthropic"}
+
+
+def test_a_fleet_budget_smaller_than_its_hosts_is_refused(tmp_path):
+    from jackin.plan.make import make_plan
+    from jackin.store.ledger import Ledger
+
+    inv = inventory(fleet="\n  budget: {requests: 2}", hosts=3)
+    with Ledger() as ledger, pytest.raises(SpecError, match="budget.requests 2 is less than the fleet's 3 hosts"):
+        make_plan(inv, ledger, store=False)
+
+
+def test_fleet_status_says_when_the_gateway_runs_an_older_configuration_or_waits_for_a_bridge():
+    from jackin.lifecycle import status
+
+    record = json.dumps({"config": "aaaa", "waiting": [], "bound": ["coder-1"]}).encode()
+    assert "older configuration (aaaa, not bbbb)" in (status._gateway_behind("bbbb", record) or "")
+    assert status._gateway_behind("aaaa", record) is None
+    waiting = json.dumps({"config": "aaaa", "waiting": ["coder-2"]}).encode()
+    assert "no listener yet for coder-2" in (status._gateway_behind("aaaa", waiting) or "")
+
+
+def test_a_shared_login_is_pushed_to_each_host_once_and_a_host_that_missed_it_is_tried_again(monkeypatch, tmp_path):
+    from jackin.transport.target import SshTarget
+
+    source = tmp_path / "login.json"
+    source.write_text(json.dumps({"claudeAiOauth": {"accessToken": "at-0", "refreshToken": "rt-0", "expiresAt": 9e12}}))
+    agent = ("\n      credentials: [{name: ANTHROPIC_API_KEY, kind: oauth, from_file: " + str(source) +
+             ", acknowledge_terms: true}]")  # fmt: skip
+    inv = parse_inventory("fleet:\n  name: lg\n  provider: lab\n  agents:\n    - name: coder\n      role: claude-code"
+                          + agent + "\n")  # fmt: skip
+    values = Secrets({"coder": {"ANTHROPIC_API_KEY": source.read_bytes()}}, b"k" * 32)
+    held = logins.current(inv, values)  # fleet.up takes it: a fresh token (no refresh due)
+    assert [h.access_token for h in held.values()] == ["at-0"]
+    pushes: list[list[str]] = []
+    down = {"h2"}
+
+    def push(targets, fleet, data):
+        pushes.append([t.name for t in targets])
+        assert json.loads(data) == {next(iter(held)): {"access_token": "at-0", "expires_at": 9e9}}
+        return {t.name: "refused" for t in targets if t.name in down}
+
+    monkeypatch.setattr(logins, "push", push)
+    hosts = [SshTarget(name=n, address="127.0.0.1", known_hosts=tmp_path / "kh") for n in ("h1", "h2")]
+    with pytest.raises(logins.LoginError, match="did not reach h2: refused"):
+        logins.keep(inv, hosts, force=True)
+    down.clear()
+    assert logins.keep(inv, hosts) == [] and pushes == [["h1", "h2"], ["h2"]]  # only the host that missed it
+    logins.keep(inv, hosts)
+    assert pushes == [["h1", "h2"], ["h2"]]  # nothing new: nothing pushed

@@ -55,7 +55,8 @@ class Gateway:
                 time.sleep(0.05)
 
     def write(self, budget: dict | None) -> None:
-        cred = {"placeholder": PLACEHOLDER, "upstream": self.upstream, "header": self.header, "prices": self.prices}
+        cred = {"placeholder": PLACEHOLDER, "upstream": self.upstream, "header": self.header, "prices": self.prices,
+                "paths": ["/v1/messages"]}
         config = {"port": getattr(self, "port", 0), "agents": {"a1": {"bridge": "lo", "budget": budget,
                                                                       "credentials": {"KEY": cred}}}}  # fmt: skip
         tmp = self.conf / "config.json.tmp"
@@ -279,3 +280,15 @@ def test_a_shared_logins_access_token_goes_as_a_bearer_with_its_beta_and_an_expi
         status, _, body = g.request()
         assert status == 401 and b"shared login L1 has no current access token" in body
         assert len(upstream.requests) == forwarded
+
+
+def test_a_path_the_api_does_not_list_is_refused_and_recorded(gateway):
+    with StandIn([say("ok")], key=SECRET) as upstream:
+        g = gateway(upstream.url)
+        status, _, body = g.request(path="/v1/files")
+        assert status == 403 and b"path /v1/files is not one of this API's (/v1/messages)" in body
+        assert g.request(path="/v1/messages/../files")[0] == 403
+        assert upstream.requests == []
+        assert g.request()[0] == 200  # the control: the API's own path
+        account = wait_for(lambda: g.account() if g.account().get("denied") == 2 else None)
+        assert [d["kind"] for d in account["denials"]] == ["path", "path"]

@@ -86,6 +86,8 @@ def wait_summary(result: WaitResult) -> Text:
     text += Text(f"({rollup([a.state for a in result.agents])}; exit {result.exit_code})")
     for host, error in result.errors.items():
         text += Text(f"\n{host}: not read: {error}", style="red")
+    if result.login_error:
+        text += Text(f"\nshared login NOT REFRESHED: {result.login_error}", style="red")
     return text
 
 
