@@ -429,3 +429,58 @@ role_ns = Collection("role")
 role_ns.add_task(role_list, "list")
 role_ns.add_task(role_validate, "validate")
 ns.add_collection(role_ns)
+
+
+# --- task (the fleet's task queue: jackin/work/queue.py) -------------------------------------
+
+task_cli = lazy.module("jackin.cli.task")
+
+
+@task(help={"inventory": INVENTORY, "task": "the task's text", "task_file": "a file holding the task",
+            "repo": "the repository it is for (default: the fleet's agents' work's)", "ref": "its ref (default HEAD)",
+            "attempts": "independent attempts on different agents (best-of-N, 1-10; default 1)",
+            "retries": "transient failures retried (0-10; default 2)", "label": "a label", "json": "print JSON"})  # fmt: skip
+def task_add(c: Context, inventory: str | None = None, task: str | None = None, task_file: str | None = None,
+             repo: str | None = None, ref: str | None = None, attempts: str | None = None, retries: str | None = None,
+             label: str | None = None, json: bool = False) -> None:  # fmt: skip
+    """Queue a task for the fleet's agents (--task or --task-file); with neither, the spec's tasks:, each once."""
+    with guard():
+        raise Exit(code=task_cli.task_add(inventory, task=task, task_file=task_file, repo=repo, ref=ref,
+                                          attempts=attempts, retries=retries, label=label, json=json))  # fmt: skip
+
+
+@task(help={"inventory": INVENTORY, "state": "only tasks in this state", "json": "print JSON"})
+def task_list(c: Context, inventory: str | None = None, state: str | None = None, json: bool = False) -> None:
+    """List the fleet's tasks: state, attempts, failures and their class."""
+    with guard():
+        raise Exit(code=task_cli.task_list(inventory, state=state, json=json))
+
+
+@task(help={"task_id": "the task's id (task.list shows them)", "inventory": INVENTORY, "json": "print JSON"})
+def task_show(c: Context, task_id: str, inventory: str | None = None, json: bool = False) -> None:
+    """One task with every attempt: agent, host, times, failure class and evidence."""
+    with guard():
+        raise Exit(code=task_cli.task_show(inventory, task_id, json=json))
+
+
+@task(help={"task_id": "the task's id (task.list shows them)", "inventory": INVENTORY, "json": "print JSON"})
+def task_cancel(c: Context, task_id: str, inventory: str | None = None, json: bool = False) -> None:
+    """Cancel a task that is not final: never claimed again; its running attempts end as cancelled."""
+    with guard():
+        raise Exit(code=task_cli.task_cancel(inventory, task_id, json=json))
+
+
+@task(help={"task_id": "the task's id (task.list shows them)", "inventory": INVENTORY, "json": "print JSON"})
+def task_retry(c: Context, task_id: str, inventory: str | None = None, json: bool = False) -> None:
+    """Queue a failed or cancelled task again, with its retries anew."""
+    with guard():
+        raise Exit(code=task_cli.task_retry(inventory, task_id, json=json))
+
+
+task_ns = Collection("task")
+task_ns.add_task(task_add, "add")
+task_ns.add_task(task_list, "list")
+task_ns.add_task(task_show, "show")
+task_ns.add_task(task_cancel, "cancel")
+task_ns.add_task(task_retry, "retry")
+ns.add_collection(task_ns)

@@ -458,6 +458,7 @@ class FleetSpec(Model):
     # gateway enforces an equal share (the total over the fleet's hosts, which each run every agent, rounded
     # down), so the fleet never spends more, with no host waiting on another.
     budget: Budget | None = None
+    tasks: list[TaskSpec] = Field(default_factory=list)  # the queue's tasks from the spec (inv task.add -i FILE)
 
     @model_validator(mode="after")
     def _fleet_budget(self) -> FleetSpec:
@@ -709,6 +710,39 @@ class WorkSpec(Model):
     def _one_task(self) -> WorkSpec:
         if (self.task is None) == (self.task_file is None):
             raise ValueError("work needs exactly one of task (text) or task_file (a path)")
+        return self
+
+
+class TaskSpec(Model):
+    """A task of the spec's ``tasks:`` queue (jackin/store/tasks.py): its text (``task``) or file (``task_file``,
+    relative to the inventory file), the repository and ref it is for (default: the fleet's agents' work's),
+    how many independent attempts it gets on different agents (best-of-N), how often a transient failure is
+    retried, and a label. Queued once, however often the spec is applied."""
+
+    task: str | None = Field(None, min_length=1, max_length=256 * 1024)
+    task_file: str | None = Field(None, min_length=1, max_length=1000)
+    repo: str | None = Field(None, min_length=1, max_length=1000)
+    ref: str | None = None
+    attempts: int = Field(1, ge=1, le=10)
+    retries: int = Field(2, ge=0, le=10)
+    label: str | None = Field(None, min_length=1, max_length=100)
+
+    @field_validator("repo", "task_file")
+    @classmethod
+    def _resolved(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return WorkSpec._resolved(value, info)  # the same rule as an agent's work
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, value: str | None) -> str | None:
+        if value is not None and not _REF.match(value):
+            raise ValueError("expected a git ref such as HEAD, main, v1.2 or a commit id")
+        return value
+
+    @model_validator(mode="after")
+    def _one_task(self) -> TaskSpec:
+        if (self.task is None) == (self.task_file is None):
+            raise ValueError("a task needs exactly one of task (text) or task_file (a path)")
         return self
 
 

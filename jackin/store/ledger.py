@@ -28,6 +28,7 @@ from jackin.store.fleets import FleetTables
 from jackin.store.runs import RunTables
 from jackin.store.schema import create, who
 from jackin.store.snapshots import SnapshotTables
+from jackin.store.tasks import TASK_SCHEMA, TaskTables
 
 
 def _busy(fleet: str, holder: str) -> BusyError:
@@ -37,7 +38,7 @@ def _busy(fleet: str, holder: str) -> BusyError:
     )
 
 
-class Ledger(FleetTables, RunTables, SnapshotTables):
+class Ledger(FleetTables, RunTables, SnapshotTables, TaskTables):
     """The ledger at ``path`` (default: ``<state>/ledger.sqlite3``), its tables made or migrated on
     opening; its queries are the mixins', one module per concern (fleets, runs, snapshots)."""
 
@@ -47,6 +48,7 @@ class Ledger(FleetTables, RunTables, SnapshotTables):
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         create(self.db)
+        self.db.executescript(TASK_SCHEMA)  # the task queue (jackin/store/tasks.py)
 
     def close(self) -> None:
         self.db.close()
