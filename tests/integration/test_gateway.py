@@ -31,18 +31,10 @@ import pytest
 from jackin.store.ledger import Ledger
 
 from .conftest import inv, module_lab, sh
-from .test_runtime_lab import HANDOFF, TASK, authority, requests, standin
+from .test_runtime_lab import TASK, UNASKED, authority, project, requests, standin
 
 BUDGET = 50  # tokens: the stand-in counts 19 a request (12 in, 7 out), so the fourth request is refused
-SCRIPT = [
-    {"text": "Writing the file.", "tool": "Write",
-     "input": {"file_path": "/workspace/repo/hello.sh", "content": "#!/bin/sh\necho hello\n"}},
-    {"text": "Testing and committing.", "tool": "Bash",
-     "input": {"command": "sh hello.sh && git add hello.sh && git commit -qm 'Add hello.sh' && git rev-parse HEAD",
-               "description": "test and commit"}},
-    {"text": "Handing off.", "tool": "Bash", "input": {"command": HANDOFF, "description": "handoff"}},
-    {"text": "Done: hello.sh is in."},
-]  # fmt: skip
+SCRIPT = UNASKED  # write, test and commit, hand off, done
 # A request from inside an agent's container, as its user: raw HTTP/1.1 to HOST:PORT for TARGET with KEY in
 # x-api-key; prints the status line (or ERROR <code>) and the time it took.
 REQUEST = r"""
@@ -94,11 +86,7 @@ def state_of(spec, instance: str) -> dict:
 
 def test_claude_code_works_through_the_gateway_and_never_holds_the_key(glab, tmp_path, monkeypatch):
     key, name, repo = f"sk-ant-real-{secrets.token_hex(12)}", f"gw{secrets.token_hex(3)}", tmp_path / "repo"
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t.invalid"]
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-    (repo / "README.md").write_text("a project\n")
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    git = project(repo)
     monkeypatch.setenv("JK_TEST_GATEWAY_KEY", key)
     (tmp_path / "tls").mkdir()
     ca, cert, cert_key = authority(tmp_path / "tls", glab.status().service.public_address)

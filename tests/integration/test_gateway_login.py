@@ -13,24 +13,18 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import subprocess
 import time
 
 import pytest
 
 from .conftest import inv, module_lab, sh
 from .test_gateway import shq
-from .test_runtime_lab import HANDOFF, TASK, authority, requests, standin
+from .test_runtime_lab import TASK, UNASKED, authority, project, requests, standin
 
 LIFETIME = 8  # seconds of each access token: the run (about 25 s) spans three of them
 SCRIPT = [
     *({"text": f"Step {n}.", "tool": "Bash", "input": {"command": "sleep 3", "description": "wait"}} for n in range(5)),
-    {"text": "Writing the file.", "tool": "Write",
-     "input": {"file_path": "/workspace/repo/hello.sh", "content": "#!/bin/sh\necho hello\n"}},
-    {"text": "Committing.", "tool": "Bash",
-     "input": {"command": "sh hello.sh && git add hello.sh && git commit -qm 'Add hello.sh'", "description": "commit"}},
-    {"text": "Handing off.", "tool": "Bash", "input": {"command": HANDOFF, "description": "handoff"}},
-    {"text": "Done."},
+    *UNASKED,
 ]  # fmt: skip
 
 
@@ -41,11 +35,7 @@ def two():
 
 def test_one_shared_login_is_refreshed_once_per_expiry_for_six_agents_on_two_hosts(two, tmp_path, monkeypatch):
     name, repo = f"gl{secrets.token_hex(3)}", tmp_path / "repo"
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t.invalid"]
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-    (repo / "README.md").write_text("a project\n")
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    project(repo)
     (tmp_path / "tls").mkdir()
     ca, cert, cert_key = authority(tmp_path / "tls", two.status().service.public_address)
     monkeypatch.setenv("SSL_CERT_FILE", str(ca))  # this machine's refreshes reach the stand-in's token endpoint

@@ -62,6 +62,18 @@ SCRIPT = [
     {"text": "Handing off.", "tool": "Bash", "input": {"command": HANDOFF, "description": "handoff"}},
     {"text": "Done: hello.sh is in."},
 ]  # fmt: skip
+UNASKED = [step for step in SCRIPT if step["text"] != "Asking."]  # the day's work without its question
+
+
+def project(repo: Path) -> list[str]:
+    """A git repository at ``repo`` with one commit (a README), as the operator's project; the git command line
+    (``[*git, ...]``) that works in it as a committer."""
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t.invalid"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    (repo / "README.md").write_text("a project\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    return git
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,18 @@ import pytest
 from jackin.store.ledger import Ledger
 
 from .conftest import ROOT, inv, module_lab
-from .test_runtime_lab import ANSWER, QUESTION, RUNTIMES, SCRIPT, TASK, authority, requests, run_runtime, standin
+from .test_runtime_lab import (
+    ANSWER,
+    QUESTION,
+    RUNTIMES,
+    SCRIPT,
+    TASK,
+    authority,
+    project,
+    requests,
+    run_runtime,
+    standin,
+)
 
 OPENCODE = [r for r in RUNTIMES if r[0] == "opencode"]
 
@@ -36,11 +47,7 @@ def test_a_runtime_in_its_image_works_asks_and_hands_off_through_fleet_up(rlab, 
 
 def test_gemini_cli_does_a_days_work_through_fleet_run_answered_while_it_waits(rlab, tmp_path, monkeypatch):
     key, name, repo = f"gemini-key-{secrets.token_hex(6)}", f"rt{secrets.token_hex(3)}", tmp_path / "repo"
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t.invalid"]
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-    (repo / "README.md").write_text("a project\n")
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    git = project(repo)
     monkeypatch.setenv("JK_TEST_RUNTIME_KEY", key)
     (tmp_path / "tls").mkdir()
     ca, cert, cert_key = authority(tmp_path / "tls", rlab.status().service.public_address)
