@@ -30,7 +30,6 @@ from jackin.agents.read import agent_states, agents_command, parse_agents
 from jackin.agents.state import AgentState
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError, SpecError
 from jackin.lab import providers
-from jackin.net import logins
 from jackin.plan import fleet as planning
 from jackin.spec import Inventory
 from jackin.transport.remote import gather
@@ -201,10 +200,15 @@ def poller(spec: Inventory, *, timeout: float = 8) -> Callable[[], Poll]:
     instances = [i for _, i in planning.instances(spec.fleet)]
     stale = derivation.stale_after(spec.fleet)
 
+    shared = any(c.kind == "oauth" for a in spec.fleet.agents for c in a.credentials)
+
     def poll() -> Poll:
         problem = None
         try:  # a shared login due for its refresh gets it at each poll, before the agents need it
-            logins.keep(spec, targets)
+            if shared:
+                from jackin.net import logins  # only for a fleet with one: fleet.wait's start stays as light
+
+                logins.keep(spec, targets)
         except JackinError as error:  # said with the result; the agents' 401s show in their states meanwhile
             problem = error.message
         found = read_poll(spec.fleet.name, targets, instances, stale, timeout=timeout)

@@ -46,7 +46,6 @@ from jackin.hostpaths import (
     ttl_unit,
 )
 from jackin.lab.providers import provider_for
-from jackin.net import logins
 from jackin.net.firewall import ident
 from jackin.paths import private_dir, state_dir
 from jackin.plan import ttl
@@ -368,6 +367,10 @@ def fleet_status(fleet: str, targets: list[SshTarget], *, timeout: float = 8,
 
 def keep_logins(inventory: Inventory, targets: list[SshTarget]) -> str | None:
     """Refresh the fleet's shared logins that are due, and push them (None: done, or nothing to do); else why not."""
+    if not any(c.kind == "oauth" for a in inventory.fleet.agents for c in a.credentials):
+        return None
+    from jackin.net import logins  # only for a fleet with one: fleet.status's start stays as light
+
     try:
         logins.keep(inventory, targets)
     except JackinError as error:

@@ -3,8 +3,9 @@ test_runtime_lab_more.py): each image built here offline
 from its Dockerfile's recipe (the lab reaches no registry: jackin/images/build.py ``offline_context``),
 loaded over SSH, run by ``fleet.up`` with work, against a stand-in of its vendor's API (tests/standin.py:
 Anthropic's Messages API, Gemini's) on the lab's outside-standing address, reached through the agent's
-egress allowlist (its ``api_url``), each credential in ``file`` mode (the runtime holds the value; through the
-credential gateway: test_gateway.py).
+egress allowlist (its ``api_url``). Claude Code holds its key (``mode: file``; through the credential gateway:
+test_gateway.py); Codex CLI and OpenCode reach their stand-in over TLS through the host's credential gateway (the
+default), which trusts the test's own authority (``api_ca``), and hold only a placeholder.
 
 The stand-in's script drives each runtime through a day's work in small: it writes a file with its own
 file tool, runs the project's test with its own shell tool and commits, asks with ``jackin-ask``
@@ -232,11 +233,7 @@ def run_runtime(rlab: Lab, tmp_path: Path, monkeypatch, role: str, credential: s
     key = f"{role}-key-{secrets.token_hex(6)}"
     name = f"rt{secrets.token_hex(3)}"
     repo = tmp_path / "repo"
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t.invalid"]
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-    (repo / "README.md").write_text("a project\n")
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    git = project(repo)
     spec = tmp_path / f"{name}.yaml"
     monkeypatch.setenv("JK_TEST_RUNTIME_KEY", key)
     carried = f"Bearer {key}" if header == "authorization" else key
@@ -246,18 +243,26 @@ def run_runtime(rlab: Lab, tmp_path: Path, monkeypatch, role: str, credential: s
     # With Claude Code, the operator then takes it over (agent.attach): its session resumed in its TUI, one
     # more turn against the stand-in (ATTACHED), and out.
     attach = role == "claude-code"
-    with standin(rlab, port, key, None, [*SCRIPT, ATTACHED] if attach else None) as (url, log):
+    # Claude Code holds its key (mode file: test_gateway.py runs it through the gateway); Codex CLI and OpenCode
+    # reach their stand-in, over TLS, through the credential gateway, which trusts the test's authority (api_ca).
+    through = role in ("codex", "opencode")
+    tls = None
+    if through:
+        (tmp_path / "tls").mkdir()
+        ca, cert, cert_key = authority(tmp_path / "tls", rlab.status().service.public_address)  # type: ignore[union-attr]
+        tls = (cert, cert_key)
+    mode = {"api_ca": str(ca)} if through else {}
+    with standin(rlab, port, key, tls, [*SCRIPT, ATTACHED] if attach else None) as (url, log):
         url += urlsplit(roles.load(role).api.url).path  # type: ignore[union-attr] - the role's API path (Codex: /v1)
+        cred = {"name": credential, "from_env": "JK_TEST_RUNTIME_KEY", **({} if through else {"mode": "file"})}
         spec.write_text(json.dumps({"fleet": {
             "name": name, "provider": "lab", "lab": {"name": rlab.name, "hosts": 1},
             "resources": {"memory": "768m", "cpus": 1, "pids": 256},
             "network": {"mode": "allowlist"},
-            "agents": [{"name": "coder", "role": role, "api_url": url,
-                        "credentials": [{"name": credential, "from_env": "JK_TEST_RUNTIME_KEY", "mode": "file"}],
+            "agents": [{"name": "coder", "role": role, "api_url": url, **mode, "credentials": [cred],
                         "work": {"repo": str(repo), "task": TASK}},
-                       *([{"name": "fenced", "role": role, "api_url": url, "network": {"mode": "none"},
-                           "credentials": [{"name": credential, "from_env": "JK_TEST_RUNTIME_KEY", "mode": "file"}],
-                           "work": {"repo": str(repo), "task": TASK}}] if fenced else [])],
+                       *([{"name": "fenced", "role": role, "api_url": url, "network": {"mode": "none"}, **mode,
+                           "credentials": [cred], "work": {"repo": str(repo), "task": TASK}}] if fenced else [])],
         }}))  # fmt: skip
         try:
             up = inv("fleet.up", "-i", str(spec), "--yes")
@@ -287,6 +292,9 @@ def run_runtime(rlab: Lab, tmp_path: Path, monkeypatch, role: str, credential: s
                 print(f"\nfenced-1 failed {fenced_failed - upped:.1f} s after fleet.up: {shut['message']}")
                 denied = json.loads(inv("agent.denials", "fenced-1", "-i", str(spec), "--json").stdout)["denials"]
                 address, port_ = urlsplit(url).hostname, urlsplit(url).port
+                if through:  # its way out is the gateway on its bridge, which mode none does not open
+                    base = sh(rlab, f"docker exec jk-{name}--fenced-1 printenv OPENAI_BASE_URL").stdout.strip()
+                    address, port_ = urlsplit(base).hostname, urlsplit(base).port
                 assert any((d["destination"], d["port"]) == (address, port_) for d in denied), denied
             collected = inv("fleet.collect", "-i", str(spec), "--into", str(repo), "--json")
             assert collected.returncode == 0, collected.stdout + collected.stderr
