@@ -54,7 +54,7 @@ from jackin.plan.fleet import bridge_name, instances
 from jackin.plan.ttl import TtlStatus
 from jackin.plan.ttl import line as ttl_text
 from jackin.spec import Inventory
-from jackin.spec.models import FleetSpec, NetworkPolicy, enforcement
+from jackin.spec.models import FleetSpec, NetworkPolicy, enforcement, gateway_credential
 from jackin.transport.remote import gather
 from jackin.transport.target import SshTarget
 
@@ -397,7 +397,11 @@ def read(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
     except (OSError, ValueError):
         seen = {}
     for host in result.hosts:
-        policies = _policies(applied_there.get(host.host, spec))
+        here = applied_there.get(host.host, spec)
+        policies = _policies(here)
+        if host.reachable and host.agents and host.gateway is None and any(gateway_credential(a) for a in here.agents):
+            host.gateway = "missing"  # its agents go through one (their spec says so), and its unit is not there
+            host.gateway_down = gateway_down(spec.name, host)
         for agent in host.agents:
             policy = policies.get(agent.instance)
             if policy is not None:

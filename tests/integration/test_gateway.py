@@ -196,6 +196,13 @@ def test_claude_code_works_through_the_gateway_and_never_holds_the_key(glab, tmp
             assert down.returncode == 4 and "credential gateway DOWN" in down.stdout, down.stdout[-1500:]
             assert inv("fleet.up", "-i", str(spec), "--yes").returncode == 0
             assert inv("fleet.status", "-i", str(spec)).returncode == 0
+            # its unit gone altogether (removed by hand): still said, since the agents' spec goes through it
+            unit = f"jackin-gateway-{name}.service"
+            sh(glab, f"systemctl disable --now {unit}; rm -f /etc/systemd/system/{unit}; systemctl daemon-reload")
+            gone = inv("fleet.status", "-i", str(spec))
+            assert gone.returncode == 4 and f"({unit}) is missing" in gone.stdout, gone.stdout[-1500:]
+            assert inv("fleet.up", "-i", str(spec), "--yes").returncode == 0
+            assert inv("fleet.status", "-i", str(spec)).returncode == 0
         finally:
             inv("fleet.down", "-i", str(spec), "--yes", "--keep-lab", "--discard-snapshots")
         seen = [r for r in requests(glab, log) if r["method"] == "POST"]

@@ -282,3 +282,19 @@ def test_a_shared_login_is_pushed_to_each_host_once_and_a_host_that_missed_it_is
     assert logins.keep(inv, hosts) == [] and pushes == [["h1", "h2"], ["h2"]]  # only the host that missed it
     logins.keep(inv, hosts)
     assert pushes == [["h1", "h2"], ["h2"]]  # nothing new: nothing pushed
+
+
+def test_a_gateway_down_missing_or_behind_is_said_and_a_running_current_one_is_not():
+    from jackin.lifecycle.status import AgentStatus, HostStatus, gateway_down
+
+    agent = AgentStatus(instance="coder-1", container="c", state="running", restarts=0)
+    host = HostStatus(host="h", address="127.0.0.1", port=22, reachable=True, agents=[agent], gateway="active")
+    assert gateway_down("demo", host) is None
+    for state in ("inactive", "failed", "missing"):
+        said = gateway_down("demo", host.model_copy(update={"gateway": state}))
+        assert said is not None and f"(jackin-gateway-demo.service) is {state}" in said
+    behind = host.model_copy(
+        update={"gateway_behind": "it runs an older configuration (a, not b): it refused the new one"}
+    )
+    assert "is behind: it runs an older configuration" in (gateway_down("demo", behind) or "")
+    assert gateway_down("demo", host.model_copy(update={"gateway": None})) is None  # no gateway here: nothing to say
