@@ -20,6 +20,7 @@ from jackin.errors import JackinError
 from jackin.facts import agent_files as files
 from jackin.facts import dockerapi
 from jackin.facts.gateway import GatewayAccount, gateway_accounts, gateway_files
+from jackin.facts.sections import read_sections
 from jackin.hostpaths import ROOT
 
 # One ``docker inspect`` line per container feeds both reads (the status row and the agent state):
@@ -103,17 +104,6 @@ class Inspected(BaseModel):
         return cls(id=cid, restarts=int(restarts), user=json.loads(user) or "", instance=json.loads(label) or "",
                    state=json.loads(state), pid=int(pid), name=json.loads(name), network=json.loads(network) or "",
                    memory=int(memory))  # fmt: skip
-
-
-def read_sections(output: str) -> dict[str, list[str]]:
-    sections: dict[str, list[str]] = {}
-    current = None
-    for line in output.split("\n"):
-        if line.startswith("##"):
-            current = sections.setdefault(line[2:].strip(), [])
-        elif current is not None and line.strip():
-            current.append(line.strip())
-    return sections
 
 
 # --- agent state (issue 10): what each agent is doing ---------------------------------------------

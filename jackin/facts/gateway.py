@@ -13,6 +13,7 @@ import shlex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
 from jackin import hostpaths
+from jackin.facts.sections import read_sections
 
 MAX_TOKENS = 10**12
 MAX_COST = 1e6  # USD
@@ -72,29 +73,18 @@ class GatewayAccount(BaseModel):
             return None
 
 
-def _section(output: str, name: str) -> list[str]:
-    lines, inside = [], False
-    for line in output.split("\n"):
-        if line.startswith("##"):
-            inside = line[2:].strip() == name
-        elif inside and line.strip():
-            lines.append(line)
-    return lines
-
-
 MAX_SECTION = 8 * 1024 * 1024  # bytes of the whole section (hex): what a host's read may cost
 
 
-def gateway_files(fleet: str, only: str | None = None) -> str:
+def gateway_files(fleet: str) -> str:
     """Shell: ``##gateway-files``, one line per JSON file of the fleet's credential gateway's state directory
-    (``<instance>.json``, ``gateway.json``; ``only``: that instance's alone): its name and its first MAX_ACCOUNT
+    (``<instance>.json``, ``gateway.json``): its name and its first MAX_ACCOUNT
     bytes in hex. Read as the gateway's user (its directory is 0700), never as root, in at most 5 seconds: a
     link or a FIFO there can cost nothing but this section. What that user's process prints reaches the read
     only through root's filter (``NAME.json HEX`` lines, MAX_SECTION bytes), so a compromised gateway writing
     into its pipe cannot forge another section."""
     d, user = shlex.quote(hostpaths.gateway_state(fleet)), shlex.quote(hostpaths.gateway_user(fleet))
-    names = shlex.quote(f"{only}.json") if only else "*.json"
-    each = (f'cd "$1" || exit 0; for f in {names}; do case "$f" in *[!a-z0-9.-]*) continue;; esac; '
+    each = ('cd "$1" || exit 0; for f in *.json; do case "$f" in *[!a-z0-9.-]*) continue;; esac; '
             f'[ -f "$f" ] || continue; printf "%s " "$f"; head -c {MAX_ACCOUNT} -- "$f" '
             '| od -An -v -tx1 | tr -d " \\n"; echo; done')  # fmt: skip
     return (f"echo '##gateway-files'; if [ -d {d} ] && id -u {user} >/dev/null 2>&1; then {{ setpriv --reuid={user} "
@@ -105,7 +95,7 @@ def gateway_files(fleet: str, only: str | None = None) -> str:
 def gateway_accounts(output: str) -> dict[str, bytes]:
     """The ``##gateway-files`` section: file name -> bytes (lines that are not ``NAME HEX`` are dropped)."""
     found: dict[str, bytes] = {}
-    for line in _section(output, "gateway-files"):
+    for line in read_sections(output).get("gateway-files", []):
         name, _, data = line.partition(" ")
         try:
             found[name] = bytes.fromhex(data.strip())

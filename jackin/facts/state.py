@@ -113,7 +113,6 @@ class GatewayState(BaseModel):
     dir: bool = False
     state: bool = False  # its state directory
     config: str | None = None  # sha256 of each file, None: missing
-    logins: str | None = None
     program: str | None = None
     unit: str | None = None
     user: int | None = None  # its user's uid
@@ -136,11 +135,11 @@ def parse_gateway(lines: list[str]) -> GatewayState:
     pairs = dict(line.strip().split("=", 1) for line in lines if "=" in line)
     sha = re.compile(r"^[0-9a-f]{64}$")
     return GatewayState(dir="dir" in words, state="state" in words,
-                        **{k: pairs[k] for k in ("config", "logins", "program", "unit") if sha.match(pairs.get(k, ""))},
+                        **{k: pairs[k] for k in ("config", "program", "unit") if sha.match(pairs.get(k, ""))},
                         user=int(pairs["user"]) if pairs.get("user", "").isdigit() else None,
                         gid=int(pairs["gid"]) if pairs.get("gid", "").isdigit() else None,
                         dirgid=int(pairs["dirgid"]) if pairs.get("dirgid", "").isdigit() else None,
-                        active=pairs.get("active", ""), enabled=pairs.get("enabled", ""))  # fmt: skip
+                        active=pairs.get("ActiveState", ""), enabled=pairs.get("UnitFileState", ""))  # fmt: skip
 
 
 class HostState(BaseModel):

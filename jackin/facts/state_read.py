@@ -164,9 +164,9 @@ def _credentials_command(fleet: str) -> str:
 
 def gateway_section(fleet: str) -> str:
     """``##gateway``: the credential gateway's pieces (jackin/net/gateway.py): ``dir``, the sha256 of its config,
-    program and unit files (root's, in directories only root writes), its user's uid, its unit's state."""
-    d, unit = shlex.quote(hostpaths.gateway_dir(fleet)), shlex.quote(hostpaths.gateway_unit(fleet))
-    files = {"config": f"{d}/config.json", "logins": f"{d}/logins.json", "program": hostpaths.GATEWAY_PROGRAM,
+    program and unit files (root's, in directories only root writes), its user's uid and gid, its directory's gid."""
+    d, unit = shlex.quote(hostpaths.gateway_dir(fleet)), shlex.quote(hostpaths.unit_path(hostpaths.gateway_unit(fleet)))
+    files = {"config": f"{d}/config.json", "program": hostpaths.GATEWAY_PROGRAM,
              "unit": shlex.quote(hostpaths.unit_path(hostpaths.gateway_unit(fleet)))}  # fmt: skip
     sums = "; ".join(f'[ -f {p} ] && echo "{k}=$(sha256sum < {p} | cut -d" " -f1)"' for k, p in files.items())
     return (
@@ -175,8 +175,8 @@ def gateway_section(fleet: str) -> str:
         f'u=$(id -u {shlex.quote(hostpaths.gateway_user(fleet))} 2>/dev/null) && echo "user=$u"; '
         f'g=$(id -g {shlex.quote(hostpaths.gateway_user(fleet))} 2>/dev/null) && echo "gid=$g"; '
         f'[ -d {d} ] && echo "dirgid=$(stat -c %g {d})"; '
-        f'echo "active=$(systemctl is-active {unit} 2>/dev/null)"; '
-        f'echo "enabled=$(systemctl is-enabled {unit} 2>/dev/null)"'
+        # its unit's state, asked only where its unit is (a fleet with no gateway costs no systemctl)
+        f"[ -f {unit} ] && systemctl show -p ActiveState -p UnitFileState {shlex.quote(hostpaths.gateway_unit(fleet))}"
     )
 
 

@@ -24,13 +24,13 @@ from jackin.agents.read import (
     agent_states,
     inspect_command,
     parse_agents,
-    read_sections,
 )
 from jackin.agents.state import AgentState
 from jackin.errors import ConnectError, JackinError
 from jackin.facts.cow import parse_state as parse_cow
 from jackin.facts.cow import quota_lines
 from jackin.facts.gateway import gateway_accounts, gateway_files
+from jackin.facts.sections import read_sections
 from jackin.hostpaths import (
     DAEMON_JSON,
     GUARD,
@@ -44,6 +44,7 @@ from jackin.hostpaths import (
     guard_unit,
     table_name,
     ttl_unit,
+    unit_path,
 )
 from jackin.lab.providers import provider_for
 from jackin.net.firewall import ident
@@ -143,11 +144,12 @@ def status_command(fleet: str, *, inside: str = "") -> str:
     ``##policy`` (the guard's verify), ``##wall``, ``##nat``, and ``##cowquota`` (each home's disk use
     and quota, where the fleet's homes are on its btrfs). ``inside``: more shell run within the CPU window."""
     table, mnt = shlex.quote(table_name(fleet)), shlex.quote(fleet_dir(fleet))
-    units = [guard_unit(fleet), check_timer(fleet), ttl_unit(fleet, "timer")]
+    units = [guard_unit(fleet), check_timer(fleet), ttl_unit(fleet, "timer"), gateway_unit(fleet)]
     checks = (f"echo '##drops'; nft list counters table inet {table} 2>/dev/null && {{ echo '##table'; echo loaded; }}; "
               f"echo '##guard'; systemctl is-active {' '.join(map(shlex.quote, units))} 2>/dev/null; "
-              f"echo '##gateway'; systemctl show -p LoadState -p ActiveState {shlex.quote(gateway_unit(fleet))} 2>/dev/null; "
-              # the configuration fleet.up wrote (root's file): the gateway's own record says which it runs
+              # the credential gateway: its unit file (its state is ##guard's fourth line), and the configuration
+              # fleet.up wrote (root's file): the gateway's own record says which one it runs
+              f"echo '##gateway'; [ -f {shlex.quote(unit_path(gateway_unit(fleet)))} ] && echo LoadState=loaded; "
               f"sed -n 's/^ \"digest\": \"\\([0-9a-f]*\\)\",\\{{0,1\\}}$/digest=\\1/p' "
               f"{shlex.quote(gateway_dir(fleet))}/config.json 2>/dev/null; "
               f"echo '##policy'; [ -x {GUARD} ] && {GUARD} verify {shlex.quote(fleet)} 2>/dev/null; "
@@ -197,7 +199,7 @@ def parse_host_status(output: str) -> tuple[float, list[AgentStatus], dict[str, 
     fields["ttl_timer"] = guard[2] if len(guard) > 2 else None  # the time-to-live's timer
     unit = dict(line.split("=", 1) for line in sections.get("gateway", []) if "=" in line)
     if unit.get("LoadState") == "loaded":
-        fields["gateway"] = unit.get("ActiveState") or "unknown"
+        fields["gateway"] = guard[3] if len(guard) > 3 else "unknown"
         fields["gateway_behind"] = _gateway_behind(unit.get("digest", ""), gateway_accounts(output).get("gateway.json"))
     wall = sections.get("wall", [])
     fields["wall"] = wall[0] if wall and wall[0] in ("held", "missing") else "missing"

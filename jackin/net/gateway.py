@@ -28,8 +28,7 @@ from jackin import hostpaths
 from jackin.hostpaths import GATEWAY_PORT, GATEWAY_PROGRAM, gateway_dir, gateway_state, gateway_unit, gateway_user
 from jackin.plan.fleet import AgentPlan, FleetPlan
 from jackin.spec.credentials import Secrets
-
-API_CA = "JACKIN_API_CA"  # the spec's api_ca: in the secrets file, for the gateway's upstream
+from jackin.spec.models import API_CA  # the spec's api_ca: in the secrets file, for the gateway's upstream
 
 
 def program() -> str:

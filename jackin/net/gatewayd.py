@@ -268,6 +268,7 @@ class Gateway:
         self.sites: dict[str, tuple[ipaddress.IPv4Interface, asyncio.AbstractServer]] = {}
         self.in_flight: dict[str, asyncio.Semaphore] = {}  # per agent: at most IN_FLIGHT requests at once
         self.problem: tuple[Any, ...] = ()  # the files' stamp whose configuration was refused (logged once)
+        self.said: dict[str, Any] = {}  # what gateway.json says now
         self.by_address: dict[str, str] = {}  # listening address -> instance
         self.sessions: dict[str, ClientSession] = {}
         self.runner: web.AppRunner | None = None
@@ -341,8 +342,10 @@ class Gateway:
         self.dirty.clear()
         bound = sorted(i for i in self.sites)
         waiting = sorted(i for i in self.config["agents"] if i not in self.sites)
-        self._write("gateway.json", {"pid": os.getpid(), "bound": bound, "waiting": waiting,
-                                     "config": self.config.get("digest", ""), "time": round(time.time(), 3)})  # fmt: skip
+        state = {"pid": os.getpid(), "bound": bound, "waiting": waiting, "config": self.config.get("digest", "")}
+        if state != self.said:  # written when it changes, not at every look
+            self._write("gateway.json", state)
+            self.said = state
 
     def _write(self, name: str, data: dict[str, Any]) -> None:
         path = os.path.join(self.state_dir, name)

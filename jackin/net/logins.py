@@ -160,7 +160,9 @@ def _fleet_lock(fleet: str) -> FileLock:
 
 def current(inventory: Inventory, values: Secrets | None = None, *, now: float | None = None) -> dict[str, Held]:
     """Every shared login of the fleet, refreshed when due: held here from its first use (taken then from the
-    spec's source, ``values``: fleet.up)."""
+    spec's source, ``values``: fleet.up). Nothing (no lock, no file) for a fleet with none."""
+    if not any(oauth_credentials(a) for a in inventory.fleet.agents):
+        return {}
     try:
         with _fleet_lock(inventory.fleet.name):
             return _current(inventory, values, now=now)

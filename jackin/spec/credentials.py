@@ -83,12 +83,6 @@ class Secrets:
         message = f"{fleet}\0{instance}\0{name}\0".encode() + (self._values[agent][name] if data is None else data)
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
-    def replaced(self, agent: str, name: str, value: bytes) -> Secrets:
-        """These values with one replaced (a shared login's: its current access token, jackin/net/logins.py)."""
-        values = {a: dict(named) for a, named in self._values.items()}
-        values.setdefault(agent, {})[name] = value
-        return Secrets(values, self._key)
-
     def has(self, agent: str, name: str) -> bool:
         return name in self._values.get(agent, {})
 

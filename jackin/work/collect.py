@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from jackin.agents.state import Usage, clean
 from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecError
 from jackin.facts import agent_files
-from jackin.facts.gateway import MAX_ACCOUNT, GatewayAccount, gateway_accounts, gateway_files
+from jackin.facts.gateway import MAX_SECTION, GatewayAccount, gateway_accounts, gateway_files
 from jackin.lab.providers import targets
 from jackin.paths import private_dir, state_dir
 from jackin.plan import fleet as planning
@@ -273,18 +273,19 @@ def read_workspace_file(conn: Connection, agent: planning.AgentPlan, relative: s
     return read.data[:cap] if read.data else None
 
 
-def read_gateway(conn: Connection, agent: planning.AgentPlan, *, host: str) -> GatewayAccount | None:
-    """The agent's record at the host's credential gateway (None: it has none, or it cannot be read)."""
-    if agent.gateway is None:
-        return None
+def read_gateway(conn: Connection, agents: Sequence[planning.AgentPlan], *, host: str) -> dict[str, GatewayAccount]:
+    """The agents' records at the host's credential gateway, in one round trip (an agent with none, or one that
+    cannot be read, is left out: the collection goes on without it)."""
+    through = [a for a in agents if a.gateway is not None]
+    if not through:
+        return {}
     try:
-        code, out, _ = _exec(conn, gateway_files(agent.fleet, agent.instance), cap=2 * MAX_ACCOUNT + 4096, host=host,
-                             timeout=30)  # fmt: skip
-    except JackinError:  # its record cannot be read: the collection goes on without it
-        return None
-    if code != 0:
-        return None
-    return GatewayAccount.parse(gateway_accounts(out.decode("ascii", errors="replace")).get(f"{agent.instance}.json"))
+        code, out, _ = _exec(conn, gateway_files(through[0].fleet), cap=MAX_SECTION + 4096, host=host, timeout=30)
+    except JackinError:
+        return {}
+    found = gateway_accounts(out.decode("ascii", errors="replace")) if code == 0 else {}
+    return {a.instance: account for a in through
+            if (account := GatewayAccount.parse(found.get(f"{a.instance}.json"))) is not None}  # fmt: skip
 
 
 def read_status(conn: Connection, agent: planning.AgentPlan, *, host: str) -> dict:
@@ -315,7 +316,7 @@ def _started_from(data: bytes | None) -> str | None:
 
 
 def _one(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, host: str, into: str | None,
-         asked: bool) -> AgentCollect:  # fmt: skip
+         asked: bool, counted: GatewayAccount | None = None) -> AgentCollect:  # fmt: skip
     fleet = inventory.fleet.name
     result = AgentCollect(host=host, instance=agent.instance, agent=agent.agent)
     try:
@@ -325,7 +326,7 @@ def _one(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, h
         return result
     result.state = state_of(status)
     result.usage = Usage.of(status.get("usage"))
-    result.gateway = read_gateway(conn, agent, host=host)
+    result.gateway = counted
     if not asked and result.state != "done":
         result.reason = f"state {result.state} (not done; --agent collects any state)"
         return result
@@ -397,7 +398,9 @@ def bundle_script(branch: str) -> str:
 def _host(target: SshTarget, inventory: Inventory, agents: list[planning.AgentPlan], *, into: str | None,
           asked: bool) -> list[AgentCollect]:  # fmt: skip
     with connect(target, timeout=10) as conn:
-        return [_one(conn, inventory, a, host=target.name, into=into, asked=asked) for a in agents]
+        counted = read_gateway(conn, agents, host=target.name)
+        return [_one(conn, inventory, a, host=target.name, into=into, asked=asked, counted=counted.get(a.instance))
+                for a in agents]  # fmt: skip
 
 
 def select(plan: planning.FleetPlan, names: Sequence[str] | None) -> list[planning.AgentPlan]:
@@ -494,8 +497,8 @@ Live = tuple[str, Usage | None, GatewayAccount | None]
 
 def _live(target: SshTarget, agents: list[planning.AgentPlan]) -> dict[str, Live]:
     with connect(target, timeout=10) as conn:
-        return {a.instance: (*_live_state(conn, a, host=target.name), read_gateway(conn, a, host=target.name))
-                for a in agents}  # fmt: skip
+        counted = read_gateway(conn, agents, host=target.name)
+        return {a.instance: (*_live_state(conn, a, host=target.name), counted.get(a.instance)) for a in agents}
 
 
 def _live_state(conn: Connection, agent: planning.AgentPlan, *, host: str) -> tuple[str, Usage | None]:

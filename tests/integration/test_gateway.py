@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import stat
 import subprocess
 import time
@@ -66,17 +67,11 @@ def spec_of(name: str, url: str, ca, repo, budget: int) -> dict:
 
 def agent_request(lab, container: str, host: str, port: int, target: str, key: str) -> tuple[str, int, str]:
     """(the status line or ERROR code, milliseconds, the tail of the answer) of REQUEST run in ``container``."""
-    out = sh(lab, f"docker exec {container} node -e {shq(REQUEST)} {host} {port} {shq(target)} "
-                  f"{shq(key)}", timeout=30).stdout  # fmt: skip
+    out = sh(lab, f"docker exec {container} node -e {shlex.quote(REQUEST)} {host} {port} {shlex.quote(target)} "
+                  f"{shlex.quote(key)}", timeout=30).stdout  # fmt: skip
     first, _, rest = out.partition("\n")
     words = first.split()
     return " ".join(words[:-1]), int(words[-1]), rest
-
-
-def shq(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
 
 
 def state_of(spec, instance: str) -> dict:
@@ -116,13 +111,15 @@ def test_claude_code_works_through_the_gateway_and_never_holds_the_key(glab, tmp
             assert placeholder.startswith("jackin-placeholder-") and key not in placeholder
             # as root (no capability: no file it cannot read as root's) and as the agent (every file of its own, and
             # its processes' environments)
-            search = f"grep -rlF -e {shq(key)} / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev 2>/dev/null"
-            as_root = sh(glab, f"docker exec -u 0 {coder} sh -c {shq(search + '; true')}", timeout=120).stdout
+            search = (
+                f"grep -rlF -e {shlex.quote(key)} / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev 2>/dev/null"
+            )
+            as_root = sh(glab, f"docker exec -u 0 {coder} sh -c {shlex.quote(search + '; true')}", timeout=120).stdout
             inside = sh(
                 glab,
                 f"docker exec {coder} sh -c "
-                + shq(
-                    f"{search}; echo @@; grep -rlF -e {shq(placeholder)} /run /workspace 2>/dev/null; echo @@; "
+                + shlex.quote(
+                    f"{search}; echo @@; grep -rlF -e {shlex.quote(placeholder)} /run /workspace 2>/dev/null; echo @@; "
                     "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null; done; true"
                 ),
                 timeout=120,
@@ -145,8 +142,21 @@ def test_claude_code_works_through_the_gateway_and_never_holds_the_key(glab, tmp
                     with open(os.path.join(root, file), "rb") as handle:
                         assert key.encode() not in handle.read(), os.path.join(root, file)
             on_host = sh(glab, f"stat -c '%U:%G %a' /etc/jackin/gateway/{name}/secrets.json; "
-                               f"grep -c {shq(key)} /etc/jackin/gateway/{name}/secrets.json").stdout.split("\n")  # fmt: skip
+                               f"grep -c {shlex.quote(key)} /etc/jackin/gateway/{name}/secrets.json").stdout.split("\n")  # fmt: skip
             assert on_host[:2] == [f"root:jk-gw-{name} 440", "1"], on_host  # only there: root's, the gateway's group
+            # the gateway's own view of the host, from inside its mount namespace (its unit's sandbox): no capability;
+            # the agents' homes and the delivered credentials are empty there even to root, where the host shows them
+            # (the control), and its own configuration its user reads
+            unit = f"jackin-gateway-{name}.service"
+            count = f"ls -A /srv/jackin/{name} 2>/dev/null | wc -l; ls -A /var/lib/jackin/credentials/{name} 2>/dev/null | wc -l"
+            seen = sh(glab, f"p=$(systemctl show -p MainPID --value {unit}); grep CapEff /proc/$p/status; "
+                            f"nsenter -t $p -m sh -c {shlex.quote(count)}; echo @@; sh -c {shlex.quote(count)}; echo @@; "
+                            f"nsenter -t $p -m -S $(id -u jk-gw-{name}) -G $(id -g jk-gw-{name}) "
+                            f"cat /etc/jackin/gateway/{name}/config.json >/dev/null && echo config-read").stdout  # fmt: skip
+            inside, outside, own = seen.split("@@\n") if seen.count("@@") == 2 else (seen, "", "")
+            assert "CapEff:\t0000000000000000" in inside, seen
+            assert inside.split()[-2:] == ["0", "0"] and "0" not in outside.split(), seen
+            assert "config-read" in own, seen
 
             # --- credentials cannot be swapped; upstreams are bound (from the other agent's network)
             gw_other = sh(glab, f"docker exec {other} printenv ANTHROPIC_BASE_URL").stdout.strip()

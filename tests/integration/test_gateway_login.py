@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import shlex
 import time
 
 import pytest
 
 from .conftest import inv, module_lab, sh
-from .test_gateway import shq
 from .test_runtime_lab import TASK, UNASKED, authority, project, requests, standin
 
 LIFETIME = 8  # seconds of each access token: the run (about 25 s) spans three of them
@@ -67,7 +67,7 @@ def test_one_shared_login_is_refreshed_once_per_expiry_for_six_agents_on_two_hos
             environ = sh(
                 two,
                 f"docker exec {container} sh -c "
-                + shq("for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null; done; true"),
+                + shlex.quote("for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null; done; true"),
             ).stdout
             assert held.startswith("jackin-placeholder-"), held
             assert not re.search(r"\b[ar]t-[0-9a-f]{16}\b", environ), environ  # neither an access nor a refresh token

@@ -55,8 +55,13 @@ class Gateway:
                 time.sleep(0.05)
 
     def write(self, budget: dict | None) -> None:
-        cred = {"placeholder": PLACEHOLDER, "upstream": self.upstream, "header": self.header, "prices": self.prices,
-                "paths": ["/v1/messages"]}
+        cred = {
+            "placeholder": PLACEHOLDER,
+            "upstream": self.upstream,
+            "header": self.header,
+            "prices": self.prices,
+            "paths": ["/v1/messages"],
+        }
         config = {"port": getattr(self, "port", 0), "agents": {"a1": {"bridge": "lo", "budget": budget,
                                                                       "credentials": {"KEY": cred}}}}  # fmt: skip
         tmp = self.conf / "config.json.tmp"
@@ -143,6 +148,7 @@ def test_another_host_is_refused_and_recorded_as_a_denial(gateway):
         account = wait_for(lambda: g.account() if g.account().get("denied") == 2 else None)
         assert {d["kind"] for d in account["denials"]} == {"upstream"}
         assert "elsewhere.example" in account["denials"][0]["detail"]
+        assert g.request()[0] == 200 and len(upstream.requests) == 1  # the control: the bound upstream is reached
 
 
 class _SlowStream(http.server.BaseHTTPRequestHandler):

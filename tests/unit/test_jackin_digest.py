@@ -215,7 +215,9 @@ def test_attach_stops_the_headless_run_and_its_commands_resumes_the_session_and_
         while (jackin_dir / ".runtime").exists() or not (jackin_dir / "runtime.json").exists():
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        time.sleep(0.5)
+        while '"idle"' not in (jackin_dir / "status.json").read_text():  # the entrypoint's last word, awaited
+            assert time.monotonic() < deadline, (jackin_dir / "status.json").read_text()
+            time.sleep(0.05)
         final = json.loads((jackin_dir / "status.json").read_text())  # it recorded nothing: the session's state
         assert (final["state"], final["message"]) == ("idle", "the operator's session ended (exit 3)"), final
         assert not (jackin_dir / "attached").exists() and not (jackin_dir / "handoff.md").exists()
