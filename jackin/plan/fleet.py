@@ -227,6 +227,10 @@ class FleetPlan(_Model):
     def gateway_agents(self) -> list[AgentPlan]:
         return [a for a in self.agents if a.gateway is not None]
 
+    def at(self, host: str) -> list[AgentPlan]:
+        """The agents placed on ``host`` (placement: jackin/plan/placement.py), in plan order."""
+        return list(self.agents)
+
     @property
     def fleet_dir(self) -> str:
         return f"{self.root}/{self.fleet}"
