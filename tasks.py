@@ -362,9 +362,19 @@ def fleet_collect(
 
 @task(help={"inventory": INVENTORY, "json": "print JSON"})
 def fleet_review(c: Context, inventory: str | None = None, json: bool = False) -> None:
-    """Per agent: state, collected commit, diff stat against its source commit, handoff evidence and path."""
+    """Per agent: state, collected commit, diff stat against its source commit, handoff evidence and path;
+    per queued task: its attempts side by side, its reviews and their verdicts."""
     with guard():
         raise Exit(code=work_cli.fleet_review(inventory, json=json))
+
+
+@task(help={"inventory": INVENTORY, "until": "empty (default: until no task is queued, running or in review), a "
+            "duration (90m, 2h) or a time of day (18:30)", "json": "print the result as JSON (progress to stderr)"})  # fmt: skip
+def fleet_work(c: Context, inventory: str | None = None, until: str = "empty", json: bool = False) -> None:
+    """Serve the task queue: collect each finished agent, reset its workspace, hand it the next task; review gate,
+    retries by failure class. Exit 0 queue empty; 3 hosts unreachable; 4 --until passed (nothing lost); 130 Ctrl-C."""
+    with guard():
+        raise Exit(code=work_cli.fleet_work(inventory, until=until, json=json))
 
 
 lab = Collection("lab")
@@ -385,6 +395,7 @@ fleet.add_task(fleet_wait, "wait")
 fleet.add_task(fleet_run, "run")
 fleet.add_task(fleet_collect, "collect")
 fleet.add_task(fleet_review, "review")
+fleet.add_task(fleet_work, "work")
 
 agent_ns = Collection("agent")
 agent_ns.add_task(agent_netcheck, "netcheck")
@@ -439,14 +450,18 @@ task_cli = lazy.module("jackin.cli.task")
 @task(help={"inventory": INVENTORY, "task": "the task's text", "task_file": "a file holding the task",
             "repo": "the repository it is for (default: the fleet's agents' work's)", "ref": "its ref (default HEAD)",
             "attempts": "independent attempts on different agents (best-of-N, 1-10; default 1)",
-            "retries": "transient failures retried (0-10; default 2)", "label": "a label", "json": "print JSON"})  # fmt: skip
+            "retries": "transient failures retried (0-10; default 2)", "label": "a label",
+            "reviewer": "the agent that reviews it (default: the spec's review:)",
+            "rounds": "review rounds at most (1-10; default 2)", "json": "print JSON"})  # fmt: skip
 def task_add(c: Context, inventory: str | None = None, task: str | None = None, task_file: str | None = None,
              repo: str | None = None, ref: str | None = None, attempts: str | None = None, retries: str | None = None,
-             label: str | None = None, json: bool = False) -> None:  # fmt: skip
+             label: str | None = None, reviewer: str | None = None, rounds: str | None = None,
+             json: bool = False) -> None:  # fmt: skip
     """Queue a task for the fleet's agents (--task or --task-file); with neither, the spec's tasks:, each once."""
     with guard():
         raise Exit(code=task_cli.task_add(inventory, task=task, task_file=task_file, repo=repo, ref=ref,
-                                          attempts=attempts, retries=retries, label=label, json=json))  # fmt: skip
+                                          attempts=attempts, retries=retries, label=label, reviewer=reviewer,
+                                          rounds=rounds, json=json))  # fmt: skip
 
 
 @task(help={"inventory": INVENTORY, "state": "only tasks in this state", "json": "print JSON"})
@@ -470,6 +485,15 @@ def task_cancel(c: Context, task_id: str, inventory: str | None = None, json: bo
         raise Exit(code=task_cli.task_cancel(inventory, task_id, json=json))
 
 
+@task(help={"task_id": "the task's id (task.list shows them)", "attempt": "which attempt (best-of-N: 1-10; "
+            "default: the only finished one)", "inventory": INVENTORY, "json": "print JSON"})  # fmt: skip
+def task_accept(c: Context, task_id: str, attempt: str | None = None, inventory: str | None = None,
+                json: bool = False) -> None:  # fmt: skip
+    """Accept a task's attempt as its result: refs/jackin/<fleet>/accepted/<task> points to its commit."""
+    with guard():
+        raise Exit(code=task_cli.task_accept(inventory, task_id, attempt=attempt, json=json))
+
+
 @task(help={"task_id": "the task's id (task.list shows them)", "inventory": INVENTORY, "json": "print JSON"})
 def task_retry(c: Context, task_id: str, inventory: str | None = None, json: bool = False) -> None:
     """Queue a failed or cancelled task again, with its retries anew."""
@@ -483,4 +507,5 @@ task_ns.add_task(task_list, "list")
 task_ns.add_task(task_show, "show")
 task_ns.add_task(task_cancel, "cancel")
 task_ns.add_task(task_retry, "retry")
+task_ns.add_task(task_accept, "accept")
 ns.add_collection(task_ns)

@@ -28,18 +28,21 @@ def task_id(value: str) -> int:
 
 
 def task_add(inventory: str | None, *, task: str | None, task_file: str | None, repo: str | None, ref: str | None,
-             attempts: str | None, retries: str | None, label: str | None, json: bool) -> int:  # fmt: skip
+             attempts: str | None, retries: str | None, label: str | None, json: bool, reviewer: str | None = None,
+             rounds: str | None = None) -> int:  # fmt: skip
     """One task (--task or --task-file), or with neither the spec's ``tasks:`` (each queued once)."""
     spec = load(inventory)
     if task is None and task_file is None:
-        if repo or ref or attempts or retries or label:
-            raise SpecError("--repo, --ref, --attempts, --retries and --label go with --task or --task-file")
+        if repo or ref or attempts or retries or label or reviewer or rounds:
+            raise SpecError("--repo, --ref, --attempts, --retries, --label, --reviewer and --rounds go with --task "
+                            "or --task-file")  # fmt: skip
         added = queue.from_spec(spec)
     else:
         added = [queue.add(spec, text=task, task_file=task_file, repo=repo, ref=ref,
                            attempts=count("--attempts", attempts, low=1, high=10) or 1,
                            retries=2 if retries in (None, "") else count("--retries", retries, low=0, high=10) or 0,
-                           label=label)]  # fmt: skip
+                           label=label, reviewer=reviewer,
+                           rounds=count("--rounds", rounds, low=1, high=10) if rounds not in (None, "") else None)]  # fmt: skip
     _show(added, json=json)
     return EXIT_OK
 
@@ -63,6 +66,13 @@ def task_show(inventory: str | None, ident: str, *, json: bool) -> int:
 
 def task_cancel(inventory: str | None, ident: str, *, json: bool) -> int:
     _show([queue.cancel(load(inventory), task_id(ident))], json=json)
+    return EXIT_OK
+
+
+def task_accept(inventory: str | None, ident: str, *, attempt: str | None, json: bool) -> int:
+    """The operator's pick of a task's attempt (best-of-N, or a task waiting for its review)."""
+    chosen = count("--attempt", attempt, low=1, high=10) if attempt not in (None, "") else None
+    _show([queue.accept(load(inventory), task_id(ident), chosen)], json=json)
     return EXIT_OK
 
 

@@ -238,7 +238,8 @@ def parse_apparmor(lines: list[str]) -> AppArmor:
                     docker_default=mode if mode and _APPARMOR_MODE.fullmatch(mode) else None)  # fmt: skip
 
 
-_WORK_DIGEST = re.compile(r"^.*/([a-z][a-z0-9-]*)\.digests:([a-z][a-z.]*) ([0-9a-f]{64})$")
+# ``queue ATTEMPT``: the work was delivered by fleet.work for that attempt of the queue (fleet.up leaves it alone).
+_WORK_DIGEST = re.compile(r"^.*/([a-z][a-z0-9-]*)\.digests:([a-z][a-z.]*) ([0-9a-f]{64}|[0-9]{1,18})$")
 
 
 _DIGEST_LINE = re.compile(r"^.*/([a-z][a-z0-9-]*)\.digests:([A-Z][A-Z0-9_]*) ([0-9a-f]{64})$")

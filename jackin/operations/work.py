@@ -26,7 +26,8 @@ from jackin.operations.files import Command, Refused, Upload, write_files
 from jackin.paths import private_dir, state_dir
 from jackin.plan.fleet import AgentPlan, FleetPlan, WorkPlan
 
-FILES = ("repo.bundle", "task.md", "work.json")  # what each agent's work directory holds
+FILES = ("repo.bundle", "task.md", "work.json")  # what each agent's work directory holds (task.md: when it has a task)
+QUEUE = "queue"  # the digest record's line ``queue ATTEMPT``: fleet.work delivered the work (jackin/work/handover.py)
 FILE_MODE = "0440"
 DIR_MODE = "0750"
 
@@ -78,16 +79,19 @@ def _agent(agent: AgentPlan, state: HostState) -> list[Command]:
     """One agent's work directory and files (changed ones re-delivered, others left alone) and digest record."""
     work = agent.work
     assert work is not None
-    if set(work.files) != set(FILES) or not work.commit:
+    have = state.work_digests.get(agent.instance, {})
+    if QUEUE in have:  # delivered by fleet.work for a task of the queue: the queue's until the agent leaves the plan
+        return []
+    if not {"repo.bundle", "work.json"} <= set(work.files) <= set(FILES) or not work.commit:
         raise Refused(f"the work of agent {agent.instance} was not prepared on the operator's machine "
                       "(run the deploy through inv fleet.up, which bundles the repository first)")  # fmt: skip
     directory = agent.work_dir
-    have = state.work_digests.get(agent.instance, {})
     entries = children(state.work, directory)
     file_ok = PathInfo(kind="f", mode=FILE_MODE, uid=0, gid=agent.uid)
     dir_ok = state.work.get(directory) == PathInfo(kind="d", mode=DIR_MODE, uid=0, gid=agent.uid)
-    deliver = [n for n in FILES if not dir_ok or entries.get(n) != file_ok or have.get(n) != work.files[n]]
-    stale = sorted(set(entries) - set(FILES))
+    wanted = [n for n in FILES if n in work.files]  # task.md only with a task
+    deliver = [n for n in wanted if not dir_ok or entries.get(n) != file_ok or have.get(n) != work.files[n]]
+    stale = sorted(set(entries) - set(wanted))
     if not deliver and not stale and have == work.files:
         return []
     commands: list[Command] = [] if dir_ok else [*root_dir(directory, DIR_MODE, agent.uid)]

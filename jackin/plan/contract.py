@@ -148,7 +148,7 @@ def _work(agent: AgentPlan, spec: WorkSpec | None) -> WorkTerm | None:
     if agent.work is None or spec is None:
         return None
     return WorkTerm(repo=agent.work.repo, ref=agent.work.ref, branch=agent.work.branch,
-                    task="file" if spec.task_file else "text",
+                    task="file" if spec.task_file else "text" if spec.task else "queue",
                     task_path=sources.resolved(spec.task_file) if spec.task_file else None)  # fmt: skip
 
 

@@ -68,7 +68,9 @@ class WorkTerm(_Model):
     repo: str  # the spec's repository: an absolute local path or a git URL
     ref: str
     branch: str  # jackin/<instance>: the agent's own branch
-    task: Literal["text", "file"]  # the spec gives the task as text, or as a file (task_file)
+    task: Literal[
+        "text", "file", "queue"
+    ]  # the spec gives the task as text, as a file (task_file), or none: the queue's
     task_path: str | None = None  # task "file": the file it is read from on the operator's machine, resolved
 
 

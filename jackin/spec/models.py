@@ -459,6 +459,18 @@ class FleetSpec(Model):
     # down), so the fleet never spends more, with no host waiting on another.
     budget: Budget | None = None
     tasks: list[TaskSpec] = Field(default_factory=list)  # the queue's tasks from the spec (inv task.add -i FILE)
+    review: ReviewSpec | None = None  # the review gate of every task queued for the fleet (a task's own replaces it)
+
+    @model_validator(mode="after")
+    def _reviewers(self) -> FleetSpec:
+        names = [a.name for a in self.agents]
+        gates = [("review", self.review)] + [(f"tasks[{i}].review", t.review) for i, t in enumerate(self.tasks)]
+        for where, gate in gates:
+            if gate is not None and gate.agent not in names:
+                raise ValueError(
+                    f"{where}.agent: {gate.agent!r} is not an agent of the fleet (agents: {', '.join(names)})"
+                )
+        return self
 
     @model_validator(mode="after")
     def _fleet_budget(self) -> FleetSpec:
@@ -677,7 +689,8 @@ def is_git_url(repo: str) -> bool:
 class WorkSpec(Model):
     """An agent's work: a source repository (a local path, relative to the inventory file's
     directory, or a git URL), a ref in it (default HEAD) and a task, as text (``task``) or as a
-    file (``task_file``, relative like ``repo``). jackin/work/bundles.py checks the repository, ref and
+    file (``task_file``, relative like ``repo``); with no task, the agent waits for the queue's
+    (``inv fleet.work``). jackin/work/bundles.py checks the repository, ref and
     task on the operator's machine before any host is touched and delivers them as a git bundle."""
 
     repo: str = Field(min_length=1, max_length=1000)
@@ -708,9 +721,21 @@ class WorkSpec(Model):
 
     @model_validator(mode="after")
     def _one_task(self) -> WorkSpec:
-        if (self.task is None) == (self.task_file is None):
-            raise ValueError("work needs exactly one of task (text) or task_file (a path)")
+        if self.task is not None and self.task_file is not None:
+            raise ValueError("work takes one of task (text) or task_file (a path), not both; with neither, the agent "
+                             "waits for a task of the queue (inv fleet.work)")  # fmt: skip
         return self
+
+
+class ReviewSpec(Model):
+    """The review gate (``review:`` on the fleet or a task): each finished task goes, as a review task, to an
+    instance of ``agent`` (an agent of the fleet, which then takes reviews only) that made none of its attempts,
+    with the diff, the handoff and the task; the reviewer's verdict is ``approve`` or ``changes: NOTES``; changes
+    go back to the queue with the notes, at most ``rounds`` times."""
+
+    agent: Slug
+    rounds: int = Field(2, ge=1, le=10)
+    instructions: str | None = Field(None, min_length=1, max_length=64 * 1024)  # what the reviewer checks
 
 
 class TaskSpec(Model):
@@ -726,6 +751,7 @@ class TaskSpec(Model):
     attempts: int = Field(1, ge=1, le=10)
     retries: int = Field(2, ge=0, le=10)
     label: str | None = Field(None, min_length=1, max_length=100)
+    review: ReviewSpec | None = None  # this task's review gate, in place of the fleet's
 
     @field_validator("repo", "task_file")
     @classmethod

@@ -28,7 +28,7 @@ from jackin.store.fleets import FleetTables
 from jackin.store.runs import RunTables
 from jackin.store.schema import create, who
 from jackin.store.snapshots import SnapshotTables
-from jackin.store.tasks import TASK_SCHEMA, TaskTables
+from jackin.store.tasks import TaskTables, migrate
 
 
 def _busy(fleet: str, holder: str) -> BusyError:
@@ -48,7 +48,7 @@ class Ledger(FleetTables, RunTables, SnapshotTables, TaskTables):
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         create(self.db)
-        self.db.executescript(TASK_SCHEMA)  # the task queue (jackin/store/tasks.py)
+        migrate(self.db)  # the task queue (jackin/store/tasks.py)
 
     def close(self) -> None:
         self.db.close()

@@ -104,20 +104,23 @@ def argv(target: SshTarget, command: str, *, timeout: float = 10) -> list[str] |
     return [*args, "--", target.address, command]
 
 
-def run(target: SshTarget, command: str, *, timeout: float = 10, connect_timeout: float = 10) -> Ran:
+def run(target: SshTarget, command: str, *, timeout: float = 10, connect_timeout: float = 10,
+        input: bytes | None = None) -> Ran:  # fmt: skip
     """Run ``command`` on ``target``: its exit status and output, or our error when SSH failed
     (HostKeyError: the key is not the pinned one, or none is pinned; ConnectError: not reached).
-    ``connect_timeout`` bounds the connection, ``timeout`` the command after it."""
+    ``connect_timeout`` bounds the connection, ``timeout`` the command after it. ``input``: the command's
+    stdin (how files reach a host beside SFTP: never in the command line)."""
     args = argv(target, command, timeout=connect_timeout)
     if args is None:
         raise ValueError(f"{target.name}: not served by the OpenSSH path (check usable() first)")
     # stderr to a file, not a pipe: a master that goes to the background keeps the stderr it was given,
     # and a pipe would not reach its end until the master exits.
     with tempfile.TemporaryFile() as err:
-        with subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err) as client:
+        stdin = subprocess.DEVNULL if input is None else subprocess.PIPE
+        with subprocess.Popen(args, stdin=stdin, stdout=subprocess.PIPE, stderr=err) as client:
             _clients.add(client)
             try:
-                out, _ = client.communicate(timeout=timeout + max(1, round(connect_timeout)) + 2)
+                out, _ = client.communicate(input, timeout=timeout + max(1, round(connect_timeout)) + 2)
             except subprocess.TimeoutExpired:
                 client.kill()
                 raise ConnectError(f"SSH to {target.endpoint} failed: no answer within "

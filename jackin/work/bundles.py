@@ -70,7 +70,7 @@ class Prepared(BaseModel):
     ref: str
     commit: str
     bundle: str  # sha256 of repo.bundle
-    task: str  # sha256 of task.md
+    task: str | None  # sha256 of task.md (None: no task: the agent waits for the queue's, inv fleet.work)
 
 
 # --- git on the operator's machine -------------------------------------------------
@@ -202,14 +202,14 @@ def source_dir(agent: str, work: WorkSpec) -> str:
     return found
 
 
-def _check_agent(agent: AgentSpec) -> tuple[str, str, bytes]:
-    """(git dir, commit, task bytes) of one agent's work; WorkError on the first problem found."""
+def _check_agent(agent: AgentSpec) -> tuple[str, str, bytes | None]:
+    """(git dir, commit, task bytes or None: no task) of one agent's work; WorkError on the first problem found."""
     work = agent.work
     assert work is not None
     problems: list[str] = []
-    task = b""
+    task = None
     try:
-        task = read_task(agent.name, work)
+        task = read_task(agent.name, work) if work.task is not None or work.task_file is not None else None
     except WorkError as error:
         problems.append(error.message)
     directory, commit = "", None
@@ -225,10 +225,10 @@ def _check_agent(agent: AgentSpec) -> tuple[str, str, bytes]:
     return directory, str(commit), task
 
 
-def check(spec: FleetSpec) -> dict[str, tuple[str, str, bytes]]:
+def check(spec: FleetSpec) -> dict[str, tuple[str, str, bytes | None]]:
     """Every agent's work checked (URLs synced to their mirrors); all problems at once, as one error
     (exit 2). Per agent name: (git dir, commit, task bytes)."""
-    found: dict[str, tuple[str, str, bytes]] = {}
+    found: dict[str, tuple[str, str, bytes | None]] = {}
     problems: list[str] = []
     for agent in spec.agents:
         if agent.work is None:
@@ -295,7 +295,8 @@ def prepare(spec: FleetSpec) -> dict[str, Prepared]:
         work = next(a for a in spec.agents if a.name == name).work
         assert work is not None
         out[name] = Prepared(agent=name, repo=work.repo, ref=work.ref, commit=commit,
-                             bundle=put_blob(bundle(directory, commit)), task=put_blob(task))  # fmt: skip
+                             bundle=put_blob(bundle(directory, commit)),
+                             task=put_blob(task) if task is not None else None)  # fmt: skip
     return out
 
 
@@ -307,7 +308,9 @@ def attach(plan: FleetPlan, prepared: Mapping[str, Prepared]) -> FleetPlan:
         ready = prepared.get(agent.agent)
         if agent.work is not None and ready is not None:
             work = agent.work.model_copy(update={"commit": ready.commit})
-            files = {"repo.bundle": ready.bundle, "task.md": ready.task, "work.json": digest(work_json(work))}
+            files = {"repo.bundle": ready.bundle, "work.json": digest(work_json(work))}
+            if ready.task is not None:  # none: the agent waits for the queue's (inv fleet.work)
+                files["task.md"] = ready.task
             agent = agent.model_copy(update={"work": work.model_copy(update={"files": files})})
         agents.append(agent)
     return plan.model_copy(update={"agents": agents})

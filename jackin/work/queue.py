@@ -11,9 +11,9 @@ from pathlib import Path
 
 from jackin.errors import SpecError
 from jackin.spec import Inventory
-from jackin.spec.models import TaskSpec
+from jackin.spec.models import ReviewSpec, TaskSpec
 from jackin.store.ledger import Ledger
-from jackin.store.tasks import Task
+from jackin.store.tasks import Attempt, ReviewGate, Task
 
 MAX_TASK = 256 * 1024  # bytes of a task's text
 
@@ -54,11 +54,31 @@ def default_repo(inventory: Inventory) -> tuple[str, str]:
     raise SpecError(f"--repo: which repository the task is for ({why})", hint="give --repo (and --ref)")
 
 
+def gate(inventory: Inventory, own: ReviewSpec | None = None, *, reviewer: str | None = None,
+         rounds: int | None = None) -> ReviewGate | None:  # fmt: skip
+    """A task's review gate: ``reviewer`` (and ``rounds``) given on the command line, else the task's own
+    ``review:``, else the fleet's; None: no review (a single attempt done is accepted as it is)."""
+    names = [a.name for a in inventory.fleet.agents]
+    if reviewer is not None:
+        if reviewer not in names:
+            raise SpecError(f"--reviewer: {reviewer!r} is not an agent of fleet {inventory.fleet.name}",
+                            hint=f"its agents: {', '.join(names)}")  # fmt: skip
+        base = own or inventory.fleet.review
+        return ReviewGate(agent=reviewer, rounds=rounds or (base.rounds if base else 2),
+                          instructions=base.instructions if base else None)  # fmt: skip
+    if rounds is not None:
+        raise SpecError("--rounds goes with --reviewer")
+    chosen = own or inventory.fleet.review
+    return ReviewGate(**chosen.model_dump()) if chosen is not None else None
+
+
 def add(inventory: Inventory, *, text: str | None, task_file: str | None, repo: str | None = None,
-        ref: str | None = None, attempts: int = 1, retries: int = 2, label: str | None = None) -> Task:  # fmt: skip
+        ref: str | None = None, attempts: int = 1, retries: int = 2, label: str | None = None,
+        reviewer: str | None = None, rounds: int | None = None) -> Task:  # fmt: skip
     """One task queued for the fleet (``text`` or ``task_file``); with neither, the spec's ``tasks:`` (see
     ``from_spec``) is not this: this adds exactly one."""
     body = task_text(text, task_file)
+    review = gate(inventory, reviewer=reviewer, rounds=rounds)
     if repo is None:
         repo, spec_ref = default_repo(inventory)
         ref = ref or spec_ref
@@ -68,7 +88,7 @@ def add(inventory: Inventory, *, text: str | None, task_file: str | None, repo: 
         raise SpecError(f"--retries: expected a whole number from 0 to 10, got {retries}")
     with Ledger() as ledger:
         task_id = ledger.add_task(inventory.fleet.name, body, repo=repo, ref=ref or "HEAD", label=label,
-                                  attempts=attempts, retries=retries)  # fmt: skip
+                                  attempts=attempts, retries=retries, review=review)  # fmt: skip
         return ledger.task(inventory.fleet.name, task_id)
 
 
@@ -90,7 +110,8 @@ def from_spec(inventory: Inventory) -> list[Task]:
         prepared.append((index, task, body, repo, task.ref or ref))
     with Ledger() as ledger, ledger.transaction():
         ids = [ledger.add_task(inventory.fleet.name, body, repo=repo, ref=ref, label=task.label,
-                               attempts=task.attempts, retries=task.retries, spec_key=spec_key(index, task))
+                               attempts=task.attempts, retries=task.retries, spec_key=spec_key(index, task),
+                               review=gate(inventory, task.review))
                for index, task, body, repo, ref in prepared]  # fmt: skip
     with Ledger() as ledger:
         return [ledger.task(inventory.fleet.name, i) for i in ids]
@@ -114,3 +135,26 @@ def cancel(inventory: Inventory, task_id: int) -> Task:
 def retry(inventory: Inventory, task_id: int) -> Task:
     with Ledger() as ledger:
         return ledger.retry_task(inventory.fleet.name, task_id)
+
+
+def accept(inventory: Inventory, task_id: int, attempt: int | None) -> Task:
+    """The operator's pick (``task.accept ID [--attempt K]``): attempt K of the task's current round (the only
+    finished one when not given) is its result; ``refs/jackin/<fleet>/accepted/<task>`` points to it."""
+    from jackin.work import gate as review_gate  # lazy: git, needed by this command alone
+
+    with Ledger() as ledger:
+        task = ledger.task(inventory.fleet.name, task_id)
+        done = [a for a in task.current() if a.state == "done"]
+        chosen: Attempt | None
+        if attempt is None:
+            if len(done) != 1:
+                raise SpecError(f"task {task_id} has {len(done)} finished attempts in its round {task.round}: "
+                                "say which with --attempt K", hint=f"inv task.show {task_id} lists them")  # fmt: skip
+            chosen = done[0]
+        else:
+            chosen = next((a for a in done if a.n == attempt), None)
+            if chosen is None:
+                raise SpecError(f"task {task_id} has no finished attempt {attempt} in its round {task.round}",
+                                hint=f"finished: {', '.join(str(a.n) for a in done) or 'none'}")  # fmt: skip
+        review_gate.point_accepted(inventory.fleet.name, task, chosen)
+        return ledger.accept_task(inventory.fleet.name, task_id, chosen.id)

@@ -66,8 +66,7 @@ def test_paths_are_relative_to_the_inventory_file_and_urls_stay(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(("work_yaml", "problem"), [
-    ("{repo: src}", "work needs exactly one of task (text) or task_file (a path)"),
-    ("{repo: src, task: a, task_file: b}", "work needs exactly one of task (text) or task_file (a path)"),
+    ("{repo: src, task: a, task_file: b}", "work takes one of task (text) or task_file (a path), not both"),
     ("{repo: src, ref: '--upload-pack=x', task: a}", "expected a git ref"),
     ("{repo: src, task: a, branch: b}", "unknown key 'branch'"),
 ])  # fmt: skip

@@ -60,3 +60,57 @@ def task_detail(task: Task) -> Group:
     if not task.runs:
         runs.caption = "none yet"
     return Group(head, runs)
+
+
+def _tests(detail: dict | None) -> str:
+    tests = (detail or {}).get("tests") or []
+    if not tests:
+        return "-"
+    passed = sum(1 for _, code in tests if code == 0)
+    return f"{passed}/{len(tests)} passed"
+
+
+def _tokens(detail: dict | None) -> str:
+    usage = (detail or {}).get("usage") or {}
+    total = (usage.get("input_tokens") or 0) + (usage.get("output_tokens") or 0)
+    return f"{total:,}" if total else "-"
+
+
+def chain_table(tasks: list[Task], reviews: dict[int, list[Task]], fleet: str) -> Table:
+    """``fleet.review``'s task chains: per task each attempt side by side (agent, state, diff stat, tests, tokens),
+    each review with its verdict, and the accepted attempt's ref."""
+    table = Table(title=f"tasks of fleet {fleet}: attempts, reviews, verdicts", title_justify="left")
+    for column in ("task", "state", "round", "attempt", "agent", "result", "diff", "tests", "tokens", "verdict"):
+        table.add_column(column)
+    for t in tasks:
+        state = Text(t.state, style=STYLE.get(t.state, ""))
+        if t.failure_class and t.state == "failed":
+            state += Text(f" ({t.failure_class}: {_first_line(t.evidence or '', 50)})", style="dim")
+        first = True
+        for r in t.runs:
+            picked = " (accepted)" if r.id == t.accepted else ""
+            result = Text(r.state + picked, style="green" if picked else STYLE.get(r.state, ""))
+            if r.failure_class:
+                result += Text(f" {r.failure_class}", style="dim")
+            table.add_row(f"{t.id}" if first else "", state if first else "", str(r.round), str(r.n),
+                          f"{r.instance}@{r.host}", result, (r.detail or {}).get("diff") or "-", _tests(r.detail),
+                          _tokens(r.detail), "")  # fmt: skip
+            first = False
+        for review in reviews.get(t.id, []):
+            for r in review.runs:
+                verdict = r.verdict or (f"({r.state})" if r.state != "done" else "-")
+                if r.notes:
+                    verdict += f": {_first_line(r.notes, 40)}"
+                table.add_row(f"{t.id}" if first else "", state if first else "", str(t.round), f"review {review.id}",
+                              f"{r.instance}@{r.host}", Text(r.state, style=STYLE.get(r.state, "")), "-", "-",
+                              _tokens(r.detail), Text(verdict))  # fmt: skip
+                first = False
+        if first:
+            table.add_row(str(t.id), state, str(t.round), "-", "-", "-", "-", "-", "-", "")
+    if not tasks:
+        table.caption = "no tasks"
+    else:
+        table.caption = (
+            f"accepted work: refs/jackin/{fleet}/accepted/<task>; each attempt: refs/jackin/{fleet}/attempts/<attempt>"
+        )
+    return table

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:  # annotations only
+    from jackin.work import loop
     from jackin.work.collect import CollectReport, Review
 
 
@@ -46,3 +48,54 @@ def review_table(review: Review) -> Table:
     for host, why in review.unreachable.items():
         table.add_row(host, "", Text(f"unreachable: {why}", style="bold red"), *[""] * (len(table.columns) - 3))
     return table
+
+
+# --- fleet.work ----------------------------------------------------------------------------------------------
+
+_EVENT_STYLE = {"accepted": "green", "failed": "red", "changes": "yellow", "review": "yellow", "delivered": "cyan",
+                "stopped": "magenta"}  # fmt: skip
+
+
+def work_event(event: loop.Event) -> Text:
+    """One line of fleet.work: ``12:03:04 lab-1 coder-2 delivered task 7 (0.84 s): work task, attempt 1``."""
+    at = time.strftime("%H:%M:%S", time.localtime(event.at))
+    line = Text(f"{at} {event.host} {event.instance} ")
+    line += Text(event.what, style=_EVENT_STYLE.get(event.what, "bold"))
+    if event.task is not None:
+        line += Text(f" task {event.task}")
+    if event.seconds is not None:
+        line += Text(f" ({event.seconds:.2f} s)", style="dim")
+    if event.detail:
+        line += Text(f": {event.detail}")
+    return line
+
+
+def work_progress(progress: loop.Progress) -> Text:
+    """``done 12 · failed 1 · running 4 · queued 13 · review 0 · 3.2/min · empty in ~4 min``."""
+    line = Text("queue: ", style="bold")
+    line += Text(f"done {progress.done}", style="green") + Text(" · ")
+    line += Text(f"failed {progress.failed}", style="red" if progress.failed else "") + Text(" · ")
+    line += Text(f"running {progress.running} · queued {progress.queued} · review {progress.review}")
+    if progress.rate:
+        line += Text(f" · {progress.rate:g}/min")
+    if progress.eta is not None:
+        line += Text(f" · empty in ~{max(1, round(progress.eta / 60))} min", style="dim")
+    if progress.unreachable:
+        line += Text(f" · unreachable: {', '.join(sorted(progress.unreachable))}", style="red")
+    busy = sorted(f"{k} {v}" for k, v in progress.agents.items() if not v.startswith("idle"))
+    if busy:
+        line += Text("\n  " + "\n  ".join(busy[:20]), style="dim")
+    return line
+
+
+def work_summary(result: loop.WorkResult) -> Text:
+    why = {"empty": "the queue is empty", "deadline": "--until passed: tasks are left (run fleet.work again)",
+           "interrupted": "stopped: nothing is lost (run fleet.work again to go on)",
+           "unreachable": "every host stayed unreachable"}.get(result.reason, result.reason)  # fmt: skip
+    line = Text(f"fleet {result.fleet}: {why} after {result.elapsed:.0f} s; ", style="bold")
+    p = result.progress
+    line += Text(f"{p.done} accepted, {p.failed} failed, {p.queued} queued, {p.running} running, {p.review} in review")
+    if result.handovers:
+        ordered = sorted(result.handovers)
+        line += Text(f"; {len(ordered)} handover(s), median {ordered[len(ordered) // 2]:.2f} s", style="dim")
+    return line

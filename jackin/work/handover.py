@@ -1,0 +1,189 @@
+"""fleet.work's handover of one agent from its finished task to the next, on its host, in one round trip.
+
+Root, over strict SSH, with the files on the command's stdin (never in its command line):
+
+1. the task's files (``task.md``, ``work.json``, and ``repo.bundle`` when the host's record has another) are read
+   from stdin into a root-only staging directory and their sizes checked: a cut connection changes nothing;
+2. the agent's container is stopped (its entrypoint ends at TERM: nothing of the agent runs during the reset);
+3. the files are installed root:<agent gid> 0440 in the agent's work directory, each renamed into place;
+4. the workspace is reset: the old one renamed aside (its name is root's, in the home only root writes: never
+   followed) and a new empty one made, the agent's, 0700. Where the fleet's homes are on its btrfs (the checkpoint
+   tier), a clean clone of the task's commit is kept per agent and commit (``<home>/.jackin-clean``, root's, never
+   mounted in a container), made once by ``git`` in a locked-down run of the agent's own image (no network, no
+   capability, the agent's uid), and the new workspace's repository is a copy-on-write copy of it
+   (``cp --reflink=always``); elsewhere the entrypoint clones the delivered bundle afresh at the container's start;
+5. the work record gets ``queue ATTEMPT`` (``fleet.up`` then leaves the queue's work alone), the container is
+   started, and the old workspace removed.
+
+Every step is safe to run again: a handover cut at any point is redone whole by the next ``fleet.work``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import time
+
+from pydantic import BaseModel, ConfigDict
+
+from jackin.errors import ConnectError, JackinError, RemoteCommandError
+from jackin.hostpaths import UPLOAD_DIR, work_digests
+from jackin.operations.work import QUEUE
+from jackin.plan.fleet import AgentPlan
+from jackin.transport import fanout, openssh
+from jackin.transport.target import SshTarget
+
+CLEAN = ".jackin-clean"  # in the agent's home: clean clones by commit (the checkpoint tier only)
+OLD = ".jackin-old"  # in the agent's home: the workspace being removed
+STOP_WAIT = 10  # seconds docker stop gives the entrypoint before it kills it
+TIMEOUT = 300
+
+
+def q(*args: str) -> str:
+    return " ".join(shlex.quote(a) for a in args)
+
+
+class Delivery(BaseModel):
+    """What one handover delivers to one agent: its files, and the record that says whose they are."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agent: AgentPlan
+    attempt: int
+    files: dict[str, bytes]  # file name -> bytes, those to send (repo.bundle left out when the host has it)
+    digests: dict[str, str]  # file name -> sha256 of each of the three: the record
+    commit: str
+    cow: bool = False  # the fleet's homes are subvolumes of its btrfs: a copy-on-write copy of a clean clone
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def script(delivery: Delivery) -> str:
+    """The handover's shell script (root's), reading ``delivery.files`` from stdin in order."""
+    agent = delivery.agent
+    stage = f"{UPLOAD_DIR}/handover-{agent.instance}-{delivery.attempt}"
+    home, work, uid = agent.home, agent.workspace, str(agent.uid)
+    names = list(delivery.files)
+    lines = ["set -eu", "umask 077", f"s={shlex.quote(stage)}", q("rm", "-rf", "--", stage),
+             q("install", "-d", "-m", "0700", UPLOAD_DIR, stage)]  # fmt: skip
+    for n, name in enumerate(names):
+        size = len(delivery.files[name])
+        lines.append(f'head -c {size} > "$s/{n}"')
+        lines.append(
+            f'[ "$(wc -c < "$s/{n}")" -eq {size} ] || {{ echo "{name}: the upload was cut short" >&2; exit 1; }}'
+        )
+    lines.append("trap '' HUP INT PIPE")  # from here on the handover ends even when the operator's side goes away
+    lines.append(f"docker stop -t {STOP_WAIT} {shlex.quote(agent.container)} >/dev/null")
+    for n, name in enumerate(names):
+        target, new = f"{agent.work_dir}/{name}", f"{agent.work_dir}/.{name}.jackin-new"
+        lines.append(q("install", "-m", "0440", "-o", "0", "-g", uid, "-T", f"{stage}/{n}", new) + " && "
+                     + q("mv", "-f", "-T", new, target))  # fmt: skip
+    old = f"{home}/{OLD}"
+    lines += [q("rm", "-rf", "--one-file-system", "--", old),
+              f"if [ -e {shlex.quote(work)} ] || [ -L {shlex.quote(work)} ]; then {q('mv', '-T', '--', work, old)}; fi",
+              q("install", "-d", "-m", "0700", "-o", uid, "-g", uid, "--", work)]  # fmt: skip
+    if delivery.cow:
+        lines += _cow_lines(delivery)
+    record = "".join(f"{name} {delivery.digests[name]}\n" for name in sorted(delivery.digests))
+    record += f"{QUEUE} {delivery.attempt}\n"
+    path = work_digests(agent.fleet, agent.instance)
+    lines += [f"printf %s {shlex.quote(record)} > {shlex.quote(path + '.new')}",
+              q("mv", "-f", "-T", path + ".new", path),
+              f"docker start {shlex.quote(agent.container)} >/dev/null",
+              q("rm", "-rf", "--one-file-system", "--", old, stage)]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _cow_lines(delivery: Delivery) -> list[str]:
+    """The clean clone of the commit (made once, as the agent, in its image) and its copy-on-write copy."""
+    agent = delivery.agent
+    uid = str(agent.uid)
+    clean = f"{agent.home}/{CLEAN}"
+    kept = f"{clean}/{delivery.commit}"
+    branch = agent.work.branch if agent.work is not None else f"jackin/{agent.instance}"
+    clone = ('git clone --quiet --no-checkout /run/jackin/work/repo.bundle /out/repo && '
+             'git -C /out/repo checkout --quiet -b "$1" "$2" && '
+             'git -C /out/repo config user.name "jackin agent $3" && '
+             'git -C /out/repo config user.email "$3@agents.jackin.invalid"')  # fmt: skip
+    run = q("docker", "run", "--rm", "--network", "none", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--read-only", "--user", f"{uid}:{uid}", "--memory", "512m", "--pids-limit", "256",
+            "--mount", f"type=bind,src={agent.work_dir},dst=/run/jackin/work,readonly",
+            "--mount", f"type=bind,src={clean}/new,dst=/out", "--entrypoint", "sh", agent.image,
+            "-c", clone, "sh", branch, delivery.commit, agent.instance)  # fmt: skip
+    return [
+        f"if [ ! -d {shlex.quote(kept)} ]; then",
+        "  " + q("rm", "-rf", "--one-file-system", "--", clean),
+        "  " + q("install", "-d", "-m", "0750", "-o", "0", "-g", uid, "--", clean),
+        "  " + q("install", "-d", "-m", "0700", "-o", uid, "-g", uid, "--", f"{clean}/new"),
+        f"  {run} >/dev/null",
+        "  " + q("mv", "-T", "--", f"{clean}/new", kept),
+        "fi",
+        q("cp", "-a", "--reflink=always", "--", f"{kept}/repo", f"{agent.workspace}/repo"),
+    ]
+
+
+def run(target: SshTarget, delivery: Delivery) -> float:
+    """The handover on ``target``; the seconds it took. ConnectError: not reached (nothing changed, or the next
+    fleet.work redoes it); RemoteCommandError: it failed there (what the host said)."""
+    started = time.monotonic()
+    command = script(delivery)
+    data = b"".join(delivery.files.values())
+    try:
+        if openssh.usable(target):
+            result = openssh.run(target, command, timeout=TIMEOUT, input=data)
+            code, err = result.exited, result.stderr
+        else:
+            code, err = _fabric(target, command, data)
+    except JackinError:
+        raise
+    except Exception as error:  # noqa: BLE001 - an SSH fault: that host's
+        raise fanout.unreached(error, target.name) from None
+    if code != 0:
+        tail = " | ".join(err.strip().splitlines()[-3:]) or "no message"
+        raise RemoteCommandError(f"the handover of {delivery.agent.instance} failed (exit {code}): {tail}",
+                                 host=target.name)  # fmt: skip
+    return time.monotonic() - started
+
+
+def _fabric(target: SshTarget, command: str, data: bytes) -> tuple[int, str]:
+    """The command over a Fabric connection (a target the OpenSSH path does not serve), ``data`` on its stdin."""
+    from jackin.transport.ssh import connect  # lazy: paramiko and Fabric
+
+    with connect(target, timeout=10) as conn:
+        transport = conn.client.get_transport()
+        if transport is None:
+            raise ConnectError("the SSH connection is closed", host=target.name)
+        channel = transport.open_session()
+        channel.settimeout(TIMEOUT)
+        try:
+            channel.exec_command(command)
+            channel.sendall(data)
+            channel.shutdown_write()
+            err = bytearray()
+            while not channel.exit_status_ready() or channel.recv_stderr_ready() or channel.recv_ready():
+                if channel.recv_stderr_ready():
+                    err += channel.recv_stderr(65536)[: max(0, 65536 - len(err))]
+                elif channel.recv_ready():
+                    channel.recv(65536)
+                else:
+                    time.sleep(0.01)
+            return channel.recv_exit_status(), err.decode(errors="replace")
+        finally:
+            channel.close()
+
+
+def stop(target: SshTarget, agent: AgentPlan) -> None:
+    """Stop the agent's container (its task was cancelled): it spends nothing more until its next handover."""
+    command = f"docker stop -t {STOP_WAIT} {shlex.quote(agent.container)} >/dev/null"
+    if openssh.usable(target):
+        result = openssh.run(target, command, timeout=60)
+        if result.exited != 0:
+            raise RemoteCommandError(f"docker stop {agent.container} failed: {result.stderr.strip()[:200]}",
+                                     host=target.name)  # fmt: skip
+        return
+    from jackin.transport.ssh import connect  # lazy: paramiko and Fabric
+
+    with connect(target, timeout=10) as conn:
+        conn.run(command, hide=True, warn=False, timeout=60)
