@@ -38,7 +38,8 @@ def fleet_run(inventory: str | None, *, yes: bool, timeout: str | float | None, 
         confirm(f"Run fleet {spec.fleet.name!r} to the end: up, wait until every agent is done or failed, "
                 "collect their work, then tear it down (fleet.down, final snapshot first)?")  # fmt: skip
     say = ui.err if json else ui.out
-    wait, collect = runloop.default_wait(), runloop.default_collect()
+    wait = runloop.queue_wait if spec.fleet.tasks else runloop.default_wait()  # with tasks: fleet.work's loop
+    collect = runloop.default_collect()
     phases = runloop.Phases(
         up=lambda: reported(lambda: fleet_cli.fleet_up(inventory, yes=yes, json=False, dry_run=False, out=say)),
         wait=wait, collect=collect,

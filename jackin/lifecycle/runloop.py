@@ -20,7 +20,8 @@ or usage (before anything ran); 3 a host could not be reached (the loop stopped)
 at the ``--timeout`` or the time-to-live before every agent finished (what finished was collected,
 the fleet torn down); 5 the loop ran to the end but some agent reported ``failed``.
 
-The wait and the collect are looked up lazily (``jackin.agents.wait.wait``, ``jackin.work.collect.collect``)
+With ``tasks:`` in the spec the wait is ``fleet.work``'s loop over them (``queue_wait``): queued once each, served
+until the queue is empty; exit 5 when one of them failed. The wait and the collect are looked up lazily (``jackin.agents.wait.wait``, ``jackin.work.collect.collect``)
 and may be given as parameters (the unit tests give fakes). The loop prints nothing: it reports each
 phase as it starts (``on_phase``) and each agent's change (``on_change``), and returns a ``RunOutcome``;
 the CLI (jackin/cli/run.py) renders them and exits with its ``exit_code``.
@@ -83,6 +84,30 @@ def default_wait() -> Callable[..., Any]:
     from jackin.agents.wait import wait  # lazy: the agents' wait loop, needed by fleet.run alone
 
     return wait
+
+
+class QueueWait(BaseModel):
+    """fleet.work's end as the run's wait phase reads a wait's (``held``, ``reason``, ``agents``, ``errors``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    held: bool
+    reason: str
+    agents: list[dict[str, Any]] = Field(default_factory=list)  # one per task failed: the run's exit 5
+    errors: dict[str, str] = Field(default_factory=dict)
+
+
+def queue_wait(spec: Any, *, until: str = "done", timeout: float | None = None,
+               on_change: Callable[[Any], None] = lambda _: None) -> QueueWait:  # fmt: skip
+    """The wait phase of a fleet whose spec has ``tasks:``: they are queued (each once) and served by fleet.work's
+    loop until the queue is empty or ``timeout`` passes (``jackin.work.loop``)."""
+    from jackin.work import loop, queue  # lazy: the loop, needed by a run with tasks alone
+
+    queue.from_spec(spec)
+    result = loop.work(spec, deadline=None if timeout is None else time.time() + timeout)
+    failed = [{"state": "failed"}] * result.progress.failed
+    return QueueWait(held=result.reason == "empty", reason=result.reason, agents=failed,
+                     errors=result.progress.unreachable)  # fmt: skip
 
 
 def default_collect() -> Callable[..., Any]:
