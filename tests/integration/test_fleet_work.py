@@ -53,7 +53,8 @@ def _spec(lab: Lab, tmp: Path) -> tuple[str, Path, Path]:
               '    - {task: "impossible\\nfail: cannot do this", label: reported}',
               '    - {task: "reviewed task\\nwrite: a.txt: hello", label: reviewed, review: {agent: reviewer, rounds: 2, '
               'instructions: "verdict-if: test -f FIXED.md => write: FIXED.md: yes"}}',
-              '    - {task: "best of three\\nwrite: best.txt: x", label: best, attempts: 3}']  # fmt: skip
+              '    - {task: "best of three\\nwrite: best.txt: x", label: best, attempts: 3}',
+              '    - {task: "cancel me\\nsleep: 60\\nwrite: c.txt: no", label: cancelled}']  # fmt: skip
     spec = tmp / f"{name}.yaml"
     spec.write_text(f"""fleet:
   name: {name}
@@ -103,7 +104,7 @@ def _run(lab: Lab, name: str, spec: Path, repo: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     added = inv("task.add", "-i", str(spec), "--json")
     assert added.returncode == 0, added.stderr
-    assert len(json.loads(added.stdout)) == PLAIN + 5
+    assert len(json.loads(added.stdout)) == PLAIN + 6
     hosts = {f"{lab.name}-{i + 1}": i for i in range(2)}
 
     # The first loop, a process of its own, killed hard once a third of the tasks are accepted.
@@ -111,6 +112,7 @@ def _run(lab: Lab, name: str, spec: Path, repo: Path) -> None:
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "200"},
                              start_new_session=True)  # fmt: skip
     killed_container = None
+    cancelled, stopped = None, False
     deadline = time.monotonic() + 240
     try:
         while time.monotonic() < deadline:
@@ -124,7 +126,18 @@ def _run(lab: Lab, name: str, spec: Path, repo: Path) -> None:
                 if found == str(slow["id"]):  # delivered: its container is killed under it
                     killed_container = f"jk-{name}--{slow['instance']}"
                     sh(lab, f"docker kill {killed_container}", host=hosts[slow["host"]])
-            if accepted >= 10 and killed_container is not None:
+                cancel = db.execute("SELECT a.id, a.task, a.host, a.instance, a.state FROM task_attempts a JOIN tasks t "
+                                    "ON t.id = a.task WHERE t.fleet = ? AND t.label = 'cancelled' ORDER BY a.id",
+                                    (name,)).fetchone()  # fmt: skip
+            if cancel is not None and cancelled is None and cancel["state"] == "running":
+                if records(lab, name).get((hosts[cancel["host"]], cancel["instance"])) == str(cancel["id"]):
+                    assert inv("task.cancel", str(cancel["task"]), "-i", str(spec)).returncode == 0
+                    cancelled = cancel
+            if cancelled is not None and not stopped:  # the loop stops its container, or hands it the next task
+                host, instance = hosts[cancelled["host"]], cancelled["instance"]
+                running = sh(lab, f"docker inspect -f '{{{{.State.Running}}}}' jk-{name}--{instance}", host=host).stdout
+                stopped = running.strip() == "false" or records(lab, name).get((host, instance)) != str(cancelled["id"])
+            if accepted >= 10 and killed_container is not None and stopped:
                 break
             assert first.poll() is None, first.communicate()
             time.sleep(0.3)
@@ -188,6 +201,10 @@ def _run(lab: Lab, name: str, spec: Path, repo: Path) -> None:
     assert all(r["instance"].startswith("reviewer-") for review in mine["reviews"] for r in review["runs"])
     accepted = git("-C", str(repo), "rev-parse", f"refs/jackin/{name}/accepted/{reviewed['id']}")
     assert git("-C", str(repo), "show", f"{accepted}:FIXED.md") == "yes"  # the second round did what was asked
+
+    (gone,) = by_label["cancelled"]
+    assert (gone["state"], gone["failure_class"]) == ("cancelled", "operator") and len(gone["runs"]) == 1, gone
+    assert gone["runs"][0]["state"] == "cancelled"
 
     (best,) = by_label["best"]
     assert best["state"] == "review", best  # no gate: the operator picks

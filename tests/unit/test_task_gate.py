@@ -164,3 +164,38 @@ def test_until_is_empty_a_duration_or_a_time_of_day() -> None:
     assert until_deadline("16:00", now) == now + 23 * 3600  # tomorrow
     with pytest.raises(SpecError, match="--until expects"):
         until_deadline("soon", now)
+
+
+def test_a_handover_sends_the_files_on_stdin_never_in_its_command_line() -> None:
+    from jackin.plan.fleet import AgentPlan
+    from jackin.work import handover
+
+    agent = AgentPlan(fleet="f", agent="coder", instance="coder-1", role="demo", uid=60001, user="jk-f--coder-1",
+                      home="/srv/jackin/f/coder-1", workspace="/srv/jackin/f/coder-1/workspace",
+                      container="jk-f--coder-1", network="jk-f--coder-1", bridge="jk00000000", image="jackin/role-demo:x",
+                      command=["jackin-demo-agent"], memory=1 << 27, cpus=0.5, pids=64)  # fmt: skip
+    files = {"task.md": b"SECRET-LOOKING TASK TEXT $(reboot)\n", "work.json": b'{"commit":"c0ffee"}\n'}
+    delivery = handover.Delivery(agent=agent, attempt=42, files=files,
+                                 digests={n: handover.digest(b) for n, b in files.items()}, commit="c0ffee")  # fmt: skip
+    script = handover.script(delivery)
+    assert "SECRET-LOOKING" not in script and "reboot" not in script
+    assert f"head -c {len(files['task.md'])} > \"$s/0\"" in script  # read from stdin, its size checked
+    assert "queue 42" in script and "cp -a --reflink" not in script  # plain homes: the entrypoint clones
+    cow = handover.script(delivery.model_copy(update={"cow": True}))
+    assert "cp -a --reflink=always" in cow and "--network none" in cow and "--cap-drop ALL" in cow
+    order = [script.index(s) for s in ("docker stop", "install -m 0440", "install -d -m 0700 -o 60001", "queue 42",
+                                       "docker start")]  # fmt: skip
+    assert order == sorted(order)
+
+
+def test_the_run_serves_the_specs_tasks_with_the_loop(monkeypatch) -> None:
+    from jackin.lifecycle import runloop
+    from jackin.work import loop, queue
+
+    seen = {}
+    monkeypatch.setattr(queue, "from_spec", lambda spec: seen.setdefault("queued", spec))
+    progress = loop.Progress(done=3, failed=1)
+    monkeypatch.setattr(loop, "work", lambda spec, deadline: loop.WorkResult(fleet="f", exit_code=0, reason="empty",
+                                                                             elapsed=1, progress=progress))  # fmt: skip
+    waited = runloop.queue_wait("SPEC", until="done", timeout=None)
+    assert seen["queued"] == "SPEC" and waited.held and waited.agents == [{"state": "failed"}]
