@@ -121,14 +121,14 @@ def _run(lab: Lab, name: str, spec: Path, repo: Path) -> None:
                                       (name,)).fetchone()[0]  # fmt: skip
                 slow = db.execute("SELECT a.id, a.host, a.instance FROM task_attempts a JOIN tasks t ON t.id = a.task "
                                   "WHERE t.fleet = ? AND t.label = 'killed' AND a.state = 'running'", (name,)).fetchone()  # fmt: skip
+                cancel = db.execute("SELECT a.id, a.task, a.host, a.instance, a.state FROM task_attempts a JOIN tasks t "
+                                    "ON t.id = a.task WHERE t.fleet = ? AND t.label = 'cancelled' ORDER BY a.id",
+                                    (name,)).fetchone()  # fmt: skip
             if killed_container is None and slow is not None:
                 found = records(lab, name).get((hosts[slow["host"]], slow["instance"]))
                 if found == str(slow["id"]):  # delivered: its container is killed under it
                     killed_container = f"jk-{name}--{slow['instance']}"
                     sh(lab, f"docker kill {killed_container}", host=hosts[slow["host"]])
-                cancel = db.execute("SELECT a.id, a.task, a.host, a.instance, a.state FROM task_attempts a JOIN tasks t "
-                                    "ON t.id = a.task WHERE t.fleet = ? AND t.label = 'cancelled' ORDER BY a.id",
-                                    (name,)).fetchone()  # fmt: skip
             if cancel is not None and cancelled is None and cancel["state"] == "running":
                 if records(lab, name).get((hosts[cancel["host"]], cancel["instance"])) == str(cancel["id"]):
                     assert inv("task.cancel", str(cancel["task"]), "-i", str(spec)).returncode == 0
