@@ -103,9 +103,10 @@ def queue_wait(spec: Any, *, until: str = "done", timeout: float | None = None,
     loop until the queue is empty or ``timeout`` passes (``jackin.work.loop``)."""
     from jackin.work import loop, queue  # lazy: the loop, needed by a run with tasks alone
 
-    queue.from_spec(spec)
+    ids = [t.id for t in queue.from_spec(spec)]
     result = loop.work(spec, deadline=None if timeout is None else time.time() + timeout)
-    failed = [{"state": "failed"}] * result.progress.failed
+    states = {t.id: t.state for t in queue.listed(spec)}
+    failed = [{"state": "failed"} for i in ids if states.get(i) == "failed"]  # this run's tasks, not earlier ones
     return QueueWait(held=result.reason == "empty", reason=result.reason, agents=failed,
                      errors=result.progress.unreachable)  # fmt: skip
 

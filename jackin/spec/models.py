@@ -465,11 +465,20 @@ class FleetSpec(Model):
     def _reviewers(self) -> FleetSpec:
         names = [a.name for a in self.agents]
         gates = [("review", self.review)] + [(f"tasks[{i}].review", t.review) for i, t in enumerate(self.tasks)]
+        workers = [a for a in self.agents if a.work is not None]
         for where, gate in gates:
-            if gate is not None and gate.agent not in names:
-                raise ValueError(
-                    f"{where}.agent: {gate.agent!r} is not an agent of the fleet (agents: {', '.join(names)})"
-                )
+            if gate is None:
+                continue
+            if gate.agent not in names:
+                raise ValueError(f"{where}.agent: {gate.agent!r} is not an agent of the fleet (agents: {', '.join(names)})")
+            reviewer = next(a for a in self.agents if a.name == gate.agent)
+            if reviewer.work is None:
+                raise ValueError(f"{where}.agent: {gate.agent!r} has no work: (its repository), so it takes no task: "
+                                 "give it work: {repo: ...}")  # fmt: skip
+            if workers == [reviewer] and reviewer.count < 2:
+                raise ValueError(f"{where}.agent: {gate.agent!r} is the only agent that works, with one instance: a "
+                                 "review goes to another instance than the work's; give it count: 2 or more, or "
+                                 "another agent to review")  # fmt: skip
         return self
 
     @model_validator(mode="after")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -56,12 +57,13 @@ CREATE UNIQUE INDEX IF NOT EXISTS one_task_per_agent ON task_attempts(fleet, hos
 # tasks: ``kind`` work or review; ``parent`` the task a review reviews; ``agent`` the only agent that may claim it
 # (a review's reviewer); ``review`` the gate's settings (JSON: agent, rounds, instructions); ``round`` the
 # review round the task is in; ``accepted`` the accepted attempt; ``base`` the commit a changes round starts from.
-# task_attempts: ``round``; ``agent``; a review's ``verdict`` and ``notes``; ``detail`` (JSON: diff, tests, usage).
+# task_attempts: ``round``; ``agent``; a review's ``verdict`` and ``notes``; ``detail`` (JSON: diff, tests, usage);
+# ``final`` a failed attempt that is not tried again (its number is not free: best-of-N runs each number once).
 TASK_COLUMNS = {
     "tasks": (("kind", "TEXT NOT NULL DEFAULT 'work'"), ("parent", "INTEGER"), ("agent", "TEXT"), ("review", "TEXT"),
               ("round", "INTEGER NOT NULL DEFAULT 1"), ("accepted", "INTEGER"), ("base", "TEXT")),
     "task_attempts": (("round", "INTEGER NOT NULL DEFAULT 1"), ("agent", "TEXT"), ("verdict", "TEXT"),
-                      ("notes", "TEXT"), ("detail", "TEXT")),
+                      ("notes", "TEXT"), ("detail", "TEXT"), ("final", "INTEGER NOT NULL DEFAULT 0")),
 }  # fmt: skip
 # One running claim per attempt of a round (the first release keyed it by (task, n): dropped on migration).
 ROUND_INDEX = ("CREATE UNIQUE INDEX IF NOT EXISTS one_running_claim_per_attempt_of_a_round "
@@ -75,7 +77,11 @@ def migrate(db: sqlite3.Connection) -> None:
         have = {r["name"] for r in db.execute(f"PRAGMA table_info({table})")}
         for column, kind in columns:
             if column not in have:
-                db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                try:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                except sqlite3.OperationalError as error:  # another process added it first
+                    if "duplicate column" not in str(error):
+                        raise
     db.execute("DROP INDEX IF EXISTS one_running_claim_per_attempt")
     db.execute(ROUND_INDEX)
 
@@ -98,6 +104,7 @@ class Attempt(BaseModel):
     commit_id: str | None = None
     verdict: str | None = None  # a review's: approve, or changes
     notes: str | None = None  # a review's notes (changes: what to change)
+    final: bool = False  # failed and not tried again
     detail: dict[str, Any] | None = None  # diff stat, tests and their results, tokens: what fleet.review compares
 
     @field_validator("detail", mode="before")
@@ -232,16 +239,15 @@ class TaskTables(Tables):
         for row in rows:
             if row["agent"] is not None and row["agent"] != agent:
                 continue
-            taken = self.db.execute("SELECT n, host, instance, state FROM task_attempts WHERE task = ? AND round = ?",
-                                    (row["id"], row["round"])).fetchall()  # fmt: skip
+            taken = self.db.execute("SELECT n, host, instance, state, final FROM task_attempts WHERE task = ? AND "
+                                    "round = ?", (row["id"], row["round"])).fetchall()  # fmt: skip
             if row["attempts"] > 1 and any((t["host"], t["instance"]) == (host, instance) for t in taken):
                 continue  # each of N attempts on another agent
             if row["kind"] == "review" and row["parent"] is not None and self.db.execute(
                     "SELECT 1 FROM task_attempts a JOIN tasks t ON t.id = a.task WHERE a.task = ? AND a.round = t.round "
                     "AND a.host = ? AND a.instance = ? AND a.state = 'done'", (row["parent"], host, instance)).fetchone():  # fmt: skip
                 continue  # a review is never the reviewed agent's own
-            busy = {t["n"] for t in taken if t["state"] in ("running", "done")}
-            free = [n for n in range(1, row["attempts"] + 1) if n not in busy]
+            free = [n for n in range(1, row["attempts"] + 1) if n not in _busy(taken)]
             if free:
                 return int(row["id"]), free[0], int(row["round"])
         return None
@@ -266,63 +272,89 @@ class TaskTables(Tables):
                              json.dumps(detail, sort_keys=True) if detail is not None else None, verdict, notes,
                              attempt_id))  # fmt: skip
             task = self.db.execute("SELECT * FROM tasks WHERE id = ?", (row["task"],)).fetchone()
-            self._settle(task, ok=ok, failure_class=failure_class, evidence=evidence, now=now)
+            self._settle(task, ok=ok, failure_class=failure_class, evidence=evidence, now=now, attempt=attempt_id)
         return self.task(row["fleet"], row["task"])
 
     def _settle(self, task: sqlite3.Row, *, ok: bool, failure_class: str | None, evidence: str | None,
-                now: float) -> None:  # fmt: skip
-        runs = self.db.execute("SELECT state FROM task_attempts WHERE task = ? AND round = ?",
-                               (task["id"], task["round"])).fetchall()  # fmt: skip
-        done = sum(r["state"] == "done" for r in runs)
-        running = sum(r["state"] == "running" for r in runs)
+                now: float, attempt: int) -> None:  # fmt: skip
+        """The task after one of its attempts ended. A transient failure with retries left frees its attempt's
+        number again (after a backoff); any other failure is final for that number. Then: an attempt number still
+        free, the task is queued (running while another runs); none free, running while one runs, in review when one
+        is done, failed otherwise. Best-of-N: one attempt's own failure does not end the others."""
         if task["state"] in FINAL:
             return
-        if ok:
-            state = "review" if done >= task["attempts"] else "running" if running else "queued"
-            self.db.execute("UPDATE tasks SET state = ?, updated = ? WHERE id = ?", (state, now, task["id"]))
-            return
-        failures = task["failures"] + 1
-        if failure_class == "transient" and failures <= task["retries"]:
-            wait = BACKOFF[min(failures - 1, len(BACKOFF) - 1)]
-            self.db.execute("UPDATE tasks SET state = ?, failures = ?, not_before = ?, updated = ?, failure_class = ?, "
-                            "evidence = ? WHERE id = ?",
-                            ("running" if running else "queued", failures, now + wait, now, failure_class, evidence,
-                             task["id"]))  # fmt: skip
-            return
-        state = "review" if done and not running else "running" if running else "failed"
-        self.db.execute("UPDATE tasks SET state = ?, failures = ?, failure_class = ?, evidence = ?, updated = ? "
-                        "WHERE id = ?", (state, failures, failure_class, evidence, now, task["id"]))  # fmt: skip
+        failures, wait = task["failures"], 0.0
+        if not ok:
+            failures += 1
+            if failure_class == "transient" and failures <= task["retries"]:
+                wait = BACKOFF[min(failures - 1, len(BACKOFF) - 1)]
+            else:
+                self.db.execute("UPDATE task_attempts SET final = 1 WHERE id = ?", (attempt,))
+        runs = self.db.execute("SELECT n, state, final FROM task_attempts WHERE task = ? AND round = ?",
+                               (task["id"], task["round"])).fetchall()  # fmt: skip
+        running = any(r["state"] == "running" for r in runs)
+        done = any(r["state"] == "done" for r in runs)
+        free = [n for n in range(1, task["attempts"] + 1) if n not in _busy(runs)]
+        state = ("running" if running else "queued") if free else "running" if running else "review" if done else "failed"
+        fields: dict[str, Any] = {"state": state, "updated": now}
+        if not ok:
+            fields |= {"failures": failures, "failure_class": failure_class, "evidence": evidence}
+            if wait:
+                fields["not_before"] = now + wait
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        self.db.execute(f"UPDATE tasks SET {sets} WHERE id = ?", (*fields.values(), task["id"]))
 
-    def accept_task(self, fleet: str, task_id: int, attempt_id: int) -> Task:
-        """``attempt_id`` (done, of the task's current round) is the task's result: the task is accepted."""
-        task = self.task(fleet, task_id)
-        chosen = next((a for a in task.runs if a.id == attempt_id), None)
-        if chosen is None or chosen.state != "done":
-            raise SpecError(f"attempt {attempt_id} of task {task_id} is not a finished attempt",
-                            hint=f"inv task.show {task_id} lists its attempts")  # fmt: skip
-        if task.state in FINAL:
-            raise SpecError(f"task {task_id} is {task.state} already")
-        self.db.execute("UPDATE tasks SET state = 'accepted', accepted = ?, updated = ? WHERE id = ?",
-                        (attempt_id, time.time(), task_id))  # fmt: skip
+    def accept_task(self, fleet: str, task_id: int, attempt_id: int,
+                    before: Callable[[Task, Attempt], object] = lambda *_: None) -> Task:  # fmt: skip
+        """``attempt_id`` (done, of the task's current round) is the task's result: the task is accepted. ``before``
+        (the accepted ref moved) runs inside the same transaction, after the checks: a refused accept moves nothing."""
+        with _immediate(self.db):
+            task = self.task(fleet, task_id)
+            chosen = next((a for a in task.runs if a.id == attempt_id), None)
+            if chosen is None or chosen.state != "done":
+                raise SpecError(f"attempt {attempt_id} of task {task_id} is not a finished attempt",
+                                hint=f"inv task.show {task_id} lists its attempts")  # fmt: skip
+            if task.state in FINAL:
+                raise SpecError(f"task {task_id} is {task.state} already")
+            before(task, chosen)
+            self.db.execute("UPDATE tasks SET state = 'accepted', accepted = ?, updated = ? WHERE id = ?",
+                            (attempt_id, time.time(), task_id))  # fmt: skip
         return self.task(fleet, task_id)
 
-    def request_changes(self, fleet: str, task_id: int, notes: str, *, base: str | None) -> Task:
-        """A review asked for changes: the task's next round, queued with the notes, starting from ``base``."""
-        self.db.execute("UPDATE tasks SET state = 'changes', round = round + 1, notes = ?, base = ?, failures = 0, "
-                        "not_before = 0, updated = ? WHERE fleet = ? AND id = ?",
-                        (notes, base, time.time(), fleet, task_id))  # fmt: skip
-        return self.task(fleet, task_id)
+    def request_changes(self, fleet: str, task_id: int, notes: str, *, base: str | None) -> bool:
+        """A review asked for changes: the task (in review) goes to its next round, queued with the notes, starting
+        from ``base``. False: the task was no longer in review (cancelled or accepted meanwhile)."""
+        cur = self.db.execute("UPDATE tasks SET state = 'changes', round = round + 1, notes = ?, base = ?, "
+                              "not_before = 0, updated = ? WHERE fleet = ? AND id = ? AND state = 'review'",
+                              (notes, base, time.time(), fleet, task_id))  # fmt: skip
+        return cur.rowcount == 1
 
-    def fail_task(self, fleet: str, task_id: int, failure_class: FailureClass, evidence: str) -> Task:
-        """The task failed for a reason no attempt's own failure says (a review's verdict, its missing verdict)."""
-        self.db.execute("UPDATE tasks SET state = 'failed', failure_class = ?, evidence = ?, updated = ? "
-                        "WHERE fleet = ? AND id = ?", (failure_class, evidence, time.time(), fleet, task_id))  # fmt: skip
-        return self.task(fleet, task_id)
+    def fail_task(self, fleet: str, task_id: int, failure_class: FailureClass, evidence: str) -> bool:
+        """The task failed for a reason no attempt's own failure says (a review's verdict, a failed review); only a
+        task not yet final. False: it was final already."""
+        cur = self.db.execute("UPDATE tasks SET state = 'failed', failure_class = ?, evidence = ?, updated = ? "
+                              "WHERE fleet = ? AND id = ? AND state NOT IN ('accepted', 'failed', 'cancelled')",
+                              (failure_class, evidence, time.time(), fleet, task_id))  # fmt: skip
+        return cur.rowcount == 1
 
     def settle_review(self, fleet: str, task_id: int) -> None:
         """A review task whose attempt is done has served: accepted (its verdict is on its attempt)."""
-        self.db.execute("UPDATE tasks SET state = 'accepted', updated = ? WHERE fleet = ? AND id = ? AND kind = 'review'",
-                        (time.time(), fleet, task_id))  # fmt: skip
+        self.db.execute("UPDATE tasks SET state = 'accepted', updated = ? WHERE fleet = ? AND id = ? AND kind = 'review' "
+                        "AND state = 'review'", (time.time(), fleet, task_id))  # fmt: skip
+
+    def release_attempt(self, attempt_id: int, evidence: str) -> None:
+        """An attempt its agent could not take (its handover failed there): ended, its number free again at once, and
+        not counted against the task's retries (the agent's fault, not the task's)."""
+        with _immediate(self.db):
+            row = self.db.execute("SELECT task FROM task_attempts WHERE id = ? AND state = 'running'",
+                                  (attempt_id,)).fetchone()  # fmt: skip
+            if row is None:
+                return
+            self.db.execute("UPDATE task_attempts SET state = 'failed', finished = ?, failure_class = 'transient', "
+                            "evidence = ? WHERE id = ?", (time.time(), evidence, attempt_id))  # fmt: skip
+            self.db.execute("UPDATE tasks SET state = CASE WHEN EXISTS (SELECT 1 FROM task_attempts WHERE task = ? AND "
+                            "state = 'running') THEN 'running' ELSE 'queued' END, updated = ? WHERE id = ? AND state "
+                            "NOT IN ('accepted', 'failed', 'cancelled', 'review')", (row["task"], time.time(), row["task"]))  # fmt: skip
 
     def reviews_of(self, fleet: str, task_id: int) -> list[Task]:
         return [self.task(fleet, int(r["id"])) for r in self.db.execute(
@@ -350,8 +382,10 @@ class TaskTables(Tables):
         task = self.task(fleet, task_id)
         if task.state not in ("failed", "cancelled"):
             raise SpecError(f"task {task_id} is {task.state}: only a failed or cancelled task can be retried")
-        self.db.execute("UPDATE tasks SET state = 'queued', failures = 0, not_before = 0, failure_class = NULL, "
-                        "evidence = NULL, round = round + 1, updated = ? WHERE id = ?", (time.time(), task_id))  # fmt: skip
+        with _immediate(self.db):
+            self.db.execute("UPDATE task_attempts SET final = 0 WHERE task = ?", (task_id,))
+            self.db.execute("UPDATE tasks SET state = 'queued', failures = 0, not_before = 0, failure_class = NULL, "
+                            "evidence = NULL, updated = ? WHERE id = ?", (time.time(), task_id))  # fmt: skip
         return self.task(fleet, task_id)
 
     def running_claims(self, fleet: str) -> list[Attempt]:
@@ -363,6 +397,11 @@ class TaskTables(Tables):
         row = self.db.execute("SELECT count(*) AS n FROM tasks WHERE fleet = ? AND state NOT IN "
                               "('accepted', 'failed', 'cancelled')", (fleet,)).fetchone()  # fmt: skip
         return int(row["n"])
+
+
+def _busy(runs: list[sqlite3.Row]) -> set[int]:
+    """The attempt numbers of a round that are taken: running, done, or failed for good."""
+    return {r["n"] for r in runs if r["state"] in ("running", "done") or (r["state"] == "failed" and r["final"])}
 
 
 class _immediate:

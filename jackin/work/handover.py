@@ -7,7 +7,7 @@ Root, over strict SSH, with the files on the command's stdin (never in its comma
 2. the agent's container is stopped (its entrypoint ends at TERM: nothing of the agent runs during the reset);
 3. the files are installed root:<agent gid> 0440 in the agent's work directory, each renamed into place;
 4. the workspace is reset: the old one renamed aside (its name is root's, in the home only root writes: never
-   followed) and a new empty one made, the agent's, 0700. Where the fleet's homes are on its btrfs (the checkpoint
+   followed, removed in the background once the agent runs again) and a new empty one made, the agent's, 0700. Where the fleet's homes are on its btrfs (the checkpoint
    tier), a clean clone of the task's commit is kept per agent and commit (``<home>/.jackin-clean``, root's, never
    mounted in a container), made once by ``git`` in a locked-down run of the agent's own image (no network, no
    capability, the agent's uid), and the new workspace's repository is a copy-on-write copy of it
@@ -34,7 +34,7 @@ from jackin.transport import fanout, openssh
 from jackin.transport.target import SshTarget
 
 CLEAN = ".jackin-clean"  # in the agent's home: clean clones by commit (the checkpoint tier only)
-OLD = ".jackin-old"  # in the agent's home: the workspace being removed
+OLD = ".jackin-old"  # in the agent's home: ``.jackin-old-<attempt>``, a workspace being removed
 STOP_WAIT = 10  # seconds docker stop gives the entrypoint before it kills it
 TIMEOUT = 300
 
@@ -53,6 +53,7 @@ class Delivery(BaseModel):
     files: dict[str, bytes]  # file name -> bytes, those to send (repo.bundle left out when the host has it)
     digests: dict[str, str]  # file name -> sha256 of each of the three: the record
     commit: str
+    branch: str  # the agent's own: jackin/<instance>
     cow: bool = False  # the fleet's homes are subvolumes of its btrfs: a copy-on-write copy of a clean clone
 
 
@@ -61,39 +62,51 @@ def digest(data: bytes) -> str:
 
 
 def script(delivery: Delivery) -> str:
-    """The handover's shell script (root's), reading ``delivery.files`` from stdin in order."""
+    """The handover's shell script (root's), reading ``delivery.files`` and then the record from stdin, in order."""
     agent = delivery.agent
     stage = f"{UPLOAD_DIR}/handover-{agent.instance}-{delivery.attempt}"
     home, work, uid = agent.home, agent.workspace, str(agent.uid)
-    names = list(delivery.files)
+    uploads = [*delivery.files.items(), (RECORD, record(delivery))]
     lines = ["set -eu", "umask 077", f"s={shlex.quote(stage)}", q("rm", "-rf", "--", stage),
              q("install", "-d", "-m", "0700", UPLOAD_DIR, stage)]  # fmt: skip
-    for n, name in enumerate(names):
-        size = len(delivery.files[name])
-        lines.append(f'head -c {size} > "$s/{n}"')
-        lines.append(
-            f'[ "$(wc -c < "$s/{n}")" -eq {size} ] || {{ echo "{name}: the upload was cut short" >&2; exit 1; }}'
-        )
+    for n, (name, data) in enumerate(uploads):
+        lines.append(f'head -c {len(data)} > "$s/{n}"')
+        lines.append(f'[ "$(wc -c < "$s/{n}")" -eq {len(data)} ] || {{ echo "{name}: the upload was cut short" >&2; '
+                     "exit 1; }")  # fmt: skip
     lines.append("trap '' HUP INT PIPE")  # from here on the handover ends even when the operator's side goes away
     lines.append(f"docker stop -t {STOP_WAIT} {shlex.quote(agent.container)} >/dev/null")
-    for n, name in enumerate(names):
+    for n, (name, _) in enumerate(uploads[:-1]):  # each on a line of its own: set -e ends the script at a failure
         target, new = f"{agent.work_dir}/{name}", f"{agent.work_dir}/.{name}.jackin-new"
-        lines.append(q("install", "-m", "0440", "-o", "0", "-g", uid, "-T", f"{stage}/{n}", new) + " && "
-                     + q("mv", "-f", "-T", new, target))  # fmt: skip
-    old = f"{home}/{OLD}"
-    lines += [q("rm", "-rf", "--one-file-system", "--", old),
-              f"if [ -e {shlex.quote(work)} ] || [ -L {shlex.quote(work)} ]; then {q('mv', '-T', '--', work, old)}; fi",
+        lines.append(q("install", "-m", "0440", "-o", "0", "-g", uid, "-T", f"{stage}/{n}", new))
+        lines.append(q("mv", "-f", "-T", new, target))
+    # The old workspace is moved aside under a name of its own (root's, in the home only root writes), never followed,
+    # and removed in the background once the agent runs again: a huge one, or one holding what rm cannot remove (a
+    # btrfs subvolume the agent made), delays nothing and fails nothing (what is left goes with fleet.down).
+    old = f"{home}/{OLD}-{delivery.attempt}"
+    lines += [f"if [ -e {shlex.quote(work)} ] || [ -L {shlex.quote(work)} ]; then",
+              "  " + q("rm", "-rf", "--one-file-system", "--", old),
+              "  " + q("mv", "-T", "--", work, old),
+              "fi",
               q("install", "-d", "-m", "0700", "-o", uid, "-g", uid, "--", work)]  # fmt: skip
     if delivery.cow:
         lines += _cow_lines(delivery)
-    record = "".join(f"{name} {delivery.digests[name]}\n" for name in sorted(delivery.digests))
-    record += f"{QUEUE} {delivery.attempt}\n"
     path = work_digests(agent.fleet, agent.instance)
-    lines += [f"printf %s {shlex.quote(record)} > {shlex.quote(path + '.new')}",
+    sweep = f"rm -rf --one-file-system -- {shlex.quote(home)}/{OLD}-*"
+    lines += [q("install", "-m", "0600", "-o", "0", "-g", "0", "-T", f"{stage}/{len(uploads) - 1}", path + ".new"),
               q("mv", "-f", "-T", path + ".new", path),
               f"docker start {shlex.quote(agent.container)} >/dev/null",
-              q("rm", "-rf", "--one-file-system", "--", old, stage)]  # fmt: skip
+              q("rm", "-rf", "--", stage),
+              f"setsid -f sh -c {shlex.quote(sweep)} >/dev/null 2>&1 </dev/null || true"]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+RECORD = "the work record"  # the last upload: the digest record with the queue's line
+
+
+def record(delivery: Delivery) -> bytes:
+    """The agent's work record: each file's sha256, and ``queue ATTEMPT`` (fleet.up leaves the queue's work alone)."""
+    text = "".join(f"{name} {delivery.digests[name]}\n" for name in sorted(delivery.digests))
+    return (text + f"{QUEUE} {delivery.attempt}\n").encode()
 
 
 def _cow_lines(delivery: Delivery) -> list[str]:
@@ -102,13 +115,13 @@ def _cow_lines(delivery: Delivery) -> list[str]:
     uid = str(agent.uid)
     clean = f"{agent.home}/{CLEAN}"
     kept = f"{clean}/{delivery.commit}"
-    branch = agent.work.branch if agent.work is not None else f"jackin/{agent.instance}"
+    branch = delivery.branch
     clone = ('git clone --quiet --no-checkout /run/jackin/work/repo.bundle /out/repo && '
              'git -C /out/repo checkout --quiet -b "$1" "$2" && '
              'git -C /out/repo config user.name "jackin agent $3" && '
              'git -C /out/repo config user.email "$3@agents.jackin.invalid"')  # fmt: skip
     run = q("docker", "run", "--rm", "--network", "none", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-            "--read-only", "--user", f"{uid}:{uid}", "--memory", "512m", "--pids-limit", "256",
+            "--read-only", "--user", f"{uid}:{uid}", "--memory", "512m", "--memory-swap", "512m", "--pids-limit", "256",
             "--mount", f"type=bind,src={agent.work_dir},dst=/run/jackin/work,readonly",
             "--mount", f"type=bind,src={clean}/new,dst=/out", "--entrypoint", "sh", agent.image,
             "-c", clone, "sh", branch, delivery.commit, agent.instance)  # fmt: skip
@@ -129,7 +142,7 @@ def run(target: SshTarget, delivery: Delivery) -> float:
     fleet.work redoes it); RemoteCommandError: it failed there (what the host said)."""
     started = time.monotonic()
     command = script(delivery)
-    data = b"".join(delivery.files.values())
+    data = b"".join(delivery.files.values()) + record(delivery)
     try:
         if openssh.usable(target):
             result = openssh.run(target, command, timeout=TIMEOUT, input=data)
@@ -162,7 +175,10 @@ def _fabric(target: SshTarget, command: str, data: bytes) -> tuple[int, str]:
             channel.sendall(data)
             channel.shutdown_write()
             err = bytearray()
+            deadline = time.monotonic() + TIMEOUT
             while not channel.exit_status_ready() or channel.recv_stderr_ready() or channel.recv_ready():
+                if time.monotonic() > deadline:
+                    raise ConnectError(f"the handover did not end within {TIMEOUT} s", host=target.name)
                 if channel.recv_stderr_ready():
                     err += channel.recv_stderr(65536)[: max(0, 65536 - len(err))]
                 elif channel.recv_ready():

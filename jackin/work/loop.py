@@ -24,6 +24,7 @@ The loop prints nothing: it reports each turn (``on_progress``) and each event (
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from jackin.agents import state as derivation
 from jackin.agents.read import agent_states, agents_command, parse_agents
 from jackin.agents.state import AgentFacts, AgentState
-from jackin.errors import EXIT_CONNECT, EXIT_OK, JackinError, SpecError
+from jackin.errors import EXIT_CONNECT, EXIT_OK, BusyError, JackinError, SpecError
 from jackin.facts.sections import read_sections
 from jackin.facts.state import _WORK_DIGEST, _digests
 from jackin.hostpaths import work_dir
@@ -45,8 +46,9 @@ from jackin.plan import fleet as planning
 from jackin.plan.make import make_plan
 from jackin.spec import Inventory
 from jackin.spec.models import is_git_url
+from jackin.store import locks
 from jackin.store.ledger import Ledger
-from jackin.store.tasks import Attempt, Task
+from jackin.store.tasks import FINAL, Attempt, Task
 from jackin.transport.remote import gather
 from jackin.work import bundles, gate, handover
 
@@ -136,21 +138,29 @@ def slots(plan: planning.FleetPlan, hosts: list[str], reviewers: set[str]) -> li
 # --- the loop --------------------------------------------------------------------------------------------------
 
 
+STUCK_AFTER = 300.0  # seconds an agent may stay stuck (no heartbeat, unhealthy) under a task before it fails, transient
+HANDOVER_TRIES = 3  # handovers of one attempt an agent may fail before it is released to another agent
+COOL_DOWN = 120.0  # seconds an agent whose handovers keep failing takes no task
+REVIEW_LABEL = "review of task {task}, round {round}"
+
+
+class TaskProblem(SpecError):
+    """A task whose repository or ref cannot be used: the task's own failure (class task)."""
+
+
 class Loop:
-    def __init__(self, inventory: Inventory, *, on_event: Callable[[Event], None] = lambda _: None) -> None:
+    def __init__(self, inventory: Inventory, ledger: Ledger, *, on_event: Callable[[Event], None] = lambda _: None):
         self.inventory = inventory
         self.fleet = inventory.fleet.name
-        with Ledger() as ledger:
-            self.plan = make_plan(inventory, ledger, store=False)
+        self.ledger = ledger
+        self.plan = make_plan(inventory, ledger, store=False)
         self.targets = {t.name: t for t in fleet_targets(inventory, bring_up=False)}
         if not self.targets:
             raise JackinError(f"fleet {self.fleet} has no host up: nothing can take a task",
                               hint="bring it up with inv fleet.up")  # fmt: skip
         reviewers = {self.inventory.fleet.review.agent} if self.inventory.fleet.review else set()
         reviewers |= {t.review.agent for t in self.inventory.fleet.tasks if t.review}
-        with Ledger() as ledger:
-            reviewers |= {t.review.agent for t in ledger.tasks(self.fleet) if t.review and t.state not in
-                          ("accepted", "failed", "cancelled")}  # fmt: skip
+        reviewers |= {t.review.agent for t in ledger.tasks(self.fleet) if t.review and t.state not in FINAL}
         self.slots = slots(self.plan, list(self.targets), reviewers)
         if not self.slots:
             raise SpecError(f"no agent of fleet {self.fleet} takes tasks: an agent serves the queue when it has "
@@ -162,10 +172,13 @@ class Loop:
         self.on_event = on_event
         self.events: list[Event] = []
         self.handovers: list[float] = []
-        self.finished = 0
+        self.finished = 0  # work tasks ended (accepted or failed) by this loop: its rate
         self.baseline: dict[tuple[str, str], int] = {}  # restarts seen at delivery
         self.unread_since: dict[str, float] = {}
-        self.collected_spec: set[tuple[str, str, str]] = set()
+        self.stuck_since: dict[tuple[str, str], float] = {}
+        self.cool_until: dict[tuple[str, str], float] = {}
+        self.tries: dict[int, int] = {}  # attempt -> its handovers that failed
+        self.spec_done: set[tuple[str, str, str]] = set()  # (host, instance, commit) of spec tasks collected
 
     def event(self, slot: Slot, what: str, *, task: int | None = None, detail: str = "",
               seconds: float | None = None) -> None:  # fmt: skip
@@ -178,10 +191,10 @@ class Loop:
 
     def turn(self) -> Progress:
         reads = gather(list(self.targets.values()), read_command(self.fleet), parse, timeout=15)
+        self.reconcile()
         progress = Progress()
         now = time.time()
-        with Ledger() as ledger:
-            claims = {(a.host, a.instance): a for a in ledger.running_claims(self.fleet)}
+        claims = {(a.host, a.instance): a for a in self.ledger.running_claims(self.fleet)}
         for slot in self.slots:
             key = f"{slot.host}/{slot.instance}"
             read = reads.get(slot.host)
@@ -189,8 +202,9 @@ class Loop:
                 self.unread_since.setdefault(slot.host, now)
                 progress.unreachable[slot.host] = read.message
                 progress.agents[key] = "host not read"
-                if now - self.unread_since[slot.host] > UNREACHABLE_AFTER and (slot.host, slot.instance) in claims:
-                    self.fail(slot, claims[(slot.host, slot.instance)], "transient",
+                claim = claims.get((slot.host, slot.instance))
+                if now - self.unread_since[slot.host] > UNREACHABLE_AFTER and claim is not None:
+                    self.fail(slot, claim, "transient",
                               f"host {slot.host} unreachable for {UNREACHABLE_AFTER:.0f} s: {read.message}")  # fmt: skip
                 continue
             self.unread_since.pop(slot.host, None)
@@ -198,116 +212,174 @@ class Loop:
             facts = read.facts.get(slot.instance) or AgentFacts(container="missing", now=now)
             state = agent_states({slot.instance: facts}, self.stale)[slot.instance]
             record = read.records.get(slot.instance, {})
-            progress.agents[key] = self.serve(slot, facts, state, record, claims.get((slot.host, slot.instance)))
-        with Ledger() as ledger:
-            tasks = ledger.tasks(self.fleet)
-        progress.done = sum(t.state == "accepted" and t.kind == "work" for t in tasks)
-        progress.failed = sum(t.state == "failed" and t.kind == "work" for t in tasks)
-        progress.running = sum(t.state == "running" for t in tasks)
-        progress.queued = sum(t.state in ("queued", "changes") for t in tasks)
-        progress.review = sum(t.state == "review" for t in tasks)
+            try:
+                progress.agents[key] = self.serve(slot, facts, state, record, claims.get((slot.host, slot.instance)))
+            except JackinError as error:  # one agent's trouble (a docker stop that failed...): said, the loop goes on
+                progress.agents[key] = f"error: {error.message}"
+                self.event(slot, "error", detail=error.message)
+        counts = dict(self.ledger.db.execute(
+            "SELECT state, count(*) FROM tasks WHERE fleet = ? AND kind = 'work' GROUP BY state", (self.fleet,)).fetchall())  # fmt: skip
+        progress.done, progress.failed = counts.get("accepted", 0), counts.get("failed", 0)
+        progress.running, progress.review = counts.get("running", 0), counts.get("review", 0)
+        progress.queued = counts.get("queued", 0) + counts.get("changes", 0)
         return progress
 
     def serve(self, slot: Slot, facts: AgentFacts, state: AgentState, record: dict[str, str],
               claim: Attempt | None) -> str:  # fmt: skip
         """One agent's turn; what it is doing, for the progress line."""
+        key = (slot.host, slot.instance)
         marker = record.get(QUEUE)
         if claim is not None:
-            if marker != str(claim.id):  # claimed, never delivered (a loop stopped in between): deliver it now
-                return self.deliver(slot, claim)
-            restarted = facts.restarts > self.baseline.setdefault((slot.host, slot.instance), facts.restarts)
+            if marker != str(claim.id):  # claimed, not (fully) delivered: a loop stopped in between, a failed try
+                return self.deliver(slot, claim, record)
+            restarted = facts.restarts > self.baseline.setdefault(key, facts.restarts)
             ended = facts.container in ("missing", "exited", "dead") and state.state not in ("done", "failed")
             if state.state in ("done", "failed") or ended or restarted:
+                self.stuck_since.pop(key, None)
                 self.finish(slot, claim, facts, state, restarted=restarted)
                 return f"{state.state}: task {claim.task} finished"
+            if state.state == "stuck":
+                since = self.stuck_since.setdefault(key, time.monotonic())
+                if time.monotonic() - since > STUCK_AFTER:
+                    self.stuck_since.pop(key, None)
+                    self.fail(slot, claim, "transient", f"stuck for {STUCK_AFTER:.0f} s: {state.message}", stop=True)
+                    return f"stuck: task {claim.task} given up"
+            else:
+                self.stuck_since.pop(key, None)
             return f"{state.state}: task {claim.task}" + (f" ({state.message})" if state.message else "")
-        if marker is not None:
-            with Ledger() as ledger:
-                held = _attempt(ledger, int(marker))
-            if held is not None and held.state == "cancelled" and facts.container == "running" and \
-                    state.state not in ("done", "failed", "idle"):  # fmt: skip
-                handover.stop(self.targets[slot.host], self.agents[(slot.host, slot.instance)])
-                self.event(slot, "stopped", task=held.task, detail="its task was cancelled")
-        elif state.state in ("done", "failed"):  # its spec's own task: collected once, as fleet.collect does
-            self.collect_spec(slot, state)
-        elif state.state not in ("idle", "unknown") and facts.container == "running":
-            return f"{state.state}: its spec's task"
-        return self.next_task(slot)
+        if facts.container == "missing":
+            return "no container (inv fleet.up makes it)"
+        if marker is not None:  # the queue's work, its attempt settled: stopped if it still runs, then the next task
+            held = _attempt(self.ledger, int(marker))
+            if (held is None or held.state != "running") and facts.container == "running" and \
+                    state.state in ("working", "blocked", "stuck"):  # fmt: skip
+                handover.stop(self.targets[slot.host], self.agents[key])
+                why = "its task was cancelled" if held is not None and held.state == "cancelled" else \
+                    "its attempt has ended"  # fmt: skip
+                self.event(slot, "stopped", task=held.task if held else None, detail=why)
+            return self.next_task(slot, record)
+        if state.state == "idle":
+            return self.next_task(slot, record)
+        if state.state in ("done", "failed"):  # its spec's own task: collected first, as fleet.collect does
+            problem = self.collect_spec(slot, state)
+            return problem or self.next_task(slot, record)
+        return f"{state.state}: its spec's task" + (f" ({state.message})" if state.message else "")
 
-    def next_task(self, slot: Slot) -> str:
-        with Ledger() as ledger:
-            claimed = ledger.claim(self.fleet, slot.host, slot.instance, agent=slot.agent, kinds=slot.kinds)
+    def next_task(self, slot: Slot, record: dict[str, str]) -> str:
+        key = (slot.host, slot.instance)
+        if self.cool_until.get(key, 0) > time.monotonic():
+            return "cooling down: its handovers failed"
+        claimed = self.ledger.claim(self.fleet, slot.host, slot.instance, agent=slot.agent, kinds=slot.kinds)
         if claimed is None:
             return "idle: no task for it"
         task, attempt = claimed
         self.event(slot, "claimed", task=task.id, detail=f"attempt {attempt.n}" + (f", round {task.round}"
                                                                                   if task.round > 1 else ""))  # fmt: skip
-        return self.deliver(slot, attempt, task)
+        return self.deliver(slot, attempt, record, task)
 
     # handover --------------------------------------------------------------------------------------------------
 
-    def deliver(self, slot: Slot, attempt: Attempt, task: Task | None = None) -> str:
-        agent = self.agents[(slot.host, slot.instance)]
-        with Ledger() as ledger:
-            task = task or ledger.task(self.fleet, attempt.task)
+    def deliver(self, slot: Slot, attempt: Attempt, record: dict[str, str], task: Task | None = None) -> str:
+        key = (slot.host, slot.instance)
+        agent = self.agents[key]
+        task = task or self.ledger.task(self.fleet, attempt.task)
         try:
-            delivery = self.delivery(agent, task, attempt)
-        except JackinError as error:  # the task's repository or ref: the task's own failure
+            delivery = self.delivery(agent, task, attempt, record)
+        except TaskProblem as error:  # the task's repository or ref: its own failure
             self.fail(slot, attempt, "task", error.message)
+            return f"idle: task {task.id} could not be prepared"
+        except JackinError as error:  # a mirror's fetch, this machine's disk: tried again
+            self.fail(slot, attempt, "transient", f"its work could not be prepared: {error.message}")
             return f"idle: task {task.id} could not be prepared"
         try:
             seconds = handover.run(self.targets[slot.host], delivery)
-        except JackinError as error:
-            self.fail(slot, attempt, "transient", f"the handover failed: {error.message}")
+        except JackinError as error:  # the claim stays: the next turn tries again, then another agent takes it
+            tries = self.tries[attempt.id] = self.tries.get(attempt.id, 0) + 1
+            if tries >= HANDOVER_TRIES:
+                self.ledger.release_attempt(attempt.id, f"{slot.instance} on {slot.host} could not take it: "
+                                                        f"{error.message}")  # fmt: skip
+                self.cool_until[key] = time.monotonic() + COOL_DOWN
+                self.event(slot, "released", task=task.id, detail=f"{tries} handovers failed: {error.message}")
+            else:
+                self.event(slot, "error", task=task.id, detail=f"handover {tries} failed: {error.message}")
             return f"handover of task {task.id} failed"
-        self.baseline.pop((slot.host, slot.instance), None)
+        self.tries.pop(attempt.id, None)
+        self.baseline.pop(key, None)
         self.handovers.append(seconds)
         self.event(slot, "delivered", task=task.id, seconds=round(seconds, 2),
                    detail=f"{task.kind} task, attempt {attempt.n}")  # fmt: skip
         return f"working: task {task.id} (delivered)"
 
-    def delivery(self, agent: planning.AgentPlan, task: Task, attempt: Attempt) -> handover.Delivery:
+    def delivery(self, agent: planning.AgentPlan, task: Task, attempt: Attempt,
+                 record: dict[str, str]) -> handover.Delivery:  # fmt: skip
         """The files of ``attempt``'s handover: the bundle of the commit it starts from (and, for a review, every
-        attempt it reviews as a branch), the task and work.json."""
+        attempt it reviews as a branch; left out when the host has it), the task and work.json."""
         extra: dict[str, str] = {}
-        if task.kind == "review" or task.round > 1:
-            directory = bundles.git_dir(str(task.repo)) if task.kind == "review" else None
-            directory = directory or bundles.git_dir(gate.repo_for(self.fleet, task))
+        if task.kind == "review" or task.base is not None:  # a review, or a round after changes: attempts' commits
+            directory = bundles.git_dir(gate.repo_for(self.fleet, task) if task.kind == "work" else str(task.repo))
             commit = task.base
             if task.kind == "review" and task.parent is not None:
-                with Ledger() as ledger:
-                    parent = ledger.task(self.fleet, task.parent)
+                parent = self.ledger.task(self.fleet, task.parent)
                 extra = {f"jackin/attempt-{a.n}": str(a.commit_id) for a in parent.current()
                          if a.state == "done" and a.commit_id}  # fmt: skip
+        elif task.repo and is_git_url(task.repo):
+            directory = bundles.mirror(task.repo)
+            commit = bundles.resolve(directory, task.ref or "HEAD")
         else:
-            directory = bundles.mirror(task.repo) if task.repo and is_git_url(task.repo) else \
-                bundles.git_dir(str(task.repo or ""))  # fmt: skip
-            commit = bundles.resolve(directory, task.ref or "HEAD") if directory else None
+            directory = bundles.git_dir(str(task.repo or ""))
             if directory is None:
-                raise SpecError(f"task {task.id}: {task.repo} is not a git repository")
+                raise TaskProblem(f"task {task.id}: {task.repo} is not a git repository (or not its top directory)")
+            commit = bundles.resolve(directory, task.ref or "HEAD")
         if not directory or not commit:
-            raise SpecError(f"task {task.id}: {task.ref or task.base} does not name a commit in {task.repo}")
+            raise TaskProblem(
+                f"task {task.id}: {task.base or task.ref or 'HEAD'} does not name a commit in {task.repo}"
+            )
         data = bundle_with(directory, commit, extra)
         text = gate.round_text(task) if task.kind == "work" else task.text
         work = planning.WorkPlan(repo=str(task.repo), name=Path(str(task.repo)).name.removesuffix(".git") or "repo",
                                  ref=task.ref or "HEAD", branch=f"jackin/{agent.instance}", commit=commit)  # fmt: skip
         files = {"repo.bundle": data, "task.md": text.encode(), "work.json": work_json(work)}
         digests = {name: handover.digest(body) for name, body in files.items()}
+        if record.get("repo.bundle") == digests["repo.bundle"]:
+            del files["repo.bundle"]  # the host has it: the same commit as the agent's last task
         return handover.Delivery(agent=agent, attempt=attempt.id, files=files, digests=digests, commit=commit,
-                                 cow=self.plan.checkpoints is not None)  # fmt: skip
+                                 branch=work.branch, cow=self.plan.checkpoints is not None)  # fmt: skip
 
     # finishing an attempt -----------------------------------------------------------------------------------------
 
-    def fail(self, slot: Slot, attempt: Attempt, failure_class: str, evidence: str) -> None:
-        with Ledger() as ledger:
-            task = ledger.finish_attempt(attempt.id, ok=False, failure_class=failure_class,  # type: ignore[arg-type]
-                                         evidence=evidence)  # fmt: skip
-            if task.kind == "review" and task.state == "failed" and task.parent is not None:
-                parent = ledger.task(self.fleet, task.parent)
-                if parent.state == "review":
-                    ledger.fail_task(self.fleet, parent.id, failure_class, f"its review failed: {evidence}")  # type: ignore[arg-type]
-        self.finished += task.state in ("failed",)
+    def settle(self, attempt: Attempt, *, ok: bool, failure_class: str | None = None, evidence: str | None = None,
+               **fields: Any) -> Task | None:  # fmt: skip
+        """``finish_attempt``, or None when the attempt was settled meanwhile (cancelled by task.cancel)."""
+        try:
+            return self.ledger.finish_attempt(attempt.id, ok=ok, failure_class=failure_class,  # type: ignore[arg-type]
+                                              evidence=evidence, **fields)  # fmt: skip
+        except SpecError:
+            return None
+
+    def fail(self, slot: Slot, attempt: Attempt, failure_class: str, evidence: str, *, stop: bool = False) -> None:
+        task = self.settle(attempt, ok=False, failure_class=failure_class, evidence=evidence)
+        if stop:  # it may still run under a task that is no longer its own
+            try:
+                handover.stop(self.targets[slot.host], self.agents[(slot.host, slot.instance)])
+            except JackinError:
+                pass  # the next turn stops it: its record names an attempt that has ended
+        if task is None:
+            return
         self.event(slot, "failed", task=attempt.task, detail=f"{failure_class}: {evidence}")
+        self.after(slot, task, failure_class=failure_class, evidence=evidence)
+
+    def after(self, slot: Slot, task: Task, *, failure_class: str | None = None, evidence: str | None = None) -> None:
+        """A task after one of its attempts ended: a failed review fails the task it reviews; a work task in review
+        goes through its gate; a work task failed counts."""
+        if task.kind == "review" and task.state == "failed" and task.parent is not None:
+            if self.ledger.fail_task(self.fleet, task.parent, "task", f"its review (task {task.id}) failed: "
+                                     f"{failure_class}: {evidence}"):  # fmt: skip
+                self.finished += 1
+                self.event(slot, "failed", task=task.parent, detail=f"its review failed: {evidence}")
+        elif task.kind == "work" and task.state == "failed":
+            self.finished += 1
+        elif task.kind == "work" and task.state == "review":
+            self.to_gate(slot, task)
 
     def finish(self, slot: Slot, attempt: Attempt, facts: AgentFacts, state: AgentState, *,
                restarted: bool = False) -> None:  # fmt: skip
@@ -315,126 +387,167 @@ class Loop:
         from jackin.work import collect  # lazy: Fabric, for the loop's collections
 
         agent = self.agents[(slot.host, slot.instance)]
-        with Ledger() as ledger:
-            task = ledger.task(self.fleet, attempt.task)
+        task = self.ledger.task(self.fleet, attempt.task)
         repo = gate.repo_for(self.fleet, task)
         started = time.monotonic()
         try:
             with collect.connect(self.targets[slot.host], timeout=10) as conn:
                 got = collect._one(conn, self.inventory, agent, host=slot.host, into=repo, asked=True,
                                    counted=state.gateway)  # fmt: skip
-        except Exception as error:  # noqa: BLE001 - the host went away while it was read: retried
-            self.fail(slot, attempt, "transient", f"its work could not be collected: {error}")
+        except Exception as error:  # noqa: BLE001 - the host went away while it was read: tried again
+            self.fail(slot, attempt, "transient", f"its work could not be collected: {error}", stop=restarted)
             return
         handoff = Path(got.handoff).read_text(errors="replace") if got.handoff else None
         kept_handoff = _keep_handoff(self.fleet, attempt.id, handoff)
-        with Ledger() as ledger:
-            ledger.record_collection(self.fleet, slot.host, slot.instance, got.result, state=got.state, repo=got.repo,
-                                     ref=got.ref, commit_id=got.commit, source_commit=got.source_commit,
-                                     handoff=got.handoff, evidence=got.evidence.label if got.evidence else None,
-                                     detail={"task": task.id, "attempt": attempt.id})  # fmt: skip
+        self.ledger.record_collection(self.fleet, slot.host, slot.instance, got.result, state=got.state, repo=got.repo,
+                                      ref=got.ref, commit_id=got.commit, source_commit=got.source_commit,
+                                      handoff=got.handoff, evidence=got.evidence.label if got.evidence else None,
+                                      detail={"task": task.id, "attempt": attempt.id})  # fmt: skip
         outcome = gate.classify(state.state, state.message, container=facts.container, exit_code=facts.exit_code,
                                 restarted=restarted, handoff=handoff, gateway=state.gateway)  # fmt: skip
         if outcome.ok and got.result != "collected":
             outcome = gate.Outcome(ok=False, failure_class="task", evidence=f"its work was not collected: {got.reason}")
+        verdict = None
+        if task.kind == "review" and outcome.ok:
+            verdict, problem = self.verdict(task, handoff, state.message)
+            if problem:
+                outcome = gate.Outcome(ok=False, failure_class="task", evidence=problem)
         ref = gate.keep_attempt(repo, self.fleet, attempt.id, got.commit) if got.commit else None
         detail: dict[str, Any] = {"repo": repo, "handoff": kept_handoff, "evidence": got.evidence.label if got.evidence else None,
                                   "diff": gate.shortstat(repo, got.source_commit, got.commit),
                                   "source": got.source_commit, "tests": gate.tests_of(handoff),
                                   "usage": got.usage.model_dump() if got.usage else None,
-                                  "collect_s": round(time.monotonic() - started, 2)}  # fmt: skip
-        verdict = gate.verdict_of(handoff, state.message) if task.kind == "review" and outcome.ok else None
-        if task.kind == "review" and outcome.ok and verdict is None:
-            outcome = gate.Outcome(ok=False, failure_class="task", evidence="the review gave no verdict (approve, or "
-                                   "changes: NOTES, under ## Verdict in its handoff)")  # fmt: skip
-        with Ledger() as ledger:
-            task = ledger.finish_attempt(attempt.id, ok=outcome.ok, failure_class=outcome.failure_class,  # type: ignore[arg-type]
-                                         evidence=outcome.evidence, ref=ref, commit_id=got.commit, detail=detail,
-                                         verdict=verdict.verdict if verdict else None,
-                                         notes=verdict.notes if verdict else None)  # fmt: skip
-        if not outcome.ok:
-            if task.kind == "review" and task.state == "failed" and task.parent is not None:
-                with Ledger() as ledger:
-                    ledger.fail_task(self.fleet, task.parent, outcome.failure_class or "task",  # type: ignore[arg-type]
-                                     f"its review (task {task.id}) failed: {outcome.evidence}")  # fmt: skip
-            self.finished += task.state == "failed"
-            self.event(slot, "failed", task=task.id, detail=f"{outcome.failure_class}: {outcome.evidence}")
+                                  "collect_s": round(time.monotonic() - started, 2),
+                                  "pick": verdict.attempt if verdict else None}  # fmt: skip
+        settled = self.settle(attempt, ok=outcome.ok, failure_class=outcome.failure_class, evidence=outcome.evidence,
+                              ref=ref, commit_id=got.commit, detail=detail,
+                              verdict=verdict.verdict if verdict else None, notes=verdict.notes if verdict else None)  # fmt: skip
+        if restarted and not outcome.ok:
+            try:
+                handover.stop(self.targets[slot.host], agent)
+            except JackinError:
+                pass  # the next turn stops it: its record names an attempt that has ended
+        if settled is None:
             return
-        self.event(slot, "finished", task=task.id, detail=f"attempt {attempt.n}: {detail['diff'] or 'no diff'}")
-        if task.kind == "review" and verdict is not None:
-            self.reviewed(slot, task, verdict)
-        elif task.state == "review":
-            self.to_gate(slot, task)
+        if not outcome.ok:
+            self.event(slot, "failed", task=settled.id, detail=f"{outcome.failure_class}: {outcome.evidence}")
+            self.after(slot, settled, failure_class=outcome.failure_class, evidence=outcome.evidence)
+            return
+        self.event(slot, "finished", task=settled.id, detail=f"attempt {attempt.n}: {detail['diff'] or 'no diff'}")
+        if settled.kind == "review" and verdict is not None:
+            self.reviewed(slot, settled, verdict)
+        else:
+            self.after(slot, settled)
 
-    def to_gate(self, slot: Slot, task: Task) -> None:
-        """A work task whose attempts are all done: to its reviewer, accepted (one attempt, no gate), or left for
-        the operator's pick (best-of-N, no gate)."""
+    def verdict(self, review: Task, handoff: str | None, message: str) -> tuple[gate.Verdict | None, str | None]:
+        """The review's verdict, or why it has none that can be used (an ``approve K`` naming no finished attempt)."""
+        found = gate.verdict_of(handoff, message)
+        if found is None:
+            return None, "the review gave no verdict (approve, or changes: NOTES, under ## Verdict in its handoff)"
+        if found.verdict == "approve" and found.attempt is not None and review.parent is not None:
+            parent = self.ledger.task(self.fleet, review.parent)
+            if not any(a.n == found.attempt and a.state == "done" for a in parent.current()):
+                return None, f"the review approved attempt {found.attempt}, which did not finish"
+        return found, None
+
+    def to_gate(self, slot: Slot | None, task: Task) -> None:
+        """A work task whose attempts are all done: to its reviewer (once per round), accepted (one attempt, no
+        gate), or left for the operator's pick (best-of-N, no gate)."""
         done = [a for a in task.current() if a.state == "done"]
+        if not done:
+            return
         if task.review is not None:
+            label = REVIEW_LABEL.format(task=task.id, round=task.round)
+            if any(r.label == label for r in self.ledger.reviews_of(self.fleet, task.id)):
+                return  # made already (a loop stopped after it)
             repo = gate.repo_for(self.fleet, task)
             shown = [(a, gate.diff_of(repo, (a.detail or {}).get("source"), a.commit_id),
                       _read((a.detail or {}).get("handoff"))) for a in done]  # fmt: skip
             text = gate.review_text(task, shown, task.review.instructions)
-            with Ledger() as ledger:
-                review = ledger.add_task(self.fleet, text, repo=repo, ref=done[0].commit_id, base=done[0].commit_id,
-                                         kind="review", parent=task.id, agent=task.review.agent, retries=task.retries,
-                                         label=f"review of task {task.id}, round {task.round}")  # fmt: skip
-            self.event(slot, "review", task=task.id, detail=f"review task {review} for agent {task.review.agent}")
+            review = self.ledger.add_task(self.fleet, text, repo=repo, ref=done[0].commit_id, base=done[0].commit_id,
+                                          kind="review", parent=task.id, agent=task.review.agent,
+                                          retries=task.retries, label=label)  # fmt: skip
+            if slot is not None:
+                self.event(slot, "review", task=task.id, detail=f"review task {review} for agent {task.review.agent}")
             return
         if len(done) == 1 and task.attempts == 1:
-            gate.point_accepted(self.fleet, task, done[0])
-            with Ledger() as ledger:
-                ledger.accept_task(self.fleet, task.id, done[0].id)
-            self.finished += 1
-            self.event(slot, "accepted", task=task.id, detail=f"attempt {done[0].n} (no review gate)")
-            return
-        self.event(slot, "review", task=task.id, detail=f"{len(done)} attempts: pick one with inv task.accept "
-                                                        f"{task.id} --attempt K")  # fmt: skip
+            self.accept(slot, task, done[0], "no review gate")
+        elif slot is not None:
+            self.event(slot, "review", task=task.id, detail=f"{len(done)} attempts: pick one with inv task.accept "
+                                                            f"{task.id} --attempt K")  # fmt: skip
 
-    def reviewed(self, slot: Slot, review: Task, verdict: gate.Verdict) -> None:
+    def accept(self, slot: Slot | None, task: Task, chosen: Attempt, why: str) -> None:
+        try:
+            self.ledger.accept_task(self.fleet, task.id, chosen.id,
+                                    before=lambda t, a: gate.point_accepted(self.fleet, t, a))  # fmt: skip
+        except SpecError:
+            return  # accepted (or cancelled) meanwhile: the operator's word stands
+        self.finished += 1
+        if slot is not None:
+            self.event(slot, "accepted", task=task.id, detail=f"attempt {chosen.n}: {why}")
+
+    def reviewed(self, slot: Slot | None, review: Task, verdict: gate.Verdict) -> None:
+        """A review's verdict applied to the task it reviews (once: the review is settled after)."""
         assert review.parent is not None
-        with Ledger() as ledger:
-            ledger.settle_review(self.fleet, review.id)
-            parent = ledger.task(self.fleet, review.parent)
-            if parent.state != "review" or parent.review is None:
-                return  # cancelled meanwhile, or accepted by the operator
-            done = [a for a in parent.current() if a.state == "done"]
+        parent = self.ledger.task(self.fleet, review.parent)
+        done = [a for a in parent.current() if a.state == "done"]
+        if parent.state == "review" and parent.review is not None and done:
             if verdict.verdict == "approve":
-                chosen = next((a for a in done if a.n == verdict.attempt), done[0]) if done else None
-                if chosen is None:
-                    return
-                gate.point_accepted(self.fleet, parent, chosen)
-                ledger.accept_task(self.fleet, parent.id, chosen.id)
-                self.finished += 1
-                self.event(slot, "accepted", task=parent.id, detail=f"attempt {chosen.n}, approved by review task "
-                                                                    f"{review.id}")  # fmt: skip
-                return
-            asked = sum(1 for r in ledger.reviews_of(self.fleet, parent.id)
-                        for a in r.runs if a.verdict == "changes")  # fmt: skip
-            if asked >= parent.review.rounds:
-                ledger.fail_task(self.fleet, parent.id, "task", f"the review asked for changes in all of its "
-                                 f"{parent.review.rounds} round(s): {verdict.notes}")  # fmt: skip
-                self.finished += 1
-                self.event(slot, "failed", task=parent.id, detail=f"task: review rounds spent: {verdict.notes}")
-                return
-            ledger.request_changes(self.fleet, parent.id, verdict.notes, base=done[0].commit_id if done else None)
-        self.event(slot, "changes", task=parent.id, detail=verdict.notes[:200])
+                chosen = next((a for a in done if a.n == verdict.attempt), done[0])
+                self.accept(slot, parent, chosen, f"approved by review task {review.id}")
+            else:
+                asked = sum(1 for r in self.ledger.reviews_of(self.fleet, parent.id)
+                            for a in r.runs if a.verdict == "changes")  # fmt: skip
+                if asked >= parent.review.rounds:
+                    if self.ledger.fail_task(self.fleet, parent.id, "task", f"the review asked for changes in all of "
+                                             f"its {parent.review.rounds} round(s): {verdict.notes}"):  # fmt: skip
+                        self.finished += 1
+                        if slot is not None:
+                            self.event(slot, "failed", task=parent.id, detail=f"review rounds spent: {verdict.notes}")
+                elif self.ledger.request_changes(self.fleet, parent.id, verdict.notes, base=done[0].commit_id):
+                    if slot is not None:
+                        self.event(slot, "changes", task=parent.id, detail=verdict.notes[:200])
+        self.ledger.settle_review(self.fleet, review.id)
 
-    def collect_spec(self, slot: Slot, state: AgentState) -> None:
-        """An agent done (or failed) with its spec's own task: collected once, as fleet.collect does."""
+    def reconcile(self) -> None:
+        """What a loop stopped between two writes left undone, done now: a task in review with no review of its round
+        (or one whose single attempt was never accepted), a review whose verdict was never applied."""
+        for task in self.ledger.tasks(self.fleet, state="review"):
+            if task.kind == "review":
+                run = next((a for a in task.runs if a.state == "done"), None)
+                if run is not None and run.verdict:
+                    self.reviewed(None, task, gate.Verdict(verdict=run.verdict, notes=run.notes or "",
+                                                           attempt=_approved(run)))  # fmt: skip
+            else:
+                self.to_gate(None, task)
+
+    def collect_spec(self, slot: Slot, state: AgentState) -> str | None:
+        """An agent done (or failed) with its spec's own task: collected once, as fleet.collect does. None when it is
+        (its workspace may then be reset); else why not (it is tried again after a while)."""
         key = (slot.host, slot.instance, state.commit or state.state)
-        if key in self.collected_spec:
-            return
+        if key in self.spec_done:
+            return None
         from jackin.work import collect  # lazy: Fabric
 
-        with Ledger() as ledger:
-            seen = any(r["host"] == slot.host and r["instance"] == slot.instance and r["commit_id"] == state.commit
-                       for r in ledger.collections(self.fleet)) if state.commit else False  # fmt: skip
+        seen = state.commit is not None and any(
+            r["host"] == slot.host and r["instance"] == slot.instance and r["commit_id"] == state.commit
+            for r in self.ledger.collections(self.fleet))  # fmt: skip
         if not seen:
             report = collect.collect(self.inventory, agents=[slot.instance])
-            mine = [a for a in report.agents if a.host == slot.host]
-            self.event(slot, "collected", detail=f"its spec's task: {mine[0].result if mine else 'not found'}")
-        self.collected_spec.add(key)
+            mine = next((a for a in report.agents if a.host == slot.host), None)
+            if mine is None or mine.result not in ("collected", "skipped"):
+                why = mine.reason if mine is not None else report.unreachable.get(slot.host, "not found")
+                self.cool_until[(slot.host, slot.instance)] = time.monotonic() + COOL_DOWN
+                self.event(slot, "error", detail=f"its spec's task could not be collected: {why}")
+                return f"{state.state}: its spec's task not collected ({why})"
+            self.event(slot, "collected", detail="its spec's task")
+        self.spec_done.add(key)
+        return None
+
+
+def _approved(run: Attempt) -> int | None:
+    pick = (run.detail or {}).get("pick")
+    return pick if isinstance(pick, int) else None
 
 
 def bundle_with(directory: str, commit: str, branches: dict[str, str]) -> bytes:
@@ -490,41 +603,57 @@ def _read(path: str | None) -> str | None:
 def work(inventory: Inventory, *, deadline: float | None = None, on_progress: Callable[[Progress], None] = lambda _: None,
          on_event: Callable[[Event], None] = lambda _: None, every: float = EVERY,
          sleep: Callable[[float], None] = time.sleep) -> WorkResult:  # fmt: skip
-    """Serve the queue until it is empty (no task queued, running or in review), or ``deadline`` (epoch seconds)
-    passes. Ctrl-C stops it between two agents' turns: nothing is lost (see the module's docstring)."""
-    loop = Loop(inventory, on_event=on_event)
+    """Serve the queue until it is empty (no task queued, running or in review, but the operator's picks), or
+    ``deadline`` (epoch seconds) passes. One loop per fleet at a time (a second is refused, exit 1). Ctrl-C stops it
+    between two agents' turns: nothing is lost (see the module's docstring)."""
+    fleet = inventory.fleet.name
     started = time.monotonic()
     reason, code = "empty", EXIT_OK
     progress = Progress()
-    try:
-        while True:
-            progress = loop.turn()
-            minutes = (time.monotonic() - started) / 60
-            if loop.finished and minutes > 0:
-                progress.rate = round(loop.finished / minutes, 2)
-                left = progress.queued + progress.running + progress.review
-                progress.eta = round(left / progress.rate * 60, 1) if progress.rate else None
-            on_progress(progress)
-            with Ledger() as ledger:
-                tasks = ledger.tasks(inventory.fleet.name)
-            waiting = [t for t in tasks if t.state not in ("accepted", "failed", "cancelled")]
-            if len(waiting) == len(operators_pick(tasks)):  # empty, or only the operator's picks left
-                break
-            if progress.unreachable and len(progress.unreachable) == len(loop.targets) and \
-                    time.monotonic() - started > UNREACHABLE_AFTER:  # fmt: skip
-                reason, code = "unreachable", EXIT_CONNECT
-                break
-            if deadline is not None and time.time() >= deadline:
-                reason, code = "deadline", EXIT_LEFT
-                break
-            sleep(every)
-    except KeyboardInterrupt:
-        reason, code = "interrupted", 130
-    return WorkResult(fleet=inventory.fleet.name, exit_code=code, reason=reason,
-                      elapsed=round(time.monotonic() - started, 1), progress=progress, handovers=loop.handovers,
-                      events=loop.events)  # fmt: skip
+    with Ledger() as ledger, locks.held(private_dir(ledger.path.parent / "locks") / f"{fleet}.work.lock",
+                                        busy=lambda holder: BusyError(f"fleet {fleet!r} is served already: {holder}",
+                                                                      hint="one fleet.work per fleet at a time"),
+                                        note=f"fleet.work (pid {os.getpid()})"):  # fmt: skip
+        loop = Loop(inventory, ledger, on_event=on_event)
+        try:
+            while True:
+                progress = loop.turn()
+                minutes = (time.monotonic() - started) / 60
+                if loop.finished and minutes > 0:
+                    progress.rate = round(loop.finished / minutes, 2)
+                    left = progress.queued + progress.running + progress.review
+                    progress.eta = round(left / progress.rate * 60, 1) if progress.rate else None
+                on_progress(progress)
+                tasks = ledger.tasks(fleet)
+                waiting = [t for t in tasks if t.state not in FINAL]
+                if len(waiting) == len(operators_pick(tasks)):  # empty, or only the operator's picks left
+                    break
+                if progress.unreachable and len(progress.unreachable) == len(loop.targets) and \
+                        time.monotonic() - started > UNREACHABLE_AFTER:  # fmt: skip
+                    reason, code = "unreachable", EXIT_CONNECT
+                    break
+                if deadline is not None and time.time() >= deadline:
+                    reason, code = "deadline", EXIT_LEFT
+                    break
+                sleep(every)
+        except KeyboardInterrupt:
+            reason, code = "interrupted", 130
+    return WorkResult(fleet=fleet, exit_code=code, reason=reason, elapsed=round(time.monotonic() - started, 1),
+                      progress=progress, handovers=loop.handovers, events=loop.events)  # fmt: skip
 
 
 def operators_pick(tasks: list[Task]) -> list[Task]:
-    """Tasks waiting in review with no gate (best-of-N): the operator picks with ``task.accept ID --attempt K``."""
-    return [t for t in tasks if t.state == "review" and t.review is None and t.kind == "work"]
+    """Tasks in review that wait for the operator (``task.accept ID [--attempt K]``): best-of-N with no gate, or a
+    task whose review of its round was cancelled."""
+    reviews: dict[int, list[Task]] = {}
+    for t in tasks:
+        if t.kind == "review" and t.parent is not None:
+            reviews.setdefault(t.parent, []).append(t)
+    found = []
+    for t in tasks:
+        if t.state != "review" or t.kind != "work":
+            continue
+        mine = [r for r in reviews.get(t.id, []) if r.label == REVIEW_LABEL.format(task=t.id, round=t.round)]
+        if t.review is None or (mine and all(r.state == "cancelled" for r in mine)):
+            found.append(t)
+    return found

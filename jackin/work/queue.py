@@ -156,5 +156,5 @@ def accept(inventory: Inventory, task_id: int, attempt: int | None) -> Task:
             if chosen is None:
                 raise SpecError(f"task {task_id} has no finished attempt {attempt} in its round {task.round}",
                                 hint=f"finished: {', '.join(str(a.n) for a in done) or 'none'}")  # fmt: skip
-        review_gate.point_accepted(inventory.fleet.name, task, chosen)
-        return ledger.accept_task(inventory.fleet.name, task_id, chosen.id)
+        return ledger.accept_task(inventory.fleet.name, task_id, chosen.id,
+                                  before=lambda t, a: review_gate.point_accepted(inventory.fleet.name, t, a))  # fmt: skip

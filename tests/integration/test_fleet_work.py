@@ -149,9 +149,9 @@ def _run(lab: Lab, name: str, spec: Path, repo: Path) -> None:
                                 (name,)).fetchall()  # fmt: skip
         on_hosts = records(lab, name)
         running = {str(c["id"]): (hosts[c["host"]], c["instance"]) for c in claims}
-        for attempt, (host, instance) in running.items():
-            assert on_hosts.get((host, instance)) in (attempt, None) or on_hosts[(host, instance)] not in running
-        assert len(set(running.values())) == len(running)  # one task per agent
+        assert running and len(set(running.values())) == len(running)  # one task per agent
+        for where, attempt in on_hosts.items():  # an agent works only on what the ledger says is its own
+            assert attempt not in running or running[attempt] == where, (where, attempt, running)
         os.killpg(first.pid, signal.SIGKILL)
     finally:
         if first.poll() is None:
@@ -168,9 +168,13 @@ def _run(lab: Lab, name: str, spec: Path, repo: Path) -> None:
     by_label: dict[str, list[dict]] = {}
     for task in shown:
         by_label.setdefault(task["label"] or "", []).append(task)
-    for task in shown:  # no task ran twice: one done attempt per task, round and attempt number
+    for task in shown:  # no task ran twice: one done attempt per task, round and number, and none at once
         done_runs = [(r["round"], r["n"]) for r in task["runs"] if r["state"] == "done"]
         assert len(done_runs) == len(set(done_runs)), task
+        for a in task["runs"]:
+            for b in task["runs"]:
+                if a["id"] < b["id"] and (a["round"], a["n"]) == (b["round"], b["n"]):
+                    assert a["finished"] is not None and a["finished"] <= b["claimed"], (a, b)
     plain = by_label["plain"]
     assert [t["state"] for t in plain] == ["accepted"] * PLAIN
     for task in plain:
@@ -218,3 +222,4 @@ def _run(lab: Lab, name: str, spec: Path, repo: Path) -> None:
     assert git("-C", str(repo), "rev-parse", f"refs/jackin/{name}/accepted/{best['id']}") == second_commit
     again = inv("task.accept", str(best["id"]), "--attempt", "1", "-i", str(spec))
     assert again.returncode == 2 and "accepted already" in again.stderr
+    assert git("-C", str(repo), "rev-parse", f"refs/jackin/{name}/accepted/{best['id']}") == second_commit  # unmoved

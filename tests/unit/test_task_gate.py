@@ -114,8 +114,10 @@ def test_changes_start_a_new_round_whose_attempts_are_counted_alone(ledger) -> N
     first = ledger.claim("f", "h1", "coder-1", agent="coder")
     assert first is not None
     assert ledger.finish_attempt(first[1].id, ok=True, commit_id="c1").state == "review"
-    again = ledger.request_changes("f", work, "add a test", base="c1")
+    assert ledger.request_changes("f", work, "add a test", base="c1")
+    again = ledger.task("f", work)
     assert (again.state, again.round, again.notes, again.base) == ("changes", 2, "add a test", "c1")
+    assert not ledger.request_changes("f", work, "twice", base="c1")  # only a task in review
     second = ledger.claim("f", "h1", "coder-1", agent="coder")  # the same agent may do the next round
     assert second is not None and (second[1].round, second[1].n) == (2, 1)
     assert ledger.finish_attempt(second[1].id, ok=True, commit_id="c2").state == "review"
@@ -176,16 +178,22 @@ def test_a_handover_sends_the_files_on_stdin_never_in_its_command_line() -> None
                       command=["jackin-demo-agent"], memory=1 << 27, cpus=0.5, pids=64)  # fmt: skip
     files = {"task.md": b"SECRET-LOOKING TASK TEXT $(reboot)\n", "work.json": b'{"commit":"c0ffee"}\n'}
     delivery = handover.Delivery(agent=agent, attempt=42, files=files,
-                                 digests={n: handover.digest(b) for n, b in files.items()}, commit="c0ffee")  # fmt: skip
+                                 digests={n: handover.digest(b) for n, b in files.items()}, commit="c0ffee",
+                                 branch="jackin/coder-1")  # fmt: skip
     script = handover.script(delivery)
     assert "SECRET-LOOKING" not in script and "reboot" not in script
     assert f"head -c {len(files['task.md'])} > \"$s/0\"" in script  # read from stdin, its size checked
-    assert "queue 42" in script and "cp -a --reflink" not in script  # plain homes: the entrypoint clones
+    assert "cp -a --reflink" not in script  # plain homes: the entrypoint clones
     cow = handover.script(delivery.model_copy(update={"cow": True}))
     assert "cp -a --reflink=always" in cow and "--network none" in cow and "--cap-drop ALL" in cow
-    order = [script.index(s) for s in ("docker stop", "install -m 0440", "install -d -m 0700 -o 60001", "queue 42",
-                                       "docker start")]  # fmt: skip
+    assert "queue 42" not in script  # the record goes on stdin too
+    assert handover.record(delivery).endswith(b"queue 42\n")
+    order = [script.index(s) for s in ("docker stop", "install -m 0440", "install -d -m 0700 -o 60001",
+                                       ".digests.new", "docker start", "setsid -f")]  # fmt: skip
     assert order == sorted(order)
+    # set -e stops at any failed step: no step hides its status in an && or || list but the sweep's
+    steps = [line for line in script.splitlines() if line.startswith(("install ", "mv ", "docker "))]
+    assert steps and not any("&&" in line or "||" in line for line in steps)
 
 
 def test_the_run_serves_the_specs_tasks_with_the_loop(monkeypatch) -> None:
@@ -193,9 +201,76 @@ def test_the_run_serves_the_specs_tasks_with_the_loop(monkeypatch) -> None:
     from jackin.work import loop, queue
 
     seen = {}
-    monkeypatch.setattr(queue, "from_spec", lambda spec: seen.setdefault("queued", spec))
-    progress = loop.Progress(done=3, failed=1)
+    now = time.time()
+    mine = [Task(id=i, fleet="f", text="t", state=state, created=now, updated=now, who="op")
+            for i, state in ((5, "accepted"), (6, "failed"))]  # fmt: skip
+    earlier = Task(id=1, fleet="f", text="t", state="failed", created=now, updated=now, who="op")
+    monkeypatch.setattr(queue, "from_spec", lambda spec: seen.setdefault("queued", spec) and mine)
+    monkeypatch.setattr(queue, "listed", lambda spec: [earlier, *mine])
+    progress = loop.Progress(done=3, failed=2)
     monkeypatch.setattr(loop, "work", lambda spec, deadline: loop.WorkResult(fleet="f", exit_code=0, reason="empty",
                                                                              elapsed=1, progress=progress))  # fmt: skip
     waited = runloop.queue_wait("SPEC", until="done", timeout=None)
-    assert seen["queued"] == "SPEC" and waited.held and waited.agents == [{"state": "failed"}]
+    assert seen["queued"] == "SPEC" and waited.held
+    assert waited.agents == [{"state": "failed"}]  # this run's failed task, not an earlier run's
+
+
+def test_best_of_n_goes_on_when_one_attempt_fails_for_good_and_never_runs_that_number_again(ledger) -> None:
+    task = ledger.add_task("f", "three", attempts=3)
+    first = ledger.claim("f", "h1", "coder-1")
+    assert first is not None
+    after = ledger.finish_attempt(first[1].id, ok=False, failure_class="task", evidence="tests failed")
+    assert after.state == "queued"  # attempts 2 and 3 are still to run
+    claims = [ledger.claim("f", "h1", f"coder-{i}") for i in (2, 3, 4)]
+    assert [c[1].n for c in claims if c] == [2, 3]  # number 1 failed for good: never claimed again
+    for c in claims[:2]:
+        assert c is not None
+        ledger.finish_attempt(c[1].id, ok=True, commit_id="c")
+    assert ledger.task("f", task).state == "review"
+
+
+def test_a_released_attempt_is_not_counted_against_the_retries(ledger) -> None:
+    task = ledger.add_task("f", "t", retries=0)
+    claimed = ledger.claim("f", "h1", "coder-1")
+    assert claimed is not None
+    ledger.release_attempt(claimed[1].id, "the handover failed on coder-1")
+    found = ledger.task("f", task)
+    assert (found.state, found.failures) == ("queued", 0)
+    assert ledger.claim("f", "h1", "coder-2") is not None  # at once, on another agent
+
+
+def test_a_refused_accept_moves_nothing(ledger) -> None:
+    task = ledger.add_task("f", "t", attempts=2)
+    a = ledger.claim("f", "h1", "coder-1")
+    b = ledger.claim("f", "h1", "coder-2")
+    assert a is not None and b is not None
+    ledger.finish_attempt(a[1].id, ok=True, commit_id="ca")
+    ledger.finish_attempt(b[1].id, ok=True, commit_id="cb")
+    moved = []
+    ledger.accept_task("f", task, b[1].id, before=lambda t, chosen: moved.append(chosen.commit_id))
+    with pytest.raises(SpecError, match="accepted already"):
+        ledger.accept_task("f", task, a[1].id, before=lambda t, chosen: moved.append(chosen.commit_id))
+    assert moved == ["cb"]
+
+
+def test_a_retried_task_starts_its_round_again_from_its_own_ref(ledger) -> None:
+    task = ledger.add_task("f", "t", repo="/srv/src", ref="main", retries=0)
+    claimed = ledger.claim("f", "h1", "coder-1")
+    assert claimed is not None
+    assert ledger.finish_attempt(claimed[1].id, ok=False, failure_class="task", evidence="x").state == "failed"
+    again = ledger.retry_task("f", task)
+    assert (again.state, again.round, again.base) == ("queued", 1, None)
+    assert ledger.claim("f", "h1", "coder-2") is not None
+
+
+@pytest.mark.parametrize(("agents", "problem"), [
+    ("[{name: coder, work: {repo: /srv/src}}]", "'ghost' is not an agent of the fleet"),
+    ("[{name: coder, work: {repo: /srv/src}}, {name: ghost}]", "'ghost' has no work:"),
+    ("[{name: ghost, work: {repo: /srv/src}}]", "'ghost' is the only agent that works, with one instance"),
+])  # fmt: skip
+def test_a_reviewer_that_could_never_take_a_review_is_refused(agents, problem) -> None:
+    from jackin.spec import parse_inventory
+
+    with pytest.raises(SpecError) as caught:
+        parse_inventory(f"fleet:\n  name: rv\n  provider: lab\n  review: {{agent: ghost}}\n  agents: {agents}\n")
+    assert any(problem in p for p in [caught.value.message, *caught.value.problems]), caught.value
