@@ -212,6 +212,15 @@ def agent_answer(c: Context, agent: str, text: str, inventory: str | None = None
         raise Exit(code=agent_cli.agent_answer(inventory, agent, text, host=host))
 
 
+@task(help={"agent": "instance (coder-1) of an agent with placement spread", "to": "the host to move it to",
+            "inventory": INVENTORY, "json": "print JSON"})  # fmt: skip
+def agent_move(c: Context, agent: str, to: str, inventory: str | None = None, json: bool = False) -> None:
+    """Move an agent instance with its workspace to another of its hosts (snapshot, pull, push, restore there),
+    then remove it from its old host. Refused (exit 2, nothing changed) when it cannot go there."""
+    with guard():
+        raise Exit(code=agent_cli.agent_move(inventory, agent, to, json=json))
+
+
 @task(help={"agent": "instance (coder-1)", "inventory": INVENTORY,
             "host": "the host to run it on (needed when the fleet has more than one)"})  # fmt: skip
 def agent_exec(c: Context, agent: str, inventory: str | None = None, host: str | None = None) -> None:
@@ -402,6 +411,7 @@ agent_ns.add_task(agent_netcheck, "netcheck")
 agent_ns.add_task(agent_denials, "denials")
 agent_ns.add_task(agent_attach, "attach")
 agent_ns.add_task(agent_answer, "answer")
+agent_ns.add_task(agent_move, "move")
 agent_ns.add_task(agent_exec, "exec")
 agent_ns.add_task(agent_logs, "logs")
 agent_ns.add_task(agent_shell, "shell")

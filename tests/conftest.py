@@ -56,6 +56,7 @@ COST = {
     "test_rollback_snapshots.py": 33,
     "test_agent_tools.py": 31,
     "test_fleet_up.py": 27,
+    "test_placement.py": 90,  # a 3-host lab of its own (4, 2 and 1 GiB), 7 agents placed, one moved with its workspace
     "test_fleet_plan.py": 20,
     "test_roles.py": 18,
     "test_contract.py": 17,

@@ -24,8 +24,11 @@ from jackin.errors import ConnectError, JackinError, RemoteCommandError, SpecErr
 from jackin.facts import agent_files
 from jackin.lab import providers
 from jackin.plan import fleet as planning
+from jackin.plan import placement
+from jackin.plan.make import record
 from jackin.spec import Inventory
 from jackin.spec.values import decode_utf8
+from jackin.store.ledger import Ledger
 from jackin.transport.remote import gather
 from jackin.transport.ssh import SshTarget, connect
 
@@ -105,6 +108,10 @@ def answer(spec: Inventory, instance: str, text: str, *, host: str | None = None
     check_instance(spec, instance)
     data = check_text(text)
     targets = providers.targets(spec, bring_up=False)
+    with Ledger() as ledger:  # the hosts it is placed on (jackin/plan/placement.py); each: every one of its agent's
+        placed = placement.recorded(spec, record(spec, ledger)).hosts
+    if any(placed.values()):
+        targets = [t for t in targets if instance in placed.get(t.name, [])]
     if host:
         if host not in [t.name for t in targets]:
             raise SpecError(f"--host {host!r} is not a host of fleet {spec.fleet.name!r}",

@@ -11,7 +11,8 @@ agent runs on, and runs ``docker`` there as root, the way an operator logged in 
 
 The command runs as the agent's own uid and gid (the container's ``--user``), never as root in the
 container. AGENT is an instance name (``coder-1``); an unknown one is a usage error naming the
-known ones. Every host of the fleet runs every agent: with more than one host, ``--host`` says which.
+known ones. The ledger says which host it is on (jackin/plan/placement.py); an agent with ``placement: each``
+runs on each of its hosts: with more than one, ``--host`` says which.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from jackin import hostpaths
 from jackin.errors import EXIT_OK, JackinError, SpecError
 from jackin.lab import providers
 from jackin.plan import fleet as planning
+from jackin.plan import placement
+from jackin.plan.make import record
 from jackin.spec import Inventory
 from jackin.store.ledger import Ledger
 from jackin.transport import channel as reader
@@ -72,28 +75,33 @@ def command_of(argv: Sequence[str]) -> list[str]:
 
 
 def resolve(inventory: Inventory, agent: str, *, host: str | None = None, uids: dict[str, int] | None = None,
-            targets: list[SshTarget] | None = None) -> AgentRef:  # fmt: skip
-    """The instance ``agent`` of the fleet on ``host`` (needed when the fleet has several hosts).
-    ``uids`` and ``targets`` default to the ledger's and the provider's (never bringing a lab up)."""
+            targets: list[SshTarget] | None = None, placed: placement.Placement | None = None) -> AgentRef:  # fmt: skip
+    """The instance ``agent`` of the fleet on ``host`` (needed when it runs on several: ``placement: each``).
+    ``uids``, ``targets`` and ``placed`` default to the ledger's and the provider's (never bringing a lab up)."""
     fleet = inventory.fleet
     known = [i for _, i in planning.instances(fleet)]
     if agent not in known:
         raise SpecError(f"no agent {agent!r} in fleet {fleet.name!r}: expected an instance name, one of: "
                         f"{', '.join(known)}")  # fmt: skip
-    if uids is None:
-        with Ledger() as ledger:
+    with Ledger() as ledger:
+        where = placed or placement.recorded(inventory, record(inventory, ledger))
+        if uids is None:
             uids = ledger.uids(fleet.name)
     if targets is None:
         targets = providers.targets(inventory, bring_up=False)
-    if agent not in uids or not targets:
+    if agent in where.stranded:
+        raise JackinError(f"{agent} is on {where.stranded[agent]}, which left the inventory of fleet {fleet.name!r}",
+                          hint=f"move it to one of the fleet's hosts: inv agent.move {agent} --to HOST")  # fmt: skip
+    there = [t for t in targets if agent in where.hosts.get(t.name, [])]
+    if agent not in uids or not there:
         raise JackinError(f"fleet {fleet.name!r} is not up (no uid or host recorded for {agent})",
                           hint="bring it up first: inv fleet.up")  # fmt: skip
-    names = [t.name for t in targets]
-    if host is None and len(targets) > 1:
-        raise SpecError(f"agent {agent} runs on each of the fleet's hosts: give --host, one of: {', '.join(names)}")
-    chosen = targets[0] if host is None else next((t for t in targets if t.name == host), None)
+    names = [t.name for t in there]
+    if host is None and len(there) > 1:
+        raise SpecError(f"agent {agent} runs on each of its hosts: give --host, one of: {', '.join(names)}")
+    chosen = there[0] if host is None else next((t for t in there if t.name == host), None)
     if chosen is None:
-        raise SpecError(f"no host {host!r} in fleet {fleet.name!r}: expected one of: {', '.join(names)}")
+        raise SpecError(f"{agent} does not run on host {host!r} in fleet {fleet.name!r}: it runs on {', '.join(names)}")
     return AgentRef(instance=agent, container=hostpaths.user_name(fleet.name, agent), uid=uids[agent], target=chosen)
 
 

@@ -1,8 +1,9 @@
 """``fleet.wait``: poll the fleet's agent states until a condition holds, reporting each change.
 
 One round trip per host per poll (``jackin.agents.read.agents_command``: no CPU sampling, no policy
-read), every ``every`` seconds. The agents waited on are the spec's instances on every host of the
-fleet: one without a container is ``unknown`` until it has one. Conditions (``until``):
+read), every ``every`` seconds. The agents waited on are the spec's instances on the hosts they are placed on
+(jackin/plan/placement.py): one without a container is ``unknown`` until it has one, as is one placed on no host
+yet or on a host that left the inventory. Conditions (``until``):
 
     done     every agent is done, failed or idle (idle: it has no work, so it will never be done)
     blocked  some agent is blocked (waiting for the operator's answer); it ends unheld, reason ``settled``,
@@ -20,7 +21,7 @@ The clock, the sleep and the poll are parameters, so the logic is tested without
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,8 +31,10 @@ from jackin.agents.read import agent_states, agents_command, parse_agents
 from jackin.agents.state import AgentState
 from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, JackinError, SpecError
 from jackin.lab import providers
-from jackin.plan import fleet as planning
+from jackin.plan import placement
+from jackin.plan.make import record
 from jackin.spec import Inventory
+from jackin.store.ledger import Ledger
 from jackin.transport.remote import gather
 from jackin.transport.target import SshTarget
 
@@ -197,7 +200,13 @@ def poller(spec: Inventory, *, timeout: float = 8) -> Callable[[], Poll]:
     targets = providers.targets(spec, bring_up=False)
     if not targets:
         raise JackinError(f"fleet {spec.fleet.name!r} has no hosts to wait on", hint="bring it up first: inv fleet.up")
-    instances = [i for _, i in planning.instances(spec.fleet)]
+    with Ledger() as ledger:  # where each instance lives (jackin/plan/placement.py)
+        where = placement.recorded(spec, record(spec, ledger))
+    instances = {t.name: where.hosts.get(t.name, []) for t in targets}
+    elsewhere = {
+        i: f"its host {h} left the inventory (inv agent.move {i} --to HOST)" for i, h in where.stranded.items()
+    }
+    elsewhere.update({i: "not placed on any host yet (run fleet.up)" for i in where.unplaced})
     stale = derivation.stale_after(spec.fleet)
 
     shared = any(c.kind == "oauth" for a in spec.fleet.agents for c in a.credentials)
@@ -212,28 +221,32 @@ def poller(spec: Inventory, *, timeout: float = 8) -> Callable[[], Poll]:
         except JackinError as error:  # said with the result; the agents' 401s show in their states meanwhile
             problem = error.message
         found = read_poll(spec.fleet.name, targets, instances, stale, timeout=timeout)
+        for instance, why in elsewhere.items():  # on no host read: unknown, so done does not hold without it
+            found.agents[f"-/{instance}"] = view("-", instance, AgentState(state="unknown", message=why))
         return found.model_copy(update={"login_error": problem}) if problem else found
 
     return poll
 
 
-def read_poll(fleet: str, targets: list[SshTarget], instances: list[str], stale_after: dict[str, float],
-              *, timeout: float = 8) -> Poll:  # fmt: skip
-    """One poll over ``targets``: every instance on every host (no container: ``unknown``)."""
+def read_poll(fleet: str, targets: list[SshTarget], instances: Mapping[str, list[str]] | list[str],
+              stale_after: dict[str, float], *, timeout: float = 8) -> Poll:  # fmt: skip
+    """One poll over ``targets``: per host the instances placed there (a list: the same on every host; no
+    container: ``unknown``)."""
     results = gather(targets, agents_command(fleet), parse_agents, timeout=timeout)
     agents: dict[str, AgentView] = {}
     errors: dict[str, str] = {}
     unreachable: list[str] = []
     for target in targets:
         result = results[target.name]
+        here = instances if isinstance(instances, list) else instances.get(target.name, [])
         if isinstance(result, JackinError):
             errors[target.name] = result.message
             if isinstance(result, ConnectError):
                 unreachable.append(target.name)
-            states = {i: AgentState(state="unknown", message=f"host not read: {result.message}") for i in instances}
+            states = {i: AgentState(state="unknown", message=f"host not read: {result.message}") for i in here}
         else:
             states = agent_states(result, stale_after)
-        for instance in instances:
+        for instance in here:
             state = states.get(instance) or AgentState(state="unknown", message="no container")
             agents[f"{target.name}/{instance}"] = view(target.name, instance, state)
     return Poll(agents=agents, errors=errors, unreachable=unreachable)

@@ -1,5 +1,5 @@
-"""The ``agent`` collection: ``agent.netcheck``, ``agent.denials``, ``agent.answer``, and ``agent.exec``,
-``agent.logs``, ``agent.shell`` (whose exit status is the remote command's, passed through)."""
+"""The ``agent`` collection: ``agent.netcheck``, ``agent.denials``, ``agent.answer``, ``agent.move``, and
+``agent.exec``, ``agent.logs``, ``agent.shell`` (whose exit status is the remote command's, passed through)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ if TYPE_CHECKING:
     from jackin.agents import answer as answering
     from jackin.agents import tools as agent_tools
     from jackin.lifecycle import fleet as fleet_api
+    from jackin.lifecycle import move as moving
     from jackin.net import probes as agent_api
 else:  # loaded by the first command that uses them (jackin.lazy)
+    moving = lazy.module("jackin.lifecycle.move")
     agent_api = lazy.module("jackin.net.probes")
     agent_tools = lazy.module("jackin.agents.tools")
     answering = lazy.module("jackin.agents.answer")
@@ -90,3 +92,19 @@ def agent_attach(inventory: str | None, agent: str, *, host: str | None) -> int:
     spec = fleet_api.load(inventory)
     argv = agent_tools.attach_argv(spec, agent)
     return agent_tools.run_attach(agent_tools.resolve(spec, agent, host=host), argv)
+
+
+def agent_move(inventory: str | None, agent: str, to: str, *, json: bool) -> int:
+    """Move one instance with its workspace onto another of its hosts; refused (exit 2, nothing changed) when it
+    cannot move there. Exit 1 when a step failed (the error says what is where)."""
+    spec = fleet_api.load(inventory)
+    with ui.progress() as progress:
+        result = moving.move(spec, agent, to, log=ui.log, on_event=progress.update)
+    if json:
+        ui.print_json(result.model_dump(mode="json"))
+    else:
+        ui.out.print(f"{result.instance}: moved from {result.source} to {result.to} with its workspace "
+                     f"(snapshot {result.snapshot})")  # fmt: skip
+        for line in result.left_behind:
+            ui.out.print(f"left behind on {result.source}: {line}", style="yellow")
+    return EXIT_OK if not result.left_behind else 1

@@ -94,8 +94,13 @@ def _up(spec: Inventory, inventory: str | None, *, dry_run: bool, bring_up: bool
     if dry_run:
         out.print(view.host_plan_view(host_plans(result)))
     title = f"fleet {spec.fleet.name}: {'plan' if dry_run else 'up'}"
-    out.print(view.up_table(result.run, title=title, agents=len(result.plan.agents)))
+    out.print(view.up_table(result.run, title=title, agents=placed_counts(result.plan)))
     return result
+
+
+def placed_counts(plan: planning.FleetPlan) -> dict[str, int] | int:
+    """Per host the agents placed there (a plan never placed: every agent on every host)."""
+    return {h: len(plan.at(h)) for h in plan.placement} if plan.placement is not None else len(plan.agents)
 
 
 def host_plans(result: fleet_api.UpResult) -> fleet_api.PlanResult:
@@ -138,6 +143,8 @@ def fleet_plan(inventory: str | None, *, json: bool) -> int:
     terms = launch.gate(spec, host_facts=result.host_facts)  # the contract fleet.up would apply, hosts read
     if json:
         document = result.model_dump(mode="json", exclude={"plan"})
+        document["placement"] = result.plan.placement
+        document["stranded"] = result.plan.stranded
         document["contract"] = terms.contract.model_dump(mode="json")
         document["contract_changes"] = None if terms.first else terms.changes
         ui.print_json(document)

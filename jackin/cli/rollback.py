@@ -10,7 +10,7 @@ from jackin.cli import render as ui
 from jackin.cli.ask import confirm, require_terminal_or
 from jackin.cli.contract import show_contract
 from jackin.cli.edge import count, exit_code
-from jackin.cli.fleet import host_plans
+from jackin.cli.fleet import host_plans, placed_counts
 from jackin.cli.render import fleet as fleet_view
 from jackin.cli.render import rollback as view
 from jackin.errors import EXIT_OK, SpecError, worst
@@ -95,7 +95,7 @@ def _show_steps(chosen: rollback_api.Rollback, results: list[rollback_api.StepRe
         if dry_run:
             ui.out.print(fleet_view.host_plan_view(host_plans(result.up)))
         title = f"fleet {chosen.fleet}: {'plan of the ' if dry_run else ''}rollback to run {result.step.to}"
-        ui.out.print(fleet_view.up_table(result.up.run, title=title, agents=len(result.up.plan.agents)))
+        ui.out.print(fleet_view.up_table(result.up.run, title=title, agents=placed_counts(result.up.plan)))
     if not dry_run:
         ui.out.print(view.INVENTORY_KEPT)
 

@@ -23,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from jackin import hostpaths
 from jackin.errors import JackinError
 from jackin.facts import ttl as ttl_facts
+from jackin.facts.capacity import Capacity
+from jackin.facts.capacity import parse as parse_capacity
 from jackin.facts.cow import CowState
 from jackin.facts.cow import parse_state as parse_cow
 from jackin.facts.daemon import DaemonState
@@ -176,6 +178,7 @@ class HostState(BaseModel):
     work: dict[str, PathInfo] = Field(default_factory=dict)
     work_digests: dict[str, dict[str, str]] = Field(default_factory=dict)
     gateway: GatewayState = Field(default_factory=GatewayState)  # the fleet's credential gateway
+    capacity: Capacity | None = None  # CPUs, memory, free disk (read with ``bootstrap`` only: placement weighs it)
 
     def user_by_uid(self, uid: int) -> User | None:
         return next((u for u in self.users.values() if u.uid == uid), None)
@@ -387,4 +390,5 @@ def _parse_state(lines: list[str]) -> HostState:
     data["work"] = _paths(sections.get("work", []))
     data["work_digests"] = _digests(sections.get("workdigests", []), _WORK_DIGEST)
     data["gateway"] = parse_gateway(sections.get("gateway", []))
+    data["capacity"] = parse_capacity(sections["capacity"]) if "capacity" in sections else None
     return HostState(**data)

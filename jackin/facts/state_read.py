@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Sequence
 
 from jackin import hostpaths
-from jackin.facts import dockerapi
+from jackin.facts import capacity, dockerapi
 from jackin.facts import ttl as ttl_facts
 from jackin.facts.cow import state_section as cow_section
 from jackin.facts.daemon import daemon_section
@@ -27,7 +27,8 @@ PATH_FORMAT = "%y %m %U %G %p\\0"
 def state_command(fleet: str, uid_min: int, uid_max: int, images: Sequence[str] = (), root: str = ROOT, *,
                   bootstrap: bool = False) -> str:  # fmt: skip
     """The state read. ``bootstrap``: also the Docker daemon's settings (``##daemon``), which only an
-    up (its plan, ``jackin.lifecycle.hostplan``) decides on; ``##host`` always names the tools the bootstrap
+    up (its plan, ``jackin.lifecycle.hostplan``) decides on, and the host's capacity (``##capacity``, which
+    placement weighs: ``jackin.facts.capacity``); ``##host`` always names the tools the bootstrap
     installs when missing (dockerd, nft, dnsmasq, mkfs.btrfs, /bin/busybox)."""
     f = shlex.quote(fleet)
     label = shlex.quote(f"label=jackin.fleet={fleet}")
@@ -67,6 +68,7 @@ echo '##files'; for p in {" ".join(shlex.quote(p) for p in firewall_paths(fleet)
 {_work_command(fleet)}
 {gateway_section(fleet)}
 {daemon_section(live=False, pid="$dp") if bootstrap else ""}
+{capacity.SECTION if bootstrap else ""}
 true
 """.strip()
 

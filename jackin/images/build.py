@@ -482,8 +482,11 @@ class _Split(Protocol):
 def _wanted(plan: FleetPlan, states: Mapping[str, object], hosts: Sequence[str] | None = None) -> dict[str, list[str]]:
     """Per readable host (of ``hosts``, default all), the plan's role images built here that its state read
     lacks (a ``build: host`` role's image is built by the host's own step, unless ``plan.images_here``)."""
-    planned = [a.image for a in plan.agents if plan.images_here or built_here(a.image)]
-    return {name: missing(planned, state.images) for name, state in states.items()
+
+    def planned(host: str) -> list[str]:  # the images of the agents placed there
+        return [a.image for a in plan.at(host) if plan.images_here or built_here(a.image)]
+
+    return {name: missing(planned(name), state.images) for name, state in states.items()
             if isinstance(state, HostState) and (hosts is None or name in hosts)}  # fmt: skip
 
 

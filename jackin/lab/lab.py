@@ -14,7 +14,7 @@ import contextlib
 import re
 import shutil
 import socket
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +29,7 @@ from jackin.lab.limits import ensure_inotify
 from jackin.lab.models import LabHost, LabService, LabStatus, Log
 from jackin.lab.service import ensure_networks, ensure_service
 from jackin.paths import private_dir, state_dir
+from jackin.spec.models import LabSize
 from jackin.spec.values import SLUG
 from jackin.store import locks
 
@@ -154,11 +155,14 @@ class Lab:
         log: Log = lambda _: None,
         timeout: float = 120,
         used_by: Collection[str] = (),
+        sizes: Sequence[LabSize] | None = None,
     ) -> LabStatus:
         """Converge the lab to ``hosts`` running, reachable hosts (default: as many as it has, or 2).
 
         ``used_by``: other fleets on the lab. Their hosts are never replaced (it would destroy their
-        agents and kept data): a host that needs it makes ``up`` fail, saying why and whose it is."""
+        agents and kept data): a host that needs it makes ``up`` fail, saying why and whose it is.
+        ``sizes``: host 1's, host 2's... memory and CPUs (``LabSize``; a host beyond them: the machine's); a host
+        of another size is replaced. None: the hosts keep the sizes they have (``lab.up`` by hand)."""
         if hosts is not None and not 1 <= hosts <= 64:
             raise SpecError(f"--hosts must be from 1 to 64, got {hosts}")
         dk.ensure_engine()
@@ -175,17 +179,21 @@ class Lab:
                 log(f"{name}: removing (the lab now has {want} hosts)")
                 self._remove_host(name)
             with ThreadPoolExecutor(max_workers=min(8, want)) as pool:
-                list(pool.map(lambda n: self._converge_host(n, current.get(n), tag, log, used_by), wanted))
+                list(pool.map(lambda n: self._converge_host(n, current.get(n), tag, log, used_by, _size(sizes, n)),
+                              wanted))  # fmt: skip
             ensure_service(self, tag, log)
             status = self.status()
             self._write_known_hosts(status.hosts)
             wait_booted(status.hosts, timeout, log)
             return self.status()
 
-    def _converge_host(self, name: str, host: LabHost | None, tag: str, log: Log, used_by: Collection[str]) -> None:
+    def _converge_host(self, name: str, host: LabHost | None, tag: str, log: Log, used_by: Collection[str],
+                       size: LabSize | bool = False) -> None:  # fmt: skip
         if host is not None:
             info = dk.inspect("container", [host.container])[0]
             reason = self._replace_reason(name, info, tag)
+            if reason is None and isinstance(size, LabSize) and _sized(info) != _limits(size):
+                reason = "its size changed"
             if reason is not None and used_by:
                 raise LabError(
                     f"lab host {name} would be replaced ({reason}), but fleet(s) {', '.join(sorted(used_by))} "
@@ -211,7 +219,7 @@ class Lab:
                 hint="it is not ours; remove or rename it, then run lab.up again",
             )
         log(f"{name}: creating")
-        self._create_host(name, tag)
+        self._create_host(name, tag, size if isinstance(size, LabSize) else None)
 
     def _replace_reason(self, name: str, info: dict[str, Any], tag: str) -> str | None:
         if info["Config"]["Image"] != tag:
@@ -227,7 +235,7 @@ class Lab:
             return "it is not on the lab's public network"
         return None
 
-    def _create_host(self, name: str, tag: str) -> None:
+    def _create_host(self, name: str, tag: str, size: LabSize | None = None) -> None:
         container, volume = self.container(name), self.volume(name)
         port = _free_port()
         key = self._host_key(name)
@@ -238,7 +246,7 @@ class Lab:
         if not dk.exists("volume", volume):
             dk.docker("volume", "create", *labels[:2], volume)
         dk.docker(
-            "create", "--name", container, "--hostname", name, *labels, *RUN_FLAGS,
+            "create", "--name", container, "--hostname", name, *labels, *RUN_FLAGS, *_size_flags(size),
             "--network", self.network, "-v", f"{volume}:/var/lib/docker",
             "-p", f"127.0.0.1:{port}:22", "--restart", "no", tag,
         )  # fmt: skip
@@ -321,6 +329,33 @@ class Lab:
 
         with locks.held(private_dir(self.dir.parent) / f"{self.name}.lock", busy=busy):
             yield
+
+
+def _size(sizes: Sequence[LabSize] | None, host: str) -> LabSize | bool:
+    """The size ``sizes`` gives the host (the machine's: ``LabSize()``); False: keep whatever it has."""
+    if sizes is None:
+        return False
+    index = _index(host)
+    return sizes[index - 1] if 0 < index <= len(sizes) else LabSize()
+
+
+def _limits(size: LabSize) -> tuple[int, int]:
+    """(memory bytes, nano CPUs) as Docker records them in HostConfig (0: no limit)."""
+    return size.memory or 0, round((size.cpus or 0) * 1e9)
+
+
+def _sized(info: dict[str, Any]) -> tuple[int, int]:
+    config = info.get("HostConfig") or {}
+    return int(config.get("Memory") or 0), int(config.get("NanoCpus") or 0)
+
+
+def _size_flags(size: LabSize | None) -> list[str]:
+    flags = []
+    if size is not None and size.memory:
+        flags += ["--memory", str(size.memory), "--memory-swap", str(size.memory)]
+    if size is not None and size.cpus:
+        flags += ["--cpus", f"{size.cpus:g}"]
+    return flags
 
 
 def _index(host: str) -> int:

@@ -74,6 +74,11 @@ class Provider:
         """Hosts whose addresses ``addresses`` could not give (named, not IP literals)."""
         return []
 
+    def reach(self, name: str) -> SshTarget | None:
+        """A host by name that is not one of the fleet's now (one that left its inventory), as a strict SSH target
+        when the provider still knows it; None otherwise (never creates anything)."""
+        return None
+
     def claim(self) -> None:
         """The fleet now has state on its hosts (after a real ``fleet.up``)."""
 
@@ -100,6 +105,12 @@ class StaticProvider(Provider):
     def targets(self, *, bring_up: bool = True, log: Log = _quiet) -> list[SshTarget]:
         return static_targets(self.inventory)
 
+    def reach(self, name: str) -> SshTarget | None:
+        """A host still under the file's ``hosts`` (with its pinned keys), outside ``fleet.hosts``."""
+        if name not in {h.name for h in self.inventory.hosts}:
+            return None
+        return static_targets(self.inventory, [name])[0]
+
     def addresses(self) -> list[str]:
         found = []
         for host in self.inventory.hosts:
@@ -121,10 +132,11 @@ class StaticProvider(Provider):
         return names
 
 
-def static_targets(inventory: Inventory) -> list[SshTarget]:
+def static_targets(inventory: Inventory, names: list[str] | None = None) -> list[SshTarget]:
+    """The fleet's hosts (``names``: these hosts of the file instead) as strict SSH targets."""
     fleet = inventory.fleet
     by_name = {h.name: h for h in inventory.hosts}
-    selected = inventory.fleet_host_names()
+    selected = inventory.fleet_host_names() if names is None else names
     needed = list(selected)  # the selected hosts and every jump host on their way: each hop is pinned
     for name in needed:
         jump = by_name[name].jump
@@ -182,13 +194,18 @@ class LabProvider(Provider):
             created = not status.hosts
             with self.ledger() as ledger:  # never replace hosts under another fleet (a kept one stays a user)
                 others = [f for f in ledger.lab_users(spec.name) if f != self.fleet]
-            status = lab.up(size, log=log, used_by=others)
+            status = lab.up(size, log=log, used_by=others, sizes=spec.sizes)
             if created:
                 with self.ledger() as ledger:
                     ledger.lab_created(spec.name, self.fleet)
             mine = self._mine(status.hosts)
         self._seen = status  # addresses() right after (fleet.up, fleet.plan): the same look, not a second one
         return [h.target() for h in mine]
+
+    def reach(self, name: str) -> SshTarget | None:
+        """A host of the lab beyond the fleet's (the lab never shrinks while fleets use it), when it runs."""
+        found = next((h for h in self.lab.status().hosts if h.name == name), None)
+        return found.target() if found is not None and found.state == "running" and found.pinned else None
 
     def addresses(self) -> list[str]:
         status = self._seen or self.lab.status()

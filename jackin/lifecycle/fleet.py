@@ -30,7 +30,7 @@ from jackin.net import logins
 from jackin.plan import fleet as planning
 from jackin.plan import pools
 from jackin.plan.applied import applied
-from jackin.plan.make import make_plan
+from jackin.plan.make import make_plan, placed
 from jackin.snapshots.auto import AutoSnapshot, States, read_states, snapshot_before_up
 from jackin.spec import Inventory
 from jackin.spec.loader import load
@@ -127,6 +127,7 @@ def up(
         hosts = _only(provider.targets(log=log, bring_up=not dry_run if bring_up is None else bring_up), only)
         plan = _fleet_plan(inventory, ledger, provider, hosts, ready, dry_run=dry_run, log=log)
         states = read_states(plan, hosts)  # one parallel round trip: the snapshot decision and the plan
+        plan = placed(plan, inventory, ledger, states)  # by the hosts' capacity; a fleet that does not fit: exit 2
         if (
             not dry_run or bring_up
         ):  # role images some host lacks: built and archived here first (jackin/images/build.py)
@@ -176,6 +177,8 @@ class _Up:
         self.fleet, self.plan, self.hosts, self.split, self.auto = fleet, plan, hosts, split, auto
         self.not_run = [_not_run(name, error) for name, error in split.unread.items()]
         self.kept = [_unchanged(name) for name in split.unchanged]
+        # what the ledger records: where each spread instance lives (stranded ones stay recorded where they are)
+        self.placed = plan.spread_placement()
 
     def result(self, run: RunResult, **more: Any) -> UpResult:
         return UpResult(fleet=self.fleet, run=run, plan=self.plan, snapshots=self.auto,
@@ -205,12 +208,13 @@ class _Record:
         fleet, ledger = self.job.fleet, self.ledger
         ledger.record_host(fleet, host.host, target.address, target.port, "ok" if host.ok else "failed")
         if host.ok:
-            ledger.record_agents(fleet, host.host, [a.model_dump() for a in self.job.plan.agents])
+            ledger.record_agents(fleet, host.host, [a.model_dump() for a in self.job.plan.at(host.host)])
 
     def spec(self, run_id: int) -> None:
         fleet, ledger, spec, action = self.job.fleet, self.ledger, self.applied, self.action
-        with ledger.transaction():  # one commit for the spec, the contract and every host's rows
+        with ledger.transaction():  # one commit for the spec, the contract, the placement and every host's rows
             ledger.record_spec(run_id, fleet, self.names, spec.spec, spec.hash, spec.fleet_hash)
+            ledger.record_placements(fleet, self.job.placed)
             launch.record(ledger, run_id, self.terms)
             for host in self.job.not_run:
                 ledger.audit(run_id, fleet, action, "failed", host=host.host, detail={"error": host.error})
@@ -227,7 +231,14 @@ def _record_only(job: _Up, record: _Record, run_detail: dict[str, Any]) -> UpRes
         run_id = ledger.start_run(job.fleet, record.action, run_detail)
         record.spec(run_id)
         ledger.finish_run(run_id, "failed" if job.not_run else "ok")
+        if not job.not_run:
+            _forget_gone(ledger, job)
     return job.result(RunResult(hosts=_in_order(job.kept + job.not_run, job.hosts)))
+
+
+def _forget_gone(ledger: Ledger, job: _Up) -> None:
+    """After an up that succeeded on every host: the placements of instances the spec no longer names go."""
+    ledger.forget_placements(job.fleet, keep={*job.placed, *job.plan.stranded})
 
 
 def _apply(job: _Up, ledger: Ledger, inventory: Inventory, provider: Provider, states: States,
@@ -254,6 +265,8 @@ def _apply(job: _Up, ledger: Ledger, inventory: Inventory, provider: Provider, s
     result.hosts = _in_order(result.hosts + job.kept + job.not_run, hosts)
     if job.not_run:
         ledger.finish_run(run_id, "failed")
+    elif not result.failed and not result.error and all(h.ok for h in result.hosts):
+        _forget_gone(ledger, job)
     return job.result(result)
 
 
@@ -279,7 +292,7 @@ def split_hosts(plan: planning.FleetPlan, hosts: list[SshTarget], states: States
         if isinstance(state, JackinError) or state is None:
             split.unread[host.name] = state or JackinError("no state was read", host=host.name)
             continue
-        split.plans[host.name] = changes = host_changes(plan, state, values, host=host.name)
+        split.plans[host.name] = changes = host_changes(plan.for_host(host.name), state, values, host=host.name)
         if changes.empty:
             split.unchanged.append(host.name)
         else:
@@ -351,6 +364,8 @@ def plan(inventory: Inventory, *, log: Log = lambda _: None) -> PlanResult:
         return PlanResult(fleet=fleet.name, plan=fleet_plan,
                           note="the lab is not up: fleet.up would create its hosts first; nothing to plan against yet")  # fmt: skip
     states = read_states(fleet_plan, hosts)
+    with Ledger() as ledger:  # every instance placed by the hosts' capacity; a fleet that does not fit: exit 2
+        fleet_plan = placed(fleet_plan, inventory, ledger, states)
     split = split_hosts(fleet_plan, hosts, states, values)
     return PlanResult(fleet=fleet.name, plan=fleet_plan, hosts=_host_plans(hosts, split),
                       host_facts={n: s for n, s in states.items() if isinstance(s, HostState)})  # fmt: skip

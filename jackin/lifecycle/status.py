@@ -49,13 +49,15 @@ from jackin.hostpaths import (
 from jackin.lab.providers import provider_for
 from jackin.net.firewall import ident
 from jackin.paths import private_dir, state_dir
-from jackin.plan import ttl
+from jackin.plan import placement, ttl
 from jackin.plan.applied import in_place
 from jackin.plan.fleet import bridge_name, instances
+from jackin.plan.make import record
 from jackin.plan.ttl import TtlStatus
 from jackin.plan.ttl import line as ttl_text
 from jackin.spec import Inventory
 from jackin.spec.models import FleetSpec, NetworkPolicy, enforcement, gateway_credential
+from jackin.store.ledger import Ledger
 from jackin.transport.remote import gather
 from jackin.transport.target import SshTarget
 
@@ -116,6 +118,18 @@ class FleetStatus(_Model):
     rollup: str | None = None  # "4 agents: 1 blocked, 2 working, 1 done"
     ttl: TtlStatus | None = None  # the time-to-live: the time left (jackin/plan/ttl.py)
     login_error: str | None = None  # why a shared login could not be refreshed (jackin/net/logins.py)
+    # Where each instance lives, as the ledger records it (jackin/plan/placement.py): per host its instances, and
+    # those on a host that left the inventory (instance -> host); empty: the fleet was never placed
+    placement: dict[str, list[str]] = Field(default_factory=dict)
+    stranded: dict[str, str] = Field(default_factory=dict)
+
+    def missing(self, host: str) -> list[str]:
+        """The instances placed on ``host`` that its read did not find (none when it was not read)."""
+        found = next((h for h in self.hosts if h.host == host), None)
+        if found is None or not found.reachable or found.error:
+            return []
+        there = {a.instance for a in found.agents}
+        return [i for i in self.placement.get(host, []) if i not in there]
 
 
 # CPU in nanoseconds and memory in bytes of each pid's container cgroup (v2, else v1), in one awk
@@ -418,6 +432,9 @@ def read(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
                 seen.setdefault(host.host, {})[agent.instance] = agent.drops
         host.egress_broken = egress_broken(spec.name, host, policies)
     seen_file.write_text(json.dumps(seen))
+    with Ledger() as ledger:  # where each instance lives, as recorded (no host read for it)
+        where = placement.recorded(inventory, record(inventory, ledger))
+    result.placement, result.stranded = where.hosts, where.stranded
     result.ttl = ttl.status(spec)  # the time left (from the ledger; each host's timer is in its HostStatus)
     return result
 

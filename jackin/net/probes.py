@@ -13,7 +13,10 @@ from jackin.errors import EXIT_CONNECT, EXIT_FAILED, EXIT_OK, ConnectError, Jack
 from jackin.facts.gateway import GatewayAccount, gateway_accounts, gateway_files
 from jackin.net import firewall
 from jackin.plan import fleet as planning
+from jackin.plan import placement
+from jackin.plan.make import record
 from jackin.spec import Inventory
+from jackin.store.ledger import Ledger
 from jackin.transport.remote import HostError, gather
 from jackin.transport.target import SshTarget
 
@@ -101,7 +104,7 @@ def _check_target(target: str, port: int) -> None:
 
 def netcheck(inventory: Inventory, hosts: list[SshTarget], agent: str, target: str, port: int,
              *, timeout: int = 3) -> list[Probe]:  # fmt: skip
-    """Probe ``target:port`` with TCP from inside each instance's container, on every host."""
+    """Probe ``target:port`` with TCP from inside each instance's container, on each host it is placed on."""
     names = check_probe(inventory, agent, target, port)
     fleet = inventory.fleet.name
     script = (
@@ -125,10 +128,14 @@ def netcheck(inventory: Inventory, hosts: list[SshTarget], agent: str, target: s
         return found
 
     results = gather(hosts, script, parse, timeout=timeout * len(names) + 15)
+    with Ledger() as ledger:  # each instance is probed on the hosts it is placed on (jackin/plan/placement.py)
+        where = placement.recorded(inventory, record(inventory, ledger)).hosts
     probes = []
     for host in hosts:
         found = results[host.name]
         for instance in names:
+            if any(where.values()) and instance not in where.get(host.name, []):
+                continue
             if isinstance(found, JackinError):
                 result = "unreachable" if isinstance(found, ConnectError) else "error"
                 probes.append(Probe(host=host.name, instance=instance, target=target, port=port,

@@ -82,7 +82,7 @@ def build(inventory: Inventory, plan: FleetPlan, host_facts: Mapping[str, Any] |
     spec = inventory.fleet
     by_name = {a.name: a for a in spec.agents}
     trusted = sources.trusted(inventory.source_dir)  # where a from_file or task_file is no risk
-    agents = [_agent(a, by_name[a.agent], hosts, trusted) for a in plan.agents]
+    agents = [_agent(a, by_name[a.agent], hosts, trusted, plan) for a in plan.agents]
     return FleetContract(fleet=plan.fleet, hosts=hosts, agents=agents, host_effects=_effects(plan),
                          recovery=_recovery(inventory, last_snapshot), teardown=_teardown(inventory),
                          residual_risks=FLEET_RISKS)  # fmt: skip
@@ -103,7 +103,13 @@ def _facts(name: str, facts: Any) -> HostFacts:
                      apparmor=None if apparmor is None else apparmor.strip().upper().startswith("Y"))  # fmt: skip
 
 
-def _agent(agent: AgentPlan, spec: AgentSpec, hosts: list[HostFacts], trusted: list[str]) -> AgentContract:
+def hosts_of(plan: FleetPlan, instance: str) -> list[str]:
+    """The hosts the instance lives on: where the plan places it, else the host it is stranded on."""
+    return plan.hosts_of(instance) or ([plan.stranded[instance]] if instance in plan.stranded else [])
+
+
+def _agent(agent: AgentPlan, spec: AgentSpec, hosts: list[HostFacts], trusted: list[str],
+           plan: FleetPlan) -> AgentContract:  # fmt: skip
     identity = Identity(user=agent.user, uid=agent.uid, gid=agent.uid, home=agent.home, workspace=agent.workspace,
                         container=agent.container)  # fmt: skip
     given = sorted(spec.credentials, key=lambda c: c.name)
@@ -119,7 +125,8 @@ def _agent(agent: AgentPlan, spec: AgentSpec, hosts: list[HostFacts], trusted: l
     network = _network(agent)
     return AgentContract(instance=agent.instance, agent=agent.agent, role=agent.role, image=agent.image,
                          identity=identity, mounts=mounts, credentials=creds, network=network, docker=docker,
-                         resources=_resources(agent), work=work, api=_api(agent, spec),
+                         resources=_resources(agent), work=work, api=_api(agent, spec), placement=agent.placement,
+                         hosts=hosts_of(plan, agent.instance),
                          residual_risks=_risks(mounts, network, docker, hosts) + _disk_risks(agent) + _role_risks(agent, creds)
                          + _source_risks(given, creds, spec.work, work, trusted))  # fmt: skip
 

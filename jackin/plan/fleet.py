@@ -117,6 +117,7 @@ class AgentPlan(_Model):
     # Set in the container: the spec's api_url, in the variable its role's runtime reads (api.env).
     env: dict[str, str] = Field(default_factory=dict)
     gateway: GatewayPlan | None = None  # its API credential through the host's credential gateway
+    placement: Literal["spread", "each"] = "spread"  # on one host, or on every one of its agent's (placement.py)
     work: WorkPlan | None = None  # a repository and a task delivered to /run/jackin/work (jackin/work/bundles.py)
 
     @property
@@ -221,7 +222,12 @@ class FleetPlan(_Model):
     # their Dockerfile, offline: jackin/images/build.py): lab hosts reach no registry.
     images_here: bool = False
     budget: dict[str, float | int | None] | None = None  # the fleet's whole budget (each host enforces a share)
-    host_count: int = 1  # the fleet's hosts (each runs every agent): a host's share of ``budget``
+    host_count: int = 1  # the fleet's hosts: a host's share of ``budget``
+    # Per host of the fleet (in its order), the instances placed there (jackin/plan/placement.py); None: not
+    # placed, every agent on every host (a plan built without a ledger: tests, by hand).
+    placement: dict[str, list[str]] | None = None
+    stranded: dict[str, str] = Field(default_factory=dict)  # instance -> the host it is on, which left the inventory
+    unplaced: list[str] = Field(default_factory=list)  # instances on no host yet (the next fleet.up places them)
 
     @property
     def gateway_agents(self) -> list[AgentPlan]:
@@ -229,7 +235,31 @@ class FleetPlan(_Model):
 
     def at(self, host: str) -> list[AgentPlan]:
         """The agents placed on ``host`` (placement: jackin/plan/placement.py), in plan order."""
-        return list(self.agents)
+        if self.placement is None:
+            return list(self.agents)
+        here = set(self.placement.get(host, []))
+        return [a for a in self.agents if a.instance in here]
+
+    def hosts_of(self, instance: str) -> list[str]:
+        """The hosts ``instance`` is placed on (spread: one; each: every one of its agent's); none: unplaced,
+        stranded or unknown. Unplaced plans (``placement`` None): every host is unknown here, so none."""
+        return [h for h, placed in (self.placement or {}).items() if instance in placed]
+
+    def spread_placement(self) -> dict[str, str]:
+        """instance -> host of every placed instance of a ``spread`` agent (what the ledger records)."""
+        each = {a.instance for a in self.agents if a.placement == "each"}
+        return {i: h for h, here in (self.placement or {}).items() for i in here if i not in each}
+
+    def for_host(self, host: str) -> FleetPlan:
+        """The plan as one host gets it: its agents only (what its deploy, firewall, DNS, credentials, gateway
+        and work render). A host the placement does not name is refused (ValueError): never read as "no agents
+        here", which would remove them."""
+        if self.placement is None:
+            return self
+        if host not in self.placement:
+            raise ValueError(f"host {host} is not one of the plan's hosts ({', '.join(self.placement) or 'none'})")
+        return self.model_copy(update={"agents": self.at(host), "placement": {host: list(self.placement.get(host, []))},
+                                       "stranded": {}, "unplaced": []})  # fmt: skip
 
     @property
     def fleet_dir(self) -> str:
@@ -306,6 +336,7 @@ def build(spec: FleetSpec, uids: Mapping[str, int], fleet_hosts: Sequence[str] =
                 mounts=agent.mounts,
                 env=api_env(agent.role, agent.api_url, gateway=gateway_credential(agent) is not None),
                 gateway=gateway_plan(agent, spec.name),
+                placement=agent.placement,
             )  # fmt: skip
         )
     agents = [a.model_copy(update={"work": work_plan(by_name[a.agent].work, a.instance)}) for a in agents]

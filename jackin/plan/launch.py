@@ -11,8 +11,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from jackin.plan import fleet as planning
+from jackin.plan import placement
 from jackin.plan.contract import build, diff
 from jackin.plan.fleet import FleetPlan
+from jackin.plan.make import record as recorded_placement
 from jackin.plan.terms import FleetContract
 from jackin.spec import Inventory
 from jackin.store.ledger import Ledger
@@ -44,6 +46,10 @@ def current(inventory: Inventory, ledger: Ledger, plan: FleetPlan | None = None,
     if plan is None:
         names = [instance for _, instance in planning.instances(fleet)]
         plan = planning.build(fleet, ledger.preview_uids(fleet.name, names, fleet.uid_base, planning.UIDS_PER_FLEET))
+        where = placement.recorded(
+            inventory, recorded_placement(inventory, ledger)
+        )  # where each instance lives, as recorded
+        plan = plan.model_copy(update={"placement": where.hosts, "stranded": where.stranded})
     snapshots = ledger.snapshot_rows(fleet.name)
     return build(inventory, plan, host_facts, last_snapshot=snapshots[-1]["id"] if snapshots else None)
 

@@ -21,7 +21,6 @@ import math
 from collections.abc import Sequence
 
 from jackin.errors import SpecError
-from jackin.plan import fleet as planning
 from jackin.spec import Inventory
 from jackin.spec.models import AddressPool
 
@@ -56,9 +55,16 @@ def held(inventory: Inventory) -> int:
 
 
 def placement(inventory: Inventory) -> dict[str, int]:
-    """How many agent instances each host of the fleet runs: every host runs every instance."""
-    count = len(planning.instances(inventory.fleet))
-    return {host: count for host in inventory.fleet_host_names()}
+    """How many agent instances each host of the fleet runs at least (jackin/plan/placement.py): every instance of
+    an ``each`` agent on each of its hosts, a ``spread`` agent's spread evenly over its hosts (placement then keeps
+    a host to what its pools hold, ``held``)."""
+    found = {host: 0 for host in inventory.fleet_host_names()}
+    for agent in inventory.fleet.agents:
+        mine = inventory.agent_host_names(agent)
+        share = agent.count if agent.placement == "each" else math.ceil(agent.count / max(1, len(mine)))
+        for host in mine:
+            found[host] += share
+    return found
 
 
 def check(inventory: Inventory) -> None:

@@ -138,6 +138,10 @@ class AgentContract(_Model):
     residual_risks: list[str]
     work: WorkTerm | None = None  # None: the agent has no work in the spec
     api: ApiTerm | None = None  # None: the role names no model provider's base URL
+    # Where it lives (jackin/plan/placement.py): spread, on one host; each, on every one of its agent's. hosts
+    # empty: not placed yet (fleet.up places it by the hosts' capacity)
+    placement: Literal["spread", "each"] = "spread"
+    hosts: list[str] = []
 
 
 # --- per fleet --------------------------------------------------------------------------------

@@ -76,14 +76,15 @@ def fleet_plan(inventory: Inventory, ledger: Ledger) -> planning.FleetPlan:
     return make_plan(inventory, ledger, store=False, fleet_hosts=provider.addresses())
 
 
-def placement(ledger: Ledger, fleet: str, targets: Sequence[SshTarget], instances: Sequence[str],
-              planned: set[str]) -> dict[str, list[str]]:  # fmt: skip
-    """Which of ``instances`` each host holds: the ledger's agents where it knows the host, else
-    every ``planned`` instance (each host of a fleet runs all its agents)."""
+def placement(ledger: Ledger, plan: planning.FleetPlan, targets: Sequence[SshTarget],
+              instances: Sequence[str]) -> dict[str, list[str]]:  # fmt: skip
+    """Which of ``instances`` each host holds: the ledger's agents where it knows the host, else the
+    instances the plan places there (jackin/plan/placement.py)."""
     known: dict[str, set[str]] = {}
-    for row in ledger.agents(fleet):
+    for row in ledger.agents(plan.fleet):
         known.setdefault(row["host"], set()).add(row["instance"])
-    return {t.name: [i for i in instances if i in known.get(t.name, planned)] for t in targets}
+    return {t.name: [i for i in instances if i in known.get(t.name, {a.instance for a in plan.at(t.name)})]
+            for t in targets}  # fmt: skip
 
 
 def in_parallel(targets: Sequence[SshTarget], work: Callable[[Connection, SshTarget], T]) -> dict[str, T | JackinError]:
@@ -167,7 +168,7 @@ def take(ledger: Ledger, inventory: Inventory, targets: Sequence[SshTarget], ins
     instances = list(instances) if instances is not None else select(inventory, None)
     plan = fleet_plan(inventory, ledger)
     agents = {a.instance: a for a in plan.agents}
-    where = placement(ledger, fleet, targets, instances, set(agents))
+    where = placement(ledger, plan, targets, instances)
     extra = dict(extra or {})
     for host, instance in extra:
         if host in where and instance not in where[host]:

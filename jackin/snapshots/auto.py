@@ -111,7 +111,7 @@ def plan_snapshots(plan: FleetPlan, hosts: Sequence[SshTarget], known: set[tuple
         if isinstance(state, JackinError):
             failed[name] = state
             continue
-        found_here = changes_of(plan, state)
+        found_here = changes_of(plan.for_host(name), state)  # what the run does there: its agents only
         skipped = [c.instance for c in found_here if c.instance not in planned and (name, c.instance) not in known]
         if found_here:
             found.append(AutoSnapshot(host=name, changes=found_here, skipped=skipped))

@@ -90,6 +90,7 @@ def _check_references(data: dict[str, Any], lines: dict[Path_, int]) -> list[Pro
     _check_groups(groups, names, add)
     _check_provider(data, fleet, hosts, groups, names, add)
     _check_agents(fleet, add)
+    _check_agent_hosts(fleet, _fleet_hosts(data, fleet, names, groups), groups, add)
     return problems
 
 
@@ -167,6 +168,44 @@ def _check_agents(fleet: dict[str, Any], add: Add) -> None:
             if cname in credentials:
                 add(("fleet", "agents", i, "credentials", j, "name"), f"duplicate credential {cname!r}")
             credentials.add(cname)
+
+
+def _fleet_hosts(data: dict[str, Any], fleet: dict[str, Any], names: dict[str, int],
+                 groups: dict[str, Any]) -> list[str] | None:  # fmt: skip
+    """The fleet's host names from the raw data (None: unknown here, e.g. a lab whose settings do not parse)."""
+    if fleet.get("provider", "static") == "lab":
+        lab: dict[str, Any] = fleet["lab"] if isinstance(fleet.get("lab"), dict) else {}
+        name, count = lab.get("name", "jackin"), lab.get("hosts", 2)
+        return (
+            [f"{name}-{i}" for i in range(1, count + 1)] if isinstance(name, str) and isinstance(count, int) else None
+        )
+    targets = fleet["hosts"] if isinstance(fleet.get("hosts"), list) and fleet["hosts"] else list(names)
+    found: list[str] = []
+    for target in targets:
+        members = groups.get(target, [target]) if isinstance(target, str) else []
+        found += [m for m in (members if isinstance(members, list) else []) if isinstance(m, str) and m not in found]
+    return found
+
+
+def _check_agent_hosts(fleet: dict[str, Any], hosts: list[str] | None, groups: dict[str, Any], add: Add) -> None:
+    """Each agent's ``hosts``: names of the fleet's hosts, or of groups of them."""
+    if hosts is None:
+        return
+    for i, agent in _items(fleet.get("agents")):
+        entries: list[Any] = agent["hosts"] if isinstance(agent.get("hosts"), list) else []
+        for j, entry in enumerate(entries):
+            if not isinstance(entry, str):
+                continue
+            members = groups.get(entry, [entry])
+            outside = [m for m in (members if isinstance(members, list) else []) if m not in hosts]
+            if outside:
+                what = (
+                    f"group {entry!r} holds {', '.join(map(repr, outside))}, not"
+                    if entry in groups
+                    else f"{entry!r} is not"
+                )
+                add(("fleet", "agents", i, "hosts", j),
+                    f"{what} among the fleet's hosts; expected some of: {', '.join(hosts) or 'none'}")  # fmt: skip
 
 
 def _items(value: Any) -> list[tuple[int, dict[str, Any]]]:

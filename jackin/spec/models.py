@@ -249,6 +249,10 @@ class AgentSpec(Model):
     # runtime trusts it beside the system's authorities (never in place of them).
     api_ca: Path | None = None
     budget: Budget | None = None  # counted and enforced by the credential gateway (jackin/net/gateway.py)
+    # Where its instances run (jackin/plan/placement.py): ``spread``, ``count`` instances across its hosts by
+    # their capacity, each on one host; ``each``, ``count`` instances on every one of its hosts.
+    placement: Literal["spread", "each"] = "spread"
+    hosts: list[HostName] = Field(default_factory=list)  # host or group names among the fleet's; empty: all of them
 
     @field_validator("mounts")
     @classmethod
@@ -429,11 +433,33 @@ class AddressPool(Model):
         return self
 
 
+class LabSize(Model):
+    """A lab host's size: its container's memory (``docker run --memory``) and CPUs (``--cpus``); unset: the
+    machine's. What placement weighs (jackin/facts/capacity.py), so a lab can stand for hosts of different sizes."""
+
+    memory: int | None = None
+    cpus: float | None = Field(None, gt=0, le=256)
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> int | None:
+        if value is None:
+            return None
+        size = parse_size(value)
+        if size < MIN_LAB_MEMORY:
+            raise ValueError("expected at least 256m (a lab host runs systemd, sshd and a Docker engine)")
+        return size
+
+
+MIN_LAB_MEMORY = parse_size("256m")
+
+
 class LabSpec(Model):
     """Provider ``lab``: hosts are containers on the local Docker engine."""
 
     name: Slug = "jackin"
     hosts: int = Field(2, ge=1, le=64)
+    sizes: list[LabSize] = Field(default_factory=list, max_length=64)  # host 1's, host 2's...; beyond: the machine's
 
 
 def lab_host_name(lab: str, index: int) -> str:
@@ -609,6 +635,15 @@ class Inventory(Model):
         """The inventory file's directory, absolute; the working directory when it was not read from a
         file. Relative paths of the spec (work's ``repo`` and ``task_file``) are its neighbours."""
         return self._source_dir or os.getcwd()
+
+    def agent_host_names(self, agent: AgentSpec) -> list[str]:
+        """The agent's hosts (its ``hosts`` entries, groups expanded, none: the fleet's), in the fleet's order;
+        the loader refuses an entry that is not among the fleet's hosts."""
+        fleet = self.fleet_host_names()
+        if not agent.hosts:
+            return fleet
+        chosen = {name for entry in agent.hosts for name in self.groups.get(entry, [entry])}
+        return [name for name in fleet if name in chosen]
 
     def fleet_host_names(self) -> list[str]:
         """The hosts the fleet runs on, by name, in order, touching nothing: provider ``static``, the

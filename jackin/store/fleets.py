@@ -103,6 +103,10 @@ class FleetTables(Tables):
                 ),
             )
 
+    def forget_agent(self, fleet: str, host: str, instance: str) -> None:
+        """One instance is no longer on ``host`` (agent.move took it elsewhere)."""
+        self.db.execute("DELETE FROM agents WHERE fleet = ? AND host = ? AND instance = ?", (fleet, host, instance))
+
     def agents(self, fleet: str) -> list[dict[str, Any]]:
         return [
             dict(r) for r in self.db.execute("SELECT * FROM agents WHERE fleet = ? ORDER BY host, instance", (fleet,))
@@ -114,7 +118,9 @@ class FleetTables(Tables):
         ``keep_uids``: data kept on the hosts is owned by these uids; they must not be given to another fleet.
         """
         for table in (
-            ("agents", "hosts", "kept", "fleet_ttl") if keep_uids else ("agents", "hosts", "kept", "uids", "fleet_ttl")
+            ("agents", "hosts", "kept", "fleet_ttl", "placements")
+            if keep_uids
+            else ("agents", "hosts", "kept", "uids", "fleet_ttl", "placements")
         ):
             self.db.execute(f"DELETE FROM {table} WHERE fleet = ?", (fleet,))  # noqa: S608 - fixed names
         self.db.execute("UPDATE fleets SET status = 'down', updated = ? WHERE name = ?", (time.time(), fleet))

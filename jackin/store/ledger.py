@@ -25,6 +25,7 @@ from jackin.errors import BusyError
 from jackin.paths import private_dir, state_dir
 from jackin.store import locks
 from jackin.store.fleets import FleetTables
+from jackin.store.placements import PlacementTables
 from jackin.store.runs import RunTables
 from jackin.store.schema import create, who
 from jackin.store.snapshots import SnapshotTables
@@ -38,7 +39,7 @@ def _busy(fleet: str, holder: str) -> BusyError:
     )
 
 
-class Ledger(FleetTables, RunTables, SnapshotTables, TaskTables):
+class Ledger(FleetTables, PlacementTables, RunTables, SnapshotTables, TaskTables):
     """The ledger at ``path`` (default: ``<state>/ledger.sqlite3``), its tables made or migrated on
     opening; its queries are the mixins', one module per concern (fleets, runs, snapshots)."""
 

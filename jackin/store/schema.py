@@ -66,6 +66,9 @@ CREATE TABLE IF NOT EXISTS run_contracts (
 CREATE TABLE IF NOT EXISTS fleet_ttl (
     fleet TEXT PRIMARY KEY, started REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS placements (
+    fleet TEXT NOT NULL, instance TEXT NOT NULL, host TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (fleet, instance)
+);
 CREATE TABLE IF NOT EXISTS collections (
     id INTEGER PRIMARY KEY AUTOINCREMENT, fleet TEXT NOT NULL, host TEXT NOT NULL, instance TEXT NOT NULL,
     at REAL NOT NULL, who TEXT NOT NULL, result TEXT NOT NULL, state TEXT, repo TEXT, ref TEXT,

@@ -427,7 +427,8 @@ def collect(inventory: Inventory, *, agents: Sequence[str] | None = None, into: 
         raise JackinError(f"fleet {plan.fleet} has no host up: nothing to collect",
                           hint="bring it up with inv fleet.up, or check the inventory's hosts")  # fmt: skip
     report = CollectReport(fleet=plan.fleet)
-    found = fanout.each_host(hosts, lambda t: _host(t, inventory, chosen, into=into, asked=bool(agents)),
+    found = fanout.each_host(hosts, lambda t: _host(t, inventory, [a for a in chosen if a in plan.at(t.name)], into=into,
+                                                    asked=bool(agents)),
                              faults=_SSH_FAULTS, grace=math.inf, workers=8)  # fmt: skip
     report.unreachable.update({name: error.message for name, error in found.failed.items()})
     for outcome in found.succeeded.values():
@@ -520,7 +521,7 @@ def review(inventory: Inventory) -> Review:
     result = Review(fleet=plan.fleet)
     live: dict[tuple[str, str], Live] = {}
     if hosts:
-        found = fanout.each_host(hosts, lambda t: _live(t, list(plan.agents)), faults=_SSH_FAULTS, grace=math.inf,
+        found = fanout.each_host(hosts, lambda t: _live(t, plan.at(t.name)), faults=_SSH_FAULTS, grace=math.inf,
                                  workers=8)  # fmt: skip
         result.unreachable.update({name: error.message for name, error in found.failed.items()})
         for name, states in found.succeeded.items():

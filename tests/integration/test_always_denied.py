@@ -40,12 +40,12 @@ def deny(dlab, tmp_path_factory):
     spec.write_text(json.dumps({"fleet": {
         "name": FLEET, "provider": "lab", "lab": {"name": dlab.name, "hosts": 2},
         "agents": [
-            {"name": "wide", "network": {"mode": "allowlist", "allow": ["0.0.0.0/0:8080"]}},
+            {"name": "wide", "placement": "each", "network": {"mode": "allowlist", "allow": ["0.0.0.0/0:8080"]}},
             # Inside a private range: opens the private service, and also the lab network the hosts are on.
             # Every private range: Docker may give the lab's networks any of them on a busy engine.
-            {"name": "priv", "network": {"mode": "allowlist",
+            {"name": "priv", "placement": "each", "network": {"mode": "allowlist",
                                          "allow": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"]}},
-            {"name": "open", "network": {"mode": "open"}},
+            {"name": "open", "placement": "each", "network": {"mode": "open"}},
         ],
         "resources": {"memory": "128m", "cpus": 0.5, "pids": 64},
     }}))  # fmt: skip

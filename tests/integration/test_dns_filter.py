@@ -49,10 +49,10 @@ def dns(dlab, tmp_path_factory):
     spec.write_text(json.dumps({"fleet": {
         "name": FLEET, "provider": "lab", "lab": {"name": dlab.name, "hosts": 2},
         "agents": [
-            {"name": "filt", "network": {"mode": "allowlist", "dns": [upstream],
+            {"name": "filt", "placement": "each", "network": {"mode": "allowlist", "dns": [upstream],
                                          "allow": ["allowed.lab.test:8080", "nothing-here.lab.test:443"]}},
-            {"name": "other", "network": {"mode": "allowlist", "allow": ["other.lab.test:8081"], "dns": [upstream]}},
-            {"name": "hostdns", "network": {"mode": "allowlist", "allow": ["allowed.lab.test:8080"]}},
+            {"name": "other", "placement": "each", "network": {"mode": "allowlist", "allow": ["other.lab.test:8081"], "dns": [upstream]}},
+            {"name": "hostdns", "placement": "each", "network": {"mode": "allowlist", "allow": ["allowed.lab.test:8080"]}},
         ],
         "resources": {"memory": "128m", "cpus": 0.5, "pids": 64},
     }}))  # fmt: skip

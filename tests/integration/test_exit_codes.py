@@ -46,7 +46,7 @@ def static_inventory(tmp_path, lab: Lab, fleet: str, hosts: list) -> str:
     for host in hosts:
         lines.append(f"  - {{name: {host.name}, address: 127.0.0.1, port: {host.port}, key_file: {lab.key_file}, "
                      f"host_keys: [\"{keys[f'[127.0.0.1]:{host.port}']}\"]}}")  # fmt: skip
-    lines += ["fleet:", f"  name: {fleet}", "  provider: static", "  agents: [{name: coder, role: demo}]",
+    lines += ["fleet:", f"  name: {fleet}", "  provider: static", "  agents: [{name: coder, role: demo, placement: each}]",
               "  network: {mode: none}"]  # fmt: skip
     path = tmp_path / f"{fleet}.yaml"
     path.write_text("\n".join(lines) + "\n")

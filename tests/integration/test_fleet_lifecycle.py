@@ -38,9 +38,10 @@ def write_inventory(tmp_path, lab: Lab, fleet: str, *, reviewer_memory: str = "1
   provider: lab
   lab: {{name: {lab.name}, hosts: 2}}
   agents:
-    - {{name: coder, role: demo, count: 2}}
+    - {{name: coder, role: demo, count: 2, placement: each}}
     - name: reviewer
       role: demo
+      placement: each
       resources: {{memory: {reviewer_memory}, cpus: 0.5, pids: 64}}
   resources: {{memory: 256m, cpus: 1, pids: 128}}
 """

@@ -57,8 +57,8 @@ class Fleet:
             uids = [r["uid"] for r in ledger.db.execute("SELECT uid FROM uids WHERE fleet = ?", (self.name,))]
         low = min(uids, default=60000)
         out = sh(self.lab, state_command(self.name, low, low + UIDS_PER_FLEET - 1, bootstrap=True)).stdout
-        return "\n".join(_without_health(line) for line in out.split("\n")
-                         if not line.startswith("now="))  # the host's clock moves  # fmt: skip
+        return "\n".join(_without_health(line) for line in out.split("\n")  # the host's clock and free disk move
+                         if not line.startswith(("now=", "free=")))  # fmt: skip
 
     def ledger(self) -> list[str]:
         with Ledger() as ledger:

@@ -46,6 +46,7 @@ def test_fleet_run_collects_every_agents_commit_under_its_own_ref_and_tears_down
   agents:
     - name: coder
       count: 2
+      placement: each
       role: demo
       work: {{repo: src, task: "Add notes\\nwrite: notes.txt: a note\\ntest: test -f notes.txt"}}
   resources: {{memory: 128m, cpus: 0.5, pids: 64}}

@@ -18,7 +18,7 @@ def _inventory(tmp_path, lab_name: str, hosts: int = 2) -> str:
     path = tmp_path / "fleet.yaml"
     path.write_text(
         f"fleet:\n  name: itest\n  provider: lab\n  lab: {{name: {lab_name}, hosts: {hosts}}}\n"
-        "  agents:\n    - {name: coder, role: demo}\n"
+        "  agents:\n    - {name: coder, role: demo, placement: each}\n"
     )
     return str(path)
 

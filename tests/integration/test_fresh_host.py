@@ -41,7 +41,7 @@ def world(tmp_path_factory):
   provider: lab
   lab: {{name: {lab.name}, hosts: 2}}
   agents:
-    - {{name: coder, role: demo, count: 1}}
+    - {{name: coder, role: demo, count: 1, placement: each}}
   resources: {{memory: 128m, cpus: 0.5, pids: 64}}
 """)
     try:

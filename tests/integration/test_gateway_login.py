@@ -52,7 +52,7 @@ def test_one_shared_login_is_refreshed_once_per_expiry_for_six_agents_on_two_hos
         spec.write_text(json.dumps({"fleet": {
             "name": name, "provider": "lab", "lab": {"name": two.name, "hosts": 2},
             "resources": {"memory": "640m", "cpus": 1, "pids": 256}, "network": {"mode": "allowlist"},
-            "agents": [{"name": "coder", "role": "claude-code", "count": 3, "api_url": url, "api_ca": str(ca),
+            "agents": [{"name": "coder", "role": "claude-code", "count": 3, "placement": "each", "api_url": url, "api_ca": str(ca),
                         "credentials": [{"name": "ANTHROPIC_API_KEY", "kind": "oauth", "from_file": str(login),
                                          "token_url": f"{url}/v1/oauth/token", "acknowledge_terms": True}],
                         "work": {"repo": str(repo), "task": TASK}}],

@@ -64,7 +64,7 @@ def olab(state):
 def write(tmp_path, fleet: str, lab: str, hosts: int = 1) -> str:
     path = tmp_path / f"{fleet}.yaml"
     path.write_text(f"fleet:\n  name: {fleet}\n  provider: lab\n  lab: {{name: {lab}, hosts: {hosts}}}\n"
-                    "  agents:\n    - {name: coder, role: demo}\n  network: {mode: none}\n")  # fmt: skip
+                    "  agents:\n    - {name: coder, role: demo, placement: each}\n  network: {mode: none}\n")  # fmt: skip
     return str(path)
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from jackin.agents import tools as agent_tools
 from jackin.errors import EXIT_SPEC, JackinError, SpecError
+from jackin.plan.placement import Placement
 from jackin.spec import parse_inventory
 from jackin.transport.ssh import SshTarget
 
@@ -25,10 +26,11 @@ SPEC = parse_inventory("fleet:\n  name: demo\n  provider: lab\n  agents:\n    - 
 H1 = SshTarget(name="h1", address="127.0.0.1", port=2201, known_hosts=Path("/dev/null"))
 H2 = SshTarget(name="h2", address="127.0.0.1", port=2202, known_hosts=Path("/dev/null"))
 UIDS = {"coder-1": 60000, "coder-2": 60001}
+EACH = Placement(hosts={"h1": ["coder-1", "coder-2"], "h2": ["coder-1", "coder-2"]})  # placement: each, 2 hosts
 
 
-def ref(host: str | None = None, targets=(H1,)) -> agent_tools.AgentRef:
-    return agent_tools.resolve(SPEC, "coder-2", host=host, uids=UIDS, targets=list(targets))
+def ref(host: str | None = None, targets=(H1,), placed: Placement = EACH) -> agent_tools.AgentRef:
+    return agent_tools.resolve(SPEC, "coder-2", host=host, uids=UIDS, targets=list(targets), placed=placed)
 
 
 def test_remainder_is_everything_after_the_first_double_dash_verbatim() -> None:
@@ -51,10 +53,21 @@ def test_resolve_refusals() -> None:
         agent_tools.resolve(SPEC, "coder", uids=UIDS, targets=[H1])
     with pytest.raises(SpecError, match="give --host, one of: h1, h2"):
         ref(targets=(H1, H2))
-    with pytest.raises(SpecError, match="no host 'h3'"):
+    with pytest.raises(SpecError, match="does not run on host 'h3'"):
         ref("h3", targets=(H1, H2))
     with pytest.raises(JackinError, match="is not up"):
-        agent_tools.resolve(SPEC, "coder-1", uids={}, targets=[H1])
+        agent_tools.resolve(SPEC, "coder-1", uids={}, targets=[H1], placed=EACH)
+
+
+def test_resolve_finds_a_spread_instance_on_its_one_host_without_host() -> None:
+    """placement spread: the ledger's host for it, no --host needed; another host is refused; stranded: move it."""
+    spread = Placement(hosts={"h1": ["coder-1"], "h2": ["coder-2"]})
+    assert ref(targets=(H1, H2), placed=spread).target.name == "h2"
+    with pytest.raises(SpecError, match="coder-2 does not run on host 'h1'.*it runs on h2"):
+        ref("h1", targets=(H1, H2), placed=spread)
+    gone = Placement(hosts={"h1": ["coder-1"], "h2": []}, stranded={"coder-2": "h9"})
+    with pytest.raises(JackinError, match="coder-2 is on h9, which left the inventory"):
+        ref(targets=(H1, H2), placed=gone)
 
 
 def test_the_exact_commands() -> None:

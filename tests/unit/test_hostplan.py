@@ -124,7 +124,7 @@ def test_the_fleet_deploy_runs_exactly_the_hostplan_steps() -> None:
     ``hostplan.steps`` in order (so the in-process plan is the engine's)."""
     tree = ast.parse((Path(__file__).resolve().parents[2] / "deploys" / "fleet.py").read_text())
     calls = sorted({ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)})
-    assert calls == ["FleetPlan.model_validate", "hostplan.batched", "hostplan.steps", "len", "ops.apply", "ops.fleet_state",
+    assert calls == ["FleetPlan.model_validate", "FleetPlan.model_validate(host.data.jackin).for_host", "hostplan.batched", "hostplan.steps", "len", "ops.apply", "ops.fleet_state",
                      "report.facts", "secrets.get", "state.host.get"]  # fmt: skip
     assert not any(isinstance(node, ast.If) for node in ast.walk(tree))
 
@@ -250,12 +250,13 @@ INVENTORY = "fleet:\n  name: demo\n  provider: lab\n  agents:\n    - name: coder
 
 @pytest.fixture
 def no_engine(tmp_path, monkeypatch):
-    """fleet.up with the hosts, their state read and the engine replaced (the engine must not start)."""
+    """fleet.up with the hosts, their state read and the engine replaced (the engine must not start); the lab's
+    first host (named as the placement names it) holds both agents, found there before any record."""
     monkeypatch.setenv("JACKIN_STATE_DIR", str(tmp_path))
     inventory = parse_inventory(INVENTORY, "f.yaml")
     plan = fleet_api.make_plan(inventory, fleet_api.Ledger(), store=True)
-    monkeypatch.setattr(fleet_api, "provider_for", lambda *a: _Provider(targets("h1")))
-    monkeypatch.setattr(fleet_api, "read_states", lambda p, hosts: {"h1": provisioned(plan)})
+    monkeypatch.setattr(fleet_api, "provider_for", lambda *a: _Provider(targets("jackin-1")))
+    monkeypatch.setattr(fleet_api, "read_states", lambda p, hosts: {"jackin-1": provisioned(plan)})
 
     def engine(*args, **kwargs):
         raise AssertionError("the engine was started")
@@ -266,10 +267,10 @@ def no_engine(tmp_path, monkeypatch):
 
 def test_a_no_change_up_records_an_ok_run_without_the_engine(no_engine) -> None:
     result = fleet_api.up(no_engine, bring_up=False)
-    assert result.unchanged == ["h1"] and [(h.host, h.ok, h.changed) for h in result.run.hosts] == [("h1", True, 0)]
+    assert result.unchanged == ["jackin-1"] and [(h.host, h.ok, h.changed) for h in result.run.hosts] == [("jackin-1", True, 0)]
     with fleet_api.Ledger() as ledger:
         [run] = [r for r in ledger.db.execute("SELECT * FROM runs")]
-        assert run["status"] == "ok" and json.loads(run["detail"])["unchanged"] == ["h1"]
+        assert run["status"] == "ok" and json.loads(run["detail"])["unchanged"] == ["jackin-1"]
     assert fleet_api.up(no_engine, dry_run=True).run.hosts[0].changed == 0
 
 
@@ -277,7 +278,7 @@ def test_the_engine_is_handed_the_state_the_run_planned_from(no_engine, monkeypa
     """A host with changes: its deploy gets the state fleet.up read (``host_data``), so it runs the planned
     steps without reading the host again; the state survives the trip through JSON unchanged."""
     changed = replaced(provisioned(), "containers", CODER.container, container(CODER, running=False))
-    monkeypatch.setattr(fleet_api, "read_states", lambda p, hosts: {"h1": changed})
+    monkeypatch.setattr(fleet_api, "read_states", lambda p, hosts: {"jackin-1": changed})
     handed = {}
 
     def engine(*args, host_data=None, hosts=(), **kwargs):
@@ -286,8 +287,8 @@ def test_the_engine_is_handed_the_state_the_run_planned_from(no_engine, monkeypa
 
     monkeypatch.setattr(fleet_api, "recorded_run", engine)
     fleet_api.up(no_engine, bring_up=False)
-    assert list(handed) == ["h1"]
-    assert HostState.model_validate(json.loads(json.dumps(handed["h1"]["state"]))) == changed
+    assert list(handed) == ["jackin-1"]
+    assert HostState.model_validate(json.loads(json.dumps(handed["jackin-1"]["state"]))) == changed
 
 
 @pytest.mark.parametrize("given, bootstrap, reads", [

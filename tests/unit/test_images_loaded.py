@@ -21,8 +21,8 @@ def target(name: str) -> SshTarget:
 
 
 def test_loaded_images_join_the_handed_state_and_a_failed_host_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    plan = SimpleNamespace(agents=[SimpleNamespace(image=TAG), SimpleNamespace(image="jackin/agent:busybox")],
-                           images_here=True)
+    agents = [SimpleNamespace(image=TAG), SimpleNamespace(image="jackin/agent:busybox")]
+    plan = SimpleNamespace(agents=agents, images_here=True, at=lambda _host: agents)  # every agent on every host
     split = SimpleNamespace(run=[target("a"), target("b"), target("c")])
     states = {"a": HostState(images=["other:1"]), "b": HostState(), "c": HostState(images=[TAG])}
     asked: dict = {}

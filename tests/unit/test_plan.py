@@ -137,8 +137,9 @@ def test_build_fleet() -> None:
 
 def test_build_agent() -> None:
     coder = agent("coder-2")
+    assert coder.placement == "spread"  # the default: coder-1..N once across the fleet (jackin/plan/placement.py)
     assert coder.model_dump(exclude={"command", "policy", "credentials", "mounts", "work", "healthcheck", "env",
-                                     "gateway"}) == {
+                                     "gateway", "placement"}) == {
         "fleet": "demo",
         "agent": "coder",
         "instance": "coder-2",

@@ -27,8 +27,8 @@ fleet:
 def spec(agents: int, *, lab: bool = False, pools_yaml: str = ""):
     head = "fleet:\n  name: f\n  provider: lab\n  lab: {name: big, hosts: 2}\n" if lab else STATIC
     counts, rest = divmod(agents, 64)
-    listed = "".join(f"    - {{name: a{i}, count: 64}}\n" for i in range(counts))
-    listed += f"    - {{name: r, count: {rest}}}\n" if rest else ""
+    listed = "".join(f"    - {{name: a{i}, count: 64, placement: each}}\n" for i in range(counts))
+    listed += f"    - {{name: r, count: {rest}, placement: each}}\n" if rest else ""
     return parse_inventory(head + pools_yaml + "  agents:\n" + listed, "f.yaml")
 
 
@@ -45,10 +45,12 @@ def test_explicit_pools_count_their_ipv4_networks_less_docker0() -> None:
     assert pools.held(spec(1, lab=True, pools_yaml="  address_pools: [{base: 10.213.0.0/22, size: 24}]\n")) == 3
 
 
-def test_every_host_of_the_fleet_runs_every_agent() -> None:
+def test_every_host_of_the_fleet_runs_every_agent_of_placement_each() -> None:
     assert pools.placement(spec(5)) == {"h1": 5, "h2": 5}  # fleet.hosts: the group pair, not h3
     assert pools.placement(spec(5, lab=True)) == {"big-1": 5, "big-2": 5}
     assert lab_host_name("big", 2) == Lab("big").host_name(2)
+    spread = parse_inventory(STATIC + "  agents:\n    - {name: r, count: 5}\n", "f.yaml")  # at least an even share
+    assert pools.placement(spread) == {"h1": 3, "h2": 3}
 
 
 @pytest.mark.parametrize("agents, lab", [(30, False), (29, True)])

@@ -142,7 +142,7 @@ def test_placement_must_match_and_agents_may_differ() -> None:
     with pytest.raises(SpecError) as caught:
         check_placement(fleet(lab={"name": "other", "hosts": 1}), fleet(), 4)
     assert caught.value.message == "run 4's spec cannot be applied to this inventory's hosts"
-    assert caught.value.problems == ["fleet.lab: run 4 had LabSpec(name='other', hosts=1), the inventory has None"]
+    assert caught.value.problems == ["fleet.lab: run 4 had LabSpec(name='other', hosts=1, sizes=[]), the inventory has None"]
 
 
 def test_with_snapshots_refused_only_when_disconnected(monkeypatch: pytest.MonkeyPatch) -> None:

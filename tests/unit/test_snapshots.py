@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+from types import SimpleNamespace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -171,7 +172,8 @@ def test_placement_follows_the_ledger_and_else_the_plan(tmp_path: Path) -> None:
         row = {"instance": "old-1", "agent": "old", "uid": 60005, "user": "jk-f1--old-1", "container": "jk-f1--old-1",
                "network": "jk-f1--old-1"}  # fmt: skip
         ledger.record_agents("f1", "h1", [row, {**row, "instance": "coder-1"}])
-        where = api.placement(ledger, "f1", targets, ["coder-1", "coder-2", "old-1"], {"coder-1", "coder-2"})
+        plan = SimpleNamespace(fleet="f1", at=lambda host: [SimpleNamespace(instance=i) for i in ("coder-1", "coder-2")])
+        where = api.placement(ledger, plan, targets, ["coder-1", "coder-2", "old-1"])  # h2: every agent placed there
         assert where == {"h1": ["coder-1", "old-1"], "h2": ["coder-1", "coder-2"]}
         [stored] = [r for r in ledger.agents("f1") if r["instance"] == "old-1"]
     gone = api.from_row(stored, snapshot="s", created="t", image_id=None)

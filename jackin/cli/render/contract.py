@@ -24,6 +24,8 @@ def _agent_contract(contract: FleetContract, agent: AgentContract) -> Table:
     table.add_column("term", style="bold")
     table.add_column("value")
     i = agent.identity
+    where = ", ".join(agent.hosts) or "not placed yet (fleet.up places it by the hosts' capacity)"
+    table.add_row("host" if agent.placement == "spread" else "hosts (placement each)", where)
     table.add_row("identity", f"user {i.user} (uid {i.uid}, gid {i.gid}); home {i.home}; workspace {i.workspace}")
     table.add_row("mounts", "\n".join(f"{m.source} -> {m.target} ({m.mode}"
                                       f"{', acknowledged credential-like' if m.acknowledged_credentials else ''})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from rich.table import Table
@@ -11,17 +12,19 @@ if TYPE_CHECKING:  # annotations only: the engine's protocol is not loaded by co
     from jackin.engine import RunResult
     from jackin.lifecycle.down import CleanCheck, DownResult
     from jackin.lifecycle.fleet import PlanResult
+    from jackin.plan.fleet import FleetPlan
 
 
-def up_table(result: RunResult, *, title: str, agents: int | None = None) -> Table:
-    """host, status, agents, changed, failed, time: the summary of a fleet run."""
+def up_table(result: RunResult, *, title: str, agents: Mapping[str, int] | int | None = None) -> Table:
+    """host, status, agents, changed, failed, time: the summary of a fleet run (``agents``: per host, the agents
+    placed there, for a host the engine did not report on)."""
     table = Table(title=title, title_justify="left")
     for column, justify in (("host", "left"), ("status", "left"), ("agents", "right"), ("changed", "right"),
                             ("failed", "right"), ("time", "right"), ("detail", "left")):  # fmt: skip
         table.add_column(column, justify=justify)  # type: ignore[arg-type]  # each one of rich's JustifyMethod names
     for host in result.hosts:
         status = Text("ok", style="green") if host.ok else Text("FAILED", style="bold red")
-        count = host.facts.get("agents", agents)
+        count = host.facts.get("agents", agents.get(host.host) if isinstance(agents, Mapping) else agents)
         detail = host.error or " ".join(str(host.facts[k]) for k in ("distro", "kernel") if k in host.facts)
         table.add_row(host.host, status, "-" if count is None else str(count), str(host.changed), str(host.failed),
                       f"{host.elapsed:.1f}s", Text(detail, style="red" if host.error else ""))  # fmt: skip
@@ -47,12 +50,34 @@ def clean_table(checks: list[CleanCheck]) -> Table:
     return table
 
 
+def placement_lines(plan: FleetPlan) -> list[Text]:
+    """Where each instance lives (jackin/plan/placement.py): per host its instances, then those on a host that left
+    the inventory (fleet.up leaves them alone) and those not placed yet."""
+    if plan.placement is None:
+        return []
+    lines = [
+        Text(f"{host}: {', '.join(placed) or 'no agents'}", style="cyan") for host, placed in plan.placement.items()
+    ]
+    for instance, host in plan.stranded.items():
+        lines.append(Text(f"{instance}: on {host}, which left the inventory (fleet.up leaves it alone): "
+                          f"inv agent.move {instance} --to HOST", style="yellow"))  # fmt: skip
+    if plan.unplaced:
+        lines.append(Text(f"not placed yet (fleet.up places them by the hosts' capacity): {', '.join(plan.unplaced)}",
+                          style="yellow"))  # fmt: skip
+    return lines
+
+
 def host_plan_view(result: PlanResult) -> Table:
     """fleet.plan: per host what fleet.up would change, by category; an unchanged host in one line.
     Credentials show by name and agent only (``jackin.lifecycle.hostplan``), never a value."""
     table = Table.grid(padding=(0, 1))
     if result.note:
         table.add_row(Text(f"fleet {result.fleet}: {result.note}", style="yellow"))
+    where = placement_lines(result.plan)
+    if where:
+        table.add_row(Text(f"fleet {result.fleet}: where each agent lives", style="bold"))
+        for placed in where:
+            table.add_row(Text("  ") + placed)
     for host in result.hosts:
         if host.error is not None:
             why = "unreachable" if host.unreachable else "state read failed"

@@ -32,8 +32,12 @@ def status_table(status: FleetStatus) -> Table:
             table.add_row(host.host, "-", Text("unknown", style="bold red"), "-", "-", "-", "-", "-", "-", "-",
                           Text(host.error, style="red"))  # fmt: skip
             continue
-        if not host.agents:
+        missing = status.missing(host.host)
+        if not host.agents and not missing:
             table.add_row(host.host, "-", Text("no agents", style="yellow"), "-", "-", "-", "-", "-", "-", "-", "")
+        for instance in missing:  # placed here, and no container: fleet.up makes it
+            table.add_row(host.host, instance, Text("missing", style="bold red"), "-", "-", "-", "-", "-", "-", "-",
+                          Text("placed here, no container (run fleet.up)", style="red"))  # fmt: skip
         for agent in host.agents:
             style = "green" if agent.state == "running" else "red"
             memory = size(agent.memory) + (f" / {size(agent.memory_limit)}" if agent.memory_limit else "")
@@ -57,6 +61,9 @@ def status_table(status: FleetStatus) -> Table:
         table.caption += f"\n{host.host}: credential gateway DOWN: {host.gateway_down}"
     for host in (h for h in status.hosts if h.egress_broken):
         table.caption += f"\n{host.host}: egress BROKEN: {host.egress_broken}"
+    for instance, where in status.stranded.items():
+        table.caption += (f"\n{instance}: on {where}, which left the inventory (fleet.up leaves it alone): "
+                          f"inv agent.move {instance} --to HOST")  # fmt: skip
     if status.login_error:
         table.caption += f"\nshared login NOT REFRESHED: {status.login_error}"
     if ttl_line(status):
