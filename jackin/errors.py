@@ -4,6 +4,7 @@
     ├── SpecError (ValueError)   exit 2   an inventory or argument is invalid; nothing was touched
     │   ├── CredentialError      exit 2   a credential's source is missing or unusable (spec.credentials)
     │   ├── WorkError            exit 2   an agent's repository or task cannot be used (work.bundles)
+    │   ├── TaskProblem          exit 2   a queued task's repository or ref cannot be used (work.loop: its class task)
     │   └── PlacementError       exit 2   the fleet does not fit on its hosts, or a move cannot be made (plan.placement)
     ├── ConnectError             exit 3   a host could not be reached
     │   └── HostKeyError         exit 3   its host key is not the pinned one (never retried)
