@@ -496,7 +496,9 @@ class FleetSpec(Model):
             if gate is None:
                 continue
             if gate.agent not in names:
-                raise ValueError(f"{where}.agent: {gate.agent!r} is not an agent of the fleet (agents: {', '.join(names)})")
+                raise ValueError(
+                    f"{where}.agent: {gate.agent!r} is not an agent of the fleet (agents: {', '.join(names)})"
+                )
             reviewer = next(a for a in self.agents if a.name == gate.agent)
             if reviewer.work is None:
                 raise ValueError(f"{where}.agent: {gate.agent!r} has no work: (its repository), so it takes no task: "

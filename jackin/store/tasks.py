@@ -295,7 +295,9 @@ class TaskTables(Tables):
         running = any(r["state"] == "running" for r in runs)
         done = any(r["state"] == "done" for r in runs)
         free = [n for n in range(1, task["attempts"] + 1) if n not in _busy(runs)]
-        state = ("running" if running else "queued") if free else "running" if running else "review" if done else "failed"
+        state = (
+            ("running" if running else "queued") if free else "running" if running else "review" if done else "failed"
+        )
         fields: dict[str, Any] = {"state": state, "updated": now}
         if not ok:
             fields |= {"failures": failures, "failure_class": failure_class, "evidence": evidence}
