@@ -21,7 +21,10 @@ import pytest
 from .conftest import inv, module_lab, sh
 from .test_runtime_lab import TASK, UNASKED, authority, project, requests, standin
 
-LIFETIME = 8  # seconds of each access token: the run (about 25 s) spans three of them
+# Seconds of each access token: the run (about 25 s) spans two or three of them. The refresh is made a third of the
+# lifetime before expiry, while fleet.wait polls every 2 s: 8 s left a margin of 2.7 s, which a loaded CI machine
+# (another module's 5 agents beside these 6) overran once (one call with an expired token); 12 s leaves 4 s.
+LIFETIME = 12
 SCRIPT = [
     *({"text": f"Step {n}.", "tool": "Bash", "input": {"command": "sleep 3", "description": "wait"}} for n in range(5)),
     *UNASKED,
