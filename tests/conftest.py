@@ -39,7 +39,7 @@ COST = {
     "test_runtime_lab.py": 100,  # Claude Code (then agent.attach) and Codex in their images (built before the suite: .ci/run)
     "test_runtime_lab_more.py": 100,  # OpenCode and Gemini CLI (its stand-in over TLS) in their images
     "test_gateway_login.py": 80,  # a 2-host lab of its own, 6 Claude Code agents on one shared login
-    "test_fleet_work.py": 100,  # a 2-host lab of its own, 32 tasks through fleet.work, the loop killed once
+    "test_fleet_work.py": 115,  # a 2-host lab of its own, 33 tasks through fleet.work (the loop killed once), fleet.run
     "test_gateway.py": 55,  # Claude Code through the credential gateway
     "test_exit_codes.py": 58,
     "test_checkpoints.py": 57,

@@ -394,12 +394,6 @@ class TaskTables(Tables):
         return [Attempt(**dict(r)) for r in self.db.execute(
             "SELECT * FROM task_attempts WHERE fleet = ? AND state = 'running' ORDER BY id", (fleet,))]  # fmt: skip
 
-    def open_tasks(self, fleet: str) -> int:
-        """Tasks not final: queued, running, in review or changes (what ``fleet.work --until empty`` waits for)."""
-        row = self.db.execute("SELECT count(*) AS n FROM tasks WHERE fleet = ? AND state NOT IN "
-                              "('accepted', 'failed', 'cancelled')", (fleet,)).fetchone()  # fmt: skip
-        return int(row["n"])
-
 
 def _busy(runs: list[sqlite3.Row]) -> set[int]:
     """The attempt numbers of a round that are taken: running, done, or failed for good."""

@@ -223,3 +223,38 @@ def _run(lab: Lab, name: str, spec: Path, repo: Path) -> None:
     again = inv("task.accept", str(best["id"]), "--attempt", "1", "-i", str(spec))
     assert again.returncode == 2 and "accepted already" in again.stderr
     assert git("-C", str(repo), "rev-parse", f"refs/jackin/{name}/accepted/{best['id']}") == second_commit  # unmoved
+
+
+def test_fleet_run_serves_the_specs_tasks_then_tears_the_fleet_down(qlab, tmp_path) -> None:
+    name, repo = f"fr{secrets.token_hex(3)}", tmp_path / "src"
+    git("init", "-q", "-b", "main", str(repo))
+    (repo / "README.md").write_text("a project\n")
+    git("-C", str(repo), "add", "-A")
+    git("-C", str(repo), "-c", "user.name=op", "-c", "user.email=op@x", "commit", "-qm", "start")
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(f"""fleet:
+  name: {name}
+  provider: lab
+  lab: {{name: {qlab.name}, hosts: 2}}
+  agents:
+    - {{name: coder, role: demo, count: 2, work: {{repo: src}}}}
+  resources: {{memory: 128m, cpus: 0.25, pids: 64}}
+  tasks:
+    - {{task: "one\\nwrite: one.txt: 1"}}
+    - {{task: "two\\nwrite: two.txt: 2"}}
+    - {{task: "three\\nfail: not today"}}
+""")
+    try:
+        done = inv("fleet.run", "-i", str(spec), "--yes", "--keep-lab", "--json")
+        assert done.returncode == 5, done.stdout[-3000:] + done.stderr[-3000:]  # ran to the end; a task failed
+        phases = [(p["phase"], p["status"]) for p in json.loads(done.stdout)["phases"]]
+        assert phases == [("up", "ok"), ("wait", "ok"), ("collect", "ok"), ("down", "ok")], phases
+        tasks = {t["text"].split()[0]: t for t in json.loads(inv("task.list", "-i", str(spec), "--json").stdout)}
+        assert {k: t["state"] for k, t in tasks.items()} == {"one": "accepted", "two": "accepted", "three": "failed"}
+        for word, number in (("one", "1"), ("two", "2")):
+            accepted = f"refs/jackin/{name}/accepted/{tasks[word]['id']}"
+            assert git("-C", str(repo), "show", f"{accepted}:{word}.txt") == number
+        for host in (0, 1):  # torn down: nothing of the fleet is left on its hosts
+            assert not sh(qlab, f"docker ps -aq --filter label=jackin.fleet={name}", host=host).stdout.strip()
+    finally:
+        inv("fleet.down", "-i", str(spec), "--yes", "--keep-lab", "--no-final-snapshot")
