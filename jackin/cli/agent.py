@@ -98,6 +98,14 @@ def agent_move(inventory: str | None, agent: str, to: str, *, json: bool) -> int
     """Move one instance with its workspace onto another of its hosts; refused (exit 2, nothing changed) when it
     cannot move there. Exit 1 when a step failed (the error says what is where)."""
     spec = fleet_api.load(inventory)
+    from jackin.plan import launch  # lazy: the contract, for this command's check alone
+
+    found = launch.gate(spec)  # a move runs fleet.up on two hosts: it may apply nothing but the placement
+    if found.differs:
+        raise SpecError(f"fleet {spec.fleet.name!r}: the spec differs from the launch contract last applied "
+                        f"({'none applied yet' if found.first else f'{len(found.changes)} difference(s)'}): agent.move "
+                        "applies no change but the instance's placement, and nothing was changed",
+                        hint="review and apply the spec with inv fleet.up first, then move")  # fmt: skip
     with ui.progress() as progress:
         result = moving.move(spec, agent, to, log=ui.log, on_event=progress.update)
     if json:

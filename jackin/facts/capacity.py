@@ -14,6 +14,7 @@ Only files of the kernel's and paths root chose are read: no name an agent chose
 
 from __future__ import annotations
 
+import re
 from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -47,6 +48,14 @@ class Capacity(BaseModel):
     disk: int
 
 
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _digits(value: str) -> bool:
+    """ASCII digits only (``str.isdigit`` takes "²", which ``int`` refuses)."""
+    return bool(_DIGITS.fullmatch(value))
+
+
 def parse(lines: list[str]) -> Capacity | None:
     """``##capacity``'s lines as a Capacity; None when a figure is missing (an unusual host: placement then
     says it could not weigh it)."""
@@ -56,22 +65,22 @@ def parse(lines: list[str]) -> Capacity | None:
     quota: int | None = None
     for line in lines:
         key, _, value = line.strip().partition("=")
-        if key == "nproc" and value.isdigit() and int(value) > 0:
+        if key == "nproc" and _digits(value) and int(value) > 0:
             cpus = float(value)
-        elif key == "memtotal" and value.isdigit():
+        elif key == "memtotal" and _digits(value):
             memory = _lowest(memory, int(value) * 1024)
-        elif key in ("memory.max", "memory.limit_in_bytes") and value.isdigit():
+        elif key in ("memory.max", "memory.limit_in_bytes") and _digits(value):
             memory = _lowest(memory, int(value))
         elif key == "cpu.max":  # "max 100000" or "QUOTA PERIOD"
             words = value.split()
-            if len(words) == 2 and words[0].isdigit() and words[1].isdigit() and int(words[1]) > 0:
+            if len(words) == 2 and _digits(words[0]) and _digits(words[1]) and int(words[1]) > 0:
                 cpus = _lowest(cpus, int(words[0]) / int(words[1]))
         elif key == "cpu.cfs_quota_us":  # -1: none; its period follows on the next line
-            quota = int(value) if value.isdigit() else None
-        elif key == "cpu.cfs_period_us" and quota is not None and value.isdigit() and int(value) > 0:
+            quota = int(value) if _digits(value) else None
+        elif key == "cpu.cfs_period_us" and quota is not None and _digits(value) and int(value) > 0:
             cpus = _lowest(cpus, quota / int(value))
             quota = None
-        elif key == "free" and value.isdigit():
+        elif key == "free" and _digits(value):
             disk = int(value)
     if cpus is None or memory is None or disk is None:
         return None

@@ -31,6 +31,7 @@ from jackin.plan import fleet as planning
 from jackin.plan import pools
 from jackin.plan.applied import applied
 from jackin.plan.make import make_plan, placed
+from jackin.plan.placement import PlacementError
 from jackin.snapshots.auto import AutoSnapshot, States, read_states, snapshot_before_up
 from jackin.spec import Inventory
 from jackin.spec.loader import load
@@ -125,9 +126,18 @@ def up(
     ):  # the engine child loads pyinfra while this process reads and plans the hosts
         provider = provider_for(inventory, ledger)
         hosts = _only(provider.targets(log=log, bring_up=not dry_run if bring_up is None else bring_up), only)
+        ttl_before = ledger.ttl_started(fleet.name)
         plan = _fleet_plan(inventory, ledger, provider, hosts, ready, dry_run=dry_run, log=log)
         states = read_states(plan, hosts)  # one parallel round trip: the snapshot decision and the plan
-        plan = placed(plan, inventory, ledger, states)  # by the hosts' capacity; a fleet that does not fit: exit 2
+        try:
+            plan = placed(plan, inventory, ledger, states)  # by the hosts' capacity; a fleet that does not fit: exit 2
+        except PlacementError:
+            if ttl_before is None and not dry_run:  # a refused first up does not start the time-to-live's clock
+                ledger.unstart_ttl(fleet.name)
+            raise
+        if plan.unplaced:
+            log(f"warning: {', '.join(plan.unplaced)} not placed: some of their hosts could not be read (or weighed), "
+                "and the others have no room; the next fleet.up places them")  # fmt: skip
         if (
             not dry_run or bring_up
         ):  # role images some host lacks: built and archived here first (jackin/images/build.py)

@@ -415,7 +415,9 @@ def read(inventory: Inventory, *, timeout: float = 8) -> FleetStatus:
     for host in result.hosts:
         here = applied_there.get(host.host, spec)
         policies = _policies(here)
-        if host.reachable and host.agents and host.gateway is None and any(gateway_credential(a) for a in here.agents):
+        here_agents = {name for name, instance in instances(here) if instance in {a.instance for a in host.agents}}
+        through = any(gateway_credential(a) for a in here.agents if a.name in here_agents)  # this host's agents only
+        if host.reachable and host.agents and host.gateway is None and through:
             host.gateway = "missing"  # its agents go through one (their spec says so), and its unit is not there
             host.gateway_down = gateway_down(spec.name, host)
         for agent in host.agents:

@@ -66,6 +66,30 @@ def present(plan: planning.FleetPlan, state: HostState) -> set[str]:
     return {c.instance for c in state.containers.values() if c.instance} | homes
 
 
+def _refuse_split_sets(inventory: Inventory, ledger: Ledger, present: Mapping[str, set[str]]) -> None:
+    """A ``spread`` instance with no placement recorded that lives on several hosts (a fleet an earlier release
+    brought up, when every agent ran on every host): placing it on one would remove the others, each a workspace of
+    its own. Refused (exit 2, nothing changed), saying how to keep them."""
+    recorded = ledger.placements(inventory.fleet.name)
+    found: dict[str, set[str]] = {}
+    for row in ledger.agents(inventory.fleet.name):
+        found.setdefault(row["instance"], set()).add(row["host"])
+    for host, instances in present.items():
+        for instance in instances:
+            found.setdefault(instance, set()).add(host)
+    spread = {i for a in inventory.fleet.agents if a.placement == "spread" for i in (f"{a.name}-{n}" for n in
+              range(1, a.count + 1))}  # fmt: skip
+    split = sorted(i for i, hosts in found.items() if i in spread and i not in recorded and len(hosts) > 1)
+    if split:
+        agents = sorted({i.rsplit("-", 1)[0] for i in split})
+        raise placement.PlacementError(
+            f"fleet {inventory.fleet.name!r}: {', '.join(split)} live on several hosts each (the fleet was brought up "
+            "when every agent ran on every host), and placement spread would keep one of each and remove the others, "
+            "each a workspace of its own: nothing was changed",
+            hint=f"keep them: set placement: each on agent(s) {', '.join(agents)}; or snapshot them and lower what "
+                 "runs where by hand")  # fmt: skip
+
+
 def placed(plan: planning.FleetPlan, inventory: Inventory, ledger: Ledger,
            states: Mapping[str, object]) -> planning.FleetPlan:  # fmt: skip
     """``plan`` with every instance placed (``jackin.plan.placement.place``) by the capacity of the hosts read
@@ -74,6 +98,7 @@ def placed(plan: planning.FleetPlan, inventory: Inventory, ledger: Ledger,
     from jackin.facts.state import HostState
 
     read = {h: s for h, s in states.items() if isinstance(s, HostState)}
+    _refuse_split_sets(inventory, ledger, {h: present(plan, s) for h, s in read.items()})
     where = placement.place(inventory, record(inventory, ledger), {h: s.capacity for h, s in read.items()},
                             {h: present(plan, s) for h, s in read.items()}, most=pools.held(inventory))  # fmt: skip
     return plan.model_copy(update={"placement": where.hosts, "stranded": where.stranded, "unplaced": where.unplaced})

@@ -182,6 +182,10 @@ class FleetTables(Tables):
         row = self.db.execute("SELECT started FROM fleet_ttl WHERE fleet = ?", (fleet,)).fetchone()
         return None if row is None else row["started"]
 
+    def unstart_ttl(self, fleet: str) -> None:
+        """A start ``start_ttl`` fixed for a fleet.up that was then refused before any host changed: undone."""
+        self.db.execute("DELETE FROM fleet_ttl WHERE fleet = ?", (fleet,))
+
     def start_ttl(self, fleet: str, now: float) -> float:
         """Fix the lifecycle's start at ``now`` unless it is already fixed (a later fleet.up keeps it);
         fleet.down (``forget_fleet``, ``keep_fleet``) ends it. Returns the start in force."""

@@ -137,3 +137,27 @@ def test_the_ledger_records_placements_and_forgets_the_gone(tmp_path: Path) -> N
         ledger.forget_fleet("f")
         assert ledger.placements("f") == {}
     assert placement.size(1.5 * G) == "1.5 GiB"
+
+
+def test_an_earlier_releases_fleet_whose_instances_live_on_several_hosts_is_refused_not_shrunk(tmp_path) -> None:
+    from jackin.plan.make import _refuse_split_sets
+    from jackin.plan.placement import PlacementError
+    from jackin.spec import parse_inventory
+    from jackin.store.ledger import Ledger
+
+    spec = "fleet:\n  name: up\n  provider: lab\n  lab: {hosts: 2}\n  agents:\n    - {name: coder, count: 2%s}\n"
+    found = {"jackin-1": {"coder-1", "coder-2"}, "jackin-2": {"coder-1", "coder-2"}}  # homes on both hosts
+    with Ledger(tmp_path / "ledger.sqlite3") as ledger:
+        with pytest.raises(PlacementError) as caught:
+            _refuse_split_sets(parse_inventory(spec % ""), ledger, found)
+        assert "coder-1, coder-2 live on several hosts" in caught.value.message
+        assert "placement: each" in (caught.value.hint or "")
+        _refuse_split_sets(parse_inventory(spec % ", placement: each"), ledger, found)  # kept as they are: fine
+        _refuse_split_sets(parse_inventory(spec % ""), ledger, {"jackin-1": {"coder-1", "coder-2"}})  # on one: fine
+
+
+def test_a_capacity_figure_that_is_not_plain_digits_is_no_figure() -> None:
+    from jackin.facts.capacity import parse
+
+    assert parse(["nproc=²", "memtotal=1000", "free=5"]) is None  # str.isdigit takes "²"; int() would not
+    assert parse(["nproc=2", "memtotal=1000", "free=5"]) is not None
