@@ -248,6 +248,11 @@ _WORK_DIGEST = re.compile(r"^.*/([a-z][a-z0-9-]*)\.digests:([a-z][a-z.]*) ([0-9a
 _DIGEST_LINE = re.compile(r"^.*/([a-z][a-z0-9-]*)\.digests:([A-Z][A-Z0-9_]*) ([0-9a-f]{64})$")
 
 
+def work_records(lines: list[str]) -> dict[str, dict[str, str]]:
+    """The ``##workdigests`` lines (``<dir>/<instance>.digests:NAME DIGEST``, ``queue ATTEMPT`` too) by instance."""
+    return _digests(lines, _WORK_DIGEST)
+
+
 def _digests(lines: list[str], pattern: re.Pattern[str] | None = None) -> dict[str, dict[str, str]]:
     """``<dir>/<instance>.digests:NAME HMAC`` lines -> instance -> name -> HMAC; other lines dropped."""
     found: dict[str, dict[str, str]] = {}
@@ -388,7 +393,7 @@ def _parse_state(lines: list[str]) -> HostState:
         data["ttl"] = data["ttl"].model_copy(update={"enabled": timer.get("UnitFileState", ""),
                                                      "active": timer.get("ActiveState", "")})  # fmt: skip
     data["work"] = _paths(sections.get("work", []))
-    data["work_digests"] = _digests(sections.get("workdigests", []), _WORK_DIGEST)
+    data["work_digests"] = work_records(sections.get("workdigests", []))
     data["gateway"] = parse_gateway(sections.get("gateway", []))
     data["capacity"] = parse_capacity(sections["capacity"]) if "capacity" in sections else None
     return HostState(**data)

@@ -77,8 +77,8 @@ def _refuse_split_sets(inventory: Inventory, ledger: Ledger, present: Mapping[st
     for host, instances in present.items():
         for instance in instances:
             found.setdefault(instance, set()).add(host)
-    spread = {i for a in inventory.fleet.agents if a.placement == "spread" for i in (f"{a.name}-{n}" for n in
-              range(1, a.count + 1))}  # fmt: skip
+    spread_agents = {a.name for a in inventory.fleet.agents if a.placement == "spread"}
+    spread = {i for agent, i in planning.instances(inventory.fleet) if agent in spread_agents}
     split = sorted(i for i, hosts in found.items() if i in spread and i not in recorded and len(hosts) > 1)
     if split:
         agents = sorted({i.rsplit("-", 1)[0] for i in split})

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jackin.errors import SpecError
 from jackin.facts.capacity import Capacity
+from jackin.plan.fleet import instances
 from jackin.spec import Inventory
 from jackin.spec.models import AgentSpec
 from jackin.spec.values import parse_size
@@ -113,7 +114,7 @@ def place(inventory: Inventory, record: Mapping[str, str], capacity: Mapping[str
         raise PlacementError(f"fleet {inventory.fleet.name!r} does not fit on its hosts: nothing was changed",
                              problems=problems,
                              hint="lower count or resources, give the agents more hosts, or add hosts")  # fmt: skip
-    order = {i: n for n, i in enumerate(_instances(inventory))}
+    order = {i: n for n, (_, i) in enumerate(instances(inventory.fleet))}
     hosts = {h: sorted(placed, key=lambda i: order[i]) for h, placed in hosts.items()}
     return Placement(hosts=hosts, stranded=start.stranded, new=placed_now, unplaced=later)
 
@@ -142,10 +143,6 @@ def amount(resource: str, value: float) -> str:
 
 
 # --- the parts --------------------------------------------------------------------------------------------
-
-
-def _instances(inventory: Inventory) -> list[str]:
-    return [f"{a.name}-{i}" for a in inventory.fleet.agents for i in range(1, a.count + 1)]
 
 
 def _agent_of(inventory: Inventory, instance: str) -> AgentSpec:

@@ -192,14 +192,28 @@ class TaskTables(Tables):
         return Task(**dict(row), runs=runs)
 
     def tasks(self, fleet: str, *, state: str | None = None, kind: str | None = None) -> list[Task]:
-        query, args = "SELECT id FROM tasks WHERE fleet = ?", [fleet]
+        """The fleet's tasks (in ``state``, of ``kind``) with their attempts: two queries, whatever their number."""
+        where, args = "fleet = ?", [fleet]
         if state is not None:
-            query += " AND state = ?"
+            where += " AND state = ?"
             args.append(state)
+        if kind is not None:
+            where += " AND kind = ?"
+            args.append(kind)
+        rows = self.db.execute(f"SELECT * FROM tasks WHERE {where} ORDER BY id", args).fetchall()
+        runs: dict[int, list[Attempt]] = {}
+        for r in self.db.execute(f"SELECT * FROM task_attempts WHERE task IN (SELECT id FROM tasks WHERE {where}) "
+                                 "ORDER BY id", args):  # fmt: skip
+            runs.setdefault(int(r["task"]), []).append(Attempt(**dict(r)))
+        return [Task(**dict(row), runs=runs.get(int(row["id"]), [])) for row in rows]
+
+    def task_counts(self, fleet: str, *, kind: str | None = None) -> dict[str, int]:
+        """How many of the fleet's tasks (of ``kind``) are in each state."""
+        query, args = "SELECT state, count(*) AS n FROM tasks WHERE fleet = ?", [fleet]
         if kind is not None:
             query += " AND kind = ?"
             args.append(kind)
-        return [self.task(fleet, int(r["id"])) for r in self.db.execute(query + " ORDER BY id", args)]
+        return {r["state"]: int(r["n"]) for r in self.db.execute(query + " GROUP BY state", args)}
 
     def attempt(self, attempt_id: int) -> Attempt:
         row = self.db.execute("SELECT * FROM task_attempts WHERE id = ?", (attempt_id,)).fetchone()

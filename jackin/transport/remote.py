@@ -8,8 +8,9 @@ that answered is that host's RemoteCommandError.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -49,6 +50,49 @@ def connect(target: SshTarget, *, timeout: float = 10) -> Connection:
     return ssh.connect(target, timeout=timeout)
 
 
+def run(target: SshTarget, command: str, *, timeout: float = 10, input: bytes | None = None) -> openssh.Ran:
+    """``command`` on ``target`` (``input`` on its stdin: how files reach a host beside SFTP, never in the command
+    line): the system's OpenSSH client where it serves the target, else Fabric. ConnectError when not reached (a
+    timeout or an SSH fault too); the command's own failure is its exit status."""
+    try:
+        if openssh.usable(target):  # the system client, multiplexed; as strict (jackin.transport.openssh)
+            return openssh.run(target, command, timeout=timeout, connect_timeout=min(timeout, 10), input=input)
+        with connect(target, timeout=min(timeout, 10)) as conn:
+            if input is None:
+                done = conn.run(command, hide=True, warn=True, timeout=timeout)
+                return openssh.Ran(exited=done.exited, stdout=done.stdout, stderr=done.stderr)
+            return _with_input(conn, command, input, timeout=timeout, host=target.name)
+    except ConnectError:
+        raise
+    except Exception as error:  # noqa: BLE001 - timeouts and SSH faults become that host's error
+        raise fanout.unreached(error, target.name) from None
+
+
+def _with_input(conn: Connection, command: str, data: bytes, *, timeout: float, host: str) -> openssh.Ran:
+    """``command`` over a Fabric connection's channel with ``data`` on its stdin, read as it comes (``channel.pump``)."""
+    from jackin.transport import channel as reader  # lazy: paramiko's side, for this path alone
+
+    transport = conn.client.get_transport()
+    if transport is None:
+        raise ConnectError("the SSH connection is closed", host=host)
+    session = transport.open_session()
+    session.settimeout(timeout)
+    out, err = bytearray(), bytearray()
+    try:
+        session.exec_command(command)
+        session.sendall(data)
+        session.shutdown_write()
+        try:
+            reader.pump(session, out=out.extend, err=lambda b: err.extend(b[: max(0, 65536 - len(err))]),
+                        deadline=time.monotonic() + timeout, poll=0.02)  # fmt: skip
+        except TimeoutError:
+            raise ConnectError(f"no end within {timeout:.0f} s", host=host) from None
+        return openssh.Ran(exited=session.recv_exit_status(), stdout=out.decode(errors="replace"),
+                           stderr=err.decode(errors="replace"))  # fmt: skip
+    finally:
+        session.close()
+
+
 def gather(
     targets: Sequence[SshTarget],
     command: str,
@@ -63,16 +107,7 @@ def gather(
     ssh clients are ended, and a Fabric connection's daemon threads are left to the process's exit."""
 
     def one(target: SshTarget) -> T:
-        try:
-            if openssh.usable(target):  # the system client, multiplexed; as strict (jackin.transport.openssh)
-                result: Any = openssh.run(target, command, timeout=timeout, connect_timeout=min(timeout, 10))
-            else:
-                with connect(target, timeout=min(timeout, 10)) as conn:
-                    result = conn.run(command, hide=True, warn=True, timeout=timeout)
-        except ConnectError:
-            raise
-        except Exception as error:  # noqa: BLE001 - timeouts and SSH faults become that host's error
-            raise fanout.unreached(error, target.name) from None
+        result = run(target, command, timeout=timeout)
         if result.exited != 0:
             raise RemoteCommandError(
                 f"command failed (exit {result.exited}): {result.stderr.strip()[:200]}", host=target.name

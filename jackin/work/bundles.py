@@ -261,14 +261,15 @@ def put_blob(data: bytes) -> str:
     return name
 
 
-def bundle(directory: str, commit: str) -> bytes:
+def bundle(directory: str, commit: str, branches: Mapping[str, str] | None = None) -> bytes:
     """A git bundle of ``commit`` (and its history) as branch ``jackin/source`` (also HEAD), made in a
     scratch repository that borrows ``directory``'s objects: nothing of the source changes. Kept per
-    commit, so the same commit gives the same bytes on every run."""
+    commit, so the same commit gives the same bytes on every run. ``branches`` (name -> commit: a review's
+    attempts, ``jackin.work.loop``) are bundled beside it as ``refs/heads/<name>``; such a bundle is not kept."""
     folder = store() / "bundles"
     folder.mkdir(mode=0o700, exist_ok=True)
     kept = folder / f"{commit}.bundle"
-    if kept.exists():
+    if not branches and kept.exists():
         data = kept.read_bytes()
         if git("bundle", "list-heads", str(kept), check=False).returncode == 0:
             return data
@@ -279,13 +280,27 @@ def bundle(directory: str, commit: str) -> bytes:
         (scratch / "objects" / "info" / "alternates").write_text(f"{objects.resolve()}\n")
         git("-C", str(scratch), "update-ref", SOURCE_BRANCH, commit)
         git("-C", str(scratch), "symbolic-ref", "HEAD", SOURCE_BRANCH)
+        refs = [SOURCE_BRANCH]
+        for name, at in sorted((branches or {}).items()):
+            git("-C", str(scratch), "update-ref", f"refs/heads/{name}", at)
+            refs.append(f"refs/heads/{name}")
         out = scratch / "out.bundle"
-        git("-C", str(scratch), "-c", "pack.threads=1", "bundle", "create", "--quiet", str(out), "HEAD",
-            SOURCE_BRANCH)  # fmt: skip
+        git("-C", str(scratch), "-c", "pack.threads=1", "bundle", "create", "--quiet", str(out), "HEAD", *refs)
+        if branches:
+            return out.read_bytes()
         os.replace(out, kept)
     finally:
         subprocess.run(["rm", "-rf", "--", str(scratch)], check=False)
     return kept.read_bytes()
+
+
+def fleet_repo(fleet: str) -> str:
+    """The fleet's own bare repository under the state dir (made on first use): where collected branches land
+    when their source is not a local repository."""
+    path = private_dir(state_dir() / "work" / fleet) / "collected.git"
+    if not (path / "HEAD").exists():
+        git("init", "--quiet", "--bare", str(path))
+    return str(path)
 
 
 def prepare(spec: FleetSpec) -> dict[str, Prepared]:

@@ -51,7 +51,7 @@ from jackin.transport import channel as reader
 from jackin.transport import fanout
 from jackin.transport.ssh import SshTarget, connect
 from jackin.work import handoffs, quarantine
-from jackin.work.bundles import WorkError, git
+from jackin.work.bundles import WorkError, fleet_repo, git
 
 if TYPE_CHECKING:
     from fabric import Connection
@@ -165,7 +165,7 @@ def local_repo(inventory: Inventory, agent: str, into: str | None) -> str:
         spec = next(a for a in inventory.fleet.agents if a.name == agent)
         if spec.work is not None and not is_git_url(spec.work.repo):
             return spec.work.repo
-        path = private_dir(state_dir() / "work" / inventory.fleet.name) / "collected.git"
+        return fleet_repo(inventory.fleet.name)
     if not path.exists():
         git("init", "--quiet", "--bare", str(path))
     elif git("-C", str(path), "rev-parse", "--git-dir", check=False).returncode != 0:
@@ -315,7 +315,7 @@ def _started_from(data: bytes | None) -> str | None:
     return commit if isinstance(commit, str) and len(commit) in (40, 64) and commit.isalnum() else None
 
 
-def _one(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, host: str, into: str | None,
+def collect_agent(conn: Connection, inventory: Inventory, agent: planning.AgentPlan, *, host: str, into: str | None,
          asked: bool, counted: GatewayAccount | None = None) -> AgentCollect:  # fmt: skip
     fleet = inventory.fleet.name
     result = AgentCollect(host=host, instance=agent.instance, agent=agent.agent)
@@ -399,7 +399,7 @@ def _host(target: SshTarget, inventory: Inventory, agents: list[planning.AgentPl
           asked: bool) -> list[AgentCollect]:  # fmt: skip
     with connect(target, timeout=10) as conn:
         counted = read_gateway(conn, agents, host=target.name)
-        return [_one(conn, inventory, a, host=target.name, into=into, asked=asked, counted=counted.get(a.instance))
+        return [collect_agent(conn, inventory, a, host=target.name, into=into, asked=asked, counted=counted.get(a.instance))
                 for a in agents]  # fmt: skip
 
 

@@ -28,11 +28,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from jackin.agents.state import clean
-from jackin.paths import private_dir, state_dir
+from jackin.errors import SpecError
 from jackin.spec.models import is_git_url
 from jackin.store.tasks import Attempt, Task
 from jackin.work import handoffs
-from jackin.work.bundles import git, git_dir
+from jackin.work.bundles import fleet_repo, git, git_dir
 
 MAX_DIFF = 48 * 1024  # bytes of one attempt's diff a review task carries
 MAX_NOTES = 8 * 1024
@@ -175,10 +175,7 @@ def repo_for(fleet: str, task: Task) -> str:
     bare repository of the fleet's under the state dir (made on first use)."""
     if task.repo and not is_git_url(task.repo) and git_dir(task.repo):
         return task.repo
-    path = private_dir(state_dir() / "work" / fleet) / "collected.git"
-    if not (path / "HEAD").exists():
-        git("init", "--quiet", "--bare", str(path))
-    return str(path)
+    return fleet_repo(fleet)
 
 
 def attempt_ref(fleet: str, attempt: int) -> str:
@@ -199,9 +196,7 @@ def keep_attempt(repo: str, fleet: str, attempt: int, commit: str) -> str:
 def point_accepted(fleet: str, task: Task, attempt: Attempt) -> str:
     """``refs/jackin/<fleet>/accepted/<task>`` at the accepted attempt's commit, in the repository it was fetched into."""
     repo = (attempt.detail or {}).get("repo")
-    if not repo or not attempt.commit_id or not Path(repo).exists():
-        from jackin.errors import SpecError  # a user's pick of an attempt that has no commit kept here
-
+    if not repo or not attempt.commit_id or not Path(repo).exists():  # a pick of an attempt with no commit kept here
         raise SpecError(f"attempt {attempt.n} of task {task.id} has no collected commit on this machine")
     ref = accepted_ref(fleet, task.id)
     git("-C", repo, "update-ref", ref, attempt.commit_id)

@@ -20,27 +20,22 @@ Every step is safe to run again: a handover cut at any point is redone whole by 
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import time
 
 from pydantic import BaseModel, ConfigDict
 
-from jackin.errors import ConnectError, JackinError, RemoteCommandError
+from jackin.errors import RemoteCommandError
 from jackin.hostpaths import UPLOAD_DIR, work_digests
-from jackin.operations.work import QUEUE
+from jackin.operations.work import QUEUE, q
 from jackin.plan.fleet import AgentPlan
-from jackin.transport import fanout, openssh
+from jackin.transport import remote
 from jackin.transport.target import SshTarget
 
 CLEAN = ".jackin-clean"  # in the agent's home: clean clones by commit (the checkpoint tier only)
 OLD = ".jackin-old"  # in the agent's home: ``.jackin-old-<attempt>``, a workspace being removed
 STOP_WAIT = 10  # seconds docker stop gives the entrypoint before it kills it
 TIMEOUT = 300
-
-
-def q(*args: str) -> str:
-    return " ".join(shlex.quote(a) for a in args)
 
 
 class Delivery(BaseModel):
@@ -55,10 +50,6 @@ class Delivery(BaseModel):
     commit: str
     branch: str  # the agent's own: jackin/<instance>
     cow: bool = False  # the fleet's homes are subvolumes of its btrfs: a copy-on-write copy of a clean clone
-
-
-def digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def script(delivery: Delivery) -> str:
@@ -141,65 +132,19 @@ def run(target: SshTarget, delivery: Delivery) -> float:
     """The handover on ``target``; the seconds it took. ConnectError: not reached (nothing changed, or the next
     fleet.work redoes it); RemoteCommandError: it failed there (what the host said)."""
     started = time.monotonic()
-    command = script(delivery)
-    data = b"".join(delivery.files.values()) + record(delivery)
-    try:
-        if openssh.usable(target):
-            result = openssh.run(target, command, timeout=TIMEOUT, input=data)
-            code, err = result.exited, result.stderr
-        else:
-            code, err = _fabric(target, command, data)
-    except JackinError:
-        raise
-    except Exception as error:  # noqa: BLE001 - an SSH fault: that host's
-        raise fanout.unreached(error, target.name) from None
-    if code != 0:
-        tail = " | ".join(err.strip().splitlines()[-3:]) or "no message"
-        raise RemoteCommandError(f"the handover of {delivery.agent.instance} failed (exit {code}): {tail}",
+    done = remote.run(
+        target, script(delivery), timeout=TIMEOUT, input=b"".join(delivery.files.values()) + record(delivery)
+    )
+    if done.exited != 0:
+        tail = " | ".join(done.stderr.strip().splitlines()[-3:]) or "no message"
+        raise RemoteCommandError(f"the handover of {delivery.agent.instance} failed (exit {done.exited}): {tail}",
                                  host=target.name)  # fmt: skip
     return time.monotonic() - started
 
 
-def _fabric(target: SshTarget, command: str, data: bytes) -> tuple[int, str]:
-    """The command over a Fabric connection (a target the OpenSSH path does not serve), ``data`` on its stdin."""
-    from jackin.transport.ssh import connect  # lazy: paramiko and Fabric
-
-    with connect(target, timeout=10) as conn:
-        transport = conn.client.get_transport()
-        if transport is None:
-            raise ConnectError("the SSH connection is closed", host=target.name)
-        channel = transport.open_session()
-        channel.settimeout(TIMEOUT)
-        try:
-            channel.exec_command(command)
-            channel.sendall(data)
-            channel.shutdown_write()
-            err = bytearray()
-            deadline = time.monotonic() + TIMEOUT
-            while not channel.exit_status_ready() or channel.recv_stderr_ready() or channel.recv_ready():
-                if time.monotonic() > deadline:
-                    raise ConnectError(f"the handover did not end within {TIMEOUT} s", host=target.name)
-                if channel.recv_stderr_ready():
-                    err += channel.recv_stderr(65536)[: max(0, 65536 - len(err))]
-                elif channel.recv_ready():
-                    channel.recv(65536)
-                else:
-                    time.sleep(0.01)
-            return channel.recv_exit_status(), err.decode(errors="replace")
-        finally:
-            channel.close()
-
-
 def stop(target: SshTarget, agent: AgentPlan) -> None:
-    """Stop the agent's container (its task was cancelled): it spends nothing more until its next handover."""
-    command = f"docker stop -t {STOP_WAIT} {shlex.quote(agent.container)} >/dev/null"
-    if openssh.usable(target):
-        result = openssh.run(target, command, timeout=60)
-        if result.exited != 0:
-            raise RemoteCommandError(f"docker stop {agent.container} failed: {result.stderr.strip()[:200]}",
-                                     host=target.name)  # fmt: skip
-        return
-    from jackin.transport.ssh import connect  # lazy: paramiko and Fabric
-
-    with connect(target, timeout=10) as conn:
-        conn.run(command, hide=True, warn=False, timeout=60)
+    """Stop the agent's container (its task was cancelled, or its attempt has ended): it spends nothing more until
+    its next handover."""
+    done = remote.run(target, f"docker stop -t {STOP_WAIT} {shlex.quote(agent.container)} >/dev/null", timeout=60)
+    if done.exited != 0:
+        raise RemoteCommandError(f"docker stop {agent.container} failed: {done.stderr.strip()[:200]}", host=target.name)

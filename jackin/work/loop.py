@@ -37,10 +37,10 @@ from jackin.agents.read import agent_states, agents_command, parse_agents
 from jackin.agents.state import AgentFacts, AgentState
 from jackin.errors import EXIT_CONNECT, EXIT_OK, BusyError, JackinError, SpecError
 from jackin.facts.sections import read_sections
-from jackin.facts.state import _WORK_DIGEST, _digests
+from jackin.facts.state import work_records
 from jackin.hostpaths import work_dir
 from jackin.lab.providers import targets as fleet_targets
-from jackin.operations.work import QUEUE, work_json
+from jackin.operations.work import QUEUE, digest, work_json
 from jackin.paths import private_dir, state_dir
 from jackin.plan import fleet as planning
 from jackin.plan.make import make_plan
@@ -117,7 +117,7 @@ def read_command(fleet: str) -> str:
 
 
 def parse(output: str) -> HostRead:
-    records = _digests(read_sections(output).get("workdigests", []), _WORK_DIGEST)
+    records = work_records(read_sections(output).get("workdigests", []))
     return HostRead(facts=parse_agents(output), records=records)
 
 
@@ -217,8 +217,7 @@ class Loop:
             except JackinError as error:  # one agent's trouble (a docker stop that failed...): said, the loop goes on
                 progress.agents[key] = f"error: {error.message}"
                 self.event(slot, "error", detail=error.message)
-        counts = dict(self.ledger.db.execute(
-            "SELECT state, count(*) FROM tasks WHERE fleet = ? AND kind = 'work' GROUP BY state", (self.fleet,)).fetchall())  # fmt: skip
+        counts = self.ledger.task_counts(self.fleet, kind="work")
         progress.done, progress.failed = counts.get("accepted", 0), counts.get("failed", 0)
         progress.running, progress.review = counts.get("running", 0), counts.get("review", 0)
         progress.queued = counts.get("queued", 0) + counts.get("changes", 0)
@@ -334,12 +333,12 @@ class Loop:
             raise TaskProblem(
                 f"task {task.id}: {task.base or task.ref or 'HEAD'} does not name a commit in {task.repo}"
             )
-        data = bundle_with(directory, commit, extra)
+        data = bundles.bundle(directory, commit, extra)
         text = gate.round_text(task) if task.kind == "work" else task.text
         work = planning.WorkPlan(repo=str(task.repo), name=Path(str(task.repo)).name.removesuffix(".git") or "repo",
                                  ref=task.ref or "HEAD", branch=f"jackin/{agent.instance}", commit=commit)  # fmt: skip
         files = {"repo.bundle": data, "task.md": text.encode(), "work.json": work_json(work)}
-        digests = {name: handover.digest(body) for name, body in files.items()}
+        digests = {name: digest(body) for name, body in files.items()}
         if record.get("repo.bundle") == digests["repo.bundle"]:
             del files["repo.bundle"]  # the host has it: the same commit as the agent's last task
         return handover.Delivery(agent=agent, attempt=attempt.id, files=files, digests=digests, commit=commit,
@@ -392,7 +391,7 @@ class Loop:
         started = time.monotonic()
         try:
             with collect.connect(self.targets[slot.host], timeout=10) as conn:
-                got = collect._one(conn, self.inventory, agent, host=slot.host, into=repo, asked=True,
+                got = collect.collect_agent(conn, self.inventory, agent, host=slot.host, into=repo, asked=True,
                                    counted=state.gateway)  # fmt: skip
         except Exception as error:  # noqa: BLE001 - the host went away while it was read: tried again
             self.fail(slot, attempt, "transient", f"its work could not be collected: {error}", stop=restarted)
@@ -550,31 +549,6 @@ def _approved(run: Attempt) -> int | None:
     return pick if isinstance(pick, int) else None
 
 
-def bundle_with(directory: str, commit: str, branches: dict[str, str]) -> bytes:
-    """The bundle of ``commit`` (``bundles.bundle``, kept per commit), or with ``branches`` beside it (a review's
-    attempts), made in a scratch repository that borrows ``directory``'s objects."""
-    if not branches:
-        return bundles.bundle(directory, commit)
-    import subprocess
-    import tempfile
-
-    scratch = Path(tempfile.mkdtemp(prefix=".review-", dir=private_dir(state_dir() / "work")))
-    try:
-        bundles.git("init", "--quiet", "--bare", str(scratch))
-        (scratch / "objects" / "info" / "alternates").write_text(f"{(Path(directory) / 'objects').resolve()}\n")
-        bundles.git("-C", str(scratch), "update-ref", bundles.SOURCE_BRANCH, commit)
-        bundles.git("-C", str(scratch), "symbolic-ref", "HEAD", bundles.SOURCE_BRANCH)
-        refs = [bundles.SOURCE_BRANCH]
-        for branch, at in sorted(branches.items()):
-            bundles.git("-C", str(scratch), "update-ref", f"refs/heads/{branch}", at)
-            refs.append(f"refs/heads/{branch}")
-        out = scratch / "out.bundle"
-        bundles.git("-C", str(scratch), "bundle", "create", "--quiet", str(out), "HEAD", *refs)
-        return out.read_bytes()
-    finally:
-        subprocess.run(["rm", "-rf", "--", str(scratch)], check=False)
-
-
 def _attempt(ledger: Ledger, attempt_id: int) -> Attempt | None:
     try:
         return ledger.attempt(attempt_id)
@@ -624,9 +598,7 @@ def work(inventory: Inventory, *, deadline: float | None = None, on_progress: Ca
                     left = progress.queued + progress.running + progress.review
                     progress.eta = round(left / progress.rate * 60, 1) if progress.rate else None
                 on_progress(progress)
-                tasks = ledger.tasks(fleet)
-                waiting = [t for t in tasks if t.state not in FINAL]
-                if len(waiting) == len(operators_pick(tasks)):  # empty, or only the operator's picks left
+                if emptied(ledger, fleet):  # no task left to serve, but the operator's picks
                     break
                 if progress.unreachable and len(progress.unreachable) == len(loop.targets) and \
                         time.monotonic() - started > UNREACHABLE_AFTER:  # fmt: skip
@@ -642,18 +614,19 @@ def work(inventory: Inventory, *, deadline: float | None = None, on_progress: Ca
                       progress=progress, handovers=loop.handovers, events=loop.events)  # fmt: skip
 
 
-def operators_pick(tasks: list[Task]) -> list[Task]:
-    """Tasks in review that wait for the operator (``task.accept ID [--attempt K]``): best-of-N with no gate, or a
-    task whose review of its round was cancelled."""
-    reviews: dict[int, list[Task]] = {}
-    for t in tasks:
-        if t.kind == "review" and t.parent is not None:
-            reviews.setdefault(t.parent, []).append(t)
-    found = []
-    for t in tasks:
-        if t.state != "review" or t.kind != "work":
-            continue
-        mine = [r for r in reviews.get(t.id, []) if r.label == REVIEW_LABEL.format(task=t.id, round=t.round)]
-        if t.review is None or (mine and all(r.state == "cancelled" for r in mine)):
-            found.append(t)
-    return found
+def emptied(ledger: Ledger, fleet: str) -> bool:
+    """No task left for the loop: every one final, or in review waiting for the operator (``task.accept ID
+    [--attempt K]``: best-of-N with no gate, or a task whose review of its round was cancelled). Reads the open
+    tasks only, never the fleet's whole history."""
+    counts = ledger.task_counts(fleet)
+    waiting = sum(n for state, n in counts.items() if state not in FINAL)
+    if waiting != counts.get("review", 0):  # some task is queued, running or in changes
+        return waiting == 0
+    for task in ledger.tasks(fleet, state="review"):
+        if task.kind == "review":
+            return False  # a review's verdict not yet applied
+        mine = [r for r in ledger.reviews_of(fleet, task.id) if r.label == REVIEW_LABEL.format(task=task.id,
+                                                                                               round=task.round)]  # fmt: skip
+        if task.review is not None and not (mine and all(r.state == "cancelled" for r in mine)):
+            return False
+    return True

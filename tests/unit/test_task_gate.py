@@ -169,6 +169,7 @@ def test_until_is_empty_a_duration_or_a_time_of_day() -> None:
 
 
 def test_a_handover_sends_the_files_on_stdin_never_in_its_command_line() -> None:
+    from jackin.operations.work import digest
     from jackin.plan.fleet import AgentPlan
     from jackin.work import handover
 
@@ -178,7 +179,7 @@ def test_a_handover_sends_the_files_on_stdin_never_in_its_command_line() -> None
                       command=["jackin-demo-agent"], memory=1 << 27, cpus=0.5, pids=64)  # fmt: skip
     files = {"task.md": b"SECRET-LOOKING TASK TEXT $(reboot)\n", "work.json": b'{"commit":"c0ffee"}\n'}
     delivery = handover.Delivery(agent=agent, attempt=42, files=files,
-                                 digests={n: handover.digest(b) for n, b in files.items()}, commit="c0ffee",
+                                 digests={n: digest(b) for n, b in files.items()}, commit="c0ffee",
                                  branch="jackin/coder-1")  # fmt: skip
     script = handover.script(delivery)
     assert "SECRET-LOOKING" not in script and "reboot" not in script
@@ -274,3 +275,48 @@ def test_a_reviewer_that_could_never_take_a_review_is_refused(agents, problem) -
     with pytest.raises(SpecError) as caught:
         parse_inventory(f"fleet:\n  name: rv\n  provider: lab\n  review: {{agent: ghost}}\n  agents: {agents}\n")
     assert any(problem in p for p in [caught.value.message, *caught.value.problems]), caught.value
+
+
+def test_a_command_with_input_over_fabric_gets_its_stdin_and_gives_its_exit_status_and_output() -> None:
+    from jackin.transport import remote
+
+    class Session:
+        def __init__(self) -> None:
+            self.sent, self.closed, self.out = b"", False, [b"ok\n"]
+
+        def settimeout(self, _: float) -> None: ...
+        def exec_command(self, command: str) -> None:
+            self.command = command
+
+        def sendall(self, data: bytes) -> None:
+            self.sent += data
+
+        def shutdown_write(self) -> None: ...
+        def recv_ready(self) -> bool:
+            return bool(self.out)
+
+        def recv(self, _: int) -> bytes:
+            return self.out.pop(0)
+
+        def recv_stderr_ready(self) -> bool:
+            return False
+
+        def exit_status_ready(self) -> bool:
+            return not self.out
+
+        def recv_exit_status(self) -> int:
+            return 3
+
+        def close(self) -> None:
+            self.closed = True
+
+    session = Session()
+
+    class Conn:
+        class client:  # noqa: N801 - paramiko's attribute names
+            @staticmethod
+            def get_transport():
+                return type("T", (), {"open_session": staticmethod(lambda: session)})()
+
+    done = remote._with_input(Conn(), "cat > x", b"BODY", timeout=5, host="h")  # type: ignore[arg-type]
+    assert (done.exited, done.stdout, session.sent, session.command, session.closed) == (3, "ok\n", b"BODY", "cat > x", True)
