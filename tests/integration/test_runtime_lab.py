@@ -174,15 +174,22 @@ def take_over(spec: Path, key: str, log: str, lab: Lab) -> None:
         time.sleep(0.5)  # Enter apart from the text: in one read, Claude Code takes it as a paste (a new line)
         os.write(fd, b"\r")
         until(ATTACHED["text"].encode(), 60)
+        shown = ANSI.sub(b"", bytes(screen)).count(b"/exit")
         os.write(fd, b"/exit")  # its own way out (exit 0), typed as a person would, Enter apart
-        time.sleep(0.5)
+        deadline = time.monotonic() + 10  # Enter once the TUI shows what was typed (its input line or command menu)
+        while ANSI.sub(b"", bytes(screen)).count(b"/exit") <= shown and time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.2)[0]:
+                screen.extend(os.read(fd, 65536))
         os.write(fd, b"\r")
-        deadline = time.monotonic() + 45
+        deadline, again = time.monotonic() + 45, time.monotonic() + 10
         while True:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 break
             assert time.monotonic() < deadline, ANSI.sub(b"", bytes(screen))[-2000:]
+            if again and time.monotonic() > again:  # its command menu took the first Enter (seen in CI under load):
+                os.write(fd, b"\r")  # a person presses it again
+                again = 0.0
             if select.select([fd], [], [], 0.2)[0]:
                 try:
                     screen.extend(os.read(fd, 65536))
